@@ -1,0 +1,1 @@
+"""Skinflint gpu_fleet package."""
