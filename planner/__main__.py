@@ -1,0 +1,7 @@
+"""``python -m planner solve PROBLEM.json [--policy P] [--objective O]`` (DESIGN.md §3 contract)."""
+
+import sys
+
+from planner.cli import main
+
+sys.exit(main())

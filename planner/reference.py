@@ -1,0 +1,124 @@
+"""The exhaustive reference for the billed objective (policy ``optimal``).
+
+Deliberately independent of :func:`planner.module.billed_optimal`: each module's complete
+(worst case, billed cost) Pareto frontier comes from a labelling dynamic programme over machine
+mixes, evaluated with the generic Theorem 1 evaluator; frontiers are then combined exhaustively.
+Slow by design — it is the yardstick, not the planner.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING
+
+from planner.latency import EPS, Config, Group, worst_case
+from planner.module import ModuleSchedule
+from planner.split import Option, combine
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from planner.solve import _Ctx
+
+__all__ = ["billed_frontier", "exhaustive_billed"]
+
+_State = tuple[float, float, float, tuple[tuple[Config, int], ...]]  # W, cost, wcl, counts
+
+
+def _blocks(configs: Sequence[Config]) -> list[list[Config]]:
+    cs = sorted(configs, key=lambda c: c.ratio)
+    out: list[list[Config]] = []
+    for c in cs:
+        if out and abs(out[-1][0].ratio - c.ratio) <= 1e-12 * c.ratio:
+            out[-1].append(c)
+        else:
+            out.append([c])
+    return out
+
+
+def _pareto(states: list[_State]) -> list[_State]:
+    """Keep states not dominated in (more W, less cost, less worst case)."""
+    kept: list[_State] = []
+    for s in sorted(states, key=lambda s: (s[1], -s[0], s[2])):
+        if not any(k[0] >= s[0] - EPS and k[1] <= s[1] + EPS and k[2] <= s[2] + EPS for k in kept):
+            kept.append(s)
+    return kept
+
+
+def billed_frontier(
+    configs: Sequence[Config], rate: float, lmax: float, cap: float
+) -> list[Option[ModuleSchedule]]:
+    """Every Pareto-optimal (worst case <= lmax, billed cost <= cap) machine mix of one module."""
+    usable = [c for c in configs if c.duration < lmax]
+    states: list[_State] = [(0.0, 0.0, 0.0, ())]
+    done: list[_State] = []
+    for block in _blocks(usable):
+        nxt: list[_State] = []
+        for w, cost, wcl, counts in states:
+            ranges = [range(int((cap - cost) / c.price + EPS) + 1) for c in block]
+            for vec in itertools.product(*ranges):
+                add = sum(n * c.price for n, c in zip(vec, block, strict=True))
+                if cost + add > cap + EPS:
+                    continue
+                if not any(vec):
+                    nxt.append((w, cost, wcl, counts))
+                    continue
+                w2 = w + sum(n * c.throughput for n, c in zip(vec, block, strict=True))
+                mixed = counts + tuple((c, n) for n, c in zip(vec, block, strict=True) if n)
+                groups = [Group(c, n, c.throughput) for c, n in mixed]
+                wcl2 = worst_case(groups, "tc")
+                if wcl2 > lmax + EPS:
+                    continue
+                state = (w2, cost + add, wcl2, mixed)
+                (done if w2 >= rate - EPS else nxt).append(state)
+        states = _pareto(nxt)
+    front: list[Option[ModuleSchedule]] = []
+    for _w, cost, wcl, counts in sorted(done, key=lambda s: (s[2], s[1])):
+        if not front or cost < front[-1].cost - EPS:
+            ordered = tuple(
+                sorted((Group(c, n, c.throughput) for c, n in counts), key=lambda g: -g.config.ratio)
+            )
+            front.append(Option(wcl, cost, ModuleSchedule(ordered, rate, wcl, "tc")))
+    return front
+
+
+def _proportional_plan_cost(ctx: _Ctx) -> float:
+    """Billed cost of a simple feasible plan (an upper bound for the search): budgets proportional
+    to each module's smallest duration, scaled to fill the SLO; each module on the config with the
+    smallest duration, with enough machines for b / (L - d)."""
+    dmin = [min(c.duration for c in ctx.configs[i]) for i in range(ctx.n)]
+    total = 0.0
+    for i in range(ctx.n):
+        factor = min(ctx.slo / sum(dmin[j] for j in p) for p in ctx.paths if i in p)
+        budget = dmin[i] * factor
+        c = min(ctx.configs[i], key=lambda c: c.duration)
+        need = max(ctx.rate[i], c.min_rate(budget))
+        if not math.isfinite(need):
+            return math.inf
+        total += math.ceil(need / c.throughput - 1e-9) * c.price
+    return total
+
+
+def exhaustive_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    from planner.solve import _heuristic, _max_budget, _spread_slack, _total
+
+    cap = min(_total(ctx, _heuristic(ctx)), _proportional_plan_cost(ctx))
+    fronts = [billed_frontier(ctx.configs[i], ctx.rate[i], _max_budget(ctx, i), cap) for i in range(ctx.n)]
+    if any(not f for f in fronts):
+        return None
+    size = math.prod(len(f) for f in fronts)
+    if size <= 200_000:
+        best: tuple[float, tuple[Option[ModuleSchedule], ...]] | None = None
+        for combo in itertools.product(*fronts):
+            if all(sum(combo[i].latency for i in p) <= ctx.slo + EPS for p in ctx.paths):
+                cost = sum(o.cost for o in combo)
+                if best is None or cost < best[0] - EPS:
+                    best = (cost, combo)
+        choice = list(best[1]) if best is not None else None
+    else:
+        choice, _ = combine(fronts, ctx.paths, ctx.slo)
+    if choice is None:
+        return None
+    scheds = [o.payload for o in choice]
+    return scheds, _spread_slack(ctx, [s.wcl for s in scheds])

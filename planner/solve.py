@@ -1,0 +1,539 @@
+"""Plan a problem under a policy and an objective: the planner's entry point.
+
+The flow for every policy: filter each module's configurations (hardware, batching), split the
+SLO into per-module budgets, schedule each module within its budget, reassign leftover latency,
+and assemble the :class:`~planner.models.Plan`. The ``skinflint`` policy replaces the heuristics
+by exact methods: for occupancy, branch and bound over one configuration per module with an exact
+convex latency split; for billed, exact per-module cost staircases (branch and bound over machine
+counts) combined by branch and bound over the DAG's paths.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from planner.convex import path_lower_bound, split_convex
+from planner.errors import InfeasibleError
+from planner.latency import EPS, Config, Group, configs_for
+from planner.models import MachineGroup, ModulePlan, Plan
+from planner.module import (
+    ModuleSchedule,
+    algorithm1,
+    billed_optimal,
+    fill_machines,
+    harpagon_dummy,
+    occupancy_optimal,
+    piccolo_dummy,
+)
+from planner.policies import PolicySpec, get_policy
+from planner.split import Option, combine, even_split, iterative_split, path_latency
+
+if TYPE_CHECKING:
+    from planner.models import Objective, ProblemSpec
+
+__all__ = ["solve"]
+
+T = TypeVar("T")
+
+STAIRCASE_LIMIT = 400  # staircase points per module before the exact search gives up
+
+
+@dataclass
+class _Ctx:
+    names: list[str]
+    rate: list[float]
+    configs: list[list[Config]]
+    paths: list[list[int]]
+    parents: list[frozenset[int]]
+    children: list[frozenset[int]]
+    slo: float
+    policy: PolicySpec
+    objective: Objective
+    cache: dict[tuple[int, float], ModuleSchedule | None] = field(default_factory=dict)
+    proven: bool = True
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def _context(problem: ProblemSpec, policy: PolicySpec, objective: Objective, only_hw: str | None) -> _Ctx:
+    names = problem.order()
+    index = {m: i for i, m in enumerate(names)}
+    configs: list[list[Config]] = []
+    for m in names:
+        cs = configs_for(problem.modules[m].profile, problem.hardware)
+        if not policy.batching:
+            smallest = min(c.batch for c in cs)
+            cs = [c for c in cs if c.batch == smallest]
+        if policy.hardware in ("cheapest", "priciest"):
+            prices = {c.price for c in cs}
+            pick = min(prices) if policy.hardware == "cheapest" else max(prices)
+            cs = [c for c in cs if c.price == pick]
+        if only_hw is not None and any(c.hardware == only_hw for c in cs):
+            cs = [c for c in cs if c.hardware == only_hw]
+        configs.append(cs)
+    parents = [frozenset(index[p] for p in problem.parents()[m]) for m in names]
+    children = [frozenset(index[c] for c in problem.children()[m]) for m in names]
+    return _Ctx(
+        names=names,
+        rate=[problem.modules[m].rate for m in names],
+        configs=configs,
+        paths=[[index[m] for m in p] for p in problem.paths()],
+        parents=parents,
+        children=children,
+        slo=problem.slo_s,
+        policy=policy,
+        objective=objective,
+    )
+
+
+def _min_latency(ctx: _Ctx, i: int) -> float:
+    """Infimum of module i's worst case under the policy's latency model (TC: d, with enough load)."""
+    if ctx.policy.model == "tc":
+        return min(c.duration for c in ctx.configs[i])
+    return min(c.duration + c.batch / c.throughput for c in ctx.configs[i])
+
+
+def _check_feasible(ctx: _Ctx) -> None:
+    worst: tuple[float, list[int]] | None = None
+    for p in ctx.paths:
+        need = sum(_min_latency(ctx, i) for i in p)
+        if worst is None or need - ctx.slo > worst[0] - ctx.slo:
+            worst = (need, p)
+    assert worst is not None
+    need, p = worst
+    strict = ctx.policy.model == "tc"  # under TC the infimum d is approached, never reached
+    if need > ctx.slo + EPS or (strict and need >= ctx.slo - EPS):
+        names = tuple(ctx.names[i] for i in p)
+        raise InfeasibleError(
+            f"infeasible: path {' -> '.join(names)} needs more than {need:.4g} s under "
+            f"{ctx.policy.model.upper()} dispatch, SLO is {ctx.slo:.4g} s",
+            path=names,
+            min_latency_s=need,
+        )
+
+
+# --------------------------------------------------------------------------- module level
+
+
+def _single(ctx: _Ctx, i: int, c: Config) -> tuple[float, float]:
+    """(latency, cost) of module i run entirely on config c (Algorithm 2's view)."""
+    rate = ctx.rate[i]
+    n = max(1, math.ceil(rate / c.throughput - 1e-9))
+    if ctx.policy.model == "tc":
+        lat = c.tc_latency(rate)
+    elif ctx.policy.model == "rr":
+        lat = c.duration + c.batch / (rate / n)
+    else:
+        lat = c.duration + c.batch / c.throughput
+    cost = c.price * rate / c.throughput if ctx.objective == "occupancy" else c.price * n
+    return lat, cost
+
+
+def _one_config_schedule(ctx: _Ctx, i: int, c: Config) -> ModuleSchedule:
+    rate = ctx.rate[i]
+    n = max(1, math.ceil(rate / c.throughput - 1e-9))
+    lat, _ = _single(ctx, i, c)
+    sched = ModuleSchedule((Group(c, n, rate / n),), rate, lat, ctx.policy.model)
+    return fill_machines(sched) if ctx.objective == "billed" else sched
+
+
+def _schedule(ctx: _Ctx, i: int, budget: float) -> ModuleSchedule | None:
+    key = (i, round(budget, 12))
+    if key in ctx.cache:
+        return ctx.cache[key]
+    pol, cs, rate = ctx.policy, ctx.configs[i], ctx.rate[i]
+    sched: ModuleSchedule | None
+    if pol.module == "exact":
+        if ctx.objective == "occupancy":
+            sched = occupancy_optimal(cs, rate, budget)
+        else:
+            sched, proven = billed_optimal(cs, rate, budget)
+            ctx.proven &= proven
+    else:
+        sched = algorithm1(cs, rate, budget, pol.model, pol.max_configs)
+        if pol.dummy in ("harpagon", "both"):
+            sched = _harpagon_dummy(ctx, i, sched, budget)
+        if sched is not None and pol.dummy in ("piccolo", "both"):
+            sched = piccolo_dummy(cs, sched, budget, ctx.objective, pol.model, pol.max_configs)
+        if sched is not None and ctx.objective == "billed":
+            sched = fill_machines(sched)
+    ctx.cache[key] = sched
+    return sched
+
+
+def _harpagon_dummy(ctx: _Ctx, i: int, sched: ModuleSchedule | None, budget: float) -> ModuleSchedule | None:
+    pol, cs, rate = ctx.policy, ctx.configs[i], ctx.rate[i]
+    if sched is not None:
+        return harpagon_dummy(cs, sched, budget, ctx.objective, pol.model, pol.max_configs)
+    # Algorithm 1 found no configuration for the residual: top the load up to whole machines of
+    # some configuration (t - u with u the residual) and retry.
+    cands = []
+    for c in cs:
+        alt = algorithm1(
+            cs, math.ceil(rate / c.throughput - 1e-9) * c.throughput, budget, pol.model, pol.max_configs
+        )
+        if alt is not None:
+            cands.append(ModuleSchedule(alt.groups, rate, alt.wcl, pol.model))
+    return min(cands, key=lambda s: (s.cost(ctx.objective), s.wcl)) if cands else None
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def _reassign(ctx: _Ctx, scheds: list[ModuleSchedule], budgets: list[float]) -> None:
+    """Harpagon's latency reassigner: give a module the path slack it can use and keep the new
+    schedule when it is cheaper. ``all`` repeats until nothing improves; ``one`` does one module."""
+    mode = ctx.policy.reassign
+    if mode == "none":
+        return
+    while True:
+        lat = [s.wcl for s in scheds]
+        best: tuple[float, int, ModuleSchedule, float] | None = None
+        for i in range(ctx.n):
+            slack = min(ctx.slo - sum(lat[j] for j in p) for p in ctx.paths if i in p)
+            if slack <= 1e-7:
+                continue
+            alt = _schedule(ctx, i, lat[i] + slack)
+            if alt is None:
+                continue
+            saved = scheds[i].cost(ctx.objective) - alt.cost(ctx.objective)
+            if saved > EPS and (best is None or saved > best[0]):
+                best = (saved, i, alt, lat[i] + slack)
+        if best is None:
+            return
+        _, i, alt, budget = best
+        scheds[i], budgets[i] = alt, budget
+        if mode == "one":
+            return
+
+
+def _finish(
+    ctx: _Ctx, budgets: list[float], fallback: list[Config] | None = None
+) -> tuple[list[ModuleSchedule], list[float]] | None:
+    scheds: list[ModuleSchedule] = []
+    budgets = list(budgets)
+    for i in range(ctx.n):
+        s = _schedule(ctx, i, budgets[i])
+        if s is None and fallback is not None:
+            s = _one_config_schedule(ctx, i, fallback[i])
+        if s is None:
+            return None
+        scheds.append(s)
+    if path_latency([s.wcl for s in scheds], ctx.paths) > ctx.slo + EPS:
+        return None
+    _reassign(ctx, scheds, budgets)
+    return scheds, budgets
+
+
+def _total(ctx: _Ctx, result: tuple[list[ModuleSchedule], list[float]] | None) -> float:
+    if result is None:
+        return math.inf
+    return sum(s.cost(ctx.objective) for s in result[0])
+
+
+# --------------------------------------------------------------------------- split methods
+
+
+def _start(ctx: _Ctx) -> list[Config]:
+    """Algorithm 2's default DAG: batch 1 (smallest) on the priciest hardware; if that misses the
+    SLO, each module's fastest configuration."""
+    start = []
+    for i in range(ctx.n):
+        top = max(c.price for c in ctx.configs[i])
+        cands = [c for c in ctx.configs[i] if c.price == top]
+        start.append(min(cands, key=lambda c: (c.batch, c.concurrency, _single(ctx, i, c)[0])))
+    if path_latency([_single(ctx, i, c)[0] for i, c in enumerate(start)], ctx.paths) <= ctx.slo + EPS:
+        return start
+    return [_fastest(ctx, i) for i in range(ctx.n)]
+
+
+def _fastest(ctx: _Ctx, i: int) -> Config:
+    return min(ctx.configs[i], key=lambda c: _single(ctx, i, c)[0])
+
+
+def _heuristic(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    pol = ctx.policy
+    if pol.split == "even":
+        return _finish(ctx, even_split(ctx.n, ctx.paths, ctx.slo))
+    if pol.split == "quantized":
+        return _quantized(ctx)
+    start = _start(ctx)
+    if path_latency([_single(ctx, i, c)[0] for i, c in enumerate(start)], ctx.paths) > ctx.slo + EPS:
+        return None
+    select: Literal["lc", "tb", "greedy"] = pol.split if pol.split in ("lc", "tb", "greedy") else "lc"
+    cands = iterative_split(
+        ctx.configs,
+        lambda i, c: _single(ctx, i, c),
+        start,
+        ctx.paths,
+        ctx.slo,
+        select,
+        ctx.parents,
+        ctx.children,
+        merge=pol.merger and select == "lc",
+        cost_direct=pol.cost_direct if select == "lc" else 0,
+    )
+    results = [_finish(ctx, [_single(ctx, i, a[i])[0] for i in range(ctx.n)], a) for a in cands]
+    return min(results, key=lambda r: _total(ctx, r))
+
+
+def _quantized(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Nexus-style split: budgets restricted to multiples of the quantum, combined exactly."""
+    q = max(ctx.policy.quantum_s, ctx.slo / 200)
+    steps = int(ctx.slo / q + 1e-9)
+    options: list[list[Option[tuple[float, ModuleSchedule]]]] = []
+    for i in range(ctx.n):
+        opts = []
+        for k in range(1, steps + 1):
+            s = _schedule(ctx, i, k * q)
+            if s is not None:
+                opts.append(Option(k * q, s.cost(ctx.objective), (k * q, s)))
+        options.append(_pareto(opts))
+    choice, proven = combine(options, ctx.paths, ctx.slo + EPS)
+    ctx.proven &= proven
+    if choice is None:
+        return None
+    scheds = [o.payload[1] for o in choice]
+    budgets = [o.payload[0] for o in choice]
+    _reassign(ctx, scheds, budgets)
+    return scheds, budgets
+
+
+def _pareto(opts: list[Option[T]]) -> list[Option[T]]:
+    """Keep options not dominated in (latency, cost)."""
+    out: list[Option[T]] = []
+    for o in sorted(opts, key=lambda o: (o.latency, o.cost)):
+        if not out or o.cost < out[-1].cost - EPS:
+            out.append(o)
+    return out
+
+
+def _max_budget(ctx: _Ctx, i: int) -> float:
+    return min(ctx.slo - sum(_min_latency(ctx, j) for j in p if j != i) for p in ctx.paths if i in p)
+
+
+def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Branch and bound over one config per module; each leaf is an exact convex latency split.
+    ``exhaustive`` (the reference) skips the dominance filter and tries every configuration."""
+    cands: list[list[Config]] = []
+    for i in range(ctx.n):
+        lmax = _max_budget(ctx, i)
+        cs = [c for c in ctx.configs[i] if c.duration < lmax]
+        if not exhaustive:
+            cs = _undominated(cs, ctx.rate[i])
+        cands.append(sorted(cs, key=lambda c: 1 / c.ratio))
+    rates = ctx.rate
+    min_a = [min((rates[i] / c.ratio for c in cands[i]), default=math.inf) for i in range(ctx.n)]
+    rest = [sum(min_a[i:]) for i in range(ctx.n + 1)]
+    best: tuple[float, list[Config], list[float]] | None = None
+    pick: list[Config] = []
+
+    def leaf() -> None:
+        nonlocal best
+        beta = [c.batch / c.ratio for c in pick]
+        u = [c.batch / rates[i] for i, c in enumerate(pick)]
+        room = [ctx.slo - sum(pick[j].duration for j in p) for p in ctx.paths]
+        if best is not None and path_lower_bound(beta, u, ctx.paths, room) >= best[0] - EPS:
+            return
+        x = split_convex(beta, u, ctx.paths, room)
+        if x is None:
+            return
+        cost = sum(b / min(xx, uu) for b, xx, uu in zip(beta, x, u, strict=True))
+        if best is None or cost < best[0] - EPS:
+            best = (cost, list(pick), x)
+
+    def dfs(i: int, lb: float) -> None:
+        if i == ctx.n:
+            leaf()
+            return
+        for c in cands[i]:
+            a = rates[i] / c.ratio
+            if best is not None and lb + a + rest[i + 1] >= best[0] - EPS:
+                break
+            pick.append(c)
+            if all(sum(pick[j].duration for j in p if j <= i) < ctx.slo for p in ctx.paths):
+                dfs(i + 1, lb + a)
+            pick.pop()
+
+    dfs(0, 0.0)
+    if best is None:
+        return None
+    scheds, budgets = [], []
+    for i, (c, x) in enumerate(zip(best[1], best[2], strict=True)):
+        w = max(rates[i], c.batch / x)
+        m = max(1, math.ceil(w / c.throughput - 1e-9))
+        s = ModuleSchedule((Group(c, m, w / m),), rates[i], c.tc_latency(w), "tc")
+        scheds.append(s)
+        budgets.append(c.duration + x)
+    return scheds, budgets
+
+
+def _undominated(cs: list[Config], rate: float) -> list[Config]:
+    """Drop configs whose cost curve max(T/r, b/(r(l-d))) lies above another's everywhere."""
+    keys = [(rate / c.ratio, c.batch / c.ratio, c.duration) for c in cs]
+    out = []
+    for i, c in enumerate(cs):
+        dominated = any(
+            j != i
+            and all(kj <= ki for kj, ki in zip(keys[j], keys[i], strict=True))
+            and (keys[j] != keys[i] or j < i)
+            for j in range(len(cs))
+        )
+        if not dominated:
+            out.append(c)
+    return out
+
+
+def _staircase(
+    ctx: _Ctx, i: int, lmax: float, cap: float, limit: int = STAIRCASE_LIMIT
+) -> list[Option[ModuleSchedule]]:
+    """Every (worst case, billed cost) step of module i's exact cost curve with cost <= cap."""
+    out: list[Option[ModuleSchedule]] = []
+    budget = lmax
+    while len(out) < limit:
+        s, proven = billed_optimal(ctx.configs[i], ctx.rate[i], budget)
+        ctx.proven &= proven
+        if s is None or s.billed > cap + EPS:
+            return out
+        out.append(Option(s.wcl, s.billed, s))
+        budget = s.wcl - 1e-7
+    if limit == STAIRCASE_LIMIT:
+        ctx.proven = False
+    return out
+
+
+def _exact_billed(ctx: _Ctx, incumbent: float) -> tuple[list[ModuleSchedule], list[float]] | None:
+    lmax = [_max_budget(ctx, i) for i in range(ctx.n)]
+    first = [_staircase(ctx, i, lmax[i], math.inf, limit=1) for i in range(ctx.n)]
+    if any(not f for f in first):
+        return None
+    floor = sum(f[0].cost for f in first)
+    options = [
+        _staircase(ctx, i, lmax[i], incumbent - (floor - first[i][0].cost)) or first[i] for i in range(ctx.n)
+    ]
+    choice, proven = combine(options, ctx.paths, ctx.slo, bound=incumbent + EPS)
+    ctx.proven &= proven
+    if choice is None:
+        return None
+    scheds = [o.payload for o in choice]
+    budgets = list(_spread_slack(ctx, [s.wcl for s in scheds]))
+    return scheds, budgets
+
+
+def _spread_slack(ctx: _Ctx, lat: list[float]) -> list[float]:
+    """Budgets >= worst cases: each module also gets the slack of its tightest path."""
+    return [
+        lat[i] + max(0.0, min(ctx.slo - sum(lat[j] for j in p) for p in ctx.paths if i in p))
+        for i in range(ctx.n)
+    ]
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _plan_ctx(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    pol = ctx.policy
+    if pol.split == "exhaustive":
+        if ctx.objective == "occupancy":
+            return _exact_occupancy(ctx, exhaustive=True)
+        from planner.reference import exhaustive_billed
+
+        return exhaustive_billed(ctx)
+    if pol.split == "exact":
+        heuristic = _heuristic_for_bound(ctx)
+        if ctx.objective == "occupancy":
+            exact = _exact_occupancy(ctx, exhaustive=False)
+        else:
+            exact = _exact_billed(ctx, _total(ctx, heuristic))
+        return exact if _total(ctx, exact) <= _total(ctx, heuristic) + EPS else heuristic
+    return _heuristic(ctx)
+
+
+def _heuristic_for_bound(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """An incumbent for the exact search: Algorithm 2 with this policy's exact module scheduler."""
+    return _heuristic(ctx)
+
+
+def solve(problem: ProblemSpec, policy: str = "skinflint", objective: Objective = "billed") -> Plan:
+    """Plan ``problem``: the cheapest plan the policy finds that meets the SLO on every path.
+
+    Raises :class:`~planner.errors.InfeasibleError` (with the tightest path and its minimum
+    latency) when the policy's latency model cannot meet the SLO.
+    """
+    started = time.perf_counter()
+    pol = get_policy(policy)
+    hw_choices: list[str | None] = [None]
+    if pol.hardware == "single":
+        hw_choices = list(problem.hardware)
+    best: tuple[float, _Ctx, tuple[list[ModuleSchedule], list[float]]] | None = None
+    error: InfeasibleError | None = None
+    for hw in hw_choices:
+        ctx = _context(problem, pol, objective, hw)
+        try:
+            _check_feasible(ctx)
+        except InfeasibleError as exc:
+            error = error or exc
+            continue
+        result = _plan_ctx(ctx)
+        if result is not None and (best is None or _total(ctx, result) < best[0] - EPS):
+            best = (_total(ctx, result), ctx, result)
+    if best is None:
+        if error is not None:
+            raise error
+        raise InfeasibleError(
+            f"infeasible: policy {policy!r} found no plan within the SLO of {problem.slo_s:g} s"
+        )
+    _, ctx, (scheds, budgets) = best
+    return _assemble(ctx, scheds, budgets, problem, (time.perf_counter() - started) * 1000)
+
+
+def _assemble(
+    ctx: _Ctx, scheds: list[ModuleSchedule], budgets: list[float], problem: ProblemSpec, solve_ms: float
+) -> Plan:
+    modules = {}
+    for i, name in enumerate(ctx.names):
+        s = scheds[i]
+        modules[name] = ModulePlan(
+            latency_budget_s=max(budgets[i], s.wcl),
+            worst_case_latency_s=s.wcl,
+            dummy_rate=s.dummy,
+            groups=[
+                MachineGroup(
+                    hardware=g.config.hardware,
+                    batch=g.config.batch,
+                    concurrency=g.config.concurrency,
+                    machines=g.machines,
+                    rate_per_machine=g.rate,
+                    duration_s=g.config.duration,
+                )
+                for g in s.groups
+            ],
+            rate=s.rate,
+            occupancy_per_hour=s.occupancy,
+            billed_per_hour=s.billed,
+        )
+    lat = [s.wcl for s in scheds]
+    return Plan(
+        objective=ctx.objective,
+        cost_per_hour=sum(s.occupancy for s in scheds),
+        billed_per_hour=sum(s.billed for s in scheds),
+        solve_ms=solve_ms,
+        modules=modules,
+        name=problem.name,
+        policy=ctx.policy.name,
+        latency_model=ctx.policy.model,
+        slo_s=ctx.slo,
+        paths=[
+            {"modules": [ctx.names[i] for i in p], "worst_case_latency_s": sum(lat[i] for i in p)}
+            for p in ctx.paths
+        ],
+        proven_optimal=ctx.policy.split in ("exact", "exhaustive") and ctx.proven,
+    )

@@ -1,0 +1,224 @@
+"""Latency splitting: turn one end-to-end SLO into per-module budgets.
+
+Heuristics (single configuration per module, as in the papers):
+- ``lc``: Harpagon/Piccolo Algorithm 2 — repeatedly take the move with the highest latency-cost
+  efficiency (cost saved per second of latency spent), optional node merger and cost-direct;
+- ``tb``: throughput-based (Scrooge, Harp-tb) — take the move to the highest-throughput config;
+- ``greedy``: take the move that saves the most cost (InferLine; also cost-direct's rule);
+- ``even``: SLO / path length (Clipper).
+Exact methods over per-module option lists (latency, cost):
+- :func:`combine` — branch and bound choosing one option per module so every root-to-leaf path fits,
+  exact for any DAG (chains, trees, joins) given complete option lists.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+
+from planner.latency import EPS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from planner.latency import Config
+
+__all__ = ["Option", "combine", "even_split", "iterative_split", "path_latency"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Option(Generic[T]):
+    latency: float
+    cost: float
+    payload: T
+
+
+def path_latency(lat: Sequence[float], paths: Sequence[Sequence[int]]) -> float:
+    return max(sum(lat[i] for i in p) for p in paths)
+
+
+def even_split(n: int, paths: Sequence[Sequence[int]], slo: float) -> list[float]:
+    """Clipper: each module gets SLO / (length of the longest path through it)."""
+    out = [slo] * n
+    for p in paths:
+        for i in p:
+            out[i] = min(out[i], slo / len(p))
+    return out
+
+
+def _units(
+    n: int, parents: Sequence[frozenset[int]], children: Sequence[frozenset[int]], merge: bool
+) -> list[list[int]]:
+    """Node merger: modules with the same parents and the same children form one super-module."""
+    if not merge:
+        return [[i] for i in range(n)]
+    groups: dict[tuple[frozenset[int], frozenset[int]], list[int]] = {}
+    for i in range(n):
+        groups.setdefault((parents[i], children[i]), []).append(i)
+    return list(groups.values())
+
+
+def iterative_split(
+    configs: Sequence[Sequence[Config]],
+    single: Callable[[int, Config], tuple[float, float]],
+    start: Sequence[Config],
+    paths: Sequence[Sequence[int]],
+    slo: float,
+    select: Literal["lc", "tb", "greedy"],
+    parents: Sequence[frozenset[int]],
+    children: Sequence[frozenset[int]],
+    merge: bool = False,
+    cost_direct: int = 0,
+) -> list[list[Config]]:
+    """Algorithm 2 and its variants. ``single(i, c)`` gives (latency, cost) of module i run
+    entirely on config c. Returns candidate assignments: the main result, then one per cost-direct
+    rollback depth (undo the last R iterations, redo them greedily by cost)."""
+    n = len(configs)
+    units = _units(n, parents, children, merge)
+    lat_cache: dict[tuple[int, Config], tuple[float, float]] = {}
+
+    def lc(i: int, c: Config) -> tuple[float, float]:
+        key = (i, c)
+        if key not in lat_cache:
+            lat_cache[key] = single(i, c)
+        return lat_cache[key]
+
+    def moves(assign: list[Config], unit: list[int]) -> list[dict[int, Config]]:
+        if len(unit) == 1:
+            i = unit[0]
+            return [{i: c} for c in configs[i] if c != assign[i]]
+        # per member: configs by latency with a running cheapest, so each level is one bisect
+        table = {}
+        for i in unit:
+            rows = sorted((lc(i, c)[0], lc(i, c)[1], c) for c in configs[i])
+            lats, picks, best_row = [], [], None
+            for lat, cost, c in rows:
+                if best_row is None or cost < best_row[0] - EPS:
+                    best_row = (cost, c)
+                lats.append(lat)
+                picks.append(best_row[1])
+            table[i] = (lats, picks)
+        out = []
+        for level in sorted({lat for i in unit for lat in table[i][0]}):
+            pick: dict[int, Config] = {}
+            for i in unit:
+                lats, picks = table[i]
+                k = bisect.bisect_right(lats, level + EPS) - 1
+                if k < 0:
+                    break
+                pick[i] = picks[k]
+            else:
+                if any(pick[i] != assign[i] for i in unit):
+                    out.append(pick)
+        return out
+
+    def run(
+        assign: list[Config], rule: Literal["lc", "tb", "greedy"], history: list[list[Config]] | None
+    ) -> list[Config]:
+        assign = list(assign)
+        while True:
+            lat = [lc(i, assign[i])[0] for i in range(n)]
+            best: tuple[float, float, dict[int, Config]] | None = None
+            for unit in units:
+                for mv in moves(assign, unit):
+                    saved = sum(lc(i, assign[i])[1] - lc(i, c)[1] for i, c in mv.items())
+                    if saved <= EPS:
+                        continue
+                    new_lat = list(lat)
+                    for i, c in mv.items():
+                        new_lat[i] = lc(i, c)[0]
+                    if path_latency(new_lat, paths) > slo + EPS:
+                        continue
+                    spent = max(new_lat[i] for i in unit) - max(lat[i] for i in unit)
+                    if rule == "lc":
+                        score = saved / spent if spent > EPS else math.inf
+                    elif rule == "tb":
+                        score = max(c.throughput for c in mv.values())
+                    else:
+                        score = saved
+                    if best is None or (score, saved) > best[:2]:
+                        best = (score, saved, mv)
+            if best is None:
+                return assign
+            for i, c in best[2].items():
+                assign[i] = c
+            if history is not None:
+                history.append(list(assign))
+
+    history: list[list[Config]] = [list(start)]
+    main = run(list(start), select, history)
+    out = [main]
+    for r in range(1, cost_direct + 1):
+        if len(history) - 1 - r < 0:
+            break
+        out.append(run(history[len(history) - 1 - r], "greedy", None))
+    return out
+
+
+def combine(
+    options: Sequence[Sequence[Option[T]]],
+    paths: Sequence[Sequence[int]],
+    slo: float,
+    bound: float = math.inf,
+    node_limit: int = 2_000_000,
+) -> tuple[list[Option[T]] | None, bool]:
+    """Choose one option per module minimising total cost with every path's latency <= slo.
+
+    Branch and bound in module order: options are tried cheapest first; the bound is the cost so
+    far plus every remaining module's cheapest option; a partial choice is cut when some path
+    cannot fit even with every remaining module at its fastest option. Exact for any DAG.
+    Returns (choice, proven).
+    """
+    n = len(options)
+    if any(not o for o in options):
+        return None, True
+    opts = [sorted(o, key=lambda x: (x.cost, x.latency)) for o in options]
+    min_cost = [min(x.cost for x in o) for o in opts]
+    min_lat = [min(x.latency for x in o) for o in opts]
+    rest_cost = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        rest_cost[i] = rest_cost[i + 1] + min_cost[i]
+    on = [[p for p, path in enumerate(paths) if i in path] for i in range(n)]
+    # rest_lat[i][p]: sum of fastest latencies of modules >= i on path p
+    rest_lat = [[0.0] * len(paths) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for p in range(len(paths)):
+            rest_lat[i][p] = rest_lat[i + 1][p] + (min_lat[i] if p in on[i] else 0.0)
+    best_cost = bound
+    best: list[Option[T]] | None = None
+    chosen: list[Option[T]] = []
+    used = [0.0] * len(paths)
+    nodes = 0
+    proven = True
+
+    def dfs(i: int, cost: float) -> None:
+        nonlocal best_cost, best, nodes, proven
+        nodes += 1
+        if nodes > node_limit:
+            proven = False
+            return
+        if i == n:
+            if cost < best_cost - EPS or best is None and cost <= best_cost + EPS:
+                best_cost, best = cost, list(chosen)
+            return
+        for opt in opts[i]:
+            if cost + opt.cost + rest_cost[i + 1] > best_cost + EPS:
+                break
+            if best is not None and cost + opt.cost + rest_cost[i + 1] > best_cost - EPS:
+                break
+            if any(used[p] + opt.latency + rest_lat[i + 1][p] > slo + EPS for p in on[i]):
+                continue
+            for p in on[i]:
+                used[p] += opt.latency
+            chosen.append(opt)
+            dfs(i + 1, cost + opt.cost)
+            chosen.pop()
+            for p in on[i]:
+                used[p] -= opt.latency
+
+    dfs(0, 0.0)
+    return best, proven
