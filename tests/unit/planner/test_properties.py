@@ -106,7 +106,7 @@ def test_billed_optimal_matches_brute_force(specs, rate, budget):
     best = math.inf
     # every machine mix with up to 12 machines per config, machines at full throughput
     for counts in itertools.product(range(13), repeat=len(cs)):
-        used = [(c, n) for c, n in zip(cs, counts) if n]
+        used = [(c, n) for c, n in zip(cs, counts, strict=True) if n]
         if not used or sum(c.throughput * n for c, n in used) < rate - 1e-9:
             continue
         ok = all(
