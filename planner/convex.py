@@ -13,10 +13,9 @@ final scaling that makes every path feasible.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -94,46 +93,108 @@ def _shared_split(
     return x
 
 
-def _barrier_newton(beta: np.ndarray, u: np.ndarray, A: np.ndarray, room: np.ndarray) -> np.ndarray:
-    """Interior-point (log-barrier Newton) solve of min sum beta/x s.t. A x <= room, 0 < x <= u."""
-    n = len(beta)
-    cap = np.minimum(u, (room / A.sum(axis=1)).min(initial=np.inf) * np.ones(n))
-    for p in range(A.shape[0]):
-        on = A[p] > 0
-        cap[on] = np.minimum(cap[on], room[p] / on.sum())
-    x = 0.5 * cap
-    m = 2 * n + A.shape[0]
-    t = max(1.0, m / max(float((beta / x).sum()), 1e-12))
+def _gauss(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve a x = b for a small symmetric positive definite a (Cholesky, pure Python)."""
+    n = len(b)
+    low = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i][j] - sum(low[i][k] * low[j][k] for k in range(j))
+            low[i][j] = math.sqrt(max(s, 1e-300)) if i == j else s / low[j][j]
+    y = [0.0] * n
+    for i in range(n):
+        y[i] = (b[i] - sum(low[i][k] * y[k] for k in range(i))) / low[i][i]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        x[i] = (y[i] - sum(low[k][i] * x[k] for k in range(i + 1, n))) / low[i][i]
+    return x
 
-    def phi(x: np.ndarray, t: float) -> float:
-        s = room - A @ x
-        if (s <= 0).any() or (x <= 0).any() or (x >= u).any():
+
+class _Barrier:
+    """min sum beta/x s.t. path sums <= room, 0 < x <= u, by a log barrier with weight t."""
+
+    def __init__(
+        self, beta: Sequence[float], u: Sequence[float], paths: Sequence[Sequence[int]], room: Sequence[float]
+    ):
+        self.beta, self.u, self.paths, self.room = beta, u, paths, room
+        self.n = len(beta)
+
+    def slack(self, x: list[float]) -> list[float]:
+        return [self.room[p] - sum(x[j] for j in path) for p, path in enumerate(self.paths)]
+
+    def phi(self, x: list[float], t: float) -> float:
+        if any(xj <= 0 or xj >= uj for xj, uj in zip(x, self.u, strict=True)):
             return math.inf
-        return float(t * (beta / x).sum() - np.log(s).sum() - np.log(u - x).sum() - np.log(x).sum())
+        slack = self.slack(x)
+        if min(slack) <= 0:
+            return math.inf
+        total = sum(
+            t * b / xj - math.log(uj - xj) - math.log(xj)
+            for b, xj, uj in zip(self.beta, x, self.u, strict=True)
+        )
+        return total - sum(math.log(s) for s in slack)
 
-    while True:
-        for _ in range(60):
-            s = room - A @ x
-            grad = -t * beta / x**2 + A.T @ (1 / s) + 1 / (u - x) - 1 / x
-            hess = np.diag(2 * t * beta / x**3 + 1 / (u - x) ** 2 + 1 / x**2) + (A.T * (1 / s**2)) @ A
-            step = -np.linalg.solve(hess, grad)
-            dec = float(-grad @ step)
+    def newton_step(self, x: list[float], t: float) -> tuple[list[float], float]:
+        """The Newton direction and the Newton decrement squared."""
+        n, beta, u = self.n, self.beta, self.u
+        grad = [-t * beta[j] / x[j] ** 2 + 1 / (u[j] - x[j]) - 1 / x[j] for j in range(n)]
+        hess = [[0.0] * n for _ in range(n)]
+        for j in range(n):
+            hess[j][j] = 2 * t * beta[j] / x[j] ** 3 + 1 / (u[j] - x[j]) ** 2 + 1 / x[j] ** 2
+        for path, s in zip(self.paths, self.slack(x), strict=True):
+            for j in path:
+                grad[j] += 1 / s
+                for k in path:
+                    hess[j][k] += 1 / s**2
+        step = _gauss(hess, [-g for g in grad])
+        return step, -sum(g * d for g, d in zip(grad, step, strict=True))
+
+    def max_step(self, x: list[float], step: list[float]) -> float:
+        """Fraction to the boundary: the largest step keeping x strictly inside."""
+        a = 1.0
+        for xj, uj, dj in zip(x, self.u, step, strict=True):
+            if dj > 0:
+                a = min(a, 0.99 * (uj - xj) / dj)
+            elif dj < 0:
+                a = min(a, 0.99 * xj / -dj)
+        for path, s in zip(self.paths, self.slack(x), strict=True):
+            ds = sum(step[j] for j in path)
+            if ds > 0:
+                a = min(a, 0.99 * s / ds)
+        return a
+
+    def center(self, x: list[float], t: float) -> list[float]:
+        for _ in range(50):
+            step, dec = self.newton_step(x, t)
             if dec / 2 <= 1e-10:
                 break
-            # fraction to the boundary: the largest step that keeps x strictly inside
-            a = 1.0
-            ds = A @ step
-            for num, den in ((s, ds), (u - x, step), (x, -step)):
-                pos = den > 0
-                if pos.any():
-                    a = min(a, 0.99 * float((num[pos] / den[pos]).min()))
-            f0 = phi(x, t)
-            while phi(x + a * step, t) > f0 - 0.25 * a * dec and a > 1e-14:
+            a, f0 = self.max_step(x, step), self.phi(x, t)
+            while (
+                a > 1e-14
+                and self.phi([xj + a * dj for xj, dj in zip(x, step, strict=True)], t) > f0 - 0.25 * a * dec
+            ):
                 a *= 0.5
-            x = x + a * step
-        if m / t <= 1e-10 * float((beta / x).sum()):
-            return np.asarray(x)
-        t *= 50.0
+            x = [xj + a * dj for xj, dj in zip(x, step, strict=True)]
+        return x
+
+
+def _barrier_newton(
+    beta: Sequence[float], u: Sequence[float], paths: Sequence[Sequence[int]], room: Sequence[float]
+) -> list[float]:
+    """Interior-point solve (log barrier, Newton centering, t x 100 per stage) to a duality gap
+    below 1e-10 of the cost. Pure Python: the systems have a handful of variables, where numpy's
+    per-call overhead would dominate."""
+    bar = _Barrier(beta, u, paths, room)
+    n, m = len(beta), 2 * len(beta) + len(paths)
+    x = [
+        0.5 * min(u[j], *(room[p] / len(path) for p, path in enumerate(paths) if j in path)) for j in range(n)
+    ]
+    t = max(1.0, m / sum(b / xx for b, xx in zip(beta, x, strict=True)))
+    while True:
+        x = bar.center(x, t)
+        if m / t <= 1e-10 * sum(b / xx for b, xx in zip(beta, x, strict=True)):
+            return x
+        t *= 100.0
 
 
 def split_convex(
@@ -158,16 +219,9 @@ def split_convex(
     shared = _shared_split(beta, u, paths, room)
     if shared is not None:
         return _feasible(shared, paths, room)
-    A = np.zeros((len(paths), n))
-    for p, path in enumerate(paths):
-        A[p, list(path)] = 1.0
     # a cap never binds beyond the whole room, so clip u to keep the barrier well scaled
-    uu = np.array(
-        [min(u[j], min(room[p] for p, path in enumerate(paths) if j in path) * 1.5) for j in range(n)]
-    )
-    x = [
-        float(v) for v in _barrier_newton(np.asarray(beta, dtype=float), uu, A, np.asarray(room, dtype=float))
-    ]
+    uu = [min(u[j], min(room[p] for p, path in enumerate(paths) if j in path) * 1.5) for j in range(n)]
+    x = _barrier_newton(beta, uu, paths, room)
     x = [min(v, u[j]) for j, v in enumerate(x)]
     return _feasible(x, paths, room)
 
@@ -185,15 +239,34 @@ def _feasible(x: list[float], paths: Sequence[Sequence[int]], room: Sequence[flo
 
 
 def path_lower_bound(
-    beta: Sequence[float], u: Sequence[float], paths: Sequence[Sequence[int]], room: Sequence[float]
+    beta: Sequence[float],
+    u: Sequence[float],
+    paths: Sequence[Sequence[int]],
+    room: Sequence[float],
+    stop_at: float = math.inf,
+    pairs: bool = True,
 ) -> float:
-    """A lower bound on the optimum: keep only one path's constraint (the best such relaxation)."""
+    """A lower bound on the optimum from relaxations that keep one path's constraint, then (if
+    still below ``stop_at``) two paths' constraints — both solved exactly."""
     flat = sum(b / uu for b, uu in zip(beta, u, strict=True))
+
+    def cost_of(x: Sequence[float], mods: Sequence[int]) -> float:
+        return flat + sum(beta[j] / min(x[k], u[j]) - beta[j] / u[j] for k, j in enumerate(mods))
+
     best = flat
     for p, path in enumerate(paths):
         if room[p] <= 0:
             return math.inf
-        x = _water_fill([beta[j] for j in path], [u[j] for j in path], room[p])
-        cost = flat + sum(beta[j] / xj - beta[j] / u[j] for j, xj in zip(path, x, strict=True))
-        best = max(best, cost)
+        best = max(best, cost_of(_water_fill([beta[j] for j in path], [u[j] for j in path], room[p]), path))
+    if best >= stop_at or len(paths) < 3 or not pairs:
+        return best
+    for p, q in itertools.combinations(range(len(paths)), 2):
+        mods = sorted(set(paths[p]) | set(paths[q]))
+        local = {j: k for k, j in enumerate(mods)}
+        sub_paths = [[local[j] for j in paths[p]], [local[j] for j in paths[q]]]
+        x = _shared_split([beta[j] for j in mods], [u[j] for j in mods], sub_paths, [room[p], room[q]])
+        if x is not None:
+            best = max(best, cost_of(x, mods))
+            if best >= stop_at:
+                return best
     return best

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -44,14 +44,13 @@ class Config:
     concurrency: int
     duration: float
     price: float
+    throughput: float = field(init=False, compare=False, repr=False)
+    ratio: float = field(init=False, compare=False, repr=False)
 
-    @property
-    def throughput(self) -> float:
-        return self.concurrency * self.batch / self.duration
-
-    @property
-    def ratio(self) -> float:
-        return self.throughput / self.price
+    def __post_init__(self) -> None:
+        t = self.concurrency * self.batch / self.duration
+        object.__setattr__(self, "throughput", t)
+        object.__setattr__(self, "ratio", t / self.price)
 
     def tc_latency(self, w: float) -> float:
         """Theorem 1: d + b / w (w = remaining workload seen by this machine)."""

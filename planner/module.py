@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -233,97 +234,124 @@ def occupancy_optimal(configs: Sequence[Config], rate: float, budget: float) -> 
     return _schedule([Group(c, n, w / n)], rate, "tc")
 
 
+def _tie_blocks(cs: Sequence[Config]) -> list[list[int]]:
+    """Indices of ``cs`` (ascending r) grouped into blocks of equal r, which share w."""
+    blocks: list[list[int]] = []
+    for k, c in enumerate(cs):
+        if blocks and abs(cs[blocks[-1][0]].ratio - c.ratio) <= 1e-12 * c.ratio:
+            blocks[-1].append(k)
+        else:
+            blocks.append([k])
+    return blocks
+
+
+def _single_config_incumbent(
+    cs: Sequence[Config], rate: float, need: Sequence[float]
+) -> tuple[float, float, list[int]]:
+    """The best plan on one configuration: enough machines for max(T, b / (L - d))."""
+    best = (math.inf, math.inf, [0] * len(cs))
+    for k, c in enumerate(cs):
+        n = max(1, math.ceil(max(rate, need[k]) / c.throughput - 1e-9))
+        cost, wcl = n * c.price, c.tc_latency(n * c.throughput)
+        if cost < best[0] - EPS or (cost <= best[0] + EPS and wcl < best[1]):
+            counts = [0] * len(cs)
+            counts[k] = n
+            best = (cost, wcl, counts)
+    return best
+
+
+class _BilledSearch:
+    """Branch and bound state of :func:`billed_optimal`."""
+
+    def __init__(self, cs: list[Config], rate: float, budget: float, node_limit: int):
+        self.cs, self.rate, self.node_limit = cs, rate, node_limit
+        self.need = [c.min_rate(budget) for c in cs]
+        self.blocks = _tie_blocks(cs)
+        self.unit = [
+            min(cs[k].price / cs[k].throughput for b in self.blocks[i:] for k in b)
+            for i in range(len(self.blocks))
+        ]
+        self.best_cost, self.best_wcl, self.best_counts = _single_config_incumbent(cs, rate, self.need)
+        self.counts = [0] * len(cs)
+        self.nodes = 0
+
+    def _record(self, cost: float, wcl: float) -> None:
+        if cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS):
+            self.best_cost, self.best_wcl, self.best_counts = cost, wcl, self.counts.copy()
+
+    def dfs(self, bi: int, w: float, cost: float, wcl: float) -> None:
+        self.nodes += 1
+        if self.nodes > self.node_limit:
+            return
+        if w >= self.rate - EPS:
+            self._record(cost, wcl)
+            return
+        if bi == len(self.blocks):
+            return
+        lb = cost + (self.rate - w) * self.unit[bi]
+        if lb > self.best_cost + EPS or (lb >= self.best_cost - EPS and wcl >= self.best_wcl - EPS):
+            return
+        block = self.blocks[bi]
+        if len(block) == 1:
+            self._single(bi, block[0], w, cost, wcl)
+        else:
+            self._tied(bi, block, w, cost, wcl)
+
+    def _single(self, bi: int, k: int, w: float, cost: float, wcl: float) -> None:
+        """The common case: one config in the block; try counts from many down to none."""
+        c, need = self.cs[k], self.need[k]
+        t, price = c.throughput, c.price
+        hi = max(math.ceil((self.rate - w) / t - 1e-9), math.ceil((need - w) / t - 1e-9), 1)
+        for n in range(hi, 0, -1):
+            w2 = w + n * t
+            if w2 < need - EPS:
+                break
+            if cost + n * price > self.best_cost + EPS:
+                continue
+            self.counts[k] = n
+            self.dfs(bi + 1, w2, cost + n * price, max(wcl, c.duration + c.batch / w2))
+        self.counts[k] = 0
+        self.dfs(bi + 1, w, cost, wcl)
+
+    def _tied(self, bi: int, block: list[int], w: float, cost: float, wcl: float) -> None:
+        """Configs of equal r share w: choose all their counts, then check their conditions."""
+        ranges = []
+        for k in block:
+            t = self.cs[k].throughput
+            hi = max(math.ceil((self.rate - w) / t - 1e-9), math.ceil((self.need[k] - w) / t - 1e-9), 1)
+            ranges.append(range(hi, -1, -1))
+        for vec in itertools.product(*ranges):
+            used = [(k, n) for k, n in zip(block, vec, strict=True) if n]
+            w2 = w + sum(n * self.cs[k].throughput for k, n in used)
+            add = sum(n * self.cs[k].price for k, n in used)
+            if any(w2 < self.need[k] - EPS for k, _ in used) or cost + add > self.best_cost + EPS:
+                continue
+            wcl2 = max([wcl] + [self.cs[k].duration + self.cs[k].batch / w2 for k, _ in used])
+            for k, n in zip(block, vec, strict=True):
+                self.counts[k] = n
+            self.dfs(bi + 1, w2, cost + add, wcl2)
+        for k in block:
+            self.counts[k] = 0
+
+
 def billed_optimal(
     configs: Sequence[Config], rate: float, budget: float, node_limit: int = 200_000
 ) -> tuple[ModuleSchedule | None, bool]:
     """Exact billed optimum for one module: integer machine counts per config, every machine at
     full throughput. Minimises (billed cost, worst-case latency) lexicographically.
 
-    Branch and bound over configs in ascending t/p order, so each config's Theorem 1 condition
-    w_k = (throughput of configs with r <= r_k) >= b_k / (L - d_k) is checked as soon as its count
-    is chosen; the bound is cost + (T - W) * min p/t of the configs still to choose. Ties in r share
-    w, so their conditions are checked when the whole tie block is chosen. Returns (schedule,
-    proven): proven is False when ``node_limit`` stopped the search early.
+    Branch and bound over tie blocks of configs in ascending t/p order, so a block's Theorem 1
+    condition w = (throughput of configs with r <= its r) >= b / (L - d) is checked as soon as its
+    counts are chosen; the bound is cost + (T - W) * min p/t of the configs still to choose.
+    Returns (schedule, proven): proven is False when ``node_limit`` stopped the search early.
     """
-    feas = [c for c in configs if c.duration < budget - EPS]
-    if not feas:
+    cs = sorted((c for c in configs if c.duration < budget - EPS), key=lambda c: (c.ratio, -c.duration))
+    if not cs:
         return None, True
-    cs = sorted(feas, key=lambda c: (c.ratio, -c.duration))  # ascending r
-    n_cfg = len(cs)
-    need = [c.min_rate(budget) for c in cs]
-    # block_end[i]: index one past the tie block of cs[i] (equal r share w)
-    block_end = [0] * n_cfg
-    i = 0
-    while i < n_cfg:
-        j = i
-        while j < n_cfg and abs(cs[j].ratio - cs[i].ratio) <= 1e-12 * cs[i].ratio:
-            j += 1
-        for k in range(i, j):
-            block_end[k] = j
-        i = j
-    unit = [0.0] * (n_cfg + 1)  # unit[i] = min p/t over cs[i:]
-    unit[n_cfg] = float("inf")
-    for k in range(n_cfg - 1, -1, -1):
-        unit[k] = min(unit[k + 1], cs[k].price / cs[k].throughput)
-
-    # incumbent: the best single config, enough machines for max(T, b/(L-d))
-    best_cost, best_wcl, best_counts = float("inf"), float("inf"), [0] * n_cfg
-    for k, c in enumerate(cs):
-        n = max(1, math.ceil(max(rate, need[k]) / c.throughput - 1e-9))
-        cost, wcl = n * c.price, c.tc_latency(n * c.throughput)
-        if (cost, wcl) < (best_cost - EPS, best_wcl) or (abs(cost - best_cost) <= EPS and wcl < best_wcl):
-            best_cost, best_wcl = cost, wcl
-            best_counts = [0] * n_cfg
-            best_counts[k] = n
-    counts = [0] * n_cfg
-    nodes = 0
-    proven = True
-
-    def dfs(k: int, w: float, cost: float, wcl: float, block_need: float, block_wcl: list[int]) -> None:
-        nonlocal best_cost, best_wcl, best_counts, nodes, proven
-        nodes += 1
-        if nodes > node_limit:
-            proven = False
-            return
-        if k == n_cfg or w >= rate - EPS:
-            # close the current tie block
-            if w + EPS < block_need:
-                return
-            cur = max([wcl] + [cs[i].tc_latency(w) for i in block_wcl])
-            if w >= rate - EPS and (
-                cost < best_cost - EPS or (cost <= best_cost + EPS and cur < best_wcl - EPS)
-            ):
-                best_cost, best_wcl, best_counts = cost, cur, counts.copy()
-            return
-        lb = cost + (rate - w) * unit[k]
-        if lb > best_cost + EPS or (lb >= best_cost - EPS and wcl >= best_wcl - EPS):
-            return
-        new_block = k > 0 and block_end[k - 1] == k
-        if new_block:
-            if w + EPS < block_need:
-                return
-            wcl = max([wcl] + [cs[i].tc_latency(w) for i in block_wcl])
-            block_need, block_wcl = 0.0, []
-        c = cs[k]
-        n_reach = max(0, math.ceil((rate - w) / c.throughput - 1e-9))
-        n_lat = math.ceil((need[k] - w) / c.throughput - 1e-9) if need[k] > w else 1
-        lo = max(1, n_lat)
-        hi = max(n_reach, lo)
-        for n in range(hi, lo - 1, -1):
-            counts[k] = n
-            dfs(
-                k + 1,
-                w + n * c.throughput,
-                cost + n * c.price,
-                wcl,
-                max(block_need, need[k]),
-                [*block_wcl, k],
-            )
-        counts[k] = 0
-        dfs(k + 1, w, cost, wcl, block_need, block_wcl)
-
-    dfs(0, 0.0, 0.0, 0.0, 0.0, [])
-    if not math.isfinite(best_cost):
+    search = _BilledSearch(cs, rate, budget, node_limit)
+    search.dfs(0, 0.0, 0.0, 0.0)
+    proven = search.nodes <= node_limit
+    if not math.isfinite(search.best_cost):
         return None, proven
-    groups = [Group(c, n, c.throughput) for c, n in zip(cs, best_counts, strict=True) if n > 0]
+    groups = [Group(c, n, c.throughput) for c, n in zip(cs, search.best_counts, strict=True) if n > 0]
     return _schedule(groups, rate, "tc"), proven

@@ -53,6 +53,7 @@ class _Ctx:
     policy: PolicySpec
     objective: Objective
     cache: dict[tuple[int, float], ModuleSchedule | None] = field(default_factory=dict)
+    billed: dict[int, list[tuple[float, float, ModuleSchedule | None]]] = field(default_factory=dict)
     proven: bool = True
 
     @property
@@ -155,8 +156,7 @@ def _schedule(ctx: _Ctx, i: int, budget: float) -> ModuleSchedule | None:
         if ctx.objective == "occupancy":
             sched = occupancy_optimal(cs, rate, budget)
         else:
-            sched, proven = billed_optimal(cs, rate, budget)
-            ctx.proven &= proven
+            sched = _billed_optimal(ctx, i, budget)
     else:
         sched = algorithm1(cs, rate, budget, pol.model, pol.max_configs)
         if pol.dummy in ("harpagon", "both"):
@@ -166,6 +166,20 @@ def _schedule(ctx: _Ctx, i: int, budget: float) -> ModuleSchedule | None:
         if sched is not None and ctx.objective == "billed":
             sched = fill_machines(sched)
     ctx.cache[key] = sched
+    return sched
+
+
+def _billed_optimal(ctx: _Ctx, i: int, budget: float) -> ModuleSchedule | None:
+    """:func:`billed_optimal` with an interval cache: the optimum found for budget L, whose worst
+    case is l, is also the optimum for every budget in [l, L] (cost is non-increasing in budget)."""
+    for lo, hi, sched in ctx.billed.get(i, []):
+        if lo - 1e-12 <= budget <= hi + 1e-12:
+            return sched
+    sched, proven = billed_optimal(ctx.configs[i], ctx.rate[i], budget)
+    ctx.proven &= proven
+    if proven:
+        lo = sched.wcl if sched is not None else -math.inf
+        ctx.billed.setdefault(i, []).append((lo, budget, sched))
     return sched
 
 
@@ -341,7 +355,7 @@ def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule],
         beta = [c.batch / c.ratio for c in pick]
         u = [c.batch / rates[i] for i, c in enumerate(pick)]
         room = [ctx.slo - sum(pick[j].duration for j in p) for p in ctx.paths]
-        if best is not None and path_lower_bound(beta, u, ctx.paths, room) >= best[0] - EPS:
+        if best is not None and path_lower_bound(beta, u, ctx.paths, room, best[0]) >= best[0] - EPS:
             return
         x = split_convex(beta, u, ctx.paths, room)
         if x is None:
@@ -349,6 +363,17 @@ def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule],
         cost = sum(b / min(xx, uu) for b, xx, uu in zip(beta, x, u, strict=True))
         if best is None or cost < best[0] - EPS:
             best = (cost, list(pick), x)
+
+    dmin = [min((c.duration for c in cands[i]), default=math.inf) for i in range(ctx.n)]
+
+    def partial_bound(i: int) -> float:
+        """Relaxation of the subtree below pick[0..i]: unassigned modules at their cheapest flat
+        cost and their smallest duration, single-path constraints on the assigned ones."""
+        sub = [[j for j in p if j <= i] for p in ctx.paths]
+        room = [ctx.slo - sum(pick[j].duration if j <= i else dmin[j] for j in p) for p in ctx.paths]
+        beta = [c.batch / c.ratio for c in pick]
+        u = [c.batch / rates[j] for j, c in enumerate(pick)]
+        return path_lower_bound(beta, u, sub, room, pairs=False) + rest[i + 1]
 
     def dfs(i: int, lb: float) -> None:
         if i == ctx.n:
@@ -359,7 +384,9 @@ def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule],
             if best is not None and lb + a + rest[i + 1] >= best[0] - EPS:
                 break
             pick.append(c)
-            if all(sum(pick[j].duration for j in p if j <= i) < ctx.slo for p in ctx.paths):
+            if all(sum(pick[j].duration if j <= i else dmin[j] for j in p) < ctx.slo for p in ctx.paths) and (
+                best is None or i == ctx.n - 1 or partial_bound(i) < best[0] - EPS
+            ):
                 dfs(i + 1, lb + a)
             pick.pop()
 
@@ -392,40 +419,91 @@ def _undominated(cs: list[Config], rate: float) -> list[Config]:
     return out
 
 
-def _staircase(
-    ctx: _Ctx, i: int, lmax: float, cap: float, limit: int = STAIRCASE_LIMIT
-) -> list[Option[ModuleSchedule]]:
-    """Every (worst case, billed cost) step of module i's exact cost curve with cost <= cap."""
-    out: list[Option[ModuleSchedule]] = []
-    budget = lmax
-    while len(out) < limit:
-        s, proven = billed_optimal(ctx.configs[i], ctx.rate[i], budget)
-        ctx.proven &= proven
-        if s is None or s.billed > cap + EPS:
-            return out
-        out.append(Option(s.wcl, s.billed, s))
-        budget = s.wcl - 1e-7
-    if limit == STAIRCASE_LIMIT:
-        ctx.proven = False
-    return out
+class _Stairs:
+    """Module i's exact billed cost curve, step by step on demand: point k is the cheapest plan
+    whose worst case is below point k-1's (lexicographic (cost, latency) optimum each time)."""
 
+    def __init__(self, ctx: _Ctx, i: int, lmax: float):
+        self.ctx, self.i, self.lmax = ctx, i, lmax
+        self.points: list[Option[ModuleSchedule]] = []
+        self.exhausted = False
 
-def _exact_billed(ctx: _Ctx, incumbent: float) -> tuple[list[ModuleSchedule], list[float]] | None:
-    lmax = [_max_budget(ctx, i) for i in range(ctx.n)]
-    first = [_staircase(ctx, i, lmax[i], math.inf, limit=1) for i in range(ctx.n)]
-    if any(not f for f in first):
+    def get(self, k: int, cap: float) -> Option[ModuleSchedule] | None:
+        """Point k if it exists and costs at most ``cap``."""
+        while len(self.points) <= k and not self.exhausted:
+            if len(self.points) >= STAIRCASE_LIMIT:
+                self.ctx.proven = False
+                self.exhausted = True
+                break
+            if self.points and self.points[-1].cost > cap + EPS:
+                return None  # later points cost more still
+            budget = self.points[-1].latency - 1e-7 if self.points else self.lmax
+            s = _billed_optimal(self.ctx, self.i, budget)
+            if s is None:
+                self.exhausted = True
+            else:
+                self.points.append(Option(s.wcl, s.billed, s))
+        if k < len(self.points) and self.points[k].cost <= cap + EPS:
+            return self.points[k]
         return None
-    floor = sum(f[0].cost for f in first)
-    options = [
-        _staircase(ctx, i, lmax[i], incumbent - (floor - first[i][0].cost)) or first[i] for i in range(ctx.n)
+
+
+def _exact_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Exact billed optimum: lazily built per-module staircases combined by branch and bound.
+
+    Bound: cost so far + each remaining module's cheapest step. Cut: a path that cannot fit even
+    with every remaining module at its infimum latency (its smallest duration)."""
+    incumbent = _proportional(ctx)
+    best_cost = _total(ctx, incumbent)
+    stairs = [_Stairs(ctx, i, _max_budget(ctx, i)) for i in range(ctx.n)]
+    firsts = [st.get(0, math.inf) for st in stairs]
+    if any(f is None for f in firsts):
+        return incumbent
+    min_cost = [f.cost for f in firsts if f is not None]
+    rest_cost = [sum(min_cost[i:]) for i in range(ctx.n + 1)]
+    dmin = [_min_latency(ctx, i) for i in range(ctx.n)]
+    on = [[p for p, path in enumerate(ctx.paths) if i in path] for i in range(ctx.n)]
+    rest_lat = [[sum(dmin[j] for j in path if j >= i) for path in ctx.paths] for i in range(ctx.n + 1)]
+    used = [0.0] * len(ctx.paths)
+    chosen: list[Option[ModuleSchedule]] = []
+    best: list[Option[ModuleSchedule]] | None = None
+
+    def dfs(i: int, cost: float) -> None:
+        nonlocal best_cost, best
+        if i == ctx.n:
+            if cost < best_cost - EPS:
+                best_cost, best = cost, list(chosen)
+            return
+        k = 0
+        while (opt := stairs[i].get(k, best_cost - cost - rest_cost[i + 1])) is not None:
+            k += 1
+            if cost + opt.cost + rest_cost[i + 1] >= best_cost - EPS:
+                return
+            if any(used[p] + opt.latency + rest_lat[i + 1][p] >= ctx.slo + EPS for p in on[i]):
+                continue
+            for p in on[i]:
+                used[p] += opt.latency
+            chosen.append(opt)
+            dfs(i + 1, cost + opt.cost)
+            chosen.pop()
+            for p in on[i]:
+                used[p] -= opt.latency
+
+    dfs(0, 0.0)
+    if best is None:
+        return incumbent
+    scheds = [o.payload for o in best]
+    return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
+
+
+def _proportional(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """A quick incumbent: budgets proportional to each module's smallest duration, scaled to fill
+    the tightest path through it, each module scheduled exactly, then latency reassignment."""
+    dmin = [_min_latency(ctx, i) for i in range(ctx.n)]
+    budgets = [
+        dmin[i] * min(ctx.slo / sum(dmin[j] for j in p) for p in ctx.paths if i in p) for i in range(ctx.n)
     ]
-    choice, proven = combine(options, ctx.paths, ctx.slo, bound=incumbent + EPS)
-    ctx.proven &= proven
-    if choice is None:
-        return None
-    scheds = [o.payload for o in choice]
-    budgets = list(_spread_slack(ctx, [s.wcl for s in scheds]))
-    return scheds, budgets
+    return _finish(ctx, budgets)
 
 
 def _spread_slack(ctx: _Ctx, lat: list[float]) -> list[float]:
@@ -448,17 +526,10 @@ def _plan_ctx(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
 
         return exhaustive_billed(ctx)
     if pol.split == "exact":
-        heuristic = _heuristic_for_bound(ctx)
-        if ctx.objective == "occupancy":
-            exact = _exact_occupancy(ctx, exhaustive=False)
-        else:
-            exact = _exact_billed(ctx, _total(ctx, heuristic))
-        return exact if _total(ctx, exact) <= _total(ctx, heuristic) + EPS else heuristic
-    return _heuristic(ctx)
-
-
-def _heuristic_for_bound(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
-    """An incumbent for the exact search: Algorithm 2 with this policy's exact module scheduler."""
+        exact = (
+            _exact_occupancy(ctx, exhaustive=False) if ctx.objective == "occupancy" else _exact_billed(ctx)
+        )
+        return exact if exact is not None else _heuristic(ctx)
     return _heuristic(ctx)
 
 

@@ -62,86 +62,82 @@ def _units(
     return list(groups.values())
 
 
-def iterative_split(
-    configs: Sequence[Sequence[Config]],
-    single: Callable[[int, Config], tuple[float, float]],
-    start: Sequence[Config],
-    paths: Sequence[Sequence[int]],
-    slo: float,
-    select: Literal["lc", "tb", "greedy"],
-    parents: Sequence[frozenset[int]],
-    children: Sequence[frozenset[int]],
-    merge: bool = False,
-    cost_direct: int = 0,
-) -> list[list[Config]]:
-    """Algorithm 2 and its variants. ``single(i, c)`` gives (latency, cost) of module i run
-    entirely on config c. Returns candidate assignments: the main result, then one per cost-direct
-    rollback depth (undo the last R iterations, redo them greedily by cost)."""
-    n = len(configs)
-    units = _units(n, parents, children, merge)
-    lat_cache: dict[tuple[int, Config], tuple[float, float]] = {}
+Rule = Literal["lc", "tb", "greedy"]
 
-    def lc(i: int, c: Config) -> tuple[float, float]:
+
+class _Splitter:
+    """Algorithm 2's state: per-module single-config (latency, cost), units (node merger), moves."""
+
+    def __init__(
+        self,
+        configs: Sequence[Sequence[Config]],
+        single: Callable[[int, Config], tuple[float, float]],
+        paths: Sequence[Sequence[int]],
+        slo: float,
+        units: list[list[int]],
+    ):
+        self.configs, self.single, self.paths, self.slo, self.units = configs, single, paths, slo, units
+        self.cache: dict[tuple[int, Config], tuple[float, float]] = {}
+
+    def lc(self, i: int, c: Config) -> tuple[float, float]:
         key = (i, c)
-        if key not in lat_cache:
-            lat_cache[key] = single(i, c)
-        return lat_cache[key]
+        if key not in self.cache:
+            self.cache[key] = self.single(i, c)
+        return self.cache[key]
 
-    def moves(assign: list[Config], unit: list[int]) -> list[dict[int, Config]]:
+    def moves(self, assign: list[Config], unit: list[int]) -> list[dict[int, Config]]:
         if len(unit) == 1:
             i = unit[0]
-            return [{i: c} for c in configs[i] if c != assign[i]]
-        # per member: configs by latency with a running cheapest, so each level is one bisect
+            return [{i: c} for c in self.configs[i] if c != assign[i]]
+        # a super-module moves to a latency level; each member takes its cheapest config within it
         table = {}
         for i in unit:
-            rows = sorted((lc(i, c)[0], lc(i, c)[1], c) for c in configs[i])
-            lats, picks, best_row = [], [], None
+            rows = sorted((*self.lc(i, c), c) for c in self.configs[i])
+            lats, picks, cheapest = [], [], None
             for lat, cost, c in rows:
-                if best_row is None or cost < best_row[0] - EPS:
-                    best_row = (cost, c)
+                if cheapest is None or cost < cheapest[0] - EPS:
+                    cheapest = (cost, c)
                 lats.append(lat)
-                picks.append(best_row[1])
+                picks.append(cheapest[1])
             table[i] = (lats, picks)
         out = []
         for level in sorted({lat for i in unit for lat in table[i][0]}):
-            pick: dict[int, Config] = {}
-            for i in unit:
-                lats, picks = table[i]
-                k = bisect.bisect_right(lats, level + EPS) - 1
-                if k < 0:
-                    break
-                pick[i] = picks[k]
-            else:
-                if any(pick[i] != assign[i] for i in unit):
-                    out.append(pick)
+            ks = {i: bisect.bisect_right(table[i][0], level + EPS) - 1 for i in unit}
+            if min(ks.values()) < 0:
+                continue
+            pick = {i: table[i][1][k] for i, k in ks.items()}
+            if any(pick[i] != assign[i] for i in unit):
+                out.append(pick)
         return out
 
-    def run(
-        assign: list[Config], rule: Literal["lc", "tb", "greedy"], history: list[list[Config]] | None
-    ) -> list[Config]:
+    def score(
+        self, rule: Rule, assign: list[Config], lat: list[float], unit: list[int], mv: dict[int, Config]
+    ) -> tuple[float, float] | None:
+        saved = sum(self.lc(i, assign[i])[1] - self.lc(i, c)[1] for i, c in mv.items())
+        if saved <= EPS:
+            return None
+        new_lat = list(lat)
+        for i, c in mv.items():
+            new_lat[i] = self.lc(i, c)[0]
+        if path_latency(new_lat, self.paths) > self.slo + EPS:
+            return None
+        if rule == "lc":  # latency-cost efficiency: cost saved per second of latency spent
+            spent = max(new_lat[i] for i in unit) - max(lat[i] for i in unit)
+            return (saved / spent if spent > EPS else math.inf), saved
+        if rule == "tb":
+            return max(c.throughput for c in mv.values()), saved
+        return saved, saved
+
+    def run(self, assign: list[Config], rule: Rule, history: list[list[Config]] | None) -> list[Config]:
         assign = list(assign)
         while True:
-            lat = [lc(i, assign[i])[0] for i in range(n)]
+            lat = [self.lc(i, assign[i])[0] for i in range(len(assign))]
             best: tuple[float, float, dict[int, Config]] | None = None
-            for unit in units:
-                for mv in moves(assign, unit):
-                    saved = sum(lc(i, assign[i])[1] - lc(i, c)[1] for i, c in mv.items())
-                    if saved <= EPS:
-                        continue
-                    new_lat = list(lat)
-                    for i, c in mv.items():
-                        new_lat[i] = lc(i, c)[0]
-                    if path_latency(new_lat, paths) > slo + EPS:
-                        continue
-                    spent = max(new_lat[i] for i in unit) - max(lat[i] for i in unit)
-                    if rule == "lc":
-                        score = saved / spent if spent > EPS else math.inf
-                    elif rule == "tb":
-                        score = max(c.throughput for c in mv.values())
-                    else:
-                        score = saved
-                    if best is None or (score, saved) > best[:2]:
-                        best = (score, saved, mv)
+            for unit in self.units:
+                for mv in self.moves(assign, unit):
+                    sc = self.score(rule, assign, lat, unit, mv)
+                    if sc is not None and (best is None or sc > best[:2]):
+                        best = (*sc, mv)
             if best is None:
                 return assign
             for i, c in best[2].items():
@@ -149,13 +145,29 @@ def iterative_split(
             if history is not None:
                 history.append(list(assign))
 
+
+def iterative_split(
+    configs: Sequence[Sequence[Config]],
+    single: Callable[[int, Config], tuple[float, float]],
+    start: Sequence[Config],
+    paths: Sequence[Sequence[int]],
+    slo: float,
+    select: Rule,
+    parents: Sequence[frozenset[int]],
+    children: Sequence[frozenset[int]],
+    merge: bool = False,
+    cost_direct: int = 0,
+) -> list[list[Config]]:
+    """Algorithm 2 and its variants. ``single(i, c)`` gives (latency, cost) of module i run
+    entirely on config c. Returns candidate assignments: the main result, then one per cost-direct
+    rollback depth R (undo the last R iterations, redo them greedily by cost)."""
+    splitter = _Splitter(configs, single, paths, slo, _units(len(configs), parents, children, merge))
     history: list[list[Config]] = [list(start)]
-    main = run(list(start), select, history)
-    out = [main]
+    out = [splitter.run(list(start), select, history)]
     for r in range(1, cost_direct + 1):
         if len(history) - 1 - r < 0:
             break
-        out.append(run(history[len(history) - 1 - r], "greedy", None))
+        out.append(splitter.run(history[len(history) - 1 - r], "greedy", None))
     return out
 
 

@@ -1,0 +1,232 @@
+"""Benchmark of the dispatch schedule + simulator: prints figures (a rich table, or JSON with ``--json``).
+
+    .venv/bin/python bench/simulator.py                 # large synthetic plan, 10 simulated minutes
+    .venv/bin/python bench/simulator.py --duration 60   # shorter while iterating
+    .venv/bin/python bench/simulator.py --check         # the papers' examples (DESIGN.md §7)
+
+The large plan is built directly (no solver): a three-module DAG (detector -> car, detector -> person)
+serving 100,000 req/s in total on ~940 machines. Each module's ``worst_case_latency_s`` is Theorem 1's
+figure (``d + b / w``), so "measured <= planned" checks the dispatch against the paper's bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from planner.dispatch import DispatchSchedule, build_schedules, theorem1_latencies
+from planner.models import MachineGroup, ModulePlan, Plan, ProblemSpec
+from planner.simulator import SimulationReport, simulate
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+
+
+def _module_plan(groups: list[MachineGroup], rate: float) -> ModulePlan:
+    mp = ModulePlan(latency_budget_s=0.0, worst_case_latency_s=0.0, groups=groups)
+    wcl = max(theorem1_latencies(mp))
+    planned = sum(g.machines * g.rate_per_machine for g in groups)
+    return ModulePlan(
+        latency_budget_s=wcl, worst_case_latency_s=wcl, dummy_rate=planned - rate, groups=groups
+    )
+
+
+def large_problem() -> tuple[ProblemSpec, Plan]:
+    """100,000 req/s in total: detector 50k, car 30k, person 20k (every machine at full throughput)."""
+    gpu = {"hardware": "gpu"}
+    groups = {
+        # t = c*b/d: 100 req/s and 50 req/s; 450*100 + 100*50 = 50,000
+        "detector": [
+            MachineGroup(**gpu, batch=8, machines=450, rate_per_machine=100.0, duration_s=0.08),
+            MachineGroup(**gpu, batch=4, machines=100, rate_per_machine=50.0, duration_s=0.08),
+        ],
+        # t = 2*4/0.05 = 160; 187*160 + 1*80 = 30,000 (the last machine partial)
+        "car": [
+            MachineGroup(
+                **gpu, batch=4, concurrency=2, machines=187, rate_per_machine=160.0, duration_s=0.05
+            ),
+            MachineGroup(**gpu, batch=4, concurrency=2, machines=1, rate_per_machine=80.0, duration_s=0.05),
+        ],
+        # t = 2/0.025 = 80; 250*80 = 20,000
+        "person": [MachineGroup(**gpu, batch=2, machines=250, rate_per_machine=80.0, duration_s=0.025)],
+    }
+    rates = {"detector": 50_000.0, "car": 30_000.0, "person": 20_000.0}
+    problem = ProblemSpec(
+        name="synthetic-100k",
+        slo_s=0.5,
+        hardware={"gpu": {"price_per_hour": 1.0}},
+        modules={
+            m: {
+                "rate": rates[m],
+                "profile": [
+                    {
+                        "hardware": "gpu",
+                        "batch": g.batch,
+                        "concurrency": g.concurrency,
+                        "duration_s": g.duration_s,
+                    }
+                    for g in gs
+                ],
+            }
+            for m, gs in groups.items()
+        },
+        edges=[("detector", "car"), ("detector", "person")],
+    )
+    modules = {m: _module_plan(gs, rates[m]) for m, gs in groups.items()}
+    cost = sum(
+        g.machines * g.rate_per_machine / (g.concurrency * g.batch / g.duration_s)
+        for gs in groups.values()
+        for g in gs
+    )
+    billed = float(sum(g.machines for gs in groups.values() for g in gs))
+    plan = Plan(objective="billed", cost_per_hour=cost, billed_per_hour=billed, solve_ms=0.0, modules=modules)
+    return problem, plan
+
+
+def example_plans() -> list[tuple[ProblemSpec, Plan]]:
+    """Hand-made plans for the papers' examples (what the papers' tables give; no solver involved)."""
+    out = []
+    gpu = {"hardware": "gpu"}
+    specs = {
+        # Harpagon M3, 198 req/s, SLO 1.0: 6 x batch-32 (t=40) + 1 x batch-8 at 38 (t=32 -> full w/ dummy)
+        "harpagon_m1.json": {
+            "m1": [MachineGroup(**gpu, batch=8, machines=4, rate_per_machine=25.0, duration_s=0.32)]
+        },
+        "harpagon_m3.json": {
+            "m3": [
+                MachineGroup(**gpu, batch=32, machines=4, rate_per_machine=40.0, duration_s=0.8),
+                MachineGroup(**gpu, batch=8, machines=1, rate_per_machine=32.0, duration_s=0.25),
+                MachineGroup(**gpu, batch=2, machines=1, rate_per_machine=6.0, duration_s=0.1),
+            ]
+        },
+        # Piccolo M1: 285 req/s all on batch-100 machines (DESIGN.md §2: 1 + 100/285 = 1.35 s)
+        "piccolo_m1.json": {
+            "m1": [MachineGroup(**gpu, batch=100, machines=3, rate_per_machine=95.0, duration_s=1.0)]
+        },
+        "piccolo_m2m3_chain.json": {
+            "a": [MachineGroup(**gpu, batch=4, machines=2, rate_per_machine=25.0, duration_s=0.16)],
+            "b": [MachineGroup(**gpu, batch=4, machines=2, rate_per_machine=20.0, duration_s=0.2)],
+        },
+    }
+    for fname, groups in specs.items():
+        problem = ProblemSpec.model_validate_json((EXAMPLES / fname).read_text())
+        modules = {m: _module_plan(gs, problem.modules[m].rate) for m, gs in groups.items()}
+        plan = Plan(objective="billed", cost_per_hour=0.0, billed_per_hour=0.0, solve_ms=0.0, modules=modules)
+        out.append((problem, plan))
+    return out
+
+
+def _rows(report: SimulationReport) -> list[dict[str, object]]:
+    return [
+        {
+            "module": m,
+            "requests": s.requests,
+            "p99_s": round(s.latency.p99_s, 4),
+            "measured_max_s": round(s.measured_worst_case_s, 4),
+            "schedule_bound_s": round(s.schedule_worst_case_s, 4),
+            "planned_s": round(s.planned_worst_case_s, 4),
+            "within_plan": s.within_plan,
+            "mean_fill": round(s.mean_fill, 3),
+            "empty_windows": s.empty_windows,
+        }
+        for m, s in report.modules.items()
+    ]
+
+
+def _slot_at_p99_us(schedule: DispatchSchedule, horizon: float, calls: int = 10_000) -> float:
+    """p99 of one in-process ``slot_at`` call over random times (microseconds)."""
+    rng = random.Random(0)
+    times = []
+    for _ in range(calls):
+        t = rng.uniform(0.0, horizon)
+        t0 = time.perf_counter_ns()
+        schedule.slot_at(t)
+        times.append(time.perf_counter_ns() - t0)
+    times.sort()
+    return round(times[int(0.99 * calls)] / 1000, 1)
+
+
+def run(problem: ProblemSpec, plan: Plan, duration: float, arrivals: str, dispatch: str) -> dict[str, object]:
+    t0 = time.perf_counter()
+    schedules = build_schedules(plan, {h: hw.price_per_hour for h, hw in problem.hardware.items()})
+    t_sched = time.perf_counter() - t0
+    slot_at_p99_us = {m: _slot_at_p99_us(s, duration) for m, s in schedules.items()}
+    t0 = time.perf_counter()
+    report = simulate(problem, plan, duration, arrivals=arrivals, dispatch=dispatch)  # type: ignore[arg-type]
+    wall = time.perf_counter() - t0
+    return {
+        "problem": problem.name,
+        "dispatch": dispatch,
+        "arrivals": arrivals,
+        "simulated_s": duration,
+        "machines": sum(g.machines for mp in plan.modules.values() for g in mp.groups),
+        "windows_per_period": {m: len(s.windows) for m, s in schedules.items()},
+        "schedule_build_s": round(t_sched, 3),
+        "slot_at_p99_us": slot_at_p99_us,
+        "wall_s": round(wall, 2),
+        "requests": report.requests,
+        "requests_per_wall_s": round(report.requests / wall),
+        "slo_s": problem.slo_s,
+        "slo_attainment": report.end_to_end.slo_attainment,
+        "e2e_max_s": round(report.end_to_end.latency.max_s, 4),
+        "e2e_planned_s": round(report.end_to_end.planned_worst_case_s, 4),
+        "all_within_plan": report.all_within_plan,
+        "modules": _rows(report),
+    }
+
+
+def _print(results: list[dict[str, object]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for r in results:
+        console.print(
+            f"[bold]{r['problem']}[/] dispatch={r['dispatch']} arrivals={r['arrivals']} "
+            f"simulated={r['simulated_s']}s machines={r['machines']} wall={r['wall_s']}s "
+            f"requests={r['requests']:,} ({r['requests_per_wall_s']:,}/s wall) "
+            f"SLO {r['slo_s']}s attained {r['slo_attainment']:.4%} e2e max {r['e2e_max_s']}s "
+            f"(planned {r['e2e_planned_s']}s) schedule build {r['schedule_build_s']}s "
+            f"slot_at p99 {r['slot_at_p99_us']} us"
+        )
+        rows = r["modules"]
+        assert isinstance(rows, list)
+        table = Table(*rows[0].keys())
+        for row in rows:
+            table.add_row(*(str(v) for v in row.values()))
+        console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=600.0, help="simulated seconds (default 600)")
+    ap.add_argument("--arrivals", choices=["uniform", "poisson", "bursty"], default="uniform")
+    ap.add_argument("--dispatch", choices=["tc", "rr"], default="tc")
+    ap.add_argument("--check", action="store_true", help="the papers' examples, TC and RR, uniform arrivals")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = ap.parse_args(argv)
+    if args.check:
+        results = [
+            run(p, plan, args.duration if args.duration != 600.0 else 120.0, "uniform", d)
+            for p, plan in example_plans()
+            for d in ("tc", "rr")
+        ]
+        ok = all(r["all_within_plan"] for r in results if r["dispatch"] == "tc")
+    else:
+        problem, plan = large_problem()
+        results = [run(problem, plan, args.duration, args.arrivals, args.dispatch)]
+        ok = True
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print(results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,511 @@
+"""Throughput-cost (TC) dispatch from a stateless front: a plan becomes a periodic schedule of time windows.
+
+Every request of a module that arrives inside window ``k`` belongs to one batch, executed by one machine
+when the window closes (DESIGN.md §4, "time windows"). The front needs no shared counter: it maps the
+arrival time to a window with :meth:`DispatchSchedule.slot_at` (a bisect on precomputed offsets).
+
+Construction (docs/dispatch.md has the argument and the measurements):
+
+- A module's groups run ``machines`` machines at ``rate_per_machine`` req/s (dummy load included); the
+  planned rate is ``W = sum n_g f_g``. Machine ``i`` needs ``f_i / b_i`` batches per second.
+- The schedule repeats with period ``P``. Each machine gets an integer number of windows per period,
+  ``N_i = ceil(f_i P / b_i)`` capped at its throughput ``floor(c_i P / d_i)``; ``P`` is chosen (exact
+  rational hyperperiod when one exists, else the best multiple of the longest batch interval) so that the
+  rounding error is smallest. The effective rate ``W' = sum N_i b_i / P`` is ``>= W`` unless a cap binds.
+- A window of machine ``i`` lasts ``b_i / W'``: at the planned rate the batch fills exactly when the window
+  closes, and the windows of one period tile ``[0, P)`` exactly.
+- The order of windows inside the period is built group by group (machines of one group take turns) with
+  earliest-deadline-first among the groups whose machine will be free (up to the group's Theorem-1 slack)
+  when the window closes. The steady-state queue wait of every window is then computed exactly (constant
+  durations, full windows), so :attr:`DispatchSchedule.worst_case_latency_s` is the schedule's own exact
+  bound, to compare with Theorem 1's ``d_i + b_i / w_i``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from planner.errors import PlannerError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from planner.models import ModulePlan, Plan
+
+__all__ = [
+    "DispatchError",
+    "DispatchSchedule",
+    "Slot",
+    "Window",
+    "build_schedule",
+    "build_schedules",
+    "rr_pattern",
+    "theorem1_latencies",
+]
+
+_EPS = 1e-9
+#: Upper bound on windows per period (keeps the schedule small enough to cache and to store).
+MAX_WINDOWS = 50_000
+#: Candidate periods searched when the rates have no small exact hyperperiod.
+_PERIOD_MULTIPLES = 64
+
+
+class DispatchError(PlannerError):
+    """A module plan cannot be turned into a dispatch schedule (no machine has a positive rate)."""
+
+
+class Slot(BaseModel):
+    """The batch a request arriving at some time belongs to (absolute times, seconds since the origin)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    module: str
+    group: int
+    machine: int
+    batch_id: int
+    window_start_s: float
+    window_end_s: float
+    batch: int
+    deadline_s: float
+
+
+class Window(BaseModel):
+    """One window of the period: offsets in ``[0, period_s)``, the machine that runs its batch and the
+    steady-state queue wait of that batch (seconds the machine is still busy when the window closes)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    start_s: float
+    end_s: float
+    group: int
+    machine: int
+    wait_s: float = 0.0
+
+
+class GroupDispatch(BaseModel):
+    """Per-group figures of a schedule (index = ``ModulePlan.groups`` index)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    batch: int
+    concurrency: int
+    duration_s: float
+    machines: int
+    windows_per_machine: int
+    window_s: float
+    theorem1_s: float = Field(description="d + b / w (Theorem 1)")
+    guarantee_s: float = Field(description="max(Theorem 1, d + sum of all groups' batch sizes / W')")
+    worst_case_latency_s: float = Field(description="exact steady state: max window + wait + d")
+
+
+class DispatchSchedule(BaseModel):
+    """A module's periodic window schedule. JSON-serialisable; the lookup tables are rebuilt on load."""
+
+    model_config = ConfigDict(frozen=True)
+
+    module: str
+    period_s: float
+    windows: list[Window]
+    groups: list[GroupDispatch]
+    planned_rate: float = Field(description="W: sum of machines * rate_per_machine (dummy included)")
+    effective_rate: float = Field(description="W' = sum of batches * batch size per period / period")
+    worst_case_latency_s: float = Field(description="exact steady-state bound: window + wait + duration")
+    theorem1_s: float = Field(description="max over groups of d + b / w (Theorem 1)")
+
+    _ends: list[float] = PrivateAttr(default_factory=list)
+    _by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: object, /) -> None:
+        self._ends = [w.end_s for w in self.windows]
+        by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
+        for k, w in enumerate(self.windows):
+            ends, idx = by_machine.setdefault((w.group, w.machine), ([], []))
+            ends.append(w.end_s)
+            idx.append(k)
+        self._by_machine = by_machine
+
+    def _slot(self, cycle: int, k: int) -> Slot:
+        w = self.windows[k]
+        base = cycle * self.period_s
+        g = self.groups[w.group]
+        end = base + w.end_s
+        return Slot(
+            module=self.module,
+            group=w.group,
+            machine=w.machine,
+            batch_id=cycle * len(self.windows) + k,
+            window_start_s=base + w.start_s,
+            window_end_s=end,
+            batch=g.batch,
+            deadline_s=end + g.duration_s,
+        )
+
+    def slot_at(self, t: float) -> Slot:
+        """The batch of a request arriving ``t`` seconds after the schedule origin (windows are
+        half-open ``[start, end)``)."""
+        if t < 0 or not math.isfinite(t):
+            raise ValueError(f"t must be a finite time since the origin, got {t}")
+        cycle = int(t // self.period_s)
+        k = bisect.bisect_right(self._ends, t - cycle * self.period_s)
+        if k >= len(self._ends):  # float rounding at the period boundary
+            cycle, k = cycle + 1, 0
+        return self._slot(cycle, k)
+
+    def slots_for_machine(self, group: int, machine: int, t_from: float, t_to: float) -> list[Slot]:
+        """The batches machine ``(group, machine)`` runs: slots whose window closes in ``[t_from, t_to)``."""
+        ends, idx = self._by_machine.get((group, machine), ([], []))
+        out: list[Slot] = []
+        if not ends or t_to <= t_from:
+            return out
+        first = max(0, int(t_from // self.period_s))
+        last = int(t_to // self.period_s)
+        for cycle in range(first, last + 1):
+            base = cycle * self.period_s
+            lo = bisect.bisect_left(ends, t_from - base)
+            hi = bisect.bisect_left(ends, t_to - base)
+            out.extend(self._slot(cycle, idx[j]) for j in range(lo, hi))
+        return out
+
+
+# --------------------------------------------------------------------------- Theorem 1
+
+
+def theorem1_latencies(module_plan: ModulePlan, prices: Mapping[str, float] | None = None) -> list[float]:
+    """Theorem 1 per group: ``d_g + b_g / w_g`` with ``w_g`` the rate of all groups whose throughput-cost
+    ratio ``t/p`` is no larger than group ``g``'s. Without ``prices`` the list order is the TC order and
+    consecutive groups with the same configuration share ``w``."""
+    gs = module_plan.groups
+    rates = [g.machines * g.rate_per_machine for g in gs]
+    if prices is not None:
+        ratio = [
+            (g.concurrency * g.batch / g.duration_s if g.duration_s > 0 else math.inf) / prices[g.hardware]
+            for g in gs
+        ]
+        w = [
+            sum(r for r, q in zip(rates, ratio, strict=True) if q <= ratio[i] * (1 + _EPS))
+            for i in range(len(gs))
+        ]
+    else:
+        key = [(g.hardware, g.batch, g.concurrency, g.duration_s) for g in gs]
+        w = []
+        for i in range(len(gs)):
+            j = i
+            while j > 0 and key[j - 1] == key[i]:
+                j -= 1
+            w.append(sum(rates[j:]))
+    return [g.duration_s + g.batch / wi if wi > 0 else math.inf for g, wi in zip(gs, w, strict=True)]
+
+
+# --------------------------------------------------------------------------- period and counts
+
+
+def _counts(
+    lam: np.ndarray, cap: np.ndarray, machines: np.ndarray, batch: np.ndarray, period: float
+) -> np.ndarray:
+    """Windows per machine per period: ceil(lam * P) capped at the throughput (at least one); a shortfall
+    left by the caps is moved to groups with spare throughput, lowest in TC order first."""
+    counts = np.maximum(np.minimum(np.ceil(lam * period - 1e-7), np.floor(cap * period + 1e-7)), 1.0)
+    limit = np.maximum(np.floor(cap * period + 1e-7), counts)
+    short = float(np.sum(lam * period * machines * batch) - np.sum(counts * machines * batch))
+    for g in reversed(range(len(counts))):
+        while short > 1e-7 * batch[g] and counts[g] < limit[g]:
+            counts[g] += 1
+            short -= float(machines[g] * batch[g])
+    return counts.astype(np.int64)
+
+
+def _rational_period(lam: np.ndarray) -> float | None:
+    """Smallest P with lam * P integral for every group, if the rates are (close to) rationals."""
+    acc: Fraction | None = None
+    for x in lam:
+        fr = Fraction(float(x)).limit_denominator(1_000_000)
+        if fr <= 0 or abs(float(fr) - x) > 1e-9 * x:
+            return None
+        period = 1 / fr  # P must be a multiple of 1 / lam
+        acc = period if acc is None else _lcm_fraction(acc, period)
+    return None if acc is None else float(acc)
+
+
+def _lcm_fraction(a: Fraction, b: Fraction) -> Fraction:
+    num = math.lcm(a.numerator * b.denominator, b.numerator * a.denominator)
+    return Fraction(num, a.denominator * b.denominator)
+
+
+def _choose_period(
+    lam: np.ndarray, cap: np.ndarray, machines: np.ndarray, batch: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """The period: the exact hyperperiod when it is small enough, else the multiple of the longest batch
+    interval with the smallest rate shortfall, then the smallest per-machine rate error, then fewest
+    windows."""
+    p_min = float(np.max(1.0 / lam))
+    candidates: list[float] = [p_min * m for m in range(1, _PERIOD_MULTIPLES + 1)]
+    exact = _rational_period(lam)
+    if exact is not None and exact * float(np.sum(lam * machines)) <= MAX_WINDOWS:
+        candidates.insert(0, exact)
+    best: tuple[tuple[float, float, int], float, np.ndarray] | None = None
+    for period in candidates:
+        counts = _counts(lam, cap, machines, batch, period)
+        total = int(np.sum(counts * machines))
+        if total > MAX_WINDOWS and best is not None:
+            continue
+        ideal = lam * period
+        shortfall = max(
+            0.0, 1.0 - float(np.sum(counts * machines * batch) / np.sum(ideal * machines * batch))
+        )
+        err = float(np.max(np.abs(counts - ideal) / ideal))
+        key = (round(shortfall, 12), round(err, 9), total)
+        if best is None or key < best[0]:
+            best = (key, period, counts)
+    assert best is not None
+    return best[1], best[2]
+
+
+# --------------------------------------------------------------------------- ordering
+
+
+class _Group:
+    """Sequencing state of one group: its windows take turns over the group's machines."""
+
+    def __init__(
+        self, index: int, *, machines: int, count: int, window: float, dur: float, conc: int, slack: float
+    ) -> None:
+        self.index = index
+        self.machines = machines
+        self.conc = conc
+        self.total = machines * count  # windows of the group per period
+        self.window = window
+        self.dur = dur
+        self.lag = machines * conc  # same machine and same slot: this many group windows earlier
+        self.slack = slack
+        self.ends: list[float] = []  # ends in the current pass
+        self.prev: list[float] = []  # ends of the previous pass (one period earlier)
+
+    def ready(self, k: int, period: float) -> float:
+        """Time the slot that runs group window ``k`` becomes free."""
+        j = k - self.lag
+        if j >= 0:
+            return self.ends[j] + self.dur
+        if not self.prev:
+            return -math.inf
+        q, r = divmod(j, self.total)  # windows of earlier periods (the lag may exceed one period)
+        return self.prev[r] + q * period + self.dur
+
+
+def _order_edf(groups: list[_Group], period: float) -> list[int]:
+    """Windows sorted by their ideal (fluid) end ``(j + 1) * P / N_g``, ties in TC order. With this order
+    a window never ends after its ideal end and ends less than the sum of one window of every other group
+    before it, so each machine's jitter (hence queue wait) is below that sum."""
+    keyed = [((j + 1) * period / g.total, g.index) for g in groups for j in range(g.total)]
+    keyed.sort()
+    return [gi for _, gi in keyed]
+
+
+def _order_eligible(groups: list[_Group], period: float, passes: int = 4) -> list[int]:
+    """EDF among the groups whose machine is free (within the group's Theorem-1 slack) when the window
+    would close; else the least late. Repeated so the wrap-around state is the previous period's."""
+    seq: list[int] = []
+    by_index = {g.index: g for g in groups}
+    n_total = sum(g.total for g in groups)
+    for _ in range(passes):
+        for g in groups:
+            g.ends = []
+        seq = []
+        tau = 0.0
+        for _step in range(n_total):
+            best: tuple[int, float, float, int] | None = None
+            for g in groups:
+                k = len(g.ends)
+                if k >= g.total:
+                    continue
+                excess = g.ready(k, period) - g.slack - (tau + g.window)
+                deadline = (k + 1) * period / g.total
+                key = (0, deadline, 0.0, g.index) if excess <= _EPS else (1, excess, deadline, g.index)
+                if best is None or key < best:
+                    best = key
+            assert best is not None
+            chosen = by_index[best[3]]
+            tau += chosen.window
+            chosen.ends.append(tau)
+            seq.append(chosen.index)
+        stable = all(g.prev == g.ends for g in groups)
+        for g in groups:
+            g.prev = list(g.ends)
+        if stable:
+            break
+    return seq
+
+
+def _steady_waits(ends: np.ndarray, period: float, dur: float, conc: int) -> np.ndarray:
+    """Exact steady-state queue wait of each window of one machine (constant duration, round-robin over
+    ``conc`` slots). Looking back ``conc`` periods suffices because the machine's load is <= 1."""
+    n = len(ends)
+    reps = 2 * conc
+    e = (ends[None, :] + period * np.arange(reps)[:, None]).ravel()
+    starts = np.empty_like(e)
+    for s in range(conc):
+        chain = e[s::conc]
+        i = np.arange(len(chain))
+        completion = np.maximum.accumulate(chain - i * dur) + (i + 1) * dur
+        starts[s::conc] = completion - dur
+    wait = (starts - e).reshape(reps, n)[conc:]
+    out: np.ndarray = np.maximum(wait.max(axis=0), 0.0)
+    return out
+
+
+class _Layout:
+    """A sequence of windows laid out over the period, with its exact steady-state waits."""
+
+    def __init__(self, seq: list[int], groups: list[_Group], period: float) -> None:
+        by_index = {g.index: g for g in groups}
+        self.seq = np.array(seq, dtype=np.int64)
+        lengths = np.array([by_index[i].window for i in seq])
+        ends = np.cumsum(lengths)
+        ends *= period / ends[-1]  # absorb float error: the period is tiled exactly
+        self.ends = ends
+        self.starts = np.concatenate(([0.0], ends[:-1]))
+        self.machine = np.empty(len(seq), dtype=np.int64)
+        self.waits = np.zeros(len(seq))
+        dur = np.zeros(len(seq))
+        for g in groups:
+            pos_g = np.flatnonzero(self.seq == g.index)
+            self.machine[pos_g] = np.arange(len(pos_g)) % g.machines
+            dur[pos_g] = g.dur
+            for m in range(min(g.machines, len(pos_g))):
+                pos_m = pos_g[m :: g.machines]
+                self.waits[pos_m] = _steady_waits(ends[pos_m], period, g.dur, g.conc)
+        self.wcl = (ends - self.starts) + self.waits + dur
+        self.group_wcl = {g.index: float(np.max(self.wcl[self.seq == g.index])) for g in groups}
+        excess = [self.group_wcl[g.index] - (g.dur + g.window + g.slack) for g in groups]
+        self.score = (max(0.0, *excess), float(np.max(self.wcl)))
+
+
+# --------------------------------------------------------------------------- public builders
+
+
+def build_schedule(
+    module: str, module_plan: ModulePlan, prices: Mapping[str, float] | None = None
+) -> DispatchSchedule:
+    """Turn one module's plan into its periodic window schedule (deterministic). ``prices`` (hardware ->
+    price) gives the exact TC ratios for Theorem 1; without it the list order is the TC order."""
+    gs = module_plan.groups
+    active = [i for i, g in enumerate(gs) if g.rate_per_machine > 0]
+    if not active:
+        raise DispatchError(f"module {module!r}: no group has a positive rate")
+    t1 = theorem1_latencies(module_plan, prices)
+    lam = np.array([gs[i].rate_per_machine / gs[i].batch for i in active])
+    cap = np.array(
+        [gs[i].concurrency / gs[i].duration_s if gs[i].duration_s > 0 else math.inf for i in active]
+    )
+    cap = np.maximum(cap, lam)  # a plan with f > t keeps its rate (the waits then show the overload)
+    machines = np.array([gs[i].machines for i in active])
+    batches = np.array([gs[i].batch for i in active])
+    period, counts = _choose_period(lam, cap, machines, batches)
+    eff_rate = float(np.sum(counts * machines * batches) / period)
+    planned = sum(g.machines * g.rate_per_machine for g in gs)
+
+    state = []
+    for pos, i in enumerate(active):
+        g = gs[i]
+        window = g.batch / eff_rate
+        slack = max(0.0, t1[i] - g.duration_s - window)
+        state.append(
+            _Group(
+                i,
+                machines=g.machines,
+                count=int(counts[pos]),
+                window=window,
+                dur=g.duration_s,
+                conc=g.concurrency,
+                slack=slack,
+            )
+        )
+    # Guarantee per group: max(Theorem 1, d + sum of the batch sizes / W'); the EDF order meets it by
+    # construction, the eligibility order is kept only when it meets it too and scores better.
+    spread = float(np.sum(batches)) / eff_rate
+    guarantee = {g.index: max(t1[g.index], g.dur + spread) + 1e-9 for g in state}
+    lay = _Layout(_order_edf(state, period), state, period)
+    if len(state) > 1:
+        alt = _Layout(_order_eligible(state, period), state, period)
+        if alt.score < lay.score and all(alt.group_wcl[i] <= b for i, b in guarantee.items()):
+            lay = alt
+
+    windows = [
+        Window(
+            start_s=float(lay.starts[k]),
+            end_s=float(lay.ends[k]),
+            group=int(lay.seq[k]),
+            machine=int(lay.machine[k]),
+            wait_s=float(lay.waits[k]),
+        )
+        for k in range(len(lay.seq))
+    ]
+    group_info = []
+    for i, g in enumerate(gs):
+        mask = lay.seq == i
+        group_info.append(
+            GroupDispatch(
+                batch=g.batch,
+                concurrency=g.concurrency,
+                duration_s=g.duration_s,
+                machines=g.machines,
+                windows_per_machine=int(mask.sum()) // g.machines,
+                window_s=g.batch / eff_rate,
+                theorem1_s=t1[i],
+                guarantee_s=max(t1[i], g.duration_s + spread),
+                worst_case_latency_s=float(lay.wcl[mask].max()) if mask.any() else 0.0,
+            )
+        )
+    return DispatchSchedule(
+        module=module,
+        period_s=period,
+        windows=windows,
+        groups=group_info,
+        planned_rate=planned,
+        effective_rate=eff_rate,
+        worst_case_latency_s=float(lay.wcl.max()),
+        theorem1_s=max(t1[i] for i in active),
+    )
+
+
+def build_schedules(plan: Plan, prices: Mapping[str, float] | None = None) -> dict[str, DispatchSchedule]:
+    """Schedules of every module of a plan."""
+    return {name: build_schedule(name, mp, prices) for name, mp in plan.modules.items()}
+
+
+# --------------------------------------------------------------------------- round-robin baseline
+
+
+def rr_pattern(module_plan: ModulePlan, max_len: int = 100_000) -> list[tuple[int, int]]:
+    """Round-robin per request (the baselines' dispatch): a smooth weighted cycle of ``(group, machine)``
+    proportional to the machines' rates. Each machine then collects its own batch at its own rate, so a
+    full machine's worst case is ``b / f + d = 2d`` (for c = 1)."""
+    weights: list[tuple[int, int, float]] = [
+        (gi, m, g.rate_per_machine)
+        for gi, g in enumerate(module_plan.groups)
+        for m in range(g.machines)
+        if g.rate_per_machine > 0
+    ]
+    if not weights:
+        raise DispatchError("no machine has a positive rate")
+    f_min = min(w for _, _, w in weights)
+    ratios = [Fraction(f / f_min).limit_denominator(1000) for _, _, f in weights]
+    den = math.lcm(*(r.denominator for r in ratios))
+    exact = all(
+        abs(float(r) - f / f_min) <= 1e-9 * f / f_min for r, (_, _, f) in zip(ratios, weights, strict=True)
+    )
+    if exact and sum(int(r * den) for r in ratios) <= max_len:
+        counts = [int(r * den) for r in ratios]
+    else:
+        total = sum(f for _, _, f in weights)
+        counts = [max(1, round(f * max_len / total)) for _, _, f in weights]
+    keyed: list[tuple[float, int, int]] = []
+    for (gi, m, _), n in zip(weights, counts, strict=True):
+        keyed.extend(((k + 0.5) / n, gi, m) for k in range(n))
+    keyed.sort()
+    return [(gi, m) for _, gi, m in keyed]
