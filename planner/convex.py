@@ -18,7 +18,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = ["path_lower_bound", "split_convex"]
 
@@ -63,27 +63,20 @@ def _shared_split(
         return None
 
     def gap(y: float) -> float:
+        """log(shared price) - log(sum of tail prices): decreasing in y, smooth (prices ~ 1/y^2)."""
         mine = _fill_price([beta[j] for j in shared], [u[j] for j in shared], y)
         theirs = sum(
             _fill_price([beta[j] for j in t], [u[j] for j in t], r - y)
             for t, r in zip(tails, room, strict=True)
         )
-        return mine - theirs
+        if mine <= 0:
+            return -math.inf
+        if theirs <= 0:
+            return math.inf
+        return math.log(mine) - math.log(theirs)
 
-    lo, hi = 0.0, min(room)
-    hi = min(hi, sum(u[j] for j in shared))
-    if gap(hi * (1 - 1e-15)) > 0:  # the shared part still wants more at its cap
-        y = hi * (1 - 1e-15) if hi < min(room) else hi * (1 - 1e-9)
-    else:
-        for _ in range(200):
-            mid = 0.5 * (lo + hi)
-            if gap(mid) > 0:
-                lo = mid
-            else:
-                hi = mid
-            if hi - lo <= 1e-15 * hi:
-                break
-        y = 0.5 * (lo + hi)
+    hi = min(min(room) * (1 - 1e-12), sum(u[j] for j in shared))
+    y = hi if gap(hi) >= 0 else _root_decreasing(gap, 0.0, hi)
     x = [0.0] * n
     for j, v in zip(shared, _water_fill([beta[j] for j in shared], [u[j] for j in shared], y), strict=True):
         x[j] = v
@@ -176,6 +169,36 @@ class _Barrier:
                 a *= 0.5
             x = [xj + a * dj for xj, dj in zip(x, step, strict=True)]
         return x
+
+
+def _root_decreasing(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """Root of a decreasing f on (lo, hi) with f(lo+) > 0 > f(hi): Illinois regula falsi, with a
+    bisection step whenever an end is infinite or the interpolant leaves the bracket."""
+    flo, fhi = math.inf, f(hi)
+    side = 0
+    for _ in range(200):
+        if hi - lo <= 1e-14 * hi:
+            break
+        if math.isfinite(flo) and math.isfinite(fhi):
+            mid = hi - fhi * (hi - lo) / (fhi - flo)
+            if not lo < mid < hi:
+                mid = 0.5 * (lo + hi)
+        else:
+            mid = 0.5 * (lo + hi)
+        fm = f(mid)
+        if fm == 0:
+            return mid
+        if fm > 0:
+            lo, flo = mid, fm
+            if side == -1 and math.isfinite(fhi):
+                fhi *= 0.5
+            side = -1
+        else:
+            hi, fhi = mid, fm
+            if side == 1 and math.isfinite(flo):
+                flo *= 0.5
+            side = 1
+    return 0.5 * (lo + hi)
 
 
 def _barrier_newton(

@@ -334,71 +334,93 @@ def _max_budget(ctx: _Ctx, i: int) -> float:
     return min(ctx.slo - sum(_min_latency(ctx, j) for j in p if j != i) for p in ctx.paths if i in p)
 
 
-def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule], list[float]] | None:
-    """Branch and bound over one config per module; each leaf is an exact convex latency split.
-    ``exhaustive`` (the reference) skips the dominance filter and tries every configuration."""
-    cands: list[list[Config]] = []
-    for i in range(ctx.n):
-        lmax = _max_budget(ctx, i)
-        cs = [c for c in ctx.configs[i] if c.duration < lmax]
-        if not exhaustive:
-            cs = _undominated(cs, ctx.rate[i])
-        cands.append(sorted(cs, key=lambda c: 1 / c.ratio))
-    rates = ctx.rate
-    min_a = [min((rates[i] / c.ratio for c in cands[i]), default=math.inf) for i in range(ctx.n)]
-    rest = [sum(min_a[i:]) for i in range(ctx.n + 1)]
-    best: tuple[float, list[Config], list[float]] | None = None
-    pick: list[Config] = []
+class _OccupancySearch:
+    """Branch and bound over one configuration per module; each leaf is an exact convex split."""
 
-    def leaf() -> None:
-        nonlocal best
-        beta = [c.batch / c.ratio for c in pick]
-        u = [c.batch / rates[i] for i, c in enumerate(pick)]
-        room = [ctx.slo - sum(pick[j].duration for j in p) for p in ctx.paths]
-        if best is not None and path_lower_bound(beta, u, ctx.paths, room, best[0]) >= best[0] - EPS:
+    def __init__(self, ctx: _Ctx, exhaustive: bool):
+        self.ctx, self.rates = ctx, ctx.rate
+        share = _proportional_budgets(ctx)
+        self.cands: list[list[Config]] = []
+        for i in range(ctx.n):
+            cs = [c for c in ctx.configs[i] if c.duration < _max_budget(ctx, i)]
+            if not exhaustive:
+                cs = _undominated(cs, ctx.rate[i])
+            # cheapest at a fair share of the SLO first: early leaves are near-optimal bounds
+            cs.sort(
+                key=lambda c, i=i: (
+                    max(self.rates[i], c.min_rate(share[i])) / c.ratio,
+                    self.rates[i] / c.ratio,
+                )
+            )
+            self.cands.append(cs)
+        min_a = [
+            min((self.rates[i] / c.ratio for c in cs), default=math.inf) for i, cs in enumerate(self.cands)
+        ]
+        self.rest = [sum(min_a[i:]) for i in range(ctx.n + 1)]
+        self.dmin = [min((c.duration for c in cs), default=math.inf) for cs in self.cands]
+        self.best: tuple[float, list[Config], list[float]] | None = None
+        self.pick: list[Config] = []
+
+    def _arrays(self) -> tuple[list[float], list[float]]:
+        beta = [c.batch / c.ratio for c in self.pick]
+        u = [c.batch / self.rates[j] for j, c in enumerate(self.pick)]
+        return beta, u
+
+    def _partial_bound(self, i: int) -> float:
+        """Relaxation of the subtree below pick[0..i]: unassigned modules at their cheapest flat
+        cost and smallest duration, single-path constraints on the assigned ones."""
+        ctx = self.ctx
+        sub = [[j for j in p if j <= i] for p in ctx.paths]
+        room = [
+            ctx.slo - sum(self.pick[j].duration if j <= i else self.dmin[j] for j in p) for p in ctx.paths
+        ]
+        beta, u = self._arrays()
+        return path_lower_bound(beta, u, sub, room, pairs=False) + self.rest[i + 1]
+
+    def _leaf(self) -> None:
+        ctx = self.ctx
+        beta, u = self._arrays()
+        room = [ctx.slo - sum(self.pick[j].duration for j in p) for p in ctx.paths]
+        best = self.best[0] if self.best is not None else math.inf
+        if path_lower_bound(beta, u, ctx.paths, room, best) >= best - EPS:
             return
         x = split_convex(beta, u, ctx.paths, room)
         if x is None:
             return
         cost = sum(b / min(xx, uu) for b, xx, uu in zip(beta, x, u, strict=True))
-        if best is None or cost < best[0] - EPS:
-            best = (cost, list(pick), x)
+        if cost < best - EPS:
+            self.best = (cost, list(self.pick), x)
 
-    dmin = [min((c.duration for c in cands[i]), default=math.inf) for i in range(ctx.n)]
-
-    def partial_bound(i: int) -> float:
-        """Relaxation of the subtree below pick[0..i]: unassigned modules at their cheapest flat
-        cost and their smallest duration, single-path constraints on the assigned ones."""
-        sub = [[j for j in p if j <= i] for p in ctx.paths]
-        room = [ctx.slo - sum(pick[j].duration if j <= i else dmin[j] for j in p) for p in ctx.paths]
-        beta = [c.batch / c.ratio for c in pick]
-        u = [c.batch / rates[j] for j, c in enumerate(pick)]
-        return path_lower_bound(beta, u, sub, room, pairs=False) + rest[i + 1]
-
-    def dfs(i: int, lb: float) -> None:
+    def dfs(self, i: int, lb: float) -> None:
+        ctx = self.ctx
         if i == ctx.n:
-            leaf()
+            self._leaf()
             return
-        for c in cands[i]:
-            a = rates[i] / c.ratio
-            if best is not None and lb + a + rest[i + 1] >= best[0] - EPS:
-                break
-            pick.append(c)
-            if all(sum(pick[j].duration if j <= i else dmin[j] for j in p) < ctx.slo for p in ctx.paths) and (
-                best is None or i == ctx.n - 1 or partial_bound(i) < best[0] - EPS
-            ):
-                dfs(i + 1, lb + a)
-            pick.pop()
+        for c in self.cands[i]:
+            a = self.rates[i] / c.ratio
+            best = self.best[0] if self.best is not None else math.inf
+            if lb + a + self.rest[i + 1] >= best - EPS:
+                continue
+            self.pick.append(c)
+            fits = all(
+                sum(self.pick[j].duration if j <= i else self.dmin[j] for j in p) < ctx.slo for p in ctx.paths
+            )
+            if fits and (i == ctx.n - 1 or self._partial_bound(i) < best - EPS):
+                self.dfs(i + 1, lb + a)
+            self.pick.pop()
 
-    dfs(0, 0.0)
-    if best is None:
+
+def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Exact occupancy optimum. ``exhaustive`` (the reference) skips the dominance filter."""
+    search = _OccupancySearch(ctx, exhaustive)
+    search.dfs(0, 0.0)
+    if search.best is None:
         return None
     scheds, budgets = [], []
-    for i, (c, x) in enumerate(zip(best[1], best[2], strict=True)):
-        w = max(rates[i], c.batch / x)
+    for i, (c, x) in enumerate(zip(search.best[1], search.best[2], strict=True)):
+        w = max(ctx.rate[i], c.batch / x)
         m = max(1, math.ceil(w / c.throughput - 1e-9))
-        s = ModuleSchedule((Group(c, m, w / m),), rates[i], c.tc_latency(w), "tc")
-        scheds.append(s)
+        scheds.append(ModuleSchedule((Group(c, m, w / m),), ctx.rate[i], c.tc_latency(w), "tc"))
         budgets.append(c.duration + x)
     return scheds, budgets
 
@@ -496,14 +518,18 @@ def _exact_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
     return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
 
 
-def _proportional(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
-    """A quick incumbent: budgets proportional to each module's smallest duration, scaled to fill
-    the tightest path through it, each module scheduled exactly, then latency reassignment."""
+def _proportional_budgets(ctx: _Ctx) -> list[float]:
+    """Budgets proportional to each module's smallest duration, scaled to fill its tightest path."""
     dmin = [_min_latency(ctx, i) for i in range(ctx.n)]
-    budgets = [
+    return [
         dmin[i] * min(ctx.slo / sum(dmin[j] for j in p) for p in ctx.paths if i in p) for i in range(ctx.n)
     ]
-    return _finish(ctx, budgets)
+
+
+def _proportional(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """A quick incumbent: proportional budgets, each module scheduled exactly, then latency
+    reassignment."""
+    return _finish(ctx, _proportional_budgets(ctx))
 
 
 def _spread_slack(ctx: _Ctx, lat: list[float]) -> list[float]:
