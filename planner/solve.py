@@ -346,12 +346,8 @@ class _OccupancySearch:
             if not exhaustive:
                 cs = _undominated(cs, ctx.rate[i])
             # cheapest at a fair share of the SLO first: early leaves are near-optimal bounds
-            cs.sort(
-                key=lambda c, i=i: (
-                    max(self.rates[i], c.min_rate(share[i])) / c.ratio,
-                    self.rates[i] / c.ratio,
-                )
-            )
+            rate, budget = self.rates[i], share[i]
+            cs.sort(key=lambda c: (max(rate, c.min_rate(budget)) / c.ratio, rate / c.ratio))  # noqa: B023
             self.cands.append(cs)
         min_a = [
             min((self.rates[i] / c.ratio for c in cs), default=math.inf) for i, cs in enumerate(self.cands)
