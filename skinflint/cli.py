@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 # Order here is the order in `skinflint --help`.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = [
+    "skinflint.commands.plan",
+    "skinflint.commands.bench",
+    "skinflint.commands.profile",
+    "skinflint.commands.models",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""Demo models built from code with fixed seeds, and the CPU tracker."""

@@ -1,0 +1,206 @@
+"""``skinflint profile MODEL.onnx --hardware NAME``: measure a model over batch sizes, concurrency
+and thread counts with onnxruntime; fit Nexus's linear model (and HiTDL's L(n) over threads)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skinflint.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+
+@contextmanager
+def progress_bar(total: int, title: str) -> Iterator[Callable[[str], None]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[label]}"),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as prog:
+        task = prog.add_task(title, total=total, label="")
+
+        def tick(label: str) -> None:
+            prog.update(task, advance=1, label=label)
+
+        yield tick
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=D1xD2x..., got {text!r}")
+    return name, shape
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="measure an ONNX model over batch sizes and concurrency (onnxruntime)",
+        description=__doc__,
+    )
+    p.add_argument("model", help="ONNX file (leading input dimension must be a dynamic batch axis)")
+    p.add_argument(
+        "--hardware", required=True, help="catalog name the entries are recorded for (e.g. c6i.large)"
+    )
+    p.add_argument("--batches", type=_int_list, default=(1, 2, 4, 8, 16, 32), help="default 1,2,4,8,16,32")
+    p.add_argument("--concurrency", type=_int_list, default=(1,), help="sessions run at once, e.g. 1,2")
+    p.add_argument(
+        "--threads",
+        type=_int_list,
+        default=None,
+        help="total threads (split between concurrent sessions); a list (1,2) sweeps and fits HiTDL's L(n)",
+    )
+    p.add_argument("--runs", type=int, default=20, help="timed runs per point (default 20)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--max-duration-s", type=float, default=2.0, help="stop growing the batch past this")
+    p.add_argument(
+        "--max-memory-mb", type=float, default=None, help="cap on resident memory (default: half free)"
+    )
+    p.add_argument("--input-shape", type=_input_shape, action="append", default=[], metavar="NAME=D1xD2")
+    p.add_argument("--out", type=Path, help="write the profile (list of ProfileEntry dicts) here")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def _hitdl_by_batch(points: list[Any]) -> dict[int, dict[str, Any]]:
+    from profiles.fit import fit_hitdl
+
+    out = {}
+    for b in sorted({p.batch for p in points if p.concurrency == 1}):
+        pts = [p for p in points if p.concurrency == 1 and p.batch == b]
+        if len({p.threads for p in pts}) >= 2:
+            out[b] = fit_hitdl([p.threads for p in pts], [p.median_s for p in pts]).as_dict()
+    return out
+
+
+def _print_table(summary: dict[str, Any], hitdl: dict[int, dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(
+        title=f"{summary['model']} ({summary['provenance']['provider']}, {summary['provenance']['host_cpu']})"
+    )
+    for col in ("conc", "threads", "batch", "median ms", "p95 ms", "spread", "runs", "peak MB", "thr req/s"):
+        t.add_column(col, justify="right")
+    for p in summary["points"]:
+        t.add_row(
+            str(p["concurrency"]),
+            str(p["threads"]),
+            str(p["batch"]),
+            f"{p['median_s'] * 1e3:.2f}",
+            f"{p['p95_s'] * 1e3:.2f}",
+            f"{p['spread']:.3f}",
+            str(p["runs"]),
+            f"{p['peak_rss_mb']:.0f}",
+            f"{p['concurrency'] * p['batch'] / p['median_s']:.1f}",
+        )
+    con.print(t)
+    for key, f in summary["fits"].items():
+        con.print(
+            f"linear fit {key}: d(b) = {f['alpha_s'] * 1e3:.3f} ms * b + {f['beta_s'] * 1e3:.3f} ms, "
+            f"max error {f['max_rel_err']:.1%}, mean {f['mean_rel_err']:.1%}"
+        )
+    for b, f in hitdl.items():
+        con.print(
+            f"HiTDL fit batch {b}: L(n) = {f['c0'] * 1e3:.3f} + {f['c1'] * 1e3:.3f}/n "
+            f"+ {f['c2'] * 1e3:.3f}/n^2 ms" + (" (2 core counts: c2 fixed to 0)" if f["degenerate"] else "")
+        )
+    for msg in summary["limits"]:
+        con.print(f"[yellow]limit[/]: {msg}")
+    c = summary["cost"]
+    con.print(
+        f"per request: {c['flops'] / 1e9:.3f} GFLOPs, weights {c['weight_bytes'] / 1e6:.1f} MB, "
+        f"activations {c['activation_bytes'] / 1e6:.1f} MB"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiles.errors import ProfilesError
+    from profiles.hardware import load_catalog
+    from profiles.profiler import ProfileConfig, plan_series, profile_onnx
+
+    if args.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    catalog = load_catalog()
+    if args.hardware not in catalog:
+        raise UsageError(f"unknown hardware {args.hardware!r}; the catalog has {', '.join(catalog)}")
+    kind = (catalog[args.hardware].model_extra or {}).get("kind")
+    use_gpu = kind == "gpu"
+    if use_gpu:
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise UsageError(
+                f"{args.hardware} is a GPU but onnxruntime has no CUDA provider here; "
+                "GPU profiles are derived by `skinflint models build`"
+            )
+    shapes = dict(args.input_shape)
+    series: list[tuple[int, int]] = []
+    for total in args.threads or (None,):
+        base = ProfileConfig(args.hardware, args.batches, args.concurrency, threads=total)
+        series += [s for s in plan_series(base) if s not in series]
+    cfg = ProfileConfig(
+        args.hardware,
+        args.batches,
+        args.concurrency,
+        threads=None,
+        runs=args.runs,
+        warmup=args.warmup,
+        max_duration_s=args.max_duration_s,
+        max_memory_mb=args.max_memory_mb,
+        use_gpu=use_gpu,
+        input_shapes=shapes or None,
+    )
+    if args.runs < 20:
+        print(
+            f"skinflint: note: {args.runs} runs per point (profiles for planning use at least 20)",
+            file=sys.stderr,
+        )
+    try:
+        with progress_bar(len(series) * len(set(args.batches)), f"profiling {Path(args.model).name}") as tick:
+            result = profile_onnx(args.model, cfg, progress=tick, series=series)
+    except ProfilesError as exc:
+        raise UsageError(str(exc)) from exc
+    summary = result.summary()
+    hitdl = _hitdl_by_batch(result.points)
+    summary["hitdl"] = hitdl
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result.entries(), indent=1) + "\n")
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        _print_table(summary, hitdl)
+        if args.out:
+            print(f"wrote {len(result.points)} entries to {args.out}")
+    return 0
