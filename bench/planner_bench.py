@@ -1,4 +1,4 @@
-"""Planner benchmark script: `python bench/planner_bench.py [--problems 300] [--seed 0] [--ablations] [--json]`.
+"""Planner benchmark: `python bench/planner_bench.py [--problems 300] [--seed 0] [--ablations] [--json]`.
 
 Same as `skinflint bench planner`; see skinflint/bench_planner.py.
 """
