@@ -99,7 +99,9 @@ def test_slo_below_fastest_path_exits_2_naming_the_path(tmp_path):
 )
 @pytest.mark.parametrize("objective", ["occupancy", "billed"])
 def test_every_policy_on_the_papers_examples(policy, objective):
-    for path in sorted(EXAMPLES.glob("*.json")):
+    paths = sorted(EXAMPLES.glob("*.json"))
+    assert len(paths) == 4
+    for path in paths:
         problem = ProblemSpec.model_validate(json.loads(path.read_text()))
         from planner.solve import solve
 
