@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean synth lambda-deps worker-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,17 @@ lint: $(STAMP)
 ## Lint, type-check and run every test (what .ci/run calls).
 test: lint
 	$(BIN)/pytest -q
+
+## CDK: synthesize every stack offline into cdk.out/ (no AWS account, no Docker needed).
+synth: $(STAMP)
+	$(BIN)/python app.py
+
+## Dependencies for deployment assets (see docs/deploy.md): the Lambda layer and the worker wheelhouse.
+lambda-deps: $(STAMP)
+	$(BIN)/python -m cdk.deps lambda
+
+worker-deps: $(STAMP)
+	$(BIN)/python -m cdk.deps worker
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out

@@ -1,0 +1,138 @@
+"""Build the Skinflint CDK app: read the context, validate it, create the stacks, attach cdk-nag.
+
+``python app.py`` (or ``cdk synth``) synthesizes offline: the environment comes from context
+(``cdk.json`` pins an account, region and availability zones), AMIs are public SSM parameters
+resolved by CloudFormation at deploy time, and Lambda/worker code is copied by Python (no Docker).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from cdk import constants as C
+from cdk.config import DeployConfig, InfraConfigError
+
+__all__ = ["build_app", "cdk_json_context", "main"]
+
+
+def cdk_json_context() -> dict[str, Any]:
+    """The ``context`` of the repository's ``cdk.json`` (the CLI passes it; ``python app.py`` reads it)."""
+    path = C.REPO_ROOT / "cdk.json"
+    try:
+        return dict(json.loads(path.read_text()).get("context", {}))
+    except (OSError, ValueError) as exc:
+        raise InfraConfigError(f"cannot read {path}: {exc}") from exc
+
+
+def _context_getter(context: dict[str, Any]) -> Any:
+    # the CLI passes -c values (and cdk.json's context) in CDK_CONTEXT_JSON; they win over cdk.json
+    cli = json.loads(os.environ.get("CDK_CONTEXT_JSON") or "{}")
+    merged = {**context, **cli}
+    return merged.get
+
+
+def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, nag: bool = True) -> Any:
+    """Validate ``context`` (default: cdk.json + CLI), then build every stack. Raises
+    :class:`InfraConfigError` before importing aws_cdk when the context cannot be deployed."""
+    ctx = {**cdk_json_context(), **(context or {})}
+    config = DeployConfig.from_context(_context_getter(ctx))
+
+    from aws_cdk import App, Environment, Tags
+
+    from cdk.assets import stage_packages
+    from cdk.nag import enable_aws_solutions_checks
+    from cdk.stacks import (
+        ControlStack,
+        ControlStackProps,
+        FleetStack,
+        FleetStackProps,
+        FrontStack,
+        FrontStackProps,
+        ObservabilityStack,
+        ObservabilityStackProps,
+        StatefulStack,
+    )
+
+    app = App(context=ctx, outdir=outdir or os.environ.get("CDK_OUTDIR") or str(C.REPO_ROOT / "cdk.out"))
+    env = Environment(account=config.account, region=config.region)
+    stateful = StatefulStack(
+        app, C.STATEFUL_STACK, env=env, description="Skinflint data: tables, bucket, queues"
+    )
+    fleet = FleetStack(
+        app,
+        C.FLEET_STACK,
+        FleetStackProps(
+            hardware=config.hardware,
+            spot=config.spot,
+            config_table=stateful.config_table,
+            results_table=stateful.results_table,
+            bucket=stateful.bucket,
+            fleet_events=stateful.fleet_events,
+        ),
+        env=env,
+        description="Skinflint workers: isolated VPC, endpoints, one Auto Scaling group per hardware class",
+    )
+    code_dir = stage_packages("lambda", C.LAMBDA_PACKAGES)
+    control = ControlStack(
+        app,
+        C.CONTROL_STACK,
+        ControlStackProps(
+            code_dir=code_dir,
+            config_table=stateful.config_table,
+            results_table=stateful.results_table,
+            bucket=stateful.bucket,
+            tasks_dlq=stateful.tasks_dlq,
+            fleet_events=stateful.fleet_events,
+            asg_names={hw.name: hw.asg_name for hw in config.hardware},
+            powertools_layer_version=config.powertools_layer_version,
+        ),
+        env=env,
+        description="Skinflint planner: schedule and fleet events",
+    )
+    control.add_stack_dependency(fleet, "the planner sizes the fleet's Auto Scaling groups")
+    front = FrontStack(
+        app,
+        C.FRONT_STACK,
+        FrontStackProps(
+            code_dir=code_dir,
+            config_table=stateful.config_table,
+            results_table=stateful.results_table,
+            bucket=stateful.bucket,
+            reserved_concurrency=config.front_concurrency,
+            powertools_layer_version=config.powertools_layer_version,
+        ),
+        env=env,
+        description="Skinflint front API: REST API, WAF, front function",
+    )
+    ObservabilityStack(
+        app,
+        C.OBSERVABILITY_STACK,
+        ObservabilityStackProps(
+            hardware=config.hardware,
+            dlqs=(stateful.tasks_dlq, stateful.fleet_events_dlq),
+            fleet_events=stateful.fleet_events,
+            front=front.function,
+            planner=control.planner,
+            api=front.api,
+            alarm_email=config.alarm_email,
+        ),
+        env=env,
+        description="Skinflint dashboard and alarms",
+    ).add_stack_dependency(fleet, "the dashboard reads the fleet's group metrics")
+    Tags.of(app).add("project", "skinflint")
+    if nag:
+        enable_aws_solutions_checks(app)
+    return app
+
+
+def main() -> int:
+    try:
+        app = build_app()
+    except InfraConfigError as exc:
+        print(f"skinflint cdk: {exc}", file=sys.stderr)
+        return 2
+    app.synth()
+    return 0

@@ -1,0 +1,238 @@
+"""Deployment settings from CDK context, validated against the hardware catalog before any construct
+is built (so a bad ``-c`` value fails synthesis with one line, fast).
+
+Context keys (``-c key=value`` or ``cdk.json``):
+
+- ``account``, ``region``: the target environment (``cdk.json`` pins an offline default).
+- ``hardware``: comma-separated catalog classes, one Auto Scaling group each. ``cpu`` stands for
+  every CPU class of the catalog. Default: every class that has an EC2 instance type.
+- ``instance_types``: ``class:type,class:type`` (e.g. ``p100:g4dn.2xlarge``); or one key per class,
+  ``<class>_instance_type`` (e.g. ``-c p100_instance_type=g4dn.2xlarge``).
+- ``spot``: ``true|false`` (default false): Spot capacity with capacity rebalancing.
+- ``front_concurrency``: reserved concurrency of the front function.
+- ``powertools_layer_version``: version of the public Powertools layer.
+- ``alarm_email``: optional address subscribed to the alarm topic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cdk import constants as C
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+__all__ = [
+    "CONTEXT_KEYS",
+    "DeployConfig",
+    "HardwareClass",
+    "InfraConfigError",
+    "load_catalog",
+    "validate_instance_type",
+]
+
+# family.size: p3.2xlarge, g4dn.xlarge, c6i.large, u-6tb1.metal
+_ITYPE = re.compile(
+    r"^(?P<prefix>[a-z]+(?:-[a-z0-9]+)?)(?P<gen>\d+)(?P<attrs>[a-z-]*)\.(?P<size>[a-z0-9-]+)$"
+)
+_GPU_PREFIXES = ("p", "g")  # NVIDIA GPU families (p2-p5, g3-g6); g4ad is AMD (rejected below)
+# Context keys the app reads (plus "<class>_instance_type" for every catalog class).
+CONTEXT_KEYS = (
+    "account", "region", "hardware", "instance_types", "spot", "front_concurrency",
+    "powertools_layer_version", "alarm_email",
+)  # fmt: skip
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class InfraConfigError(ValueError):
+    """A context value the app cannot deploy; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class HardwareClass:
+    """One catalog class, resolved to the EC2 instance type its Auto Scaling group launches."""
+
+    name: str
+    kind: str  # "gpu" | "cpu"
+    instance_type: str
+    price_per_hour: float  # USD/h, from the catalog (the dashboard's cost figure)
+
+    @property
+    def slug(self) -> str:
+        """The class name usable in resource names and construct ids (``c6i.large`` -> ``c6i-large``)."""
+        return re.sub(r"[^A-Za-z0-9-]", "-", self.name)
+
+    @property
+    def asg_name(self) -> str:
+        return f"{C.ASG_NAME_PREFIX}{self.slug}"
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    account: str
+    region: str
+    hardware: tuple[HardwareClass, ...]
+    spot: bool = False
+    front_concurrency: int = C.FRONT_RESERVED_CONCURRENCY
+    powertools_layer_version: int = C.POWERTOOLS_LAYER_VERSION
+    alarm_email: str | None = None
+
+    @classmethod
+    def from_context(
+        cls, get: Callable[[str], Any], catalog: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> DeployConfig:
+        """``get(key)`` returns a context value or None (``app.node.try_get_context``)."""
+        cat = load_catalog() if catalog is None else catalog
+        account = str(get("account") or "")
+        region = str(get("region") or "")
+        if not re.fullmatch(r"\d{12}", account):
+            raise InfraConfigError(f"context 'account' must be a 12-digit AWS account id, got {account!r}")
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
+            raise InfraConfigError(
+                f"context 'region' must be an AWS region such as us-east-1, got {region!r}"
+            )
+        names = _hardware_names(get("hardware"), cat)
+        mapping = _instance_type_mapping(get, cat)
+        classes = tuple(_resolve(name, cat[name], mapping.get(name)) for name in names)
+        return cls(
+            account=account,
+            region=region,
+            hardware=classes,
+            spot=_flag(get("spot"), "spot", default=False),
+            front_concurrency=_positive_int(
+                get("front_concurrency"), "front_concurrency", C.FRONT_RESERVED_CONCURRENCY
+            ),
+            powertools_layer_version=_positive_int(
+                get("powertools_layer_version"), "powertools_layer_version", C.POWERTOOLS_LAYER_VERSION
+            ),
+            alarm_email=str(get("alarm_email")) if get("alarm_email") else None,
+        )
+
+
+def load_catalog(path: Path = C.CATALOG_PATH) -> dict[str, dict[str, Any]]:
+    """The catalog's ``hardware`` object (read as JSON: the CDK app does not import ``profiles``)."""
+    try:
+        doc = json.loads(path.read_text())
+        hardware = doc["hardware"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise InfraConfigError(f"cannot read the hardware catalog {path}: {exc}") from exc
+    if not isinstance(hardware, dict) or not hardware:
+        raise InfraConfigError(f"the hardware catalog {path} lists no hardware")
+    return hardware
+
+
+def _split(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else str(value).split(",")
+    return [str(i).strip() for i in items if str(i).strip()]
+
+
+def _hardware_names(value: Any, cat: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    requested = _split(value)
+    if not requested:  # default: every class EC2 can run as catalogued
+        return [n for n, spec in cat.items() if spec.get("instance_type")]
+    out: list[str] = []
+    for name in requested:
+        if name in cat:
+            expanded = [name]
+        elif name == "cpu":  # the catalog lists CPU sizes; "cpu" means all of them
+            expanded = [n for n, spec in cat.items() if spec.get("kind") == "cpu"]
+        else:
+            raise InfraConfigError(
+                f"unknown hardware {name!r} in -c hardware: the catalog has {', '.join(cat)} "
+                "(or 'cpu' for all CPU classes)"
+            )
+        out.extend(n for n in expanded if n not in out)
+    return out
+
+
+def _instance_type_mapping(get: Callable[[str], Any], cat: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for pair in _split(get("instance_types")):
+        name, sep, itype = pair.partition(":")
+        if not sep or not name.strip() or not itype.strip():
+            raise InfraConfigError(f"-c instance_types expects class:type pairs, got {pair!r}")
+        mapping[name.strip()] = itype.strip()
+    for name in cat:
+        single = get(f"{name}_instance_type")
+        if single:
+            mapping[name] = str(single).strip()
+    unknown = sorted(set(mapping) - set(cat))
+    if unknown:
+        raise InfraConfigError(
+            f"instance type given for unknown hardware {', '.join(unknown)}: the catalog has {', '.join(cat)}"
+        )
+    return mapping
+
+
+def validate_instance_type(hardware: str, kind: str, itype: str) -> str:
+    """Check that ``itype`` is an x86_64 EC2 instance type of the right kind (CDK accepts any string)."""
+    m = _ITYPE.match(itype)
+    if m is None:
+        raise InfraConfigError(
+            f"{hardware}: {itype!r} is not an EC2 instance type (expected family.size, e.g. g4dn.xlarge)"
+        )
+    prefix, attrs = m["prefix"], m["attrs"]
+    if "g" in attrs:  # c7g, g5g, m6gd: Graviton (arm64); the AMIs here are x86_64
+        raise InfraConfigError(f"{hardware}: {itype} is an arm64 (Graviton) type; the worker AMIs are x86_64")
+    is_gpu = prefix in _GPU_PREFIXES and "a" not in attrs  # g4ad: AMD GPU, no CUDA
+    if kind == "gpu" and not is_gpu:
+        raise InfraConfigError(
+            f"{hardware} is a GPU class but {itype} has no NVIDIA GPU (use a p* or g* family)"
+        )
+    if kind == "cpu" and prefix in _GPU_PREFIXES:
+        raise InfraConfigError(
+            f"{hardware} is a CPU class but {itype} is a GPU type (it would bill GPU prices)"
+        )
+    return itype
+
+
+def _resolve(name: str, spec: Mapping[str, Any], override: str | None) -> HardwareClass:
+    kind = str(spec.get("kind") or "")
+    if kind not in ("gpu", "cpu"):
+        raise InfraConfigError(f"catalog class {name!r} has kind {kind!r}; expected gpu or cpu")
+    itype = override or spec.get("instance_type")
+    if not itype:
+        raise InfraConfigError(
+            f"hardware {name} has no EC2 instance type (AWS has never offered it): "
+            f"pass -c {name}_instance_type=TYPE (or -c instance_types={name}:TYPE) "
+            "or drop it from -c hardware"
+        )
+    return HardwareClass(
+        name=name,
+        kind=kind,
+        instance_type=validate_instance_type(name, kind, str(itype)),
+        price_per_hour=float(spec.get("price_per_hour") or 0.0),
+    )
+
+
+def _flag(value: Any, key: str, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise InfraConfigError(f"-c {key} must be true or false, got {value!r}")
+
+
+def _positive_int(value: Any, key: str, default: int) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise InfraConfigError(f"-c {key} must be a positive integer, got {value!r}") from None
+    if n <= 0:
+        raise InfraConfigError(f"-c {key} must be a positive integer, got {value!r}")
+    return n

@@ -1,0 +1,117 @@
+"""Names and sizes of the deployed system, in one place (units in the comments).
+
+Resource names that the data plane also uses (``functions/settings.py`` defaults, the queue-name
+prefix of ``functions/localstack/provision.py``) are spelled here once and passed to the code as
+environment variables, never re-typed in a stack.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# -- the repository ---------------------------------------------------------------------------------
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CATALOG_PATH = REPO_ROOT / "profiles" / "hardware.json"  # the hardware catalog (contract data file)
+# Source packages shipped to Lambda and to the workers (copied, never pip-installed).
+LAMBDA_PACKAGES = ("functions", "planner")
+WORKER_PACKAGES = ("functions", "planner", "gpu_fleet", "profiles")
+STAGING_DIR = REPO_ROOT / "build" / "cdk-staging"  # created at synth time; under build/ (git-ignored)
+LAMBDA_DEPS_DIR = REPO_ROOT / "build" / "lambda-deps"  # `python -m cdk.deps lambda` fills python/
+WORKER_WHEELS_DIR = REPO_ROOT / "build" / "worker-wheels"  # `python -m cdk.deps worker` fills it
+
+# -- stacks -----------------------------------------------------------------------------------------
+STACK_PREFIX = "Skinflint"
+STATEFUL_STACK = f"{STACK_PREFIX}-Stateful"
+FLEET_STACK = f"{STACK_PREFIX}-Fleet"
+CONTROL_STACK = f"{STACK_PREFIX}-Control"
+FRONT_STACK = f"{STACK_PREFIX}-Front"
+OBSERVABILITY_STACK = f"{STACK_PREFIX}-Observability"
+ALL_STACKS = (STATEFUL_STACK, FLEET_STACK, CONTROL_STACK, FRONT_STACK, OBSERVABILITY_STACK)
+
+# -- stateful resources -----------------------------------------------------------------------------
+CONFIG_TABLE_NAME = "skinflint-config"  # deployments, hashed API keys, assignments (pk)
+RESULTS_TABLE_NAME = "skinflint-results"  # per-request task records (pk, sk)
+RESULTS_TTL_ATTRIBUTE = "expires_at"  # epoch s; items without it never expire
+QUEUE_NAME_PREFIX = "skinflint-"  # task queues are created at run time as skinflint-{app}-...
+TASKS_DLQ_NAME = "skinflint-tasks-dlq"  # shared DLQ for the run-time task queues
+FLEET_EVENTS_QUEUE_NAME = "skinflint-fleet-events"  # ASG lifecycle + Spot notices -> planner
+FLEET_EVENTS_DLQ_NAME = "skinflint-fleet-events-dlq"
+QUEUE_RETENTION_DAYS = 14  # days: DLQs keep messages this long (the SQS maximum)
+FLEET_EVENTS_RETENTION_HOURS = 4  # h: a fleet event older than this is stale
+FLEET_EVENTS_VISIBILITY_S = 300  # s: AWS advises 6x the consuming function's timeout (6 x 50 s)
+MAX_RECEIVE_COUNT = 5  # receives before a message goes to its DLQ
+FRAMES_EXPIRE_DAYS = 1  # days: frames spilled to S3 (payloads > 200 KiB) are transient
+OUTPUTS_EXPIRE_DAYS = 7  # days: large task outputs under outputs/
+ACCESS_LOGS_EXPIRE_DAYS = 90  # days: S3 server access logs
+ABORT_MULTIPART_DAYS = 1  # days
+FRAMES_BUCKET_PREFIX = "skinflint-frames"  # + -<account>-<region>: a predictable name and literal ARNs
+FRAMES_PREFIX = "frames/"
+OUTPUTS_PREFIX = "outputs/"
+
+# -- Lambda -----------------------------------------------------------------------------------------
+LAMBDA_PYTHON = "3.13"  # runtime of both functions (and of the dependency layer's wheels)
+FRONT_HANDLER = "functions.front.handler.handler"
+PLANNER_HANDLER = "functions.planner.handler.handler"  # functions/planner/handler.py: handler
+FRONT_MEMORY_MB = 1024  # MB: more memory = more CPU = shorter FastAPI cold start
+FRONT_TIMEOUT_S = 29  # s: API Gateway's integration timeout is 29-30 s
+FRONT_RESERVED_CONCURRENCY = 50  # concurrent executions; -c front_concurrency=N overrides
+PLANNER_MEMORY_MB = 1024  # MB
+PLANNER_TIMEOUT_S = 50  # s: below the 60 s epoch so two runs never overlap
+PLANNER_RESERVED_CONCURRENCY = 1  # one planner at a time: plans are versioned, single writer
+PLANNER_EPOCH_S = 60  # s: EventBridge schedule rate(1 minute)
+LOG_RETENTION_DAYS = 30  # days for every log group
+POWERTOOLS_ACCOUNT = "017000801446"  # AWS account publishing the Powertools layers
+POWERTOOLS_LAYER_VERSION = 27  # AWSLambdaPowertoolsPythonV3-python313-x86_64:27; -c powertools_layer_version
+METRICS_NAMESPACE = "Skinflint"  # CloudWatch namespace of the data plane's metrics
+SERVICE_NAME = "skinflint"
+
+# -- API --------------------------------------------------------------------------------------------
+API_STAGE = "live"  # stage path segment; the app's own routes start with /v1
+API_RATE_LIMIT_RPS = 500  # requests/s steady state, per stage and per usage-plan key
+API_BURST = 1000  # requests
+API_QUOTA_PER_DAY = 5_000_000  # requests per key per day
+WAF_RATE_LIMIT_PER_5MIN = 30_000  # requests per client IP per 5 minutes (WAF's fixed window)
+API_KEY_NAME = "skinflint-default"
+USAGE_PLAN_NAME = "skinflint-default"
+
+# -- fleet ------------------------------------------------------------------------------------------
+VPC_CIDR = "10.42.0.0/16"
+MAX_AZS = 2  # availability zones: 2 for Spot capacity; every interface endpoint costs per AZ-hour
+PRIVATE_SUBNET_MASK = 20  # /20 = 4,091 addresses per AZ
+ASG_NAME_PREFIX = "skinflint-workers-"  # + hardware class (dots -> dashes)
+ASG_MAX_INSTANCES = 10  # instances per hardware class; the planner sets the desired count
+ROOT_VOLUME_GIB = 100  # GiB gp3: the DLAMI needs ~75 GiB
+DRAIN_HOOK_NAME = "skinflint-drain"
+DRAIN_HEARTBEAT_S = 300  # s: a draining worker finishes its batch and releases the rest well within
+DRAIN_POLL_S = 5  # s between IMDS target-lifecycle-state reads on the instance
+WORKER_LOG_GROUP = "/skinflint/workers"
+WORKER_PYTHON = "3.11"  # python3.11 from the AL2023 repositories (project requires >= 3.11)
+WORKER_USER = "skinflint"
+# Public SSM parameters of the AMIs (resolved by CloudFormation at deploy time, no synth-time lookup)
+GPU_AMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
+)
+CPU_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+FLOW_LOG_RETENTION_DAYS = 30  # days
+
+# -- dependencies (what the layer and the worker wheelhouse contain) --------------------------------
+LAMBDA_REQUIREMENTS = ("fastapi>=0.110", "mangum>=0.17", "pydantic>=2.6,<3", "numpy>=1.26")
+WORKER_REQUIREMENTS = ("numpy>=1.26", "pydantic>=2.6,<3", "boto3>=1.34", "pillow>=10")
+WORKER_RUNTIME = {"cpu": "onnxruntime>=1.18", "gpu": "onnxruntime-gpu>=1.18"}
+
+# -- observability ----------------------------------------------------------------------------------
+DASHBOARD_NAME = "skinflint"
+ALARM_PERIOD_S = 60  # s
+QUEUE_AGE_ALARM_S = 30  # s: an oldest message older than this cannot meet any video SLO
+SLO_ATTAINMENT_ALARM = 0.99  # fraction of frames within the SLO (alarm below)
+SLO_ATTAINMENT_METRIC = "SloAttainment"  # 0..1 per App; emitted by the result path (see docs/deploy.md)
+
+
+def frames_bucket_name(account: str, region: str) -> str:
+    """The frames bucket's name (S3 names are global: account and region make it unique)."""
+    return f"{FRAMES_BUCKET_PREFIX}-{account}-{region}"
+
+
+def frames_bucket_arn(partition: str, account: str, region: str, key_pattern: str = "") -> str:
+    arn = f"arn:{partition}:s3:::{frames_bucket_name(account, region)}"
+    return f"{arn}/{key_pattern}" if key_pattern else arn

@@ -1,0 +1,178 @@
+"""Control stack: the planner function, run every epoch by EventBridge and on every fleet event
+(drain lifecycle notices arrive on the fleet-events queue)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda_event_sources as sources
+
+from cdk import constants as C
+from cdk.lambdas import PythonFunctionSpec, python_function
+from cdk.nag import acknowledge
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from aws_cdk import aws_dynamodb as ddb
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk import aws_sqs as sqs
+    from constructs import Construct
+
+__all__ = ["ControlStack", "ControlStackProps"]
+
+
+@dataclass(frozen=True)
+class ControlStackProps:
+    code_dir: Path
+    config_table: ddb.ITable
+    results_table: ddb.ITable
+    bucket: s3.IBucket
+    tasks_dlq: sqs.IQueue
+    fleet_events: sqs.IQueue
+    asg_names: dict[str, str]  # hardware class -> Auto Scaling group name
+    powertools_layer_version: int
+
+
+class ControlStack(Stack):
+    """``planner`` (function), ``schedule`` (rule)."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: ControlStackProps, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.planner, role = python_function(
+            self,
+            PythonFunctionSpec(
+                name="Planner",
+                handler=C.PLANNER_HANDLER,
+                code_dir=props.code_dir,
+                memory_mb=C.PLANNER_MEMORY_MB,
+                timeout_s=C.PLANNER_TIMEOUT_S,
+                reserved_concurrency=C.PLANNER_RESERVED_CONCURRENCY,
+                description="Skinflint planner: sessions + rates + profiles -> plans, queues, fleet size",
+                powertools_layer_version=props.powertools_layer_version,
+                environment={
+                    "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,
+                    "SKINFLINT_RESULTS_TABLE": props.results_table.table_name,
+                    "SKINFLINT_BUCKET": props.bucket.bucket_name,
+                    "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
+                    "SKINFLINT_TASKS_DLQ_ARN": props.tasks_dlq.queue_arn,
+                    "SKINFLINT_FLEET_EVENTS_URL": props.fleet_events.queue_url,
+                    "SKINFLINT_ASG_NAMES": json.dumps(props.asg_names, sort_keys=True),
+                    "SKINFLINT_PLANNER_EPOCH_S": str(C.PLANNER_EPOCH_S),
+                    "SKINFLINT_QUEUE_PREFIX": C.QUEUE_NAME_PREFIX,
+                },
+            ),
+        )
+        self._grant(role, props)
+        acknowledge(
+            self.planner,
+            "AwsSolutions-L1",
+            "Python 3.13: the newest runtime for which the public Powertools v3 layer and our dependency "
+            "layer are built (cdk/constants.py LAMBDA_PYTHON); raise both together.",
+        )
+        self.schedule = events.Rule(
+            self,
+            "Epoch",
+            description=f"Run the planner every {C.PLANNER_EPOCH_S} s",
+            schedule=events.Schedule.rate(Duration.seconds(C.PLANNER_EPOCH_S)),
+            targets=[
+                targets.LambdaFunction(
+                    self.planner, retry_attempts=0, max_event_age=Duration.seconds(C.PLANNER_EPOCH_S)
+                )
+            ],
+        )
+        self.planner.add_event_source(
+            sources.SqsEventSource(props.fleet_events, batch_size=10, report_batch_item_failures=True)
+        )
+
+    def _grant(self, role: iam.Role, props: ControlStackProps) -> None:
+        region, account, part = self.region, self.account, self.partition
+        queues = f"arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*"
+        groups = [
+            f"arn:{part}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/{name}"
+            for name in sorted(props.asg_names.values())
+        ]
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ConfigTable",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:Query",
+                    "dynamodb:Scan",
+                    "dynamodb:BatchWriteItem",
+                ],  # fmt: skip
+                resources=[props.config_table.table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ObservedRates",
+                actions=["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
+                resources=[props.results_table.table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="TaskQueues",
+                actions=[
+                    "sqs:CreateQueue",
+                    "sqs:DeleteQueue",
+                    "sqs:GetQueueAttributes",
+                    "sqs:SetQueueAttributes",
+                    "sqs:GetQueueUrl",
+                    "sqs:TagQueue",
+                ],  # fmt: skip
+                resources=[queues],
+            )
+        )
+        if groups:
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="FleetSize",
+                    actions=["autoscaling:SetDesiredCapacity", "autoscaling:UpdateAutoScalingGroup"],
+                    resources=groups,
+                )
+            )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadOnlyWithoutResourceScope",
+                actions=["autoscaling:DescribeAutoScalingGroups", "cloudwatch:GetMetricData"],
+                resources=["*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="Metrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
+            )
+        )
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*]",
+            "The planner creates one task queue per planned machine at run time; all are named "
+            f"{C.QUEUE_NAME_PREFIX}<app>-..., the narrowest scope that exists before they do.",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "DescribeAutoScalingGroups, GetMetricData and PutMetricData have no resource-level "
+            "permissions (read-only, and PutMetricData is pinned to the Skinflint namespace by condition).",
+        )
+        for name in sorted(props.asg_names.values()):
+            acknowledge(
+                role,
+                f"AwsSolutions-IAM5[Resource::arn:{part}:autoscaling:{region}:{account}:"
+                f"autoScalingGroup:*:autoScalingGroupName/{name}]",
+                "A group ARN embeds a generated id; the name part pins the statement to one worker group.",
+            )

@@ -1,0 +1,338 @@
+"""Fleet stack: an isolated VPC (no internet route, VPC endpoints for every service the workers call)
+and one Auto Scaling group per hardware class, each with its own launch template and instance role.
+
+The planner owns the desired capacity (the template sets only min 0 / max), so a deploy never
+resets a running fleet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_autoscaling_hooktargets as hooktargets
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
+
+from cdk import constants as C
+from cdk.assets import dependency_dir, stage_packages
+from cdk.nag import acknowledge
+from cdk.userdata import WorkerBoot, worker_boot_commands
+
+if TYPE_CHECKING:
+    from aws_cdk import aws_dynamodb as ddb
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk import aws_sqs as sqs
+    from constructs import Construct
+
+    from cdk.config import HardwareClass
+
+__all__ = ["FleetStack", "FleetStackProps"]
+
+
+@dataclass(frozen=True)
+class FleetStackProps:
+    hardware: tuple[HardwareClass, ...]
+    spot: bool
+    config_table: ddb.ITable
+    results_table: ddb.ITable
+    bucket: s3.IBucket
+    fleet_events: sqs.IQueue
+
+
+class FleetStack(Stack):
+    """``vpc``, ``groups`` (hardware class -> Auto Scaling group), ``worker_sg``."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: FleetStackProps, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.props = props
+        self.vpc = self._vpc()
+        self.worker_sg = ec2.SecurityGroup(
+            self,
+            "WorkerSg",
+            vpc=self.vpc,
+            description="Skinflint workers: no ingress; HTTPS out to the VPC endpoints only",
+            allow_all_outbound=False,
+        )
+        # S3 and DynamoDB gateway endpoints are reached at the services' public addresses through
+        # the route table, so egress is HTTPS to anywhere; the subnets have no internet route at all.
+        self.worker_sg.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to the VPC endpoints (no internet route exists)"
+        )
+        for endpoint in self._interface_endpoints:  # only the workers may reach the endpoints
+            endpoint.connections.allow_default_port_from(self.worker_sg, "HTTPS from the workers")
+        self.log_group = logs.LogGroup(
+            self,
+            "WorkerLogs",
+            log_group_name=C.WORKER_LOG_GROUP,
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        kinds = sorted({h.kind for h in props.hardware})
+        requirements = {
+            f"requirements-{k}.txt": "\n".join((*C.WORKER_REQUIREMENTS, C.WORKER_RUNTIME[k])) + "\n"
+            for k in kinds
+        }
+        self.code = s3_assets.Asset(
+            self, "WorkerCode", path=str(stage_packages("worker", C.WORKER_PACKAGES, requirements))
+        )
+        wheels = dependency_dir(C.WORKER_WHEELS_DIR, ".")
+        self.wheels = (
+            s3_assets.Asset(self, "WorkerWheels", path=str(wheels))
+            if wheels is not None and any(wheels.glob("*.whl"))
+            else None
+        )
+        self.groups: dict[str, autoscaling.AutoScalingGroup] = {}
+        for hw in props.hardware:
+            self.groups[hw.name] = self._group(hw)
+
+    # -- network ---------------------------------------------------------------------------------
+    def _vpc(self) -> ec2.Vpc:
+        vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(C.VPC_CIDR),
+            max_azs=C.MAX_AZS,
+            nat_gateways=0,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(
+                    name="workers",
+                    subnet_type=ec2.SubnetType.PRIVATE_ISOLATED,
+                    cidr_mask=C.PRIVATE_SUBNET_MASK,
+                )
+            ],
+            restrict_default_security_group=True,
+        )
+        flow_logs = logs.LogGroup(
+            self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
+        vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs))
+        subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+        self._interface_endpoints: list[ec2.InterfaceVpcEndpoint] = []
+        self._s3_gw = vpc.add_gateway_endpoint(
+            "S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[subnets]
+        )
+        self._ddb_gw = vpc.add_gateway_endpoint(
+            "Ddb", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB, subnets=[subnets]
+        )
+        for cid, service in (
+            ("Sqs", ec2.InterfaceVpcEndpointAwsService.SQS),
+            ("Logs", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS),
+            ("Monitoring", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING),
+            ("AutoScaling", ec2.InterfaceVpcEndpointAwsService.AUTOSCALING),
+        ):
+            self._interface_endpoints.append(
+                vpc.add_interface_endpoint(
+                    cid, service=service, subnets=subnets, private_dns_enabled=True, open=False
+                )
+            )
+        return vpc
+
+    # -- one hardware class ----------------------------------------------------------------------
+    def _role(self, hw: HardwareClass) -> iam.Role:
+        p, region, account = self.props, self.region, self.account
+        role = iam.Role(
+            self,
+            f"Role-{hw.slug}",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"Skinflint {hw.name} workers: their queues, tables, frames and metrics only",
+        )
+        queues = f"arn:{self.partition}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*"
+        asg = (
+            f"arn:{self.partition}:autoscaling:{region}:{account}:autoScalingGroup:*:"
+            f"autoScalingGroupName/{hw.asg_name}"
+        )
+        statements = [
+            iam.PolicyStatement(
+                sid="Tables",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:Query",
+                    "dynamodb:Scan",
+                    "dynamodb:BatchWriteItem",
+                ],  # fmt: skip
+                resources=[p.config_table.table_arn, p.results_table.table_arn],
+            ),
+            iam.PolicyStatement(
+                sid="TaskQueues",
+                actions=[
+                    "sqs:ReceiveMessage",
+                    "sqs:DeleteMessage",
+                    "sqs:ChangeMessageVisibility",
+                    "sqs:SendMessage",
+                    "sqs:GetQueueAttributes",
+                    "sqs:GetQueueUrl",
+                ],  # fmt: skip
+                resources=[queues],
+            ),
+            iam.PolicyStatement(
+                sid="Frames",
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[
+                    C.frames_bucket_arn(self.partition, account, region, f"{C.FRAMES_PREFIX}*"),
+                    C.frames_bucket_arn(self.partition, account, region, f"{C.OUTPUTS_PREFIX}*"),
+                ],
+            ),
+            iam.PolicyStatement(
+                sid="Metrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
+            ),
+            iam.PolicyStatement(
+                sid="Drain", actions=["autoscaling:CompleteLifecycleAction"], resources=[asg]
+            ),
+            iam.PolicyStatement(
+                sid="Logs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[self.log_group.log_group_arn],
+            ),
+            iam.PolicyStatement(
+                sid="Code",
+                actions=["s3:GetObject"],
+                resources=[
+                    a.bucket.arn_for_objects(a.s3_object_key)
+                    for a in (self.code, self.wheels)
+                    if a is not None
+                ],
+            ),
+        ]
+        policy = iam.Policy(self, f"Policy-{hw.slug}", statements=statements)
+        role.attach_inline_policy(policy)
+        self._acknowledge_policy(policy, hw)
+        return role
+
+    def _acknowledge_policy(self, policy: iam.Policy, hw: HardwareClass) -> None:
+        region, account = self.region, self.account
+        reasons = {
+            f"Resource::arn:{self.partition}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*": (
+                "Task queues are created at run time by the planner, one per planned machine, all named "
+                f"{C.QUEUE_NAME_PREFIX}<app>-...; the name prefix is the narrowest stable scope."
+            ),
+            "Resource::*": (
+                "cloudwatch:PutMetricData has no resource-level permissions; the statement is limited "
+                f"to the {C.METRICS_NAMESPACE} namespace by the cloudwatch:namespace condition."
+            ),
+            f"Resource::arn:{self.partition}:autoscaling:{region}:{account}:autoScalingGroup:*:"
+            f"autoScalingGroupName/{hw.asg_name}": (
+                "An Auto Scaling group ARN embeds a generated id; the name pins it to this class's group."
+            ),
+            f"Resource::{C.frames_bucket_arn(self.partition, account, region, C.FRAMES_PREFIX)}*": (
+                "Workers read the frames the front spilled to S3; object keys are request ids."
+            ),
+            f"Resource::{C.frames_bucket_arn(self.partition, account, region, C.OUTPUTS_PREFIX)}*": (
+                "Workers write task outputs too large for DynamoDB; object keys are request ids."
+            ),
+        }
+        for finding, reason in reasons.items():
+            acknowledge(policy, f"AwsSolutions-IAM5[{finding}]", reason)
+
+    def _group(self, hw: HardwareClass) -> autoscaling.AutoScalingGroup:
+        p = self.props
+        role = self._role(hw)
+        user_data = ec2.UserData.for_linux()
+        code_zip = user_data.add_s3_download_command(
+            bucket=self.code.bucket, bucket_key=self.code.s3_object_key
+        )
+        wheels_zip = (
+            user_data.add_s3_download_command(bucket=self.wheels.bucket, bucket_key=self.wheels.s3_object_key)
+            if self.wheels
+            else None
+        )
+        boot = WorkerBoot(
+            hardware=hw.name,
+            kind=hw.kind,
+            region=self.region,
+            asg_name=hw.asg_name,
+            code_zip=code_zip,
+            wheels_zip=wheels_zip,
+            config_table=p.config_table.table_name,
+            results_table=p.results_table.table_name,
+            bucket=p.bucket.bucket_name,
+        )
+        user_data.add_commands(*worker_boot_commands(boot))
+        ami = C.GPU_AMI_PARAMETER if hw.kind == "gpu" else C.CPU_AMI_PARAMETER
+        template = ec2.LaunchTemplate(
+            self,
+            f"Template-{hw.slug}",
+            instance_type=ec2.InstanceType(hw.instance_type),
+            machine_image=ec2.MachineImage.from_ssm_parameter(ami, os=ec2.OperatingSystemType.LINUX),
+            role=role,
+            security_group=self.worker_sg,
+            user_data=user_data,
+            require_imdsv2=True,
+            http_put_response_hop_limit=1,
+            associate_public_ip_address=False,
+            detailed_monitoring=True,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name="/dev/xvda",
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        C.ROOT_VOLUME_GIB,
+                        encrypted=True,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+        )
+        common: dict[str, Any] = {
+            "vpc": self.vpc,
+            "vpc_subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED),
+            "auto_scaling_group_name": hw.asg_name,
+            "min_capacity": 0,
+            "max_capacity": C.ASG_MAX_INSTANCES,
+            "group_metrics": [
+                autoscaling.GroupMetrics(
+                    autoscaling.GroupMetric.IN_SERVICE_INSTANCES,
+                    autoscaling.GroupMetric.DESIRED_CAPACITY,
+                    autoscaling.GroupMetric.TERMINATING_INSTANCES,
+                )
+            ],
+        }
+        if p.spot:
+            group = autoscaling.AutoScalingGroup(
+                self,
+                f"Group-{hw.slug}",
+                mixed_instances_policy=autoscaling.MixedInstancesPolicy(
+                    launch_template=template,
+                    instances_distribution=autoscaling.InstancesDistribution(
+                        on_demand_base_capacity=0,
+                        on_demand_percentage_above_base_capacity=0,
+                        spot_allocation_strategy=autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
+                    ),
+                    launch_template_overrides=[
+                        autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(hw.instance_type))
+                    ],
+                ),
+                capacity_rebalance=True,
+                **common,
+            )
+            acknowledge(
+                group,
+                "AwsSolutions-EC26",
+                "cdk-nag 3.0.2's EC26 rule throws on a MixedInstancesPolicy launch template (it reads "
+                "launchTemplateName); the template's root volume is encrypted (asserted in tests/infra).",
+            )
+        else:
+            group = autoscaling.AutoScalingGroup(self, f"Group-{hw.slug}", launch_template=template, **common)
+        group.add_lifecycle_hook(
+            "Drain",
+            lifecycle_hook_name=C.DRAIN_HOOK_NAME,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
+            heartbeat_timeout=Duration.seconds(C.DRAIN_HEARTBEAT_S),
+            default_result=autoscaling.DefaultResult.CONTINUE,
+            notification_target=hooktargets.QueueHook(p.fleet_events),
+        )
+        acknowledge(
+            group,
+            "AwsSolutions-AS3",
+            "Scale events reach the planner through the drain lifecycle hook (SQS fleet-events queue) "
+            "and the group metrics; an SNS notification topic would duplicate them.",
+        )
+        return group

@@ -1,0 +1,276 @@
+"""Front stack: a REST API (API key + usage plan on every method, WAF, access logs, throttling) in
+front of the front function (FastAPI + Mangum).
+
+REST rather than HTTP API: API keys, usage plans (per-key quota and throttle) and AWS WAF exist only
+on REST APIs (DESIGN.md §6), and cameras are machine clients for which a key is the natural
+credential. The app re-checks the key against the hashed keys in the config table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_wafv2 as waf
+
+from cdk import constants as C
+from cdk.lambdas import PythonFunctionSpec, python_function
+from cdk.nag import acknowledge
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from aws_cdk import aws_dynamodb as ddb
+    from aws_cdk import aws_s3 as s3
+    from constructs import Construct
+
+__all__ = ["FrontStack", "FrontStackProps"]
+
+BINARY_MEDIA_TYPES = ["image/jpeg", "image/png"]  # API Gateway passes these to Lambda base64-encoded
+
+
+@dataclass(frozen=True)
+class FrontStackProps:
+    code_dir: Path
+    config_table: ddb.ITable
+    results_table: ddb.ITable
+    bucket: s3.IBucket
+    reserved_concurrency: int
+    powertools_layer_version: int
+
+
+class FrontStack(Stack):
+    """``function``, ``api``, ``api_key``, ``web_acl``."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: FrontStackProps, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.function, role = python_function(
+            self,
+            PythonFunctionSpec(
+                name="Front",
+                handler=C.FRONT_HANDLER,
+                code_dir=props.code_dir,
+                memory_mb=C.FRONT_MEMORY_MB,
+                timeout_s=C.FRONT_TIMEOUT_S,
+                reserved_concurrency=props.reserved_concurrency,
+                description="Skinflint front API: accept frames, dispatch them to queues, serve results",
+                powertools_layer_version=props.powertools_layer_version,
+                environment={
+                    "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,
+                    "SKINFLINT_RESULTS_TABLE": props.results_table.table_name,
+                    "SKINFLINT_BUCKET": props.bucket.bucket_name,
+                    "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
+                },
+            ),
+        )
+        self._grant(role, props)
+        self.api = self._api()
+        self.web_acl = self._waf()
+        CfnOutput(
+            self,
+            "ApiUrl",
+            value=self.api.url,
+            description="Base URL of the front API (ends with the stage and a slash)",
+        )
+        CfnOutput(
+            self,
+            "ApiKeyId",
+            value=self.api_key.key_id,
+            description="aws apigateway get-api-key --include-value",
+        )
+
+    def _api(self) -> apigw.RestApi:
+        access_logs = logs.LogGroup(
+            self, "AccessLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
+        api = apigw.RestApi(
+            self,
+            "Api",
+            rest_api_name="skinflint",
+            description="Skinflint front API",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            binary_media_types=BINARY_MEDIA_TYPES,
+            cloud_watch_role=True,
+            deploy_options=apigw.StageOptions(
+                stage_name=C.API_STAGE,
+                access_log_destination=apigw.LogGroupLogDestination(access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),  # fmt: skip
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                metrics_enabled=True,
+                throttling_rate_limit=C.API_RATE_LIMIT_RPS,
+                throttling_burst_limit=C.API_BURST,
+            ),
+        )
+        validator = api.add_request_validator(
+            "Validator", validate_request_parameters=True, validate_request_body=True
+        )
+        integration = apigw.LambdaIntegration(self.function)
+        options: dict[str, Any] = {"api_key_required": True, "request_validator": validator}
+        api.root.add_method("ANY", integration, **options)
+        api.root.add_resource("{proxy+}").add_method("ANY", integration, **options)
+        self.api_key = api.add_api_key("Key", api_key_name=C.API_KEY_NAME)
+        plan = api.add_usage_plan(
+            "Plan",
+            name=C.USAGE_PLAN_NAME,
+            throttle=apigw.ThrottleSettings(rate_limit=C.API_RATE_LIMIT_RPS, burst_limit=C.API_BURST),
+            quota=apigw.QuotaSettings(limit=C.API_QUOTA_PER_DAY, period=apigw.Period.DAY),
+            api_stages=[apigw.UsagePlanPerApiStage(api=api, stage=api.deployment_stage)],
+        )
+        plan.add_api_key(self.api_key)
+        acknowledge(
+            api,
+            "AwsSolutions-APIG4",
+            "Every method requires an API key tied to a usage plan (quota, throttle), WAF filters the stage, "
+            "and the function re-verifies the key against the hashed keys in the config table; clients are "
+            "cameras and pipelines (machine to machine), for which IAM or Cognito authorizers add no check.",
+        )
+        acknowledge(
+            self.function,
+            "AwsSolutions-L1",
+            "Python 3.13: the newest runtime for which the public Powertools v3 layer and our dependency "
+            "layer are built (cdk/constants.py LAMBDA_PYTHON); raise both together.",
+        )
+        acknowledge(
+            api,
+            "AwsSolutions-COG4",
+            "No Cognito user pool: clients are machines authenticated by API key (see AwsSolutions-APIG4).",
+        )
+        acknowledge(
+            api,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
+            "The account-level role API Gateway uses to write execution logs; AWS's managed policy is the "
+            "documented one and only allows CloudWatch Logs writes.",
+        )
+        return api
+
+    def _waf(self) -> waf.CfnWebACL:
+        def visibility(name: str) -> waf.CfnWebACL.VisibilityConfigProperty:
+            return waf.CfnWebACL.VisibilityConfigProperty(
+                cloud_watch_metrics_enabled=True, metric_name=name, sampled_requests_enabled=True
+            )
+
+        def managed(
+            priority: int, name: str, overrides: list[str] | None = None
+        ) -> waf.CfnWebACL.RuleProperty:
+            return waf.CfnWebACL.RuleProperty(
+                name=name,
+                priority=priority,
+                override_action=waf.CfnWebACL.OverrideActionProperty(none={}),
+                statement=waf.CfnWebACL.StatementProperty(
+                    managed_rule_group_statement=waf.CfnWebACL.ManagedRuleGroupStatementProperty(
+                        vendor_name="AWS",
+                        name=name,
+                        rule_action_overrides=[
+                            waf.CfnWebACL.RuleActionOverrideProperty(
+                                name=rule, action_to_use=waf.CfnWebACL.RuleActionProperty(count={})
+                            )
+                            for rule in overrides or []
+                        ]
+                        or None,
+                    )
+                ),
+                visibility_config=visibility(name),
+            )
+
+        acl = waf.CfnWebACL(
+            self,
+            "WebAcl",
+            scope="REGIONAL",
+            default_action=waf.CfnWebACL.DefaultActionProperty(allow={}),
+            visibility_config=visibility("skinflint-front"),
+            rules=[
+                # frames are image bodies far above the common rule set's 8 KB body limit: count, not block
+                managed(0, "AWSManagedRulesCommonRuleSet", overrides=["SizeRestrictions_BODY"]),
+                managed(1, "AWSManagedRulesKnownBadInputsRuleSet"),
+                waf.CfnWebACL.RuleProperty(
+                    name="PerIpRate",
+                    priority=2,
+                    action=waf.CfnWebACL.RuleActionProperty(block={}),
+                    statement=waf.CfnWebACL.StatementProperty(
+                        rate_based_statement=waf.CfnWebACL.RateBasedStatementProperty(
+                            limit=C.WAF_RATE_LIMIT_PER_5MIN, aggregate_key_type="IP"
+                        )
+                    ),
+                    visibility_config=visibility("PerIpRate"),
+                ),
+            ],
+        )
+        waf.CfnWebACLAssociation(
+            self,
+            "WebAclAssociation",
+            resource_arn=self.api.deployment_stage.stage_arn,
+            web_acl_arn=acl.attr_arn,
+        )
+        return acl
+
+    def _grant(self, role: iam.Role, props: FrontStackProps) -> None:
+        region, account, part = self.region, self.account, self.partition
+        frames = C.frames_bucket_arn(part, account, region, C.FRAMES_PREFIX)
+        outputs = C.frames_bucket_arn(part, account, region, C.OUTPUTS_PREFIX)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ConfigRead",
+                actions=["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
+                resources=[props.config_table.table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="Results",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:Query",
+                    "dynamodb:BatchWriteItem",
+                ],  # fmt: skip
+                resources=[props.results_table.table_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="Dispatch",
+                actions=["sqs:SendMessage", "sqs:GetQueueUrl"],
+                resources=[f"arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(sid="FramesOut", actions=["s3:PutObject"], resources=[f"{frames}*"])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(sid="OutputsIn", actions=["s3:GetObject"], resources=[f"{outputs}*"])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="Metrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
+            )
+        )
+        reasons = {
+            f"Resource::arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*": (
+                "The front sends to the task queues the planner creates at run time (named "
+                f"{C.QUEUE_NAME_PREFIX}<app>-...); the prefix is the narrowest scope known at deploy time."
+            ),
+            f"Resource::{frames}*": "Frames over the SQS size limit are written under frames/<request id>.",
+            f"Resource::{outputs}*": "Large task outputs are read back under outputs/<request id>/.",
+            "Resource::*": (
+                "cloudwatch:PutMetricData has no resource-level permissions; a condition pins the namespace."
+            ),
+        }
+        for finding, reason in reasons.items():
+            acknowledge(role, f"AwsSolutions-IAM5[{finding}]", reason)

@@ -1,0 +1,130 @@
+"""The worker's boot script: install the code and its wheels, then run the worker and the drain
+watcher as systemd services. Values may be CloudFormation tokens (table names, bucket)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdk import constants as C
+
+__all__ = ["WorkerBoot", "worker_boot_commands"]
+
+_IMDS = "http://169.254.169.254/latest"
+
+
+@dataclass(frozen=True)
+class WorkerBoot:
+    hardware: str  # catalog class, e.g. "t4"
+    kind: str  # "gpu" | "cpu"
+    region: str
+    asg_name: str
+    code_zip: str  # local path the code archive was downloaded to
+    wheels_zip: str | None  # local path of the wheelhouse archive, None when not built
+    config_table: str
+    results_table: str
+    bucket: str
+
+
+def _env_lines(b: WorkerBoot) -> list[str]:
+    env = {
+        "AWS_DEFAULT_REGION": b.region,
+        "SKINFLINT_CONFIG_TABLE": b.config_table,
+        "SKINFLINT_RESULTS_TABLE": b.results_table,
+        "SKINFLINT_BUCKET": b.bucket,
+        "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
+        "SKINFLINT_HARDWARE": b.hardware,
+        "SKINFLINT_ASG_NAME": b.asg_name,
+        "SKINFLINT_DRAIN_HOOK": C.DRAIN_HOOK_NAME,
+        "PYTHONPATH": "/opt/skinflint/app",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return [f"echo '{k}={v}' >> /etc/skinflint/worker.env" for k, v in env.items()]
+
+
+def worker_boot_commands(b: WorkerBoot) -> list[str]:
+    """Shell commands appended to the launch template's user data (Amazon Linux 2023)."""
+    py = f"python{C.WORKER_PYTHON}"
+    req = f"/opt/skinflint/app/requirements-{b.kind}.txt"
+    if b.wheels_zip:
+        install = [
+            f"unzip -q -o {b.wheels_zip} -d /opt/skinflint/wheels",
+            f"/opt/skinflint/venv/bin/pip install --no-index --find-links /opt/skinflint/wheels -r {req}",
+        ]
+    else:  # no wheelhouse was built: PyPI must be reachable (it is not from the isolated subnets)
+        install = [f"/opt/skinflint/venv/bin/pip install -r {req}"]
+    token = f'TOKEN=$(curl -sS -X PUT {_IMDS}/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")'
+    return [
+        "set -euo pipefail",
+        "exec > >(tee -a /var/log/skinflint-boot.log) 2>&1",
+        f"dnf install -y {py} {py}-pip unzip amazon-cloudwatch-agent",
+        f"id -u {C.WORKER_USER} >/dev/null 2>&1 || useradd --system -d /opt/skinflint {C.WORKER_USER}",
+        "install -d -m 0755 /opt/skinflint /opt/skinflint/app /etc/skinflint",
+        f"install -d -m 0755 -o {C.WORKER_USER} /var/log/skinflint",
+        f"unzip -q -o {b.code_zip} -d /opt/skinflint/app",
+        f"{py} -m venv /opt/skinflint/venv",
+        *install,
+        ": > /etc/skinflint/worker.env",
+        *_env_lines(b),
+        token,
+        f'INSTANCE_ID=$(curl -sS -H "X-aws-ec2-metadata-token: $TOKEN" {_IMDS}/meta-data/instance-id)',
+        # the planner writes this worker's assignment under its instance id (worker#<instance id>)
+        'echo "SKINFLINT_WORKER_ID=$INSTANCE_ID" >> /etc/skinflint/worker.env',
+        'echo "SKINFLINT_INSTANCE_ID=$INSTANCE_ID" >> /etc/skinflint/worker.env',
+        "cat > /etc/systemd/system/skinflint-worker.service <<'UNIT'",
+        "[Unit]",
+        "Description=Skinflint worker (python -m gpu_fleet.worker)",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "[Service]",
+        f"User={C.WORKER_USER}",
+        "EnvironmentFile=/etc/skinflint/worker.env",
+        "WorkingDirectory=/opt/skinflint/app",
+        "ExecStart=/opt/skinflint/venv/bin/python -m gpu_fleet.worker --worker-id ${SKINFLINT_WORKER_ID}",
+        "KillSignal=SIGTERM",
+        f"TimeoutStopSec={C.DRAIN_HEARTBEAT_S // 2}",
+        "Restart=always",
+        "RestartSec=15",
+        "StandardOutput=append:/var/log/skinflint/worker.log",
+        "StandardError=append:/var/log/skinflint/worker.log",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "UNIT",
+        "cat > /opt/skinflint/drain.sh <<'DRAIN'",
+        "#!/bin/bash",
+        "# Scale-in / Spot rebalance: the ASG holds the instance in Terminating:Wait (lifecycle hook);",
+        "# stop the worker (SIGTERM: finish the batch in hand, release the rest), then let it go.",
+        "source /etc/skinflint/worker.env",
+        "while true; do",
+        f"  {token}",
+        f'  STATE=$(curl -sf -H "X-aws-ec2-metadata-token: $TOKEN"'
+        f" {_IMDS}/meta-data/autoscaling/target-lifecycle-state || true)",
+        '  if [ "$STATE" = "Terminated" ]; then',
+        "    systemctl stop skinflint-worker.service",
+        "    aws autoscaling complete-lifecycle-action --lifecycle-action-result CONTINUE"
+        ' --lifecycle-hook-name "$SKINFLINT_DRAIN_HOOK" --auto-scaling-group-name "$SKINFLINT_ASG_NAME"'
+        ' --instance-id "$SKINFLINT_INSTANCE_ID" --region "$AWS_DEFAULT_REGION"',
+        "    exit 0",
+        "  fi",
+        f"  sleep {C.DRAIN_POLL_S}",
+        "done",
+        "DRAIN",
+        "chmod 0755 /opt/skinflint/drain.sh",
+        "cat > /etc/systemd/system/skinflint-drain.service <<'UNIT'",
+        "[Unit]",
+        "Description=Skinflint drain on scale-in (ASG lifecycle hook)",
+        "[Service]",
+        "ExecStart=/opt/skinflint/drain.sh",
+        "Restart=on-failure",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "UNIT",
+        "cat > /opt/aws/amazon-cloudwatch-agent/etc/amazon-cloudwatch-agent.json <<'CWA'",
+        '{"logs": {"logs_collected": {"files": {"collect_list": ['
+        '{"file_path": "/var/log/skinflint/worker.log",'
+        f' "log_group_name": "{C.WORKER_LOG_GROUP}", "log_stream_name": "{{instance_id}}"}}]}}}}}}}}',
+        "CWA",
+        "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s"
+        " -c file:/opt/aws/amazon-cloudwatch-agent/etc/amazon-cloudwatch-agent.json",
+        "systemctl daemon-reload",
+        "systemctl enable --now skinflint-worker.service skinflint-drain.service",
+    ]

@@ -1,0 +1,296 @@
+"""aws_cdk.assertions on the invariants that matter: encryption, DLQs, authentication, worker
+isolation, least privilege. Templates come from the session's single synthesis."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from cdk import constants as C
+from tests.infra.conftest import resources
+
+if TYPE_CHECKING:
+    from tests.infra.conftest import Assembly
+
+pytestmark = pytest.mark.infra
+
+
+@pytest.fixture(scope="module")
+def t(assembly: Assembly) -> dict[str, Template]:
+    return {name: Template.from_json(doc) for name, doc in assembly.templates().items()}
+
+
+def test_every_stack_synthesized(assembly: Assembly) -> None:
+    assert set(assembly.templates()) == set(C.ALL_STACKS)
+
+
+def test_stateful_stack_has_termination_protection(assembly: Assembly) -> None:
+    artifacts = assembly.manifest()["artifacts"]
+    assert artifacts[C.STATEFUL_STACK]["properties"]["terminationProtection"] is True
+
+
+# -- encryption and data protection ------------------------------------------------------------------
+def test_tables_encrypted_with_pitr_and_retained(t: dict[str, Template]) -> None:
+    s = t[C.STATEFUL_STACK]
+    s.resource_count_is("AWS::DynamoDB::Table", 2)
+    s.all_resources_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "SSESpecification": {"SSEEnabled": True},
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+            "DeletionProtectionEnabled": True,
+        },
+    )
+    s.all_resources("AWS::DynamoDB::Table", {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"})
+
+
+def test_buckets_encrypted_private_and_tls_only(t: dict[str, Template], assembly: Assembly) -> None:
+    s = t[C.STATEFUL_STACK]
+    s.all_resources_properties(
+        "AWS::S3::Bucket",
+        {
+            "BucketEncryption": {
+                "ServerSideEncryptionConfiguration": [
+                    {"ServerSideEncryptionByDefault": {"SSEAlgorithm": Match.any_value()}}
+                ]
+            },
+            "PublicAccessBlockConfiguration": {
+                "BlockPublicAcls": True,
+                "BlockPublicPolicy": True,
+                "IgnorePublicAcls": True,
+                "RestrictPublicBuckets": True,
+            },  # fmt: skip
+            "LifecycleConfiguration": {"Rules": Match.any_value()},
+        },
+    )
+    buckets = resources(assembly.template(C.STATEFUL_STACK), "AWS::S3::Bucket")
+    policies = resources(assembly.template(C.STATEFUL_STACK), "AWS::S3::BucketPolicy")
+    tls_denied = {
+        p["Properties"]["Bucket"]["Ref"]
+        for p in policies.values()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if st["Effect"] == "Deny"
+        and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+    }
+    assert tls_denied == set(buckets)
+    frames = next(b for b in buckets.values() if "BucketName" in b["Properties"])
+    rules = {r["Id"]: r for r in frames["Properties"]["LifecycleConfiguration"]["Rules"] if "Id" in r}
+    assert rules["frames"]["ExpirationInDays"] == C.FRAMES_EXPIRE_DAYS
+    assert "LoggingConfiguration" in frames["Properties"]
+
+
+def test_every_queue_encrypted_tls_only_and_has_a_dlq(assembly: Assembly) -> None:
+    doc = assembly.template(C.STATEFUL_STACK)
+    queues = resources(doc, "AWS::SQS::Queue")
+    assert queues
+    for q in queues.values():
+        assert q["Properties"].get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in q["Properties"]
+    dlq_targets = {
+        q["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+        for q in queues.values()
+        if "RedrivePolicy" in q["Properties"]
+    }
+    dlq_names = {C.TASKS_DLQ_NAME, C.FLEET_EVENTS_DLQ_NAME}
+    for lid, q in queues.items():
+        if q["Properties"]["QueueName"] in dlq_names:
+            continue  # a DLQ needs no DLQ
+        assert "RedrivePolicy" in q["Properties"], f"{lid} has no DLQ"
+    assert dlq_targets <= set(queues)
+    tls = {
+        ref["Ref"]
+        for p in resources(doc, "AWS::SQS::QueuePolicy").values()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if st["Effect"] == "Deny"
+        and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+        for ref in p["Properties"]["Queues"]
+    }
+    assert tls == set(queues)
+
+
+def test_alarm_topic_encrypted_and_tls_only(t: dict[str, Template]) -> None:
+    o = t[C.OBSERVABILITY_STACK]
+    o.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
+    o.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
+                )
+            }
+        },
+    )
+    o.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+
+
+# -- API authentication, logging, throttling ---------------------------------------------------------
+def test_every_api_method_requires_an_api_key(assembly: Assembly) -> None:
+    methods = resources(assembly.template(C.FRONT_STACK), "AWS::ApiGateway::Method")
+    assert len(methods) >= 2  # root ANY and {proxy+} ANY
+    for lid, m in methods.items():
+        assert m["Properties"]["ApiKeyRequired"] is True, f"{lid} is open"
+
+
+def test_api_has_usage_plan_waf_access_logs_and_throttling(t: dict[str, Template]) -> None:
+    f = t[C.FRONT_STACK]
+    f.has_resource_properties(
+        "AWS::ApiGateway::Stage",
+        {
+            "StageName": C.API_STAGE,
+            "AccessLogSetting": {"DestinationArn": Match.any_value(), "Format": Match.any_value()},
+            "MethodSettings": Match.array_with(
+                [
+                    Match.object_like(
+                        {"ThrottlingRateLimit": C.API_RATE_LIMIT_RPS, "ThrottlingBurstLimit": C.API_BURST}
+                    )
+                ]
+            ),
+        },
+    )
+    f.has_resource_properties(
+        "AWS::ApiGateway::UsagePlan",
+        {"Quota": {"Limit": C.API_QUOTA_PER_DAY, "Period": "DAY"}, "Throttle": Match.any_value()},
+    )
+    f.resource_count_is("AWS::ApiGateway::UsagePlanKey", 1)
+    f.resource_count_is("AWS::WAFv2::WebACLAssociation", 1)
+    f.has_resource_properties("AWS::WAFv2::WebACL", {"Scope": "REGIONAL", "DefaultAction": {"Allow": {}}})
+    f.has_resource_properties("AWS::ApiGateway::RestApi", {"BinaryMediaTypes": ["image/jpeg", "image/png"]})
+
+
+# -- functions ---------------------------------------------------------------------------------------
+def _functions(assembly: Assembly) -> dict[str, dict[str, Any]]:
+    out = {}
+    for stack in (C.FRONT_STACK, C.CONTROL_STACK):
+        for lid, fn in resources(assembly.template(stack), "AWS::Lambda::Function").items():
+            out[fn["Properties"]["Handler"]] = fn | {"stack": stack, "id": lid}
+    return out
+
+
+def test_functions_handlers_concurrency_powertools_and_own_roles(assembly: Assembly) -> None:
+    fns = _functions(assembly)
+    assert set(fns) == {C.FRONT_HANDLER, C.PLANNER_HANDLER}
+    roles = set()
+    for handler, fn in fns.items():
+        p = fn["Properties"]
+        assert p["ReservedConcurrentExecutions"] >= 1, handler
+        assert any("AWSLambdaPowertoolsPythonV3" in str(layer) for layer in p["Layers"]), handler
+        assert p["Environment"]["Variables"]["SKINFLINT_CONFIG_TABLE"], handler
+        roles.add((fn["stack"], p["Role"]["Fn::GetAtt"][0]))
+    assert len(roles) == len(fns)  # one role per function
+    assert fns[C.PLANNER_HANDLER]["Properties"]["ReservedConcurrentExecutions"] == 1
+
+
+def test_planner_runs_every_minute_and_on_fleet_events(t: dict[str, Template]) -> None:
+    c = t[C.CONTROL_STACK]
+    c.has_resource_properties(
+        "AWS::Events::Rule", {"ScheduleExpression": "rate(1 minute)", "State": "ENABLED"}
+    )
+    c.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping", {"FunctionResponseTypes": ["ReportBatchItemFailures"]}
+    )
+
+
+# -- fleet -------------------------------------------------------------------------------------------
+def test_one_group_per_hardware_class_with_drain_hook(assembly: Assembly) -> None:
+    doc = assembly.template(C.FLEET_STACK)
+    groups = resources(doc, "AWS::AutoScaling::AutoScalingGroup")
+    names = {g["Properties"]["AutoScalingGroupName"] for g in groups.values()}
+    assert {"skinflint-workers-t4", "skinflint-workers-v100", "skinflint-workers-c6i-large"} <= names
+    for g in groups.values():
+        assert "DesiredCapacity" not in g["Properties"]  # the planner owns it
+        assert g["Properties"]["MinSize"] == "0"
+    hooks = resources(doc, "AWS::AutoScaling::LifecycleHook")
+    assert len(hooks) == len(groups)
+    for h in hooks.values():
+        assert h["Properties"]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+        assert h["Properties"]["LifecycleHookName"] == C.DRAIN_HOOK_NAME
+
+
+def test_workers_imdsv2_no_public_ip_encrypted_ebs(assembly: Assembly) -> None:
+    templates = resources(assembly.template(C.FLEET_STACK), "AWS::EC2::LaunchTemplate")
+    assert templates
+    for lid, lt in templates.items():
+        data = lt["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required", lid
+        assert all(ni["AssociatePublicIpAddress"] is False for ni in data["NetworkInterfaces"]), lid
+        assert all(bd["Ebs"]["Encrypted"] is True for bd in data["BlockDeviceMappings"]), lid
+        assert "ImageId" in data and "Ref" in data["ImageId"], lid  # public SSM parameter, resolved at deploy
+        user_data = str(data["UserData"])
+        assert "gpu_fleet.worker" in user_data and "systemctl enable --now skinflint-worker" in user_data, lid
+
+
+def test_vpc_is_isolated_with_endpoints(assembly: Assembly) -> None:
+    doc = assembly.template(C.FLEET_STACK)
+    for rtype in ("AWS::EC2::InternetGateway", "AWS::EC2::NatGateway", "AWS::EC2::EIP"):
+        assert not resources(doc, rtype), f"the worker VPC must have no {rtype}"
+    services = {str(e["Properties"]["ServiceName"]) for e in resources(doc, "AWS::EC2::VPCEndpoint").values()}
+    for svc in (".s3", ".dynamodb", ".sqs", ".logs", ".monitoring", ".autoscaling"):
+        assert any(s.rstrip("'\"]}").endswith(svc) or f"{svc}'" in s or f"'{svc}'" in s for s in services), (
+            svc
+        )
+    for sn in resources(doc, "AWS::EC2::Subnet").values():
+        assert sn["Properties"]["MapPublicIpOnLaunch"] is False
+    Template.from_json(doc).has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL"})
+
+
+def test_worker_security_group_has_no_ingress(assembly: Assembly) -> None:
+    doc = assembly.template(C.FLEET_STACK)
+    sg = next(v for k, v in resources(doc, "AWS::EC2::SecurityGroup").items() if k.startswith("WorkerSg"))
+    assert not sg["Properties"].get("SecurityGroupIngress")
+
+
+# -- IAM ---------------------------------------------------------------------------------------------
+def _statements(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for lid, r in doc["Resources"].items():
+        props = r.get("Properties", {})
+        if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            out += [(lid, s) for s in props["PolicyDocument"]["Statement"]]
+        if r["Type"] == "AWS::IAM::Role":
+            out += [(lid, s) for p in props.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
+    return out
+
+
+def test_no_wildcard_action_in_any_policy(assembly: Assembly) -> None:
+    for stack, doc in assembly.templates().items():
+        for lid, st in _statements(doc):
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            for a in actions:
+                assert a != "*" and not a.endswith(":*"), f"{stack}/{lid}: {a}"
+
+
+def test_our_roles_use_no_managed_policies(assembly: Assembly) -> None:
+    """Only the API Gateway account role (acknowledged) may carry an AWS managed policy; CDK's own
+    custom-resource provider roles are not ours."""
+    for stack, doc in assembly.templates().items():
+        for lid, r in resources(doc, "AWS::IAM::Role").items():
+            if r["Properties"].get("ManagedPolicyArns"):
+                assert lid.startswith(("ApiCloudWatchRole", "CustomVpcRestrictDefaultSG")), f"{stack}/{lid}"
+
+
+def test_put_metric_data_is_pinned_to_the_namespace(assembly: Assembly) -> None:
+    for doc in assembly.templates().values():
+        for lid, st in _statements(doc):
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            if "cloudwatch:PutMetricData" in actions:
+                assert st["Condition"]["StringEquals"]["cloudwatch:namespace"] == C.METRICS_NAMESPACE, lid
+
+
+# -- observability -----------------------------------------------------------------------------------
+def test_dashboard_and_alarms(assembly: Assembly) -> None:
+    doc = assembly.template(C.OBSERVABILITY_STACK)
+    body = str(resources(doc, "AWS::CloudWatch::Dashboard"))
+    for needle in ("Cost per hour by hardware", "SLO attainment", "Queue age", "Batch fill", "Drops"):
+        assert needle in body, needle
+    alarms = resources(doc, "AWS::CloudWatch::Alarm")
+    text = str(alarms)
+    assert "ApproximateNumberOfMessagesVisible" in text  # DLQ depth
+    assert "ApproximateAgeOfOldestMessage" in text
+    assert C.SLO_ATTAINMENT_METRIC in text
+    assert all(a["Properties"].get("AlarmActions") for a in alarms.values())
