@@ -267,10 +267,10 @@ class _BilledSearch:
         self.cs, self.rate, self.node_limit = cs, rate, node_limit
         self.need = [c.min_rate(budget) for c in cs]
         self.blocks = _tie_blocks(cs)
-        self.unit = [
-            min(cs[k].price / cs[k].throughput for b in self.blocks[i:] for k in b)
-            for i in range(len(self.blocks))
-        ]
+        # unit[i]: min p / t over blocks i.. (suffix minimum)
+        self.unit = [min(cs[k].price / cs[k].throughput for k in b) for b in self.blocks]
+        for i in range(len(self.unit) - 2, -1, -1):
+            self.unit[i] = min(self.unit[i], self.unit[i + 1])
         self.best_cost, self.best_wcl, self.best_counts = _single_config_incumbent(cs, rate, self.need)
         self.counts = [0] * len(cs)
         self.nodes = 0
@@ -298,20 +298,26 @@ class _BilledSearch:
             self._tied(bi, block, w, cost, wcl)
 
     def _single(self, bi: int, k: int, w: float, cost: float, wcl: float) -> None:
-        """The common case: one config in the block; try counts from many down to none."""
+        """The common case: one config in the block. Counts go up from the fewest that meet the
+        config's own Theorem 1 condition; the bound cost + n p + (T - w - n t) * unit_next is
+        non-decreasing in n (p / t >= unit_next, configs ahead have higher r), so the loop stops at
+        the first n whose bound exceeds the incumbent. More machines than reach T only add cost."""
         c, need = self.cs[k], self.need[k]
         t, price = c.throughput, c.price
-        hi = max(math.ceil((self.rate - w) / t - 1e-9), math.ceil((need - w) / t - 1e-9), 1)
-        for n in range(hi, 0, -1):
-            w2 = w + n * t
-            if w2 < need - EPS:
+        lo = max(1, math.ceil((need - w) / t - 1e-9))
+        reach = max(lo, math.ceil((self.rate - w) / t - 1e-9))
+        last = bi + 1 == len(self.blocks)
+        unit_next = self.unit[bi + 1] if not last else math.inf
+        for n in range(reach if last else lo, reach + 1):
+            w2, cost2 = w + n * t, cost + n * price
+            rest = self.rate - w2
+            if cost2 + (rest * unit_next if rest > EPS else 0.0) > self.best_cost + EPS:
                 break
-            if cost + n * price > self.best_cost + EPS:
-                continue
             self.counts[k] = n
-            self.dfs(bi + 1, w2, cost + n * price, max(wcl, c.duration + c.batch / w2))
+            self.dfs(bi + 1, w2, cost2, max(wcl, c.duration + c.batch / w2))
         self.counts[k] = 0
-        self.dfs(bi + 1, w, cost, wcl)
+        if not last:
+            self.dfs(bi + 1, w, cost, wcl)
 
     def _tied(self, bi: int, block: list[int], w: float, cost: float, wcl: float) -> None:
         """Configs of equal r share w: choose all their counts, then check their conditions."""

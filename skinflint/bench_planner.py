@@ -33,11 +33,12 @@ OBJECTIVES = ("occupancy", "billed")
 class Row:
     costs: list[float] = field(default_factory=list)  # normalised to the optimum
     times_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
     invalid: int = 0
     infeasible: int = 0
 
     def summary(self, n: int) -> dict[str, Any]:
-        c, t = self.costs, sorted(self.times_ms)
+        c, t, cpu = self.costs, sorted(self.times_ms), sorted(self.cpu_ms)
         return {
             "problems": n,
             "planned": len(c),
@@ -49,6 +50,8 @@ class Row:
             "within_1pct_pct": 100 * sum(x <= 1.01 for x in c) / len(c) if c else None,
             "median_ms": statistics.median(t) if t else None,
             "p95_ms": t[min(len(t) - 1, int(0.95 * len(t)))] if t else None,
+            "median_cpu_ms": statistics.median(cpu) if cpu else None,
+            "p95_cpu_ms": cpu[min(len(cpu) - 1, int(0.95 * len(cpu)))] if cpu else None,
         }
 
 
@@ -78,6 +81,7 @@ def _one(problem: Any, objective: str, policies: list[str], rows: dict[tuple[str
     key = "cost_per_hour" if objective == "occupancy" else "billed_per_hour"
     ref = solve(problem, "optimal", objective)  # type: ignore[arg-type]
     rows[(objective, "optimal")].times_ms.append(ref.solve_ms)
+    rows[(objective, "optimal")].cpu_ms.append(ref.model_extra["solve_cpu_ms"])
     rows[(objective, "optimal")].costs.append(1.0)
     best = getattr(ref, key)
     for policy in policies:
@@ -88,6 +92,7 @@ def _one(problem: Any, objective: str, policies: list[str], rows: dict[tuple[str
             row.infeasible += 1
             continue
         row.times_ms.append(plan.solve_ms)
+        row.cpu_ms.append(plan.model_extra["solve_cpu_ms"])
         if check_plan(problem, plan, plan.model_extra["latency_model"]):
             row.invalid += 1
         row.costs.append(getattr(plan, key) / best)
@@ -137,6 +142,8 @@ def render(result: dict[str, Any]) -> None:
             "<=1% %",
             "median ms",
             "p95 ms",
+            "cpu med ms",
+            "cpu p95 ms",
         ]:
             table.add_column(col, justify="right" if col != "policy" else "left")
         for policy, s in result["results"][objective].items():
@@ -152,6 +159,8 @@ def render(result: dict[str, Any]) -> None:
                 fmt(s["within_1pct_pct"], ".1f"),
                 fmt(s["median_ms"], ".2f"),
                 fmt(s["p95_ms"], ".2f"),
+                fmt(s["median_cpu_ms"], ".2f"),
+                fmt(s["p95_cpu_ms"], ".2f"),
             )
         console.print(table)
     load = ", ".join(f"{x:.1f}" for x in result["host"]["load_avg"])
