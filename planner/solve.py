@@ -433,7 +433,7 @@ def _undominated(cs: list[Config], rate: float) -> list[Config]:
     le = (keys[:, None, :] <= keys[None, :, :]).all(axis=2)  # le[j, i]: j <= i in every key
     lt = (keys[:, None, :] < keys[None, :, :]).any(axis=2)
     earlier = np.tri(len(cs), k=-1, dtype=bool).T  # earlier[j, i]: j < i
-    dominated = [bool(v) for v in (le & (lt | earlier)).any(axis=0)]
+    dominated = [bool(v) for v in np.asarray((le & (lt | earlier)).any(axis=0)).ravel()]
     return [c for c, d in zip(cs, dominated, strict=True) if not d]
 
 
