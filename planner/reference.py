@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from planner.latency import EPS, Config, Group, worst_case
 from planner.module import ModuleSchedule
-from planner.split import Option, combine
+from planner.split import ListSource, Option, combine
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -117,7 +117,7 @@ def exhaustive_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | N
                     best = (cost, combo)
         choice = list(best[1]) if best is not None else None
     else:
-        choice, _ = combine(fronts, ctx.paths, ctx.slo)
+        choice, _ = combine([ListSource(f) for f in fronts], ctx.paths, ctx.slo)
     if choice is None:
         return None
     scheds = [o.payload for o in choice]

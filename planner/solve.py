@@ -31,7 +31,7 @@ from planner.module import (
     piccolo_dummy,
 )
 from planner.policies import PolicySpec, get_policy
-from planner.split import Option, combine, even_split, iterative_split, path_latency
+from planner.split import ListSource, Option, combine, even_split, iterative_split, path_latency
 
 if TYPE_CHECKING:
     from planner.models import Objective, ProblemSpec
@@ -313,7 +313,7 @@ def _quantized(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
             if s is not None:
                 opts.append(Option(k * q, s.cost(ctx.objective), (k * q, s)))
         options.append(_pareto(opts))
-    choice, proven = combine(options, ctx.paths, ctx.slo + EPS)
+    choice, proven = combine([ListSource(o) for o in options], ctx.paths, ctx.slo + EPS)
     ctx.proven &= proven
     if choice is None:
         return None
@@ -443,6 +443,7 @@ class _Stairs:
 
     def __init__(self, ctx: _Ctx, i: int, lmax: float):
         self.ctx, self.i, self.lmax = ctx, i, lmax
+        self.floor = _min_latency(ctx, i)
         self.points: list[Option[ModuleSchedule]] = []
         self.exhausted = False
 
@@ -465,52 +466,20 @@ class _Stairs:
             return self.points[k]
         return None
 
+    def min_latency(self) -> float:
+        return self.floor
+
 
 def _exact_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
-    """Exact billed optimum: lazily built per-module staircases combined by branch and bound.
-
-    Bound: cost so far + each remaining module's cheapest step. Cut: a path that cannot fit even
-    with every remaining module at its infimum latency (its smallest duration)."""
+    """Exact billed optimum: per-module staircases, generated lazily, combined by branch and bound
+    (:func:`~planner.split.combine`) from an incumbent with proportional budgets."""
     incumbent = _proportional(ctx)
-    best_cost = _total(ctx, incumbent)
     stairs = [_Stairs(ctx, i, _max_budget(ctx, i)) for i in range(ctx.n)]
-    firsts = [st.get(0, math.inf) for st in stairs]
-    if any(f is None for f in firsts):
+    choice, proven = combine(stairs, ctx.paths, ctx.slo, bound=_total(ctx, incumbent))
+    ctx.proven &= proven
+    if choice is None:
         return incumbent
-    min_cost = [f.cost for f in firsts if f is not None]
-    rest_cost = [sum(min_cost[i:]) for i in range(ctx.n + 1)]
-    dmin = [_min_latency(ctx, i) for i in range(ctx.n)]
-    on = [[p for p, path in enumerate(ctx.paths) if i in path] for i in range(ctx.n)]
-    rest_lat = [[sum(dmin[j] for j in path if j >= i) for path in ctx.paths] for i in range(ctx.n + 1)]
-    used = [0.0] * len(ctx.paths)
-    chosen: list[Option[ModuleSchedule]] = []
-    best: list[Option[ModuleSchedule]] | None = None
-
-    def dfs(i: int, cost: float) -> None:
-        nonlocal best_cost, best
-        if i == ctx.n:
-            if cost < best_cost - EPS:
-                best_cost, best = cost, list(chosen)
-            return
-        k = 0
-        while (opt := stairs[i].get(k, best_cost - cost - rest_cost[i + 1])) is not None:
-            k += 1
-            if cost + opt.cost + rest_cost[i + 1] >= best_cost - EPS:
-                return
-            if any(used[p] + opt.latency + rest_lat[i + 1][p] >= ctx.slo + EPS for p in on[i]):
-                continue
-            for p in on[i]:
-                used[p] += opt.latency
-            chosen.append(opt)
-            dfs(i + 1, cost + opt.cost)
-            chosen.pop()
-            for p in on[i]:
-                used[p] -= opt.latency
-
-    dfs(0, 0.0)
-    if best is None:
-        return incumbent
-    scheds = [o.payload for o in best]
+    scheds = [o.payload for o in choice]
     return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
 
 

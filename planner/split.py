@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 from planner.latency import EPS
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from planner.latency import Config
 
-__all__ = ["Option", "combine", "even_split", "iterative_split", "path_latency"]
+__all__ = ["ListSource", "Option", "OptionSource", "combine", "even_split", "iterative_split", "path_latency"]
 
 T = TypeVar("T")
 
@@ -171,8 +171,35 @@ def iterative_split(
     return out
 
 
+class OptionSource(Protocol[T]):
+    """Options of one module in ascending cost, possibly generated on demand."""
+
+    def get(self, k: int, cap: float) -> Option[T] | None:
+        """The k-th cheapest option if it exists and costs at most ``cap``."""
+        ...
+
+    def min_latency(self) -> float:
+        """A lower bound on every option's latency."""
+        ...
+
+
+class ListSource(Generic[T]):
+    """An :class:`OptionSource` over a list that is already complete."""
+
+    def __init__(self, options: Sequence[Option[T]]):
+        self.options = sorted(options, key=lambda x: (x.cost, x.latency))
+
+    def get(self, k: int, cap: float) -> Option[T] | None:
+        if k < len(self.options) and self.options[k].cost <= cap + EPS:
+            return self.options[k]
+        return None
+
+    def min_latency(self) -> float:
+        return min((x.latency for x in self.options), default=math.inf)
+
+
 def combine(
-    options: Sequence[Sequence[Option[T]]],
+    sources: Sequence[OptionSource[T]],
     paths: Sequence[Sequence[int]],
     slo: float,
     bound: float = math.inf,
@@ -180,26 +207,28 @@ def combine(
 ) -> tuple[list[Option[T]] | None, bool]:
     """Choose one option per module minimising total cost with every path's latency <= slo.
 
-    Branch and bound in module order: options are tried cheapest first; the bound is the cost so
-    far plus every remaining module's cheapest option; a partial choice is cut when some path
-    cannot fit even with every remaining module at its fastest option. Exact for any DAG.
-    Returns (choice, proven).
+    Branch and bound in module order: options are tried cheapest first (lazily for an
+    :class:`OptionSource`); the bound is the cost so far plus every remaining module's cheapest
+    option; a partial choice is cut when some path cannot fit even with every remaining module at
+    its fastest latency (a lower bound from each source). Exact for any DAG. Returns (choice, proven).
     """
-    n = len(options)
-    if any(not o for o in options):
-        return None, True
-    opts = [sorted(o, key=lambda x: (x.cost, x.latency)) for o in options]
-    min_cost = [min(x.cost for x in o) for o in opts]
-    min_lat = [min(x.latency for x in o) for o in opts]
+    n = len(sources)
+    min_cost = []
+    for src in sources:
+        first = src.get(0, math.inf)
+        if first is None:
+            return None, True
+        min_cost.append(first.cost)
+    min_latency = [src.min_latency() for src in sources]
     rest_cost = [0.0] * (n + 1)
     for i in range(n - 1, -1, -1):
         rest_cost[i] = rest_cost[i + 1] + min_cost[i]
     on = [[p for p, path in enumerate(paths) if i in path] for i in range(n)]
-    # rest_lat[i][p]: sum of fastest latencies of modules >= i on path p
+    # rest_lat[i][p]: sum of the fastest latencies of modules >= i on path p
     rest_lat = [[0.0] * len(paths) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
         for p in range(len(paths)):
-            rest_lat[i][p] = rest_lat[i + 1][p] + (min_lat[i] if p in on[i] else 0.0)
+            rest_lat[i][p] = rest_lat[i + 1][p] + (min_latency[i] if p in on[i] else 0.0)
     best_cost = bound
     best: list[Option[T]] | None = None
     chosen: list[Option[T]] = []
@@ -217,9 +246,9 @@ def combine(
             if cost < best_cost - EPS or best is None and cost <= best_cost + EPS:
                 best_cost, best = cost, list(chosen)
             return
-        for opt in opts[i]:
-            if cost + opt.cost + rest_cost[i + 1] > best_cost + EPS:
-                break
+        k = 0
+        while (opt := sources[i].get(k, best_cost - cost - rest_cost[i + 1])) is not None:
+            k += 1
             if best is not None and cost + opt.cost + rest_cost[i + 1] > best_cost - EPS:
                 break
             if any(used[p] + opt.latency + rest_lat[i + 1][p] > slo + EPS for p in on[i]):
