@@ -24,6 +24,8 @@ COMMAND_MODULES: list[str] = [
     "skinflint.commands.bench",
     "skinflint.commands.profile",
     "skinflint.commands.models",
+    "skinflint.commands.up",
+    "skinflint.commands.demo",
 ]
 
 

@@ -1,0 +1,93 @@
+"""SQS: send task messages in batches of 10, long-poll, delete, release (visibility 0)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from functions.errors import QueueError
+
+if TYPE_CHECKING:
+    from functions.schema import TaskMessage
+
+__all__ = ["Received", "TaskQueues"]
+
+
+@dataclass(frozen=True)
+class Received:
+    body: str
+    receipt: str
+    receive_count: int
+    sent_at: float  # epoch s, SQS's SentTimestamp
+
+
+class TaskQueues:
+    def __init__(self, client: Any):
+        self._sqs = client
+
+    def send(self, queue_url: str, messages: list[TaskMessage]) -> None:
+        for i in range(0, len(messages), 10):
+            entries = [
+                {"Id": str(n), "MessageBody": m.model_dump_json(exclude_none=True)}
+                for n, m in enumerate(messages[i : i + 10])
+            ]
+            try:
+                out = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+            except ClientError as exc:
+                raise QueueError(f"cannot send to {queue_url}: {exc}", queue_url=queue_url) from exc
+            if out.get("Failed"):
+                why = "; ".join(f.get("Message", f.get("Code", "?")) for f in out["Failed"])
+                raise QueueError(f"SQS refused {len(out['Failed'])} message(s): {why}", queue_url=queue_url)
+
+    def receive(self, queue_url: str, wait_s: int = 20, max_messages: int = 10) -> list[Received]:
+        try:
+            out = self._sqs.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=wait_s,
+                MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+            )
+        except ClientError as exc:
+            raise QueueError(f"cannot receive from {queue_url}: {exc}", queue_url=queue_url) from exc
+        return [
+            Received(
+                body=m["Body"],
+                receipt=m["ReceiptHandle"],
+                receive_count=int(m.get("Attributes", {}).get("ApproximateReceiveCount", 1)),
+                sent_at=int(m.get("Attributes", {}).get("SentTimestamp", 0)) / 1000.0,
+            )
+            for m in out.get("Messages", [])
+        ]
+
+    def delete(self, queue_url: str, receipts: list[str]) -> None:
+        self._batch("delete_message_batch", queue_url, [{"ReceiptHandle": r} for r in receipts])
+
+    def release(self, queue_url: str, receipts: list[str]) -> None:
+        """Make messages visible again at once (ChangeMessageVisibility 0): another worker, or this
+        one after a restart, picks them up without waiting for the visibility timeout."""
+        self._batch(
+            "change_message_visibility_batch",
+            queue_url,
+            [{"ReceiptHandle": r, "VisibilityTimeout": 0} for r in receipts],
+        )
+
+    def _batch(self, op: str, queue_url: str, entries: list[dict[str, Any]]) -> None:
+        for i in range(0, len(entries), 10):
+            chunk = [{"Id": str(n), **e} for n, e in enumerate(entries[i : i + 10])]
+            try:
+                getattr(self._sqs, op)(QueueUrl=queue_url, Entries=chunk)
+            except ClientError as exc:
+                raise QueueError(f"{op} on {queue_url} failed: {exc}", queue_url=queue_url) from exc
+
+    def depth(self, queue_url: str) -> int:
+        """Visible plus in-flight messages (approximate, as SQS reports them)."""
+        try:
+            attrs = self._sqs.get_queue_attributes(
+                QueueUrl=queue_url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+        except ClientError as exc:
+            raise QueueError(f"cannot read depth of {queue_url}: {exc}", queue_url=queue_url) from exc
+        return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])

@@ -1,0 +1,218 @@
+"""The results table: one ``frame`` item per request and one ``task#<task id>`` item per module
+request, all under the request id.
+
+Completion is derived, not counted. The front writes the frame item with the ids of its root
+tasks. A worker writes each finished (or dropped) task's item with a conditional ``PutItem``
+(``attribute_not_exists``: the idempotency gate, so an SQS redelivery is recognised and not
+recorded twice); the item lists the ids of the child tasks it forwards, and it is written BEFORE
+they are forwarded. A frame is therefore done exactly when every task reachable from its roots has
+an item; dropped when one of them was dropped early. Its completion time is the latest
+``recorded_at`` (when the last result write was issued).
+
+No item is updated by two writers, so there is no shared counter to contend on (moto's server does
+not make concurrent read-modify-writes of one item atomic, and on AWS a per-frame counter is a hot
+key), and the workers' hot path is one conditional write per task.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from functions.adapters._ddb import from_item, to_item
+from functions.errors import ResultStoreError
+from functions.schema import ResultOut, TaskOut
+
+__all__ = ["FrameRecord", "ResultStore", "TaskRecord"]
+
+_FRAME_SK = "frame"
+
+
+@dataclass(frozen=True)
+class FrameRecord:
+    request_id: str
+    app: str
+    accepted_at: float
+    deadline: float
+    roots: tuple[str, ...]  # task ids of the root module requests
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    request_id: str
+    task_id: str
+    module: str
+    status: str  # "done" | "dropped"
+    hardware: str
+    emulated: bool
+    enqueued_at: float
+    started_at: float
+    finished_at: float
+    batch_size: int
+    children: tuple[str, ...] = field(default=())  # task ids forwarded downstream
+    output_json: str | None = None
+    output_s3_key: str | None = None
+    reason: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.request_id}/{self.task_id}"
+
+
+class ResultStore:
+    def __init__(self, client: Any, table: str):
+        self._ddb = client
+        self._table = table
+
+    # -- front -------------------------------------------------------------------------------------
+    def create_frames(self, frames: list[FrameRecord]) -> None:
+        items = [
+            to_item(
+                {
+                    "pk": f.request_id,
+                    "sk": _FRAME_SK,
+                    "app": f.app,
+                    "accepted_at": f.accepted_at,
+                    "deadline": f.deadline,
+                    "roots": ",".join(f.roots),
+                }
+            )
+            for f in frames
+        ]
+        try:
+            for i in range(0, len(items), 25):
+                left: dict[str, Any] = {
+                    self._table: [{"PutRequest": {"Item": it}} for it in items[i : i + 25]]
+                }
+                for attempt in range(6):
+                    out = self._ddb.batch_write_item(RequestItems=left)
+                    left = out.get("UnprocessedItems") or {}
+                    if not left:
+                        break
+                    time.sleep(0.02 * 2**attempt)
+                if left:
+                    raise ResultStoreError("DynamoDB left frame records unprocessed after 6 tries")
+        except ClientError as exc:
+            raise ResultStoreError(f"cannot create {len(items)} frame record(s): {exc}") from exc
+
+    # -- workers -----------------------------------------------------------------------------------
+    def record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
+        """Write each task's item unless it exists; returns (new, repeated). A repeated task is an
+        SQS redelivery of one already recorded: nothing is overwritten."""
+        fresh: list[TaskRecord] = []
+        repeats: list[TaskRecord] = []
+        now = time.time()
+        for rec in records:
+            try:
+                self._ddb.put_item(
+                    TableName=self._table,
+                    Item=self._task_item(rec, now),
+                    ConditionExpression="attribute_not_exists(pk)",
+                )
+                fresh.append(rec)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise ResultStoreError(f"cannot record task {rec.key}: {exc}") from exc
+                repeats.append(rec)
+        return fresh, repeats
+
+    @staticmethod
+    def _task_item(rec: TaskRecord, now: float) -> dict[str, Any]:
+        return to_item(
+            {
+                "pk": rec.request_id,
+                "sk": f"task#{rec.task_id}",
+                "module": rec.module,
+                "status": rec.status,
+                "hardware": rec.hardware,
+                "emulated": rec.emulated,
+                "enqueued_at": rec.enqueued_at,
+                "started_at": rec.started_at,
+                "finished_at": rec.finished_at,
+                "recorded_at": now,
+                "batch_size": rec.batch_size,
+                "children": ",".join(rec.children),
+                "output": rec.output_json,
+                "output_s3_key": rec.output_s3_key,
+                "reason": rec.reason,
+            }
+        )
+
+    # -- readers -----------------------------------------------------------------------------------
+    def get_request(self, request_id: str) -> ResultOut | None:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :p",
+            "ExpressionAttributeValues": {":p": {"S": request_id}},
+            "ConsistentRead": True,
+        }
+        items: list[dict[str, Any]] = []
+        try:
+            while True:
+                page = self._ddb.query(**kwargs)
+                items.extend(from_item(i) for i in page.get("Items", []))
+                if "LastEvaluatedKey" not in page:
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        except ClientError as exc:
+            raise ResultStoreError(f"cannot read request {request_id}: {exc}") from exc
+        frame = next((i for i in items if i["sk"] == _FRAME_SK), None)
+        if frame is None:
+            return None
+        tasks = {i["sk"].removeprefix("task#"): i for i in items if i["sk"].startswith("task#")}
+        status, finished = _completion(frame, tasks)
+        return ResultOut(
+            request_id=request_id,
+            app=frame["app"],
+            status=status,
+            accepted_at=frame["accepted_at"],
+            deadline=frame["deadline"],
+            finished_at=finished,
+            latency_s=(finished - frame["accepted_at"]) if finished is not None else None,
+            tasks=sorted((_task_out(i) for i in tasks.values()), key=lambda t: (t.started_at, t.task_id)),
+        )
+
+
+def _split(csv: str | None) -> list[str]:
+    return [x for x in (csv or "").split(",") if x]
+
+
+def _completion(frame: dict[str, Any], tasks: dict[str, dict[str, Any]]) -> tuple[str, float | None]:
+    """("done" | "dropped", finished) when every task reachable from the roots is recorded."""
+    todo = _split(frame.get("roots"))
+    if not todo:
+        return "queued", None
+    dropped = False
+    latest = 0.0
+    while todo:
+        tid = todo.pop()
+        item = tasks.get(tid)
+        if item is None:
+            return "queued", None
+        dropped = dropped or item["status"] == "dropped"
+        latest = max(latest, float(item.get("recorded_at") or item["finished_at"]))
+        todo.extend(_split(item.get("children")))
+    return ("dropped" if dropped else "done"), latest
+
+
+def _task_out(item: dict[str, Any]) -> TaskOut:
+    out = item.get("output")
+    return TaskOut(
+        task_id=item["sk"].removeprefix("task#"),
+        module=item["module"],
+        status=item["status"],
+        hardware=item["hardware"],
+        emulated=bool(item.get("emulated", False)),
+        enqueued_at=item["enqueued_at"],
+        started_at=item["started_at"],
+        finished_at=item["finished_at"],
+        recorded_at=item.get("recorded_at"),
+        batch_size=int(item["batch_size"]),
+        output=json.loads(out) if out else None,
+        output_s3_key=item.get("output_s3_key"),
+        reason=item.get("reason"),
+    )

@@ -1,0 +1,136 @@
+"""The front API's routes (FastAPI). Thin: read the HTTP request, call :class:`FrontService`,
+serialise. OpenAPI at ``/docs``. Every route but ``/healthz`` needs the ``x-api-key`` header."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from functions.front.service import FrontService, Rejection
+from functions.schema import ErrorOut, FramesAccepted, FramesIn, ResultOut
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["create_app"]
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 415, 422)
+}
+
+
+def _authed(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> FrontService:
+    svc: FrontService = request.app.state.service()
+    svc.authenticate(x_api_key)
+    return svc
+
+
+Svc = Annotated[FrontService, Depends(_authed)]
+
+
+def create_app(service_factory: Callable[[], FrontService]) -> FastAPI:
+    """``service_factory`` is called once, on the first request that needs it (lean cold start)."""
+    app = FastAPI(
+        title="Skinflint front API",
+        version="1",
+        description="Send video frames to a deployed app; read each frame's results.",
+    )
+    holder: dict[str, FrontService] = {}
+
+    def service() -> FrontService:
+        if "svc" not in holder:
+            holder["svc"] = service_factory()
+        return holder["svc"]
+
+    app.state.service = service
+    app.state.service_holder = holder
+
+    @app.exception_handler(Rejection)
+    async def _rejected(_: Request, exc: Rejection) -> JSONResponse:
+        return JSONResponse(status_code=exc.status, content={"error": exc.error, "reason": exc.reason})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        service().metrics.put("FrontRejected", 1, Reason="invalid_request")
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse(
+            status_code=422,
+            content={"error": "invalid_request", "reason": f"{where}: {first.get('msg', '')}"},
+        )
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/v1/apps", tags=["apps"], responses=_ERRORS)
+    def list_apps(svc: Svc) -> dict[str, list[dict[str, object]]]:
+        return {"apps": svc.list_apps()}
+
+    @app.post(
+        "/v1/apps/{app_name}/frames",
+        status_code=202,
+        response_model=FramesAccepted,
+        tags=["frames"],
+        responses=_ERRORS,
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
+                    "image/png": {"schema": {"type": "string", "format": "binary"}},
+                    "application/json": {"schema": FramesIn.model_json_schema()},
+                },
+                "required": True,
+            }
+        },
+    )
+    async def post_frames(app_name: str, request: Request, svc: Svc) -> FramesAccepted:
+        """One JPEG/PNG frame as the body, or up to 10 as JSON ``{"frames": [{"image_b64": ...}]}``.
+        Returns 202 with each frame's request id and deadline."""
+        svc.router(app_name)  # 404 before reading a body for an unknown app
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > svc.config.max_body_bytes:
+            svc.reject(413, "too_large", f"body of {declared} bytes exceeds {svc.config.max_body_bytes}")
+        body = await request.body()
+        if len(body) > svc.config.max_body_bytes:
+            svc.reject(413, "too_large", f"body of {len(body)} bytes exceeds {svc.config.max_body_bytes}")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        frames = _frames_from_json(svc, body) if ctype == "application/json" else [(body, ctype)]
+        if ctype != "application/json" and not body:
+            svc.reject(400, "empty_body", "the body is empty")
+        return await run_in_threadpool(svc.accept, app_name, frames)
+
+    @app.get("/v1/requests/{request_id}", response_model=ResultOut, tags=["results"], responses=_ERRORS)
+    def get_request(request_id: str, svc: Svc, wait: Annotated[float, Query(ge=0, le=20)] = 0.0) -> ResultOut:
+        """The frame's status and, once done, every module's result. ``?wait=S`` long-polls up to S s."""
+        return svc.result(request_id, wait)
+
+    return app
+
+
+def _frames_from_json(svc: FrontService, body: bytes) -> list[tuple[bytes, str]]:
+    try:
+        parsed = FramesIn.model_validate(json.loads(body))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        svc.reject(400, "malformed_json", f"the body is not JSON: {exc}")
+        raise
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        svc.reject(400, "malformed_json", f"{where}: {first['msg']}")
+        raise
+    out: list[tuple[bytes, str]] = []
+    for i, f in enumerate(parsed.frames):
+        try:
+            out.append((base64.b64decode(f.image_b64, validate=True), f.content_type))
+        except (binascii.Error, ValueError):
+            svc.reject(400, "malformed_json", f"frames.{i}.image_b64 is not base64")
+    return out

@@ -1,0 +1,37 @@
+"""Builds a :class:`FrontService` from the environment (Lambda, uvicorn) with real boto3 clients."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from functions.front.service import FrontService
+    from functions.settings import DataPlaneConfig
+
+__all__ = ["service_from_config"]
+
+
+def service_from_config(
+    config: DataPlaneConfig | None = None, background_metrics: bool = True
+) -> FrontService:
+    from functions.adapters.blobs import BlobStore
+    from functions.adapters.config_store import ConfigStore
+    from functions.adapters.metrics import CloudWatchMetrics
+    from functions.adapters.queues import TaskQueues
+    from functions.adapters.results import ResultStore
+    from functions.front.service import FrontService
+    from functions.settings import DataPlaneConfig, make_client
+
+    cfg = config or DataPlaneConfig.from_env()
+    ddb = make_client("dynamodb", cfg)
+    metrics = CloudWatchMetrics(make_client("cloudwatch", cfg), cfg.metrics_namespace)
+    if background_metrics:
+        metrics.start()
+    return FrontService(
+        config=cfg,
+        store=ConfigStore(ddb, cfg.config_table),
+        results=ResultStore(ddb, cfg.results_table),
+        queues=TaskQueues(make_client("sqs", cfg)),
+        blobs=BlobStore(make_client("s3", cfg), cfg.bucket),
+        metrics=metrics,
+    )

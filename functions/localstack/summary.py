@@ -1,0 +1,82 @@
+"""The demo's summary, computed from the results the API returned (pure: no I/O)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from functions.schema import ResultOut
+    from planner.models import Plan
+
+__all__ = ["percentile", "summarise"]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]); NaN for no values."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
+    return s[k]
+
+
+def summarise(
+    sent: int,
+    results: Sequence[ResultOut | None],
+    plan: Plan,
+    slo_s: float,
+    emulated_hardware: Sequence[str],
+) -> dict[str, Any]:
+    """``results[i]`` is the last answer for frame i (None when the front never accepted it)."""
+    answered = [r for r in results if r is not None and r.status == "done"]
+    dropped = [r for r in results if r is not None and r.status == "dropped"]
+    lost = sent - len(answered) - len(dropped)
+    lat = [r.latency_s for r in answered if r.latency_s is not None]
+    within = sum(1 for x in lat if x <= slo_s)
+    modules: dict[str, dict[str, Any]] = {}
+    for name, mp in plan.modules.items():
+        hw = sorted({g.hardware for g in mp.groups})
+        modules[name] = {
+            "hardware": [f"{h} (emulated)" if h in emulated_hardware else h for h in hw],
+            "machines": sum(g.machines for g in mp.groups),
+            "batch": [g.batch for g in mp.groups],
+            "planned_worst_s": mp.worst_case_latency_s,
+            "measured_worst_s": None,
+            "measured_p99_s": None,
+            "tasks": 0,
+            "dropped": 0,
+            "emulated": any(h in emulated_hardware for h in hw),
+        }
+    per_module: dict[str, list[float]] = {m: [] for m in modules}
+    for r in [*answered, *dropped]:
+        for t in r.tasks:
+            if t.module not in modules:
+                continue
+            if t.status == "dropped":
+                modules[t.module]["dropped"] += 1
+                continue
+            per_module[t.module].append(t.finished_at - t.enqueued_at)
+    for m, xs in per_module.items():
+        modules[m]["tasks"] = len(xs)
+        if xs:
+            modules[m]["measured_worst_s"] = max(xs)
+            modules[m]["measured_p99_s"] = percentile(xs, 99)
+    return {
+        "frames_sent": sent,
+        "answered": len(answered),
+        "dropped": len(dropped),
+        "lost": lost,
+        "slo_s": slo_s,
+        "slo_attainment": within / len(lat) if lat else math.nan,
+        "latency_p50_s": percentile(lat, 50),
+        "latency_p95_s": percentile(lat, 95),
+        "latency_p99_s": percentile(lat, 99),
+        "latency_max_s": max(lat) if lat else math.nan,
+        "modules": modules,
+        "planned_billed_per_hour": plan.billed_per_hour,
+        "planned_occupancy_per_hour": plan.cost_per_hour,
+        "emulated_hardware": list(emulated_hardware),
+    }

@@ -1,0 +1,86 @@
+"""Batch assembly for time-window TC dispatch (mechanism, no I/O).
+
+The front already decided which batch a request belongs to (``batch_id``) and when that batch
+closes (``window_end``). The assembler keeps received messages per batch id and hands a batch out
+once ``window_end + grace`` has passed (grace covers the SQS hop of a request sent just before the
+window closed), or as soon as it is full: a full batch gains nothing by waiting. A message arriving
+after its batch was handed out forms a late batch that is ready at once. A batch larger than the
+configured size (bursts) is split into chunks of that size. SQS redeliveries of a message already
+buffered are folded into it (their receipts are kept so they are deleted too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from functions.schema import TaskMessage
+
+__all__ = ["BatchAssembler", "Pending"]
+
+
+@dataclass
+class Pending:
+    message: TaskMessage
+    receipts: list[str]
+    received_at: float
+
+
+@dataclass
+class _Open:
+    close_at: float
+    items: dict[str, Pending] = field(default_factory=dict)
+
+
+class BatchAssembler:
+    def __init__(self, batch: int, grace_s: float):
+        self.batch = batch
+        self.grace_s = grace_s
+        self._open: dict[int, _Open] = {}
+        self._keys: dict[str, int] = {}  # idempotency key -> batch id, for buffered messages
+
+    def __len__(self) -> int:
+        return sum(len(o.items) for o in self._open.values())
+
+    def add(self, message: TaskMessage, receipt: str, now: float) -> None:
+        key = message.idempotency_key
+        if key in self._keys:
+            self._open[self._keys[key]].items[key].receipts.append(receipt)
+            return
+        slot = self._open.get(message.batch_id)
+        if slot is None:
+            slot = self._open[message.batch_id] = _Open(close_at=message.window_end + self.grace_s)
+        slot.items[key] = Pending(message, [receipt], now)
+        self._keys[key] = message.batch_id
+
+    def next_close(self) -> float | None:
+        """When the next batch is ready (``-inf`` when one is full already)."""
+        return min(
+            (o.close_at if len(o.items) < self.batch else float("-inf") for o in self._open.values()),
+            default=None,
+        )
+
+    def take_ready(self, now: float) -> list[tuple[int, list[Pending]]]:
+        """Batches whose window has closed, earliest first, as (batch id, requests) chunks of at
+        most ``batch`` requests each (earliest deadline first inside a batch)."""
+        ready = sorted(
+            (o.close_at, bid)
+            for bid, o in self._open.items()
+            if o.close_at <= now or len(o.items) >= self.batch
+        )
+        out: list[tuple[int, list[Pending]]] = []
+        for _, bid in ready:
+            slot = self._open.pop(bid)
+            items = sorted(slot.items.values(), key=lambda p: (p.message.deadline, p.message.idempotency_key))
+            for p in items:
+                self._keys.pop(p.message.idempotency_key, None)
+            out.extend((bid, items[i : i + self.batch]) for i in range(0, len(items), self.batch))
+        return out
+
+    def drain(self) -> list[Pending]:
+        """Everything still buffered (on shutdown: to release back to the queue)."""
+        items = [p for o in self._open.values() for p in o.items.values()]
+        self._open.clear()
+        self._keys.clear()
+        return items

@@ -1,0 +1,211 @@
+"""``skinflint demo``: the README's main command. Brings the local stack up, streams a generated
+video (deterministic synthetic frames, JPEG) at the planned rate through the front API, waits for
+every result and prints a summary: frames sent / answered / dropped / lost, SLO attainment,
+end-to-end latency percentiles, each module's measured worst case against the plan's, planned cost.
+Emulated GPU hardware is labelled as such."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from skinflint.commands.up import add_stack_arguments, make_stack
+from skinflint.errors import UsageError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from functions.localstack.stack import StackInfo
+
+DEFAULT_DURATION_S = 60.0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "demo", help="run an app end to end on the local stack and print a summary", description=__doc__
+    )
+    add_stack_arguments(p, multi_app=False)
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=DEFAULT_DURATION_S,
+        help=f"seconds of video to stream (default {DEFAULT_DURATION_S:g})",
+    )
+    p.set_defaults(func=run)
+
+
+def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: bool) -> list[str | None]:
+    """POST every frame at its time (k / rate); returns the request ids (None: refused)."""
+    import httpx
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    ids: list[str | None] = []
+    headers = {"x-api-key": info.api_key, "content-type": "image/jpeg"}
+    with (
+        httpx.Client(base_url=info.url, timeout=30) as client,
+        Progress(
+            TextColumn("[bold]streaming"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=console,
+            transient=True,
+            disable=quiet or not console.is_terminal,
+        ) as prog,
+    ):
+        task = prog.add_task("frames", total=len(frames), note="")
+        start = time.time() + 0.2
+        refused = 0
+        for k, frame in enumerate(frames):
+            delay = start + k / rate - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            r = client.post(f"/v1/apps/{app}/frames", content=frame, headers=headers)
+            if r.status_code == 202:
+                ids.append(r.json()["accepted"][0]["request_id"])
+            else:
+                ids.append(None)
+                refused += 1
+            prog.update(task, advance=1, note=f"{refused} refused" if refused else "")
+    return ids
+
+
+def _collect(info: StackInfo, ids: list[str | None], timeout_s: float) -> list[Any]:
+    """Long-poll each request until it is finished or ``timeout_s`` has passed overall."""
+    import httpx
+
+    from functions.schema import ResultOut
+
+    out: list[Any] = []
+    end = time.time() + timeout_s
+    with httpx.Client(base_url=info.url, timeout=30, headers={"x-api-key": info.api_key}) as client:
+        for rid in ids:
+            if rid is None:
+                out.append(None)
+                continue
+            res = None
+            while True:
+                wait = max(0.0, min(5.0, end - time.time()))
+                r = client.get(f"/v1/requests/{rid}", params={"wait": f"{wait:.2f}"})
+                if r.status_code == 200:
+                    res = ResultOut.model_validate(r.json())
+                if (res is not None and res.status != "queued") or time.time() >= end:
+                    break
+            out.append(res)
+    return out
+
+
+def _fmt_s(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.0f} ms"
+
+
+def _print_table(s: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if Console().is_terminal else 130)
+    head = Table(
+        title=f"skinflint demo: {s['app']} at {s['rate']:g} frames/s for {s['duration_s']:g} s",
+        show_header=False,
+    )
+    head.add_column(style="bold")
+    head.add_column()
+    rows = [
+        ("frames sent", str(s["frames_sent"])),
+        ("answered", str(s["answered"])),
+        ("dropped early (reported)", str(s["dropped"])),
+        ("lost", str(s["lost"])),
+        ("SLO", f"{s['slo_s'] * 1e3:.0f} ms"),
+        (
+            "SLO attainment (answered)",
+            f"{s['slo_attainment']:.2%}" if not math.isnan(s["slo_attainment"]) else "-",
+        ),
+        ("latency p50 / p95 / p99", " / ".join(_fmt_s(s[f"latency_p{q}_s"]) for q in (50, 95, 99))),
+        ("latency max", _fmt_s(s["latency_max_s"])),
+        ("planned cost (billed)", f"${s['planned_billed_per_hour']:.3f}/h"),
+        ("planned cost (occupancy)", f"${s['planned_occupancy_per_hour']:.3f}/h"),
+        ("planning overhead per hop", _fmt_s(s["overhead_s"])),
+        ("emulated hardware", ", ".join(s["emulated_hardware"]) or "none"),
+        ("wall time", f"{s['wall_s']:.0f} s"),
+    ]
+    for k, v in rows:
+        head.add_row(k, v)
+    console.print(head)
+    mods = Table(title="per module: measured worst case vs planned")
+    for col in (
+        "module",
+        "hardware",
+        "machines",
+        "batch",
+        "tasks",
+        "dropped",
+        "measured p99",
+        "measured worst",
+        "planned worst",
+        "ok",
+    ):
+        mods.add_column(col)
+    for name, m in s["modules"].items():
+        ok = m["measured_worst_s"] is not None and m["measured_worst_s"] <= m["planned_worst_s"]
+        mods.add_row(
+            name,
+            ", ".join(m["hardware"]),
+            str(m["machines"]),
+            ",".join(map(str, m["batch"])),
+            str(m["tasks"]),
+            str(m["dropped"]),
+            _fmt_s(m["measured_p99_s"]),
+            _fmt_s(m["measured_worst_s"]),
+            _fmt_s(m["planned_worst_s"]),
+            "yes" if ok else "NO",
+        )
+    console.print(mods)
+    for note in s["notes"]:
+        console.print(f"note: {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from functions.errors import DataPlaneError
+    from functions.localstack.summary import summarise
+    from functions.localstack.video import synthetic_frames
+    from skinflint.commands.up import _log_to_stderr
+
+    if args.duration <= 0:
+        raise UsageError(f"--duration must be positive, got {args.duration:g}")
+    t0 = time.time()
+    log = _log_to_stderr(args.json)
+    n = max(1, round(args.duration * args.rate))
+    frames = synthetic_frames(n)
+    stack = make_stack([args.app], args.rate, args.slo, log, args.log_dir)
+    try:
+        try:
+            info = stack.start()
+        except DataPlaneError as exc:
+            raise UsageError(f"local stack failed to start: {exc}") from exc
+        lp = info.plans[args.app]
+        log(f"streaming {n} frames at {args.rate:g} frames/s to {info.url}")
+        ids = _stream(info, args.app, frames, args.rate, args.json)
+        log("waiting for results")
+        results = _collect(info, ids, timeout_s=lp.slo_s + 30.0)
+    finally:
+        stack.stop()
+    s = summarise(len(ids), results, lp.plan, lp.slo_s, lp.emulated_hardware)
+    s.update(
+        app=args.app,
+        rate=args.rate,
+        duration_s=args.duration,
+        overhead_s=lp.overhead_s,
+        notes=lp.notes,
+        wall_s=time.time() - t0,
+        log_dir=info.log_dir,
+    )
+    if args.json:
+        print(json.dumps(s, indent=1, default=str))
+    else:
+        _print_table(s)
+    return 0 if s["lost"] == 0 else 1

@@ -1,0 +1,147 @@
+"""``skinflint up``: the local stack. moto's server on 127.0.0.1 (DynamoDB, SQS, S3, CloudWatch), the
+resources, a plan for this machine's hardware, the front API under uvicorn and one worker process per
+planned machine. Prints one line when ready (``--json``: url, api_key, apps) and runs until
+SIGINT/SIGTERM, then stops every process it started."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from skinflint.errors import UsageError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from functions.localstack.stack import LocalStack
+
+DEFAULT_APP = "traffic"
+DEFAULT_RATE = 4.0  # frames/s: what this 2-core machine drains with room to spare
+
+
+def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
+    if multi_app:
+        p.add_argument(
+            "--app",
+            action="append",
+            dest="apps",
+            metavar="APP",
+            help=f"app to deploy (repeatable; default {DEFAULT_APP})",
+        )
+    else:
+        p.add_argument("--app", default=DEFAULT_APP, help=f"app to run (default {DEFAULT_APP})")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=DEFAULT_RATE,
+        help=f"frames/s the plan is made for (default {DEFAULT_RATE:g})",
+    )
+    p.add_argument("--slo", type=float, default=None, help="end-to-end SLO in seconds (default: the app's)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--log-dir", default=None, help="where the processes' logs go (default: a temp dir)")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "up", help="run the local stack (moto + front + workers) until interrupted", description=__doc__
+    )
+    add_stack_arguments(p, multi_app=True)
+    p.set_defaults(func=run)
+
+
+def ensure_models(apps: list[str], log: Any) -> None:
+    """Build and profile the apps' models on first use (cached under ``$SKINFLINT_CACHE``)."""
+    from profiles.build import CPU_MODELS, BuildConfig, build, models_for_apps
+    from profiles.errors import ProfilesError
+    from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, cache_dir
+
+    cache = cache_dir()
+    store = LayeredStore([LocalStore(cache), LocalStore(PACKAGE_ROOT)])
+    try:
+        models = models_for_apps(store, apps)
+    except ProfilesError as exc:
+        raise UsageError(str(exc)) from exc
+    missing = [
+        m
+        for m in models
+        if m not in store.list_models()
+        or (m not in CPU_MODELS and not (cache / "models" / f"{m}.onnx").is_file())
+    ]
+    if not missing:
+        return
+    log(f"building and profiling {', '.join(missing)} (first run only; cached in {cache})")
+    (cache / "models").mkdir(parents=True, exist_ok=True)
+    try:
+        build(store, cache / "models", apps, BuildConfig())
+    except ProfilesError as exc:
+        raise UsageError(f"models build failed: {exc}") from exc
+
+
+def make_stack(apps: list[str], rate: float, slo: float | None, log: Any, log_dir: str | None) -> LocalStack:
+    from functions.localstack.planning import plan_local
+    from functions.localstack.stack import LocalStack
+
+    if rate <= 0:
+        raise UsageError(f"--rate must be positive, got {rate:g}")
+    if slo is not None and slo <= 0:
+        raise UsageError(f"--slo must be positive, got {slo:g}")
+    from profiles.store import default_store
+
+    known = default_store().list_apps()
+    unknown = [a for a in apps if a not in known]
+    if unknown:
+        raise UsageError(f"unknown app {', '.join(unknown)} (known: {', '.join(known)})")
+    ensure_models(apps, log)
+
+    def plan_fn(app: str, overhead_s: float) -> Any:
+        from planner.errors import PlannerError
+        from profiles.errors import ProfilesError
+
+        try:
+            return plan_local(app, rate, overhead_s, slo_s=slo)
+        except (PlannerError, ProfilesError) as exc:
+            raise UsageError(f"cannot plan {app} at {rate:g} frames/s on this machine: {exc}") from exc
+
+    return LocalStack(apps, plan_fn, log=log, log_dir=log_dir)
+
+
+def _log_to_stderr(quiet: bool) -> Any:
+    def log(msg: str) -> None:
+        if not quiet:
+            print(f"skinflint: {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def run(args: argparse.Namespace) -> int:
+    from functions.errors import DataPlaneError
+
+    apps = args.apps or [DEFAULT_APP]
+    stack = make_stack(apps, args.rate, args.slo, _log_to_stderr(args.json), args.log_dir)
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            info = stack.start()
+        except DataPlaneError as exc:
+            raise UsageError(f"local stack failed to start: {exc}") from exc
+        if args.json:
+            print(json.dumps(info.as_json()), flush=True)
+        else:
+            print(
+                f"Skinflint is up at {info.url}  api key {info.api_key}  "
+                f"apps {', '.join(info.apps)}  (Ctrl-C stops)",
+                flush=True,
+            )
+        while not stop.wait(1.0):
+            dead = [n for n in ("front", "moto") if n not in stack.alive()]
+            if dead:
+                raise UsageError(f"{', '.join(dead)} stopped unexpectedly (logs in {stack.log_dir})")
+    finally:
+        stack.stop()
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return 0

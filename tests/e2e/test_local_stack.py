@@ -1,0 +1,134 @@
+"""The local stack end to end: moto's server, the front under uvicorn, worker processes, the API.
+
+Uses a hand-made plan on emulated hardware (no model build needed) so it runs anywhere in ~30 s;
+``skinflint demo`` runs the same path with the planner and measured profiles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from functions.localstack.planning import LocalPlan
+from functions.localstack.stack import LocalStack
+from functions.localstack.summary import summarise
+from functions.localstack.video import synthetic_frames
+from functions.schema import ResultOut
+from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan, ProblemSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+RATE = 5.0  # frames/s
+SLO_S = 1.0
+
+
+def stub_plan(app: str, overhead_s: float) -> LocalPlan:
+    # detector: 1 emulated t4 machine, batch 2 at 6 req/s (W = 6 >= 5 frames/s): 2/6 + d
+    # vehicle: 2 emulated t4 machines, batch 2 at 5 req/s each (W = 10 >= 1.5 * 5 = 7.5)
+    d = 0.02 + overhead_s
+    spec = AppSpec(
+        name=app,
+        slo_s=SLO_S,
+        modules={
+            "detector": AppModuleSpec(model="ssdlite_mnv2"),
+            "vehicle": AppModuleSpec(model="resnet18_vehicle"),
+        },
+        edges=[("detector", "vehicle", 1.5)],
+    )
+    plan = Plan(
+        objective="billed",
+        cost_per_hour=1.0,
+        billed_per_hour=1.578,
+        solve_ms=0.0,
+        modules={
+            "detector": ModulePlan(
+                latency_budget_s=0.5,
+                worst_case_latency_s=2 / 6 + d,
+                groups=[MachineGroup(hardware="t4", batch=2, machines=1, rate_per_machine=6.0, duration_s=d)],
+            ),
+            "vehicle": ModulePlan(
+                latency_budget_s=0.5,
+                worst_case_latency_s=2 / 10 + d,
+                groups=[MachineGroup(hardware="t4", batch=2, machines=2, rate_per_machine=5.0, duration_s=d)],
+            ),
+        },
+    )
+    problem = ProblemSpec(
+        slo_s=SLO_S,
+        hardware={"t4": {"price_per_hour": 0.526}},
+        modules={
+            "detector": {"rate": RATE, "profile": [{"hardware": "t4", "batch": 2, "duration_s": d}]},
+            "vehicle": {"rate": 1.5 * RATE, "profile": [{"hardware": "t4", "batch": 2, "duration_s": d}]},
+        },
+        edges=[("detector", "vehicle")],
+    )
+    return LocalPlan(
+        app=spec,
+        problem=problem,
+        plan=plan,
+        frame_rate=RATE,
+        slo_s=SLO_S,
+        emulated_hardware=["t4"],
+        model_dir=Path("/nonexistent"),
+        overhead_s=overhead_s,
+    )
+
+
+def test_frames_flow_through_the_local_stack_and_every_process_stops(tmp_path):
+    stack = LocalStack(["traffic"], stub_plan, log_dir=str(tmp_path))
+    with stack as info:
+        assert info.api_key and info.url.startswith("http://127.0.0.1:")
+        pids = [p.pid for _, p, _ in stack._procs]
+        assert len(pids) == 1 + 1 + 3  # moto, front, three workers
+        with httpx.Client(base_url=info.url, timeout=10) as c:
+            assert c.get("/healthz").json() == {"ok": True}
+            assert c.get("/v1/apps").status_code == 401
+            apps = c.get("/v1/apps", headers={"x-api-key": info.api_key}).json()["apps"]
+            assert apps[0]["emulated_hardware"] == ["t4"]
+            # WHEN 4 s of video is streamed at the planned rate
+            frames = synthetic_frames(20)
+            ids = []
+            start = time.time()
+            for k, f in enumerate(frames):
+                time.sleep(max(0.0, start + k / RATE - time.time()))
+                r = c.post(
+                    "/v1/apps/traffic/frames",
+                    content=f,
+                    headers={"x-api-key": info.api_key, "content-type": "image/jpeg"},
+                )
+                assert r.status_code == 202, r.text
+                ids.append(r.json()["accepted"][0]["request_id"])
+            bad = c.post(
+                "/v1/apps/traffic/frames",
+                content=b"nope",
+                headers={"x-api-key": info.api_key, "content-type": "image/jpeg"},
+            )
+            assert bad.status_code == 422
+            results = []
+            for rid in ids:
+                r = c.get(f"/v1/requests/{rid}", params={"wait": 10}, headers={"x-api-key": info.api_key})
+                results.append(ResultOut.model_validate(r.json()))
+    # THEN nothing is lost, results are labelled emulated, and the stack's processes are gone
+    s = summarise(len(ids), results, info.plans["traffic"].plan, SLO_S, ["t4"])
+    assert s["lost"] == 0, s
+    assert s["answered"] + s["dropped"] == len(ids)
+    assert s["slo_attainment"] >= 0.9, s
+    assert all(t.emulated for r in results for t in r.tasks)
+    assert s["modules"]["vehicle"]["tasks"] >= len(ids)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert "Traceback" not in (tmp_path / "front.log").read_text()
+
+
+def test_a_worker_sigterm_releases_and_exits_cleanly(tmp_path):
+    stack = LocalStack(["traffic"], stub_plan, log_dir=str(tmp_path))
+    with stack:
+        name, proc, log = next(p for p in stack._procs if p[0].startswith("worker-traffic.detector"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert "stopped:" in log.read_text()

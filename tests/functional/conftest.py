@@ -1,0 +1,160 @@
+"""moto-backed fixtures: fake credentials first, ``mock_aws`` started before any client is made."""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from functions.adapters.blobs import BlobStore
+from functions.adapters.config_store import ConfigStore
+from functions.adapters.metrics import MemoryMetrics
+from functions.adapters.queues import TaskQueues
+from functions.adapters.results import ResultStore
+from functions.localstack.provision import create_base, deploy
+from functions.routing import Router
+from functions.settings import DataPlaneConfig
+from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
+
+if TYPE_CHECKING:
+    from functions.schema import Assignment, Deployment
+
+API_KEY = "test-key-123"
+
+
+@pytest.fixture(autouse=True)
+def _fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SECURITY_TOKEN": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SKINFLINT_ENDPOINT_URL", raising=False)
+
+
+def two_module_app() -> AppSpec:
+    # detector -> car with 1.5 cars per frame on average
+    return AppSpec(
+        name="traffic",
+        slo_s=2.0,
+        modules={"detector": AppModuleSpec(model="det"), "car": AppModuleSpec(model="car")},
+        edges=[("detector", "car", 1.5)],
+    )
+
+
+def two_module_plan() -> Plan:
+    # detector: one emulated t4 machine, batch 2 at 4 req/s -> windows of 2/4 = 0.5 s
+    # car: two cpu machines, batch 3 at 3 req/s each -> W = 6, windows of 3/6 = 0.5 s
+    return Plan(
+        objective="billed",
+        cost_per_hour=1.0,
+        billed_per_hour=1.0,
+        solve_ms=0.1,
+        modules={
+            "detector": ModulePlan(
+                latency_budget_s=1.0,
+                worst_case_latency_s=0.51,
+                groups=[
+                    MachineGroup(hardware="t4", batch=2, machines=1, rate_per_machine=4.0, duration_s=0.01)
+                ],
+            ),
+            "car": ModulePlan(
+                latency_budget_s=1.0,
+                worst_case_latency_s=0.51,
+                groups=[
+                    MachineGroup(hardware="cpu", batch=3, machines=2, rate_per_machine=3.0, duration_s=0.01)
+                ],
+            ),
+        },
+    )
+
+
+@dataclass
+class Stack:
+    cfg: DataPlaneConfig
+    ddb: Any
+    sqs: Any
+    s3: Any
+    store: ConfigStore
+    results: ResultStore
+    queues: TaskQueues
+    blobs: BlobStore
+    metrics: MemoryMetrics
+    deployment: Deployment
+    assignments: list[Assignment]
+    dlq: str
+
+    def router(self) -> Router:
+        return Router.for_deployment(self.deployment)
+
+    def assignment(self, module: str, group: int = 0, machine: int = 0) -> Assignment:
+        return next(a for a in self.assignments if (a.module, a.group, a.machine) == (module, group, machine))
+
+    def messages(self, url: str) -> list[dict[str, Any]]:
+        out = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        return out.get("Messages", [])
+
+    def all_queue_depths(self) -> dict[str, int]:
+        return {url: self.queues.depth(url) for qs in self.deployment.queues.values() for url in qs.values()}
+
+
+@pytest.fixture
+def stack() -> Any:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        cfg = DataPlaneConfig(inline_limit_bytes=200 * 1024, max_body_bytes=512 * 1024)
+        ddb, sqs, s3 = (boto3.client(s, region_name=cfg.region) for s in ("dynamodb", "sqs", "s3"))
+        create_base(ddb, s3, cfg)
+        store = ConfigStore(ddb, cfg.config_table)
+        store.put_api_key(API_KEY, "tests")
+        dep, assignments, dlq = deploy(
+            store,
+            sqs,
+            two_module_app(),
+            two_module_plan(),
+            frame_rate=4.0,
+            emulated_hardware=["t4", "cpu"],
+            origin_s=time.time() - 100.0,
+            visibility_timeout_s=1,
+        )
+        yield Stack(
+            cfg=cfg,
+            ddb=ddb,
+            sqs=sqs,
+            s3=s3,
+            store=store,
+            results=ResultStore(ddb, cfg.results_table),
+            queues=TaskQueues(sqs),
+            blobs=BlobStore(s3, cfg.bucket),
+            metrics=MemoryMetrics(),
+            deployment=dep,
+            assignments=assignments,
+            dlq=dlq,
+        )
+
+
+def jpeg_bytes(width: int = 64, height: int = 48, seed: int = 0) -> bytes:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    arr = rng.integers(0, 255, size=(height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def png_bytes() -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (10, 200, 30)).save(buf, format="PNG")
+    return buf.getvalue()

@@ -1,0 +1,222 @@
+"""The worker against moto: batching per window, idempotent results, redelivery after a crash,
+early drop, forwarding down the DAG, release on stop."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from functions.front.service import FrontService
+from functions.schema import TaskMessage
+from gpu_fleet.runtimes import EmulatedRuntime
+from gpu_fleet.worker import Worker
+from tests.functional.conftest import jpeg_bytes
+
+pytestmark = pytest.mark.functional
+
+
+class SleepRecorder:
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, s: float) -> None:
+        self.calls.append(s)
+
+
+def make_worker(stack, module, group=0, machine=0, **kw) -> Worker:
+    a = stack.assignment(module, group, machine)
+    return Worker(
+        assignment=a,
+        router=stack.router(),
+        queues=stack.queues,
+        results=stack.results,
+        blobs=stack.blobs,
+        metrics=stack.metrics,
+        runtime=kw.pop("runtime", EmulatedRuntime(a.duration_s, a.hardware, sleep=SleepRecorder())),
+        **kw,
+    )
+
+
+def front(stack) -> FrontService:
+    return FrontService(
+        config=stack.cfg,
+        store=stack.store,
+        results=stack.results,
+        queues=stack.queues,
+        blobs=stack.blobs,
+        metrics=stack.metrics,
+    )
+
+
+def send_frames(stack, n: int, at: float | None = None) -> list[str]:
+    svc = front(stack)
+    if at is not None:
+        svc.clock = lambda: at
+    out = svc.accept("traffic", [(jpeg_bytes(seed=i), "image/jpeg") for i in range(n)])
+    return [a.request_id for a in out.accepted]
+
+
+def window_start(stack) -> float:
+    """One arrival time for several frames: they share a detector window, hence one batch."""
+    return time.time()
+
+
+def drain(worker: Worker, until: float) -> list:
+    outcomes = []
+    while time.time() < until:
+        worker.poll_once(wait_s=0)
+        outcomes += worker.run_ready()
+        if outcomes and len(worker.assembler) == 0 and worker.queues.depth(worker.assignment.queue_url) == 0:
+            break
+        time.sleep(0.02)
+    return outcomes
+
+
+def run_car_workers(stack, seconds: float = 3.0) -> list[Worker]:
+    cars = [make_worker(stack, "car", 0, m) for m in range(2)]
+    end = time.time() + seconds
+    while time.time() < end:
+        for w in cars:
+            w.poll_once(wait_s=0)
+            w.run_ready()
+        if all(stack.queues.depth(u) == 0 for u in stack.deployment.queues["car"].values()) and not any(
+            len(w.assembler) for w in cars
+        ):
+            break
+        time.sleep(0.02)
+    return cars
+
+
+def test_frames_of_one_window_form_one_batch_and_flow_down_the_dag(stack):
+    # GIVEN two frames accepted inside the same detector window
+    t = window_start(stack)
+    ids = send_frames(stack, 2, at=t)
+    det = make_worker(stack, "detector")
+    # WHEN the detector worker closes the window
+    outcomes = drain(det, until=time.time() + 5)
+    # THEN one batch of two ran, and the children (1 or 2 cars per frame) were forwarded
+    assert [o.ran for o in outcomes] == [2]
+    assert det.runtime._sleep.calls == [0.01]
+    forwarded = outcomes[0].forwarded
+    assert 2 <= forwarded <= 4
+    assert stack.metrics.values("BatchFill", Module="detector") == [1.0]
+    # WHEN the car workers run
+    cars = run_car_workers(stack)
+    assert sum(w.totals["ran"] for w in cars) == forwarded
+    # THEN both frames are done and every task is reported with its hardware, emulated
+    for rid in ids:
+        res = front(stack).result(rid)
+        assert res.status == "done", res
+        assert res.latency_s is not None and res.latency_s > 0
+        assert {t.module for t in res.tasks} == {"detector", "car"}
+        assert all(t.emulated for t in res.tasks)
+        assert res.tasks[0].output == {"emulated": True, "hardware": "t4"}
+    assert sum(stack.all_queue_depths().values()) == 0
+
+
+def test_redelivered_result_is_recorded_once(stack):
+    (rid,) = send_frames(stack, 1)
+    url = stack.deployment.queues["detector"]["0/0"]
+    (raw,) = stack.messages(url)
+    msg = TaskMessage.parse(raw["Body"])
+    det = make_worker(stack, "detector")
+    # WHEN the same message is processed twice (an SQS redelivery)
+    from gpu_fleet.batching import Pending
+
+    first = det.process(msg.batch_id, [Pending(msg, [raw["ReceiptHandle"]], time.time())])
+    second = det.process(msg.batch_id, [Pending(msg, [raw["ReceiptHandle"]], time.time())])
+    # THEN it is recorded once (the second write is refused by its condition), and the same
+    # children are forwarded again (at least once; their own conditional writes dedupe them)
+    assert (first.duplicates, second.duplicates) == (0, 1)
+    assert first.forwarded == second.forwarded >= 1
+    tasks = [t for t in front(stack).result(rid).tasks if t.module == "detector"]
+    assert len(tasks) == 1
+
+
+def test_crash_between_record_and_delete_is_redelivered_and_counted_once(stack):
+    # GIVEN a detector worker that dies after recording results, before deleting its messages
+    ids = send_frames(stack, 2, at=window_start(stack))
+    crashing = make_worker(stack, "detector", crash_after_record=True)
+    with pytest.raises(SystemExit):
+        drain(crashing, until=time.time() + 5)
+    # WHEN a fresh worker receives the redelivered messages (queue visibility timeout: 1 s)
+    time.sleep(1.1)
+    fresh = make_worker(stack, "detector")
+    outcomes = drain(fresh, until=time.time() + 5)
+    assert sum(o.duplicates for o in outcomes) == 2
+    # THEN the cars forwarded twice are deduplicated (in the buffer or by the conditional write)
+    # and every frame finishes exactly once
+    cars = run_car_workers(stack)
+    car_tasks = 0
+    for rid in ids:
+        res = front(stack).result(rid)
+        assert res.status == "done"
+        assert len([t for t in res.tasks if t.module == "detector"]) == 1
+        names = [t.task_id for t in res.tasks if t.module == "car"]
+        assert len(names) == len(set(names)) >= 1
+        car_tasks += len(names)
+    assert sum(w.totals["ran"] + w.totals["dropped"] - w.totals["duplicates"] for w in cars) == car_tasks
+    assert sum(stack.all_queue_depths().values()) == 0
+
+
+def test_frame_that_cannot_meet_its_deadline_is_dropped_early_and_reported(stack):
+    # GIVEN a frame whose deadline (accepted + 2 s SLO) passes before its window closes
+    (rid,) = send_frames(stack, 1, at=time.time() - 2.5)
+    det = make_worker(stack, "detector")
+    outcomes = drain(det, until=time.time() + 3)
+    # THEN it is dropped without running, reported as dropped, and counted
+    assert [(o.ran, o.dropped, o.forwarded) for o in outcomes] == [(0, 1, 0)]
+    assert det.runtime._sleep.calls == []
+    res = front(stack).result(rid)
+    assert res.status == "dropped"
+    assert [(t.status, t.reason) for t in res.tasks] == [("dropped", "deadline")]
+    assert stack.metrics.total("Drops", Module="detector") == 1
+
+
+def test_stop_releases_buffered_messages_at_once(stack):
+    # GIVEN a worker holding a message whose window is still open
+    svc = front(stack)
+    svc.accept("traffic", [(jpeg_bytes(), "image/jpeg")])
+    det = make_worker(stack, "detector", grace_s=30.0)
+    det.poll_once(wait_s=0)
+    assert len(det.assembler) == 1
+    url = det.assignment.queue_url
+    assert stack.messages(url) == []  # in flight: invisible
+    # WHEN it stops (SIGTERM in the process)
+    det.stop()
+    assert det.release_buffered() == 1
+    # THEN the message is visible again without waiting for the visibility timeout
+    assert len(stack.messages(url)) == 1
+    assert stack.metrics.total("Released", Module="detector") == 1
+
+
+def test_large_output_goes_to_s3(stack):
+    class BigRuntime(EmulatedRuntime):
+        def run(self, inputs):
+            return [{"blob": "x" * 5000} for _ in inputs]
+
+    (rid,) = send_frames(stack, 1)
+    det = make_worker(stack, "detector", runtime=BigRuntime(0.0, "t4"), output_inline_limit_bytes=1000)
+    drain(det, until=time.time() + 3)
+    (task,) = front(stack).result(rid).tasks
+    assert task.output is None and task.output_s3_key
+    assert stack.blobs.get(task.output_s3_key).startswith(b'{"blob":"xxx')
+
+
+def test_unparseable_message_is_counted_and_left_for_the_dlq(stack):
+    url = stack.deployment.queues["detector"]["0/0"]
+    stack.sqs.send_message(QueueUrl=url, MessageBody='{"v": 99}')
+    det = make_worker(stack, "detector")
+    assert det.poll_once(wait_s=0) == 0
+    assert det.totals["poison"] == 1
+    assert stack.metrics.total("PoisonMessages") == 1
+    redrive = stack.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]
+    assert "maxReceiveCount" in redrive["RedrivePolicy"]
+
+
+def test_empty_slots_are_counted_from_the_schedule(stack):
+    det = make_worker(stack, "detector")
+    now = time.time()
+    # the detector machine closes a window every 0.5 s: 4 windows in 2 s, none ran
+    assert det.count_empty_slots(now - 2.0, now) in (4, 5)
