@@ -5,8 +5,11 @@
 - HiTDL's resource model (Eq. 1): ``L(n) = c0 + c1/n + c2/n^2`` for ``n`` CPU cores, with
   ``c0, c1, c2 >= 0`` so the latency never grows with more cores.
 
-Both are least-squares fits in relative error (each point weighted by 1/measured), because the
-planner cares about a 10% error at batch 1 as much as at batch 32.
+Both are fitted in relative error, because the planner cares about a 10% error at batch 1 as much
+as at batch 32. The linear model minimises the *largest* relative error (a Chebyshev fit: the
+criterion the profile's quality target is stated in, and the one a latency budget needs: no point
+is under-predicted by more than the reported error); HiTDL's is a least-squares fit weighted by
+1/measured.
 """
 
 from __future__ import annotations
@@ -63,8 +66,35 @@ def _nnls_small(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best[1] if best is not None else np.zeros(k)
 
 
+def _minimax_linear(b: np.ndarray, d: np.ndarray) -> tuple[float, float]:
+    """``alpha, beta >= 0`` minimising ``max_i |alpha*b_i + beta - d_i| / d_i``.
+
+    The problem is a linear programme in (alpha, beta, t): minimise t subject to
+    ``+-(alpha*b_i + beta - d_i) <= t*d_i`` and ``alpha, beta >= 0``. An optimum sits on a vertex where
+    three constraints are tight; with at most a few dozen points, enumerating the vertices is exact
+    and cheaper than an LP solver dependency."""
+    rows: list[tuple[float, float, float, float]] = []  # a*alpha + c*beta - e*t <= rhs
+    for bi, di in zip(b, d, strict=True):
+        rows.append((bi, 1.0, di, di))
+        rows.append((-bi, -1.0, di, -di))
+    rows += [(-1.0, 0.0, 0.0, 0.0), (0.0, -1.0, 0.0, 0.0)]
+    a = np.array([[r[0], r[1], -r[2]] for r in rows])
+    rhs = np.array([r[3] for r in rows])
+    best: tuple[float, float, float] | None = None
+    for idx in itertools.combinations(range(len(rows)), 3):
+        m = a[list(idx)]
+        if abs(np.linalg.det(m)) < 1e-15:
+            continue
+        x = np.linalg.solve(m, rhs[list(idx)])
+        if np.all(a @ x <= rhs + 1e-12 * (1 + np.abs(rhs))) and (best is None or x[2] < best[2]):
+            best = (float(x[0]), float(x[1]), float(x[2]))
+    if best is None:  # degenerate input (cannot happen with two distinct positive batches)
+        raise ValueError("no linear fit exists for these points")
+    return max(best[0], 0.0), max(best[1], 0.0)
+
+
 def fit_linear(batches: list[int] | np.ndarray, durations: list[float] | np.ndarray) -> LinearFit:
-    """Fit ``d(b) = alpha*b + beta`` (alpha, beta >= 0) minimising relative squared error.
+    """Fit ``d(b) = alpha*b + beta`` (alpha, beta >= 0) minimising the largest relative error.
 
     One point gives ``alpha = d/b, beta = 0``. Raises ValueError on empty or non-positive input."""
     b = np.asarray(batches, dtype=float)
@@ -74,8 +104,7 @@ def fit_linear(batches: list[int] | np.ndarray, durations: list[float] | np.ndar
     if np.unique(b).size == 1:
         alpha, beta = float(np.mean(d / b)), 0.0
     else:
-        w = 1.0 / d
-        alpha, beta = _nnls_small(np.column_stack([b * w, w]), np.ones_like(d))
+        alpha, beta = _minimax_linear(b, d)
     mx, mean = _rel_errors(alpha * b + beta, d)
     return LinearFit(float(alpha), float(beta), mx, mean)
 

@@ -1,6 +1,9 @@
 """Nexus's linear batch model and HiTDL's core-count model on synthetic data."""
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiles.fit import fit_hitdl, fit_linear
 
@@ -66,3 +69,32 @@ def test_hitdl_fit_constants_are_non_negative():
 def test_hitdl_single_core_count_assumes_no_speedup():
     fit = fit_hitdl([2, 2], [0.004, 0.006])
     assert fit.predict(8) == pytest.approx(0.005)  # mean of the two, conservative
+
+
+def test_linear_fit_minimises_the_largest_relative_error():
+    # b=1 -> 10, b=2 -> 12, b=4 -> 14 (concave): no line is exact. The fit must be at least as good as
+    # the best line on a fine (alpha, beta) grid.
+    fit = fit_linear([1, 2, 4], [10.0, 12.0, 14.0])
+    grid = [
+        max(abs(a * b + c - d) / d for b, d in ((1, 10.0), (2, 12.0), (4, 14.0)))
+        for a in [i * 0.01 for i in range(0, 400)]
+        for c in [8.0 + j * 0.01 for j in range(0, 300)]
+    ]
+    assert fit.max_rel_err <= min(grid) + 1e-9
+    assert fit.max_rel_err < 0.05
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.001, 1.0), min_size=2, max_size=7),
+)
+def test_minimax_fit_never_worse_than_weighted_least_squares(durations):
+    batches = [2**i for i in range(len(durations))]
+    fit = fit_linear(batches, durations)
+    b, d = np.array(batches, float), np.array(durations)
+    w = 1.0 / d
+    ls = np.linalg.lstsq(np.column_stack([b * w, w]), np.ones_like(d), rcond=None)[0]
+    if np.all(ls >= 0):
+        ls_err = float(np.max(np.abs(ls[0] * b + ls[1] - d) / d))
+        assert fit.max_rel_err <= ls_err + 1e-9
+    assert fit.alpha_s >= 0 and fit.beta_s >= 0
