@@ -1,0 +1,515 @@
+"""One planning epoch for a fleet of apps: plan every app, shape the plans for packing, pack.
+
+Every app is planned for billed cost (whole machines; under TC every machine runs at full throughput, the
+excess as free dummy load). Under TC the plans are then shaped (:func:`shape_plan`) so that partial
+machines appear where co-location can use them:
+
+1. **Unfill**: a path's slack (SLO minus its planned worst case) is partly spent on longer collection
+   times, i.e. less dummy load, so the last machine of a module becomes a partial share; the fraction
+   ``keep`` of the slack stays for the added waits of co-location (docs/packing.md).
+2. **Split residuals**: a module of ``k + rho`` machines' worth of load becomes ``k`` machines at full
+   throughput plus one residual machine at ``t / q`` (``q = floor(1 / rho)``) whose windows are exactly
+   periodic, so it may share an instance. The time-window dispatch guarantees ``d + 2 b / W`` for the full
+   machines instead of ``d + b / W`` (docs/dispatch.md); a split is made only where the slack pays for it.
+
+An epoch packs the plans shaped with each ``keep`` of :data:`KEEPS` and keeps the cheapest fleet (the
+previous epoch's ``keep`` unless another bills :data:`~planner.packing.REPACK_THRESHOLD` less); modules
+whose shares all ended on instances of their own then go back to the plan as solved (full machines: the
+same bill, a shorter worst case) and the fleet is packed once more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import PlannerError
+from planner.models import MachineGroup, ModulePlan, Plan
+from planner.packing import REPACK_THRESHOLD, FleetPlan, Instance, Share, pack
+from planner.solve import solve
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from planner.models import ProblemSpec
+
+__all__ = [
+    "KEEPS",
+    "FleetPlan",
+    "FleetResult",
+    "Instance",
+    "Share",
+    "plan_fleet",
+    "problem_digest",
+    "restore_modules",
+    "shape_plan",
+]
+
+#: Plan extra keys: the digest of the problem the plan was solved for, the solver's own plan (so a later
+#: epoch can reshape without solving again), and the ``keep`` the plan was shaped with.
+DIGEST_KEY = "problem_digest"
+SHAPE_KEY = "problem_shape_digest"  # the problem with its rates left out
+RATES_KEY = "solved_rates"  # module rates the plan was solved for
+SOLVED_KEY = "solved_modules"
+KEEP_KEY = "packing_keep"
+#: Module extra key of a residual split: the extra worst case of its full machines, b / W (s).
+SPLIT_KEY = "split_penalty_s"
+#: Fractions of the path slack kept for co-location waits that an epoch tries (1.0: plans as solved).
+KEEPS: tuple[float, ...] = (1.0, 0.5, 0.25)
+
+_CONFIG = ("hardware", "batch", "concurrency", "duration_s")
+
+
+@dataclass
+class FleetResult:
+    """Plans of the apps that could be planned, their packed fleet, timings (ms, wall) and, per app that
+    could not be planned, a one-line reason. ``reused`` lists the apps whose previous plan still held;
+    ``keep`` is the slack fraction the plans were shaped with."""
+
+    plans: dict[str, Plan]
+    fleet: FleetPlan
+    solve_ms: float
+    pack_ms: float
+    failed: dict[str, str] = field(default_factory=dict)
+    reused: list[str] = field(default_factory=list)
+    keep: float = 1.0
+
+
+def problem_digest(problem: ProblemSpec, policy: str, tighten: float = 0.0) -> str:
+    """Stable digest of a problem and how it is planned (equal digests: the old plan still holds)."""
+    blob = f"{problem.model_dump_json(exclude={'name'})}|{policy}|{tighten!r}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+# --------------------------------------------------------------------------- shaping
+
+
+@dataclass
+class _Mod:
+    """A module run on one configuration, as the solver planned it."""
+
+    group: MachineGroup
+    floor: float  # smallest planned rate: the module's rate (req/s)
+    load: float  # W: planned rate, dummy included
+    extra: float  # the plan's worst case above the dispatch bound (e.g. a burst term), s
+    throughput: float
+    price: float
+
+    @property
+    def collect(self) -> float:
+        return self.group.batch / self.load
+
+    def latency(self, split: bool) -> float:
+        return self.group.duration_s + (2 if split else 1) * self.collect + self.extra
+
+
+def _one_config(mp: ModulePlan) -> MachineGroup | None:
+    gs = mp.groups
+    if not gs or gs[0].duration_s <= 0:
+        return None
+    first = tuple(getattr(gs[0], k) for k in _CONFIG)
+    return gs[0] if all(tuple(getattr(g, k) for k in _CONFIG) == first for g in gs) else None
+
+
+def _solved(plan: Plan) -> dict[str, ModulePlan]:
+    """The solver's module plans: the shaped plan's record of them, or the plan's own."""
+    rec = (plan.model_extra or {}).get(SOLVED_KEY)
+    if isinstance(rec, dict):
+        return {m: ModulePlan.model_validate(v) for m, v in rec.items()}
+    return dict(plan.modules)
+
+
+def _modules(problem: ProblemSpec, solved: Mapping[str, ModulePlan]) -> dict[str, _Mod]:
+    out: dict[str, _Mod] = {}
+    for m, mp in solved.items():
+        g = _one_config(mp)
+        if g is None:
+            continue
+        load = sum(x.machines * x.rate_per_machine for x in mp.groups)
+        if load <= 0:
+            continue
+        t = g.concurrency * g.batch / g.duration_s
+        split = SPLIT_KEY in (mp.model_extra or {})
+        bound = g.duration_s + (2 if split else 1) * g.batch / load
+        floor = max(problem.modules[m].rate, float((mp.model_extra or {}).get("rate", 0.0)))
+        price = problem.hardware[g.hardware].price_per_hour
+        out[m] = _Mod(g, floor, load, max(0.0, mp.worst_case_latency_s - bound), t, price)
+    return out
+
+
+def _unfill(problem: ProblemSpec, mods: dict[str, _Mod], wcl: dict[str, float], keep: float) -> None:
+    """Spend ``1 - keep`` of every path's slack on longer collection times (less dummy load), evenly among
+    the path's single-configuration modules (in place)."""
+    if keep >= 1:
+        return
+    extra = dict.fromkeys(mods, math.inf)
+    for path in problem.paths():
+        slack = problem.slo_s - sum(wcl[m] for m in path)
+        users = [m for m in path if m in mods]
+        for m in users:
+            extra[m] = min(extra[m], max(0.0, slack) * (1 - keep) / len(users))
+    for m, e in extra.items():
+        mod = mods[m]
+        if 0 < e < math.inf:
+            mod.load = max(mod.floor, mod.group.batch / (mod.collect + e))
+            wcl[m] = mod.latency(split=False)
+
+
+def _split_of(mod: _Mod) -> tuple[int, int] | None:
+    """(full machines k, q) of a residual split, or None when the load has no residual below half."""
+    units = mod.load / mod.throughput
+    k = math.floor(units + 1e-9)
+    rho = units - k
+    if k < 1 or rho <= 1e-9:
+        return None
+    q = math.floor(1 / rho + 1e-9)
+    return (k, q) if q >= 2 else None
+
+
+def _splits(problem: ProblemSpec, mods: dict[str, _Mod], wcl: dict[str, float]) -> dict[str, tuple[int, int]]:
+    """Split the modules whose paths have the slack for it, the most valuable first (in place)."""
+    cands = [(m, s) for m, mod in mods.items() if (s := _split_of(mod)) is not None]
+    cands.sort(key=lambda c: (-mods[c[0]].price * (1 - 1 / c[1][1]), c[0]))
+    slack = {tuple(p): problem.slo_s - sum(wcl[m] for m in p) for p in problem.paths()}
+    out: dict[str, tuple[int, int]] = {}
+    for m, (k, q) in cands:
+        mod = mods[m]
+        t = mod.throughput
+        old = (mod.load, wcl[m])
+        mod.load = k * t + t / q
+        new = mod.latency(split=True)
+        paths = [p for p in slack if m in p]
+        if all(slack[p] - (new - wcl[m]) >= 1e-9 for p in paths):
+            for p in paths:
+                slack[p] -= new - wcl[m]
+            wcl[m] = new
+            out[m] = (k, q)
+        else:
+            mod.load, wcl[m] = old
+    return out
+
+
+def _groups(mod: _Mod, split: tuple[int, int] | None) -> list[MachineGroup]:
+    g, t = mod.group, mod.throughput
+    if split is not None:
+        k, q = split
+        return [
+            g.model_copy(update={"machines": k, "rate_per_machine": t}),
+            g.model_copy(update={"machines": 1, "rate_per_machine": t / q}),
+        ]
+    n = max(1, math.ceil(mod.load / t - 1e-9))
+    return [g.model_copy(update={"machines": n, "rate_per_machine": mod.load / n})]
+
+
+def shape_plan(problem: ProblemSpec, plan: Plan, *, keep: float = 0.5, split: bool = True) -> Plan:
+    """A TC plan made packable: ``1 - keep`` of every path's slack spent on less dummy load (partial
+    machines), then big modules split into full machines plus one periodic residual where the remaining
+    slack pays for the split's longer worst case. Modules with several configurations are kept as planned.
+    The solver's plan is recorded in the result so it can be reshaped (or restored) without solving."""
+    if not 0 <= keep <= 1:
+        raise ValueError(f"keep must be a fraction in [0, 1], got {keep}")
+    solved = _solved(plan)
+    mods = _modules(problem, solved)
+    wcl = {m: mp.worst_case_latency_s for m, mp in solved.items()}
+    _unfill(problem, mods, wcl, keep)
+    splits = _splits(problem, mods, wcl) if split else {}
+    modules: dict[str, ModulePlan] = {}
+    for m, mp in solved.items():
+        mod = mods.get(m)
+        if mod is None:
+            modules[m] = mp
+            continue
+        groups = _groups(mod, splits.get(m))
+        load = sum(g.machines * g.rate_per_machine for g in groups)
+        extra = {k: v for k, v in (mp.model_extra or {}).items() if k != SPLIT_KEY}
+        if m in splits:
+            extra[SPLIT_KEY] = mod.collect
+        modules[m] = ModulePlan(
+            latency_budget_s=max(wcl[m], mp.latency_budget_s),
+            worst_case_latency_s=wcl[m],
+            dummy_rate=max(0.0, load - problem.modules[m].rate),
+            groups=groups,
+            **extra,
+        )
+    return _assemble(problem, plan, modules, solved, keep)
+
+
+def restore_modules(problem: ProblemSpec, plan: Plan, modules: set[str]) -> Plan:
+    """``plan`` with ``modules`` back as the solver planned them."""
+    solved = _solved(plan)
+    mods = {m: (solved[m] if m in modules else mp) for m, mp in plan.modules.items()}
+    keep = float((plan.model_extra or {}).get(KEEP_KEY, 1.0))
+    return _assemble(problem, plan, mods, solved, keep)
+
+
+def _assemble(
+    problem: ProblemSpec,
+    plan: Plan,
+    modules: dict[str, ModulePlan],
+    solved: Mapping[str, ModulePlan],
+    keep: float,
+) -> Plan:
+    prices = {h: s.price_per_hour for h, s in problem.hardware.items()}
+    occ = billed = 0.0
+    for m, mp in modules.items():
+        o = b = 0.0
+        for g in mp.groups:
+            t = g.concurrency * g.batch / g.duration_s if g.duration_s > 0 else math.inf
+            o += g.machines * prices[g.hardware] * g.rate_per_machine / t
+            b += g.machines * prices[g.hardware]
+        if mp is not solved.get(m):
+            modules[m] = mp.model_copy(update={"occupancy_per_hour": o, "billed_per_hour": b})
+        occ += o
+        billed += b
+    extra: dict[str, Any] = dict(plan.model_extra or {})
+    extra[SOLVED_KEY] = {m: mp.model_dump() for m, mp in solved.items()}
+    extra[KEEP_KEY] = keep
+    extra["paths"] = [
+        {"modules": list(p), "worst_case_latency_s": sum(modules[m].worst_case_latency_s for m in p)}
+        for p in problem.paths()
+    ]
+    return Plan(
+        objective=plan.objective,
+        cost_per_hour=occ,
+        billed_per_hour=billed,
+        solve_ms=plan.solve_ms,
+        modules=modules,
+        **extra,
+    )
+
+
+# --------------------------------------------------------------------------- epoch
+
+
+@dataclass(frozen=True)
+class _Planning:
+    policy: str
+    tighten: float
+    hold: float
+    stick: float
+    solver: Callable[[ProblemSpec], Plan] | None
+
+
+def _solve_all(
+    problems: Mapping[str, ProblemSpec], previous_plans: Mapping[str, Plan], how: _Planning
+) -> tuple[dict[str, Plan], dict[str, str], list[str]]:
+    plans: dict[str, Plan] = {}
+    failed: dict[str, str] = {}
+    reused: list[str] = []
+    for app in sorted(problems):
+        problem = problems[app]
+        digest = problem_digest(problem, how.policy, how.tighten)
+        old = previous_plans.get(app)
+        extra = (old.model_extra or {}) if old is not None else {}
+        if old is not None and extra.get(DIGEST_KEY) == digest:
+            plans[app] = old
+            reused.append(app)
+            continue
+        shape = problem_digest(_rateless(problem), how.policy, how.tighten)
+        if old is not None and extra.get(SHAPE_KEY) == shape and _holds(problem, old, how.hold):
+            plans[app] = _at_rates(problem, old, digest)
+            reused.append(app)
+            continue
+        target = (
+            problem
+            if how.tighten <= 0
+            else problem.model_copy(update={"slo_s": problem.slo_s * (1 - how.tighten)})
+        )
+        try:
+            plan = (
+                how.solver(target)
+                if how.solver is not None
+                else solve(target, policy=how.policy, objective="billed")
+            )
+        except PlannerError as exc:
+            failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
+            continue
+        if old is not None and extra.get(SHAPE_KEY) == shape and how.stick > 0:
+            grown = _grown(problem, old, how.hold)
+            if grown is not None and grown.billed_per_hour <= plan.billed_per_hour * (1 + how.stick) + 1e-9:
+                plan = grown
+        plan.model_extra[DIGEST_KEY] = digest  # type: ignore[index]
+        plan.model_extra[SHAPE_KEY] = shape  # type: ignore[index]
+        plan.model_extra[RATES_KEY] = {m: spec.rate for m, spec in problem.modules.items()}  # type: ignore[index]
+        plans[app] = plan
+    return plans, failed, reused
+
+
+def _grown(problem: ProblemSpec, plan: Plan, hold: float) -> Plan | None:
+    """The solver's plan behind ``plan`` with more machines in each module's first group (the highest
+    throughput-cost ratio) until its planned rate covers the new rate; None when a rate fell more than
+    ``hold`` below the one it was solved for. Under TC more load only shortens every worst case (Theorem 1:
+    w grows), so the plan's figures stay valid bounds."""
+    solved_rates = (plan.model_extra or {}).get(RATES_KEY)
+    if not isinstance(solved_rates, dict) or set(solved_rates) != set(problem.modules) or not _tc(plan):
+        return None
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    modules: dict[str, ModulePlan] = {}
+    occ = billed = 0.0
+    for m, mp in _solved(plan).items():
+        rate = problem.modules[m].rate
+        if rate < float(solved_rates[m]) / (1 + hold) or not mp.groups or mp.groups[0].rate_per_machine <= 0:
+            return None
+        groups = list(mp.groups)
+        capacity = sum(g.machines * g.rate_per_machine for g in groups)
+        if rate > capacity * (1 + 1e-9):
+            g0 = groups[0]
+            more = math.ceil((rate - capacity) / g0.rate_per_machine - 1e-9)
+            groups[0] = g0.model_copy(update={"machines": g0.machines + more})
+            capacity += more * g0.rate_per_machine
+        o = sum(
+            g.machines * prices[g.hardware] * g.rate_per_machine * g.duration_s / (g.concurrency * g.batch)
+            for g in groups
+        )
+        b = sum(g.machines * prices[g.hardware] for g in groups)
+        update: dict[str, Any] = {"groups": groups, "dummy_rate": max(0.0, capacity - rate)}
+        update.update(occupancy_per_hour=o, billed_per_hour=b)
+        if "rate" in (mp.model_extra or {}):
+            update["rate"] = rate
+        modules[m] = mp.model_copy(update=update)
+        occ += o
+        billed += b
+    extra = {k: v for k, v in (plan.model_extra or {}).items() if k not in (SOLVED_KEY, KEEP_KEY)}
+    return Plan(
+        objective=plan.objective,
+        cost_per_hour=occ,
+        billed_per_hour=billed,
+        solve_ms=0.0,
+        modules=modules,
+        **{**extra, "grown": True},
+    )
+
+
+def _rateless(problem: ProblemSpec) -> ProblemSpec:
+    modules = {m: spec.model_copy(update={"rate": 1.0}) for m, spec in problem.modules.items()}
+    return problem.model_copy(update={"modules": modules})
+
+
+def _holds(problem: ProblemSpec, plan: Plan, hold: float) -> bool:
+    """The plan still serves ``problem``: every module's planned rate (dummy included) covers the new rate,
+    and no rate fell more than ``hold`` (a fraction) below the one the plan was solved for."""
+    solved = (plan.model_extra or {}).get(RATES_KEY)
+    if hold <= 0 or not isinstance(solved, dict) or set(solved) != set(problem.modules):
+        return False
+    for m, spec in problem.modules.items():
+        mp = plan.modules.get(m)
+        if mp is None:
+            return False
+        capacity = sum(g.machines * g.rate_per_machine for g in mp.groups)
+        if spec.rate > capacity * (1 + 1e-9) or spec.rate < float(solved[m]) / (1 + hold):
+            return False
+    return True
+
+
+def _at_rates(problem: ProblemSpec, plan: Plan, digest: str) -> Plan:
+    """``plan`` serving ``problem``'s rates: the same machines, the dummy load adjusted."""
+
+    def adjust(m: str, mp: ModulePlan) -> ModulePlan:
+        rate = problem.modules[m].rate
+        capacity = sum(g.machines * g.rate_per_machine for g in mp.groups)
+        update: dict[str, Any] = {"dummy_rate": max(0.0, capacity - rate)}
+        if "rate" in (mp.model_extra or {}):
+            update["rate"] = rate
+        return mp.model_copy(update=update)
+
+    extra: dict[str, Any] = dict(plan.model_extra or {})
+    extra[DIGEST_KEY] = digest
+    if isinstance(extra.get(SOLVED_KEY), dict):
+        solved = {m: ModulePlan.model_validate(v) for m, v in extra[SOLVED_KEY].items()}
+        extra[SOLVED_KEY] = {m: adjust(m, mp).model_dump() for m, mp in solved.items()}
+    modules = {m: adjust(m, mp) for m, mp in plan.modules.items()}
+    return plan.model_copy(update={"modules": modules, **extra})
+
+
+def _tc(plan: Plan) -> bool:
+    return bool((plan.model_extra or {}).get("latency_model", "tc") == "tc")
+
+
+def plan_fleet(
+    problems: Mapping[str, ProblemSpec],
+    *,
+    previous: FleetPlan | None = None,
+    previous_plans: Mapping[str, Plan] | None = None,
+    policy: str = "skinflint",
+    keeps: Sequence[float] = KEEPS,
+    tighten: float = 0.0,
+    hold: float = 0.15,
+    stick: float = 0.03,
+    solver: Callable[[ProblemSpec], Plan] | None = None,
+) -> FleetResult:
+    """Plan every app (an app that cannot be planned goes to ``failed`` with a one-line reason; the others
+    still plan), shape the plans for packing and pack. ``previous_plans[app]`` is reused when that app's
+    problem is unchanged, or when only its rates changed, each still within the plan's planned rate (dummy
+    included) and none more than ``hold`` (a fraction; 0 turns this off) below the rate it was solved for:
+    the same machines then serve the new rates with more or less dummy load, so nothing moves. When only
+    rates changed but the plan no longer covers them, the previous plan grown by whole machines of the
+    same configurations is kept if it bills at most ``stick`` (a fraction) more than a fresh plan: fewer
+    instances change hardware type. ``previous`` keeps unchanged shares on their slots. ``tighten`` plans
+    every app for an SLO that much shorter (a fraction), leaving the difference as slack for co-location;
+    ``solver`` replaces :func:`~planner.solve.solve` (e.g. a dispatch-aware planner). Bad parameters raise
+    ValueError."""
+    if not 0 <= tighten < 1:
+        raise ValueError(f"tighten must be a fraction in [0, 1), got {tighten}")
+    started = time.perf_counter()
+    if hold < 0:
+        raise ValueError(f"hold must be a fraction >= 0, got {hold}")
+    if stick < 0:
+        raise ValueError(f"stick must be a fraction >= 0, got {stick}")
+    how = _Planning(policy, tighten, hold, stick, solver)
+    solved, failed, reused = _solve_all(problems, previous_plans or {}, how)
+    solved_at = time.perf_counter()
+    last = _previous_keep(solved, reused)
+    best: tuple[float, float, dict[str, Plan], FleetPlan] | None = None
+    for keep in sorted(set(keeps) | ({last} if last is not None else set()), reverse=True):
+        plans = {a: _shaped(problems[a], p, keep, a in reused) for a, p in solved.items()}
+        fleet = pack({a: (problems[a], plans[a]) for a in plans}, previous=previous)
+        cost = fleet.billed_per_hour * (1 if keep == last else 1 + REPACK_THRESHOLD)
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, keep, plans, fleet)
+    assert best is not None
+    _, keep, plans, fleet = best
+    alone = _dedicated_modules(fleet)
+    restored = {
+        a: restore_modules(problems[a], p, alone[a]) if alone.get(a) and _tc(p) else p
+        for a, p in plans.items()
+    }
+    if restored != plans:
+        plans = restored
+        fleet = pack({a: (problems[a], plans[a]) for a in plans}, previous=previous)
+    solve_ms = (solved_at - started) * 1000
+    return FleetResult(plans, fleet, solve_ms, (time.perf_counter() - solved_at) * 1000, failed, reused, keep)
+
+
+def _shaped(problem: ProblemSpec, plan: Plan, keep: float, reused: bool) -> Plan:
+    if not _tc(plan):
+        return plan
+    if reused and (plan.model_extra or {}).get(KEEP_KEY) == keep:
+        return plan
+    return shape_plan(problem, plan, keep=keep)
+
+
+def _dedicated_modules(fleet: FleetPlan) -> dict[str, set[str]]:
+    """Per app, the modules none of whose shares shares an instance."""
+    shared: set[tuple[str, str]] = set()
+    every: set[tuple[str, str]] = set()
+    for inst in fleet.instances:
+        for s in inst.shares:
+            every.add((s.app, s.module))
+            if len(inst.shares) > 1:
+                shared.add((s.app, s.module))
+    out: dict[str, set[str]] = {}
+    for app, module in every - shared:
+        out.setdefault(app, set()).add(module)
+    return out
+
+
+def _previous_keep(plans: Mapping[str, Plan], reused: Sequence[str]) -> float | None:
+    seen = {(plans[a].model_extra or {}).get(KEEP_KEY) for a in reused}
+    seen.discard(None)
+    if len(seen) != 1:
+        return None
+    value = next(iter(seen))
+    return float(value) if isinstance(value, int | float) else None

@@ -1,0 +1,186 @@
+"""Plan-driven scaling: the rate to plan for (short trend + headroom, quantised) and hysteresis on the
+instance counts per hardware type, so noisy load neither re-plans every epoch nor flaps the fleet.
+
+Pure: the caller passes the observed rates and the epoch number; the hysteresis state is a plain dict
+(:meth:`Hysteresis.to_dict`) because the planner Lambda keeps no memory between invocations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner.errors import PlannerError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["Hysteresis", "ScalingError", "forecast_rate", "hold_rate", "quantise_up"]
+
+
+class ScalingError(PlannerError):
+    """Bad input to the scaling policy (no history, negative or non-finite rates, bad parameters)."""
+
+
+def quantise_up(x: float, step: float) -> float:
+    """Smallest level ``(1 + step) ** k`` (k integer) that is >= ``x``; 0 stays 0. Levels are fixed, so a
+    rate moving inside one level keeps the same planned rate."""
+    if x <= 0:
+        return 0.0
+    if step < 1e-9:  # no grid finer than float noise
+        return x
+    base = math.log1p(step)
+    k = math.ceil(math.log(x) / base - 1e-9)
+    level = math.exp(k * base)
+    return level if level >= x else math.exp((k + 1) * base)
+
+
+def forecast_rate(
+    history: Sequence[float], *, headroom: float = 0.1, trend_epochs: int = 5, step: float = 0.05
+) -> float:
+    """The rate to plan for from the observed rates of the last epochs (oldest first).
+
+    A least-squares line through the last ``trend_epochs`` observations, extrapolated one epoch ahead and
+    never below the last observation; times ``1 + headroom``; quantised up to a level of the relative
+    grid ``(1 + step) ** k`` so noise inside one level does not change the plan.
+    """
+    if not history:
+        raise ScalingError("no observed rates to forecast from")
+    if headroom < 0 or step < 0 or trend_epochs < 1:
+        raise ScalingError(
+            f"bad forecast parameters: headroom {headroom}, step {step}, trend_epochs {trend_epochs}"
+        )
+    xs = np.asarray(history[-trend_epochs:], dtype=np.float64)
+    if not np.all(np.isfinite(xs)) or np.any(xs < 0):
+        raise ScalingError(f"observed rates must be finite and >= 0, got {list(history[-trend_epochs:])}")
+    last = float(xs[-1])
+    ahead = last
+    if len(xs) >= 2:
+        t = np.arange(len(xs), dtype=np.float64)
+        slope, intercept = np.polyfit(t, xs, 1)
+        ahead = float(intercept + slope * len(xs))
+    return quantise_up(max(last, ahead) * (1 + headroom), step)
+
+
+def hold_rate(
+    forecast: float, planned: float | None, *, tolerance: float = 0.15, boost: float = 0.0
+) -> float:
+    """The rate to plan for this epoch given the one planned last epoch: ``planned`` while ``forecast`` stays
+    within ``[planned / (1 + tolerance), planned]`` (noise: keep the plan, so the app is not re-planned and
+    nothing moves); above it, ``forecast * (1 + boost)`` at once (so the next small rise fits too); below
+    it (a real drop), ``forecast``."""
+    if tolerance < 0 or boost < 0:
+        raise ScalingError(f"tolerance and boost must be >= 0, got {tolerance}, {boost}")
+    if planned is None:
+        return forecast
+    if forecast > planned:
+        return forecast * (1 + boost)
+    if forecast < planned / (1 + tolerance):
+        return forecast
+    return planned
+
+
+@dataclass
+class _HwState:
+    last_change: int | None = None  # epoch of the last change this policy made
+    below_since: int | None = None  # first epoch of the current run of targets below the capacity
+    recent: list[tuple[int, int]] = field(default_factory=list)  # (epoch, target) of the last epochs
+
+
+@dataclass
+class Hysteresis:
+    """Desired instance count per hardware type from the packed plan's counts.
+
+    Scale up at once (latency first). Scale down only after the target has stayed below the current
+    capacity for ``down_epochs`` consecutive epochs and at least ``min_gap_epochs`` after this type's last
+    change, and then only to the largest target of the last ``memory_epochs`` epochs (never below the
+    current target) plus ``spare`` instances (none when that largest target is 0), so that noise just
+    after a scale-down does not scale straight back up.
+    """
+
+    down_epochs: int = 2
+    min_gap_epochs: int = 2
+    memory_epochs: int = 4
+    spare: int = 0
+    state: dict[str, _HwState] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.spare < 0:
+            raise ScalingError(f"spare must be >= 0, got {self.spare}")
+        if min(self.down_epochs, self.min_gap_epochs, self.memory_epochs) < 1:
+            raise ScalingError(
+                "down_epochs, min_gap_epochs and memory_epochs must be >= 1, got "
+                f"{self.down_epochs}, {self.min_gap_epochs}, {self.memory_epochs}"
+            )
+
+    def desired(self, target: Mapping[str, int], current: Mapping[str, int], epoch: int) -> dict[str, int]:
+        """Desired count per hardware type (every type of ``target`` or ``current``); updates the state."""
+        out: dict[str, int] = {}
+        for hw in sorted(set(target) | set(current)):
+            want, have = int(target.get(hw, 0)), int(current.get(hw, 0))
+            if want < 0 or have < 0:
+                raise ScalingError(f"{hw}: instance counts must be >= 0, got target {want}, current {have}")
+            st = self.state.setdefault(hw, _HwState())
+            st.recent = [(e, t) for e, t in st.recent if epoch - e < self.memory_epochs and e != epoch]
+            st.recent.append((epoch, want))
+            out[hw] = self._one(st, want, have, epoch)
+        return out
+
+    def _one(self, st: _HwState, want: int, have: int, epoch: int) -> int:
+        if want >= have:
+            st.below_since = None
+            if want > have:
+                st.last_change = epoch
+            return want
+        if st.below_since is None:
+            st.below_since = epoch
+        held = epoch - st.below_since + 1 >= self.down_epochs
+        spaced = st.last_change is None or epoch - st.last_change >= self.min_gap_epochs
+        down = max(t for _, t in st.recent)
+        if down > 0:
+            down += self.spare
+        if held and spaced and down < have:
+            st.last_change = epoch
+            st.below_since = None
+            return down
+        return have
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "down_epochs": self.down_epochs,
+            "min_gap_epochs": self.min_gap_epochs,
+            "memory_epochs": self.memory_epochs,
+            "spare": self.spare,
+            "state": {
+                hw: {
+                    "last_change": s.last_change,
+                    "below_since": s.below_since,
+                    "recent": [list(x) for x in s.recent],
+                }
+                for hw, s in sorted(self.state.items())
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hysteresis:
+        try:
+            state = {
+                str(hw): _HwState(
+                    last_change=None if s.get("last_change") is None else int(s["last_change"]),
+                    below_since=None if s.get("below_since") is None else int(s["below_since"]),
+                    recent=[(int(e), int(t)) for e, t in s.get("recent", [])],
+                )
+                for hw, s in dict(data.get("state", {})).items()
+            }
+            return cls(
+                down_epochs=int(data.get("down_epochs", 2)),
+                min_gap_epochs=int(data.get("min_gap_epochs", 2)),
+                memory_epochs=int(data.get("memory_epochs", 4)),
+                spare=int(data.get("spare", 0)),
+                state=state,
+            )
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ScalingError(f"bad hysteresis state: {exc}") from exc

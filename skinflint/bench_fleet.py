@@ -1,0 +1,498 @@
+"""Fleet benchmark: planning + packing epochs on generated multi-app fleets.
+
+Prints, measured at run time (nothing is hard-coded):
+
+- **cost**, per fleet size and seed: billed cost after packing over the occupancy lower bound (the sum of
+  every app's occupancy-optimal plan, the fractional optimum no whole-instance fleet can beat), next to
+  the dedicated billed optimum (every app's billed-optimal plan, one instance per machine) and a
+  latency-free packing of the occupancy plans (full machines alone, residuals bin-packed by occupancy with
+  no latency condition; what packing could give if co-location cost no latency);
+- **time** of one epoch (plan + pack) for the largest fleet, cold and with every plan reused: CPU time of
+  this process (one core) and wall time, median and spread of repeats, with the load average;
+- **verification**: every shared instance replayed with its shares' window schedules (random phases and,
+  per share, the phases that make it wait longest): measured worst case against planned + added wait;
+- **steady load**: epochs of noisy load (rates drawn +-noise around a fixed mean, then Poisson counts over
+  the epoch), forecast (:func:`~planner.scaling.forecast_rate`, held by :func:`~planner.scaling.hold_rate`)
+  + re-plan + pack + hysteresis; scale changes per hardware type per two epochs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner.check import check_plan
+from planner.errors import PlannerError
+from planner.fleet import plan_fleet
+from planner.generate import generate_problems
+from planner.packing import adversarial_phases, check_fleet, simulate_instance
+from planner.scaling import Hysteresis, forecast_rate, hold_rate
+from planner.solve import solve
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from planner.models import Plan, ProblemSpec
+
+TARGET_RATIO = 1.05
+TARGET_EPOCH_S = 1.0
+EPOCH_S = 60.0  # seconds of traffic behind one observed rate
+WARMUP = 5  # steady-load epochs before the forecast's trend window is full (not counted as steady)
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def _ffd(sizes: list[float]) -> int:
+    bins: list[float] = []
+    for s in sorted(sizes, reverse=True):
+        for i, b in enumerate(bins):
+            if b + s <= 1 + 1e-9:
+                bins[i] += s
+                break
+        else:
+            bins.append(s)
+    return len(bins)
+
+
+def latency_free(plans: Mapping[str, Plan], prices: Mapping[str, float]) -> float:
+    """$/h of a fleet where every module's load is whole machines plus one residual and residuals are
+    bin-packed by occupancy alone (first-fit decreasing), ignoring latency."""
+    items: dict[str, list[float]] = defaultdict(list)
+    for plan in plans.values():
+        for mp in plan.modules.values():
+            for g in mp.groups:
+                units = g.machines * g.rate_per_machine * g.duration_s / (g.concurrency * g.batch)
+                k = math.floor(units + 1e-9)
+                items[g.hardware] += [1.0] * k + ([units - k] if units - k > 1e-9 else [])
+    return sum(_ffd(v) * prices[h] for h, v in items.items())
+
+
+def one_fleet(problems: Mapping[str, ProblemSpec]) -> dict[str, Any]:
+    """Every figure of one generated fleet."""
+    occ: dict[str, Plan] = {}
+    billed_opt = 0.0
+    for app, p in problems.items():
+        try:
+            occ[app] = solve(p, objective="occupancy")
+            billed_opt += solve(p).billed_per_hour
+        except PlannerError:
+            continue
+    feasible = {a: problems[a] for a in occ}
+    cpu = time.process_time()
+    res = plan_fleet(feasible)
+    cpu_ms = (time.process_time() - cpu) * 1000
+    apps = {a: (feasible[a], res.plans[a]) for a in res.plans}
+    errors = check_fleet(res.fleet, apps) + [e for a, (p, plan) in apps.items() for e in check_plan(p, plan)]
+    lb = sum(p.cost_per_hour for p in occ.values())
+    f = res.fleet
+    return {
+        "apps": len(problems),
+        "planned": len(res.plans),
+        "failed": len(res.failed) + len(problems) - len(feasible),
+        "occupancy_bound": lb,
+        "billed": f.billed_per_hour,
+        "plans_occupancy": f.occupancy_per_hour,
+        "dedicated_plans": f.dedicated_per_hour,
+        "dedicated_billed_optimum": billed_opt,
+        "latency_free": latency_free(occ, f.prices),
+        "ratio": f.billed_per_hour / lb,
+        "dedicated_ratio": billed_opt / lb,
+        "latency_free_ratio": latency_free(occ, f.prices) / lb,
+        "instances": len(f.instances),
+        "shared_instances": f.shared_instances,
+        "shares_on_shared": sum(len(i.shares) for i in f.instances if len(i.shares) > 1),
+        "keep": res.keep,
+        "epoch_cpu_ms": cpu_ms,
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "_fleet": res,
+        "_problems": feasible,
+    }
+
+
+# --------------------------------------------------------------------------- time
+
+
+def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int) -> dict[str, Any]:
+    cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
+    first = None
+    for _ in range(repeats):
+        c, w = time.process_time(), time.perf_counter()
+        first = plan_fleet(problems)
+        cold_cpu.append((time.process_time() - c) * 1000)
+        cold_wall.append((time.perf_counter() - w) * 1000)
+        c, w = time.process_time(), time.perf_counter()
+        plan_fleet(problems, previous=first.fleet, previous_plans=first.plans)
+        warm_cpu.append((time.process_time() - c) * 1000)
+        warm_wall.append((time.perf_counter() - w) * 1000)
+
+    def summary(xs: list[float]) -> dict[str, float]:
+        return {"median_ms": statistics.median(xs), "min_ms": min(xs), "max_ms": max(xs)}
+
+    return {
+        "apps": len(problems),
+        "repeats": repeats,
+        "cold_cpu": summary(cold_cpu),
+        "cold_wall": summary(cold_wall),
+        "reused_cpu": summary(warm_cpu),
+        "reused_wall": summary(warm_wall),
+        "load_avg": os.getloadavg(),
+    }
+
+
+# --------------------------------------------------------------------------- verification
+
+
+def verify(fleet: Any, problems: Mapping[str, ProblemSpec], seeds: int = 3) -> dict[str, Any]:
+    apps = {a: (problems[a], fleet.plans[a]) for a in fleet.plans}
+    checked = within = 0
+    worst_excess = -math.inf
+    tight = 0.0
+    for inst in fleet.fleet.instances:
+        if len(inst.shares) < 2:
+            continue
+        runs = [simulate_instance(inst, apps, seed=s, periods=100) for s in range(seeds)]
+        for v in range(len(inst.shares)):
+            adv = simulate_instance(inst, apps, phases=adversarial_phases(inst, apps, v), periods=20)[v]
+            runs.append([adv])
+            if inst.shares[v].added_wait_s > 0:
+                tight = max(tight, adv.max_wait_s / inst.shares[v].added_wait_s)
+        for run in runs:
+            for r in run:
+                checked += 1
+                within += r.within
+                worst_excess = max(worst_excess, r.measured_worst_s - r.bound_s)
+    return {
+        "shared_instances": fleet.fleet.shared_instances,
+        "share_runs": checked,
+        "within": within,
+        "max_excess_s": worst_excess if checked else 0.0,
+        "max_adversarial_wait_over_added_wait": tight,
+    }
+
+
+# --------------------------------------------------------------------------- steady load
+
+
+def steady(problems: Mapping[str, ProblemSpec], epochs: int, noise: float, seed: int) -> dict[str, Any]:
+    """Noisy steady load: forecast, re-plan, pack and scale every epoch; count scale changes."""
+    rng = np.random.default_rng(seed)
+    history: dict[tuple[str, str], list[float]] = defaultdict(list)
+    planned_rate: dict[tuple[str, str], float] = {}
+    hyst, spare = Hysteresis(), Hysteresis(spare=1)
+    current: dict[str, int] = {}
+    with_spare: dict[str, int] = {}
+    prev = None
+    rows = []
+    for epoch in range(epochs):
+        planned: dict[str, ProblemSpec] = {}
+        for app, p in problems.items():
+            modules = {}
+            for m, spec in p.modules.items():
+                true = spec.rate * (1 + rng.uniform(-noise, noise))
+                history[(app, m)].append(float(rng.poisson(true * EPOCH_S)) / EPOCH_S)
+                rate = hold_rate(max(1e-3, forecast_rate(history[(app, m)])), planned_rate.get((app, m)))
+                planned_rate[(app, m)] = rate
+                modules[m] = spec.model_copy(update={"rate": rate})
+            planned[app] = p.model_copy(update={"modules": modules})
+        res = plan_fleet(
+            planned,
+            previous=prev.fleet if prev else None,
+            previous_plans=prev.plans if prev else None,
+        )
+        target = res.fleet.counts()
+        desired = hyst.desired(target, current, epoch)
+        desired_spare = spare.desired(target, with_spare, epoch)
+        moved = _moved(prev.fleet if prev else None, res.fleet)
+        rows.append(
+            {
+                "epoch": epoch,
+                "target": target,
+                "desired": desired,
+                "changed": sorted(h for h in desired if desired[h] != current.get(h, 0)),
+                "desired_spare": desired_spare,
+                "changed_spare": sorted(h for h in desired_spare if desired_spare[h] != with_spare.get(h, 0)),
+                "target_changed": sorted(
+                    h for h in target if prev is not None and target[h] != prev.fleet.counts().get(h, 0)
+                ),
+                "replanned": len(res.plans) - len(res.reused),
+                "moved_shares": moved,
+                "billed": res.fleet.billed_per_hour,
+                "prices": res.fleet.prices,
+            }
+        )
+        current, with_spare, prev = desired, desired_spare, res
+    return _steady_summary(rows, epochs, noise)
+
+
+def _moved(before: Any, after: Any) -> int:
+    """Shares whose (app, module, config) key sits on a slot that did not hold it before."""
+    if before is None:
+        return 0
+    old = {(i.slot, s.key) for i in before.instances for s in i.shares}
+    return sum(1 for i in after.instances for s in i.shares if (i.slot, s.key) not in old)
+
+
+def _hw_stats(rows: list[dict[str, Any]], h: str, suffix: str, epochs: int) -> dict[str, Any]:
+    after = rows[WARMUP:]
+    changes = [r["epoch"] for r in after if h in r["changed" + suffix]]
+    per_2 = max((sum(1 for e in changes if e in (k, k + 1)) for k in range(WARMUP, epochs)), default=0)
+    gaps = [b - a for a, b in zip(changes, changes[1:], strict=False)]
+    return {
+        "warmup_changes": sum(1 for r in rows[1:WARMUP] if h in r["changed" + suffix]),
+        "changes": len(changes),
+        "max_changes_per_2_epochs": per_2,
+        "min_gap_epochs": min(gaps) if gaps else None,
+    }
+
+
+def _overhead(rows: list[dict[str, Any]], key: str) -> float:
+    """Capacity cost over the packed target's cost, after the warm-up."""
+    cap = sum(r["prices"][h] * n for r in rows[WARMUP:] for h, n in r[key].items())
+    want = sum(r["prices"][h] * n for r in rows[WARMUP:] for h, n in r["target"].items())
+    return cap / want if want else 1.0
+
+
+def _steady_summary(rows: list[dict[str, Any]], epochs: int, noise: float) -> dict[str, Any]:
+    """Figures over the epochs after the warm-up (the forecast's trend window filling up: WARMUP epochs),
+    plus the scale changes during the warm-up; for the default hysteresis and with one spare instance."""
+    hws = sorted({h for r in rows for h in r["desired"]})
+    after = rows[WARMUP:]
+    per_hw = {
+        h: {
+            **_hw_stats(rows, h, "", epochs),
+            "raw_target_changes": sum(1 for r in after if h in r["target_changed"]),
+            "spare": _hw_stats(rows, h, "_spare", epochs),
+        }
+        for h in hws
+    }
+    return {
+        "epochs": epochs,
+        "warmup": WARMUP,
+        "noise": noise,
+        "per_hardware": per_hw,
+        "max_changes_per_2_epochs": max((v["max_changes_per_2_epochs"] for v in per_hw.values()), default=0),
+        "max_changes_per_2_epochs_spare": max(
+            (v["spare"]["max_changes_per_2_epochs"] for v in per_hw.values()), default=0
+        ),
+        "capacity_over_target": _overhead(rows, "desired"),
+        "capacity_over_target_spare": _overhead(rows, "desired_spare"),
+        "mean_replanned_apps": statistics.fmean(r["replanned"] for r in after) if after else 0.0,
+        "mean_moved_shares": statistics.fmean(r["moved_shares"] for r in after) if after else 0.0,
+        "_rows": rows,
+    }
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def run(
+    apps: int, seed: int, seeds: int, sizes: list[int], epochs: int, noise: float, progress: bool = True
+) -> dict[str, Any]:
+    from rich.progress import Progress
+
+    started = time.perf_counter()
+    sizes = sorted(set(sizes) | {apps})
+    fleets: list[dict[str, Any]] = []
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("fleets", total=len(sizes) * seeds + 3)
+        for size in sizes:
+            for s in range(seeds):
+                problems = {f"app{i}": p for i, p in enumerate(generate_problems(size, seed * 1000 + s))}
+                row = one_fleet(problems)
+                row.update(size=size, seed=seed * 1000 + s)
+                fleets.append(row)
+                bar.advance(task)
+        main = next(f for f in fleets if f["size"] == apps)
+        timing = epoch_times(main["_problems"], repeats=3)
+        bar.advance(task)
+        check = verify(main["_fleet"], main["_problems"])
+        bar.advance(task)
+        steady_apps = {a: main["_problems"][a] for a in sorted(main["_problems"])[: min(apps, 40)]}
+        load = steady(steady_apps, epochs, noise, seed)
+        bar.advance(task)
+    for f in fleets:
+        f.pop("_fleet")
+        f.pop("_problems")
+    return {
+        "apps": apps,
+        "seed": seed,
+        "seeds": seeds,
+        "fleets": fleets,
+        "by_size": _by_size(fleets),
+        "timing": timing,
+        "verification": check,
+        "steady": load,
+        "targets": {"ratio": TARGET_RATIO, "epoch_s": TARGET_EPOCH_S, "changes_per_2_epochs": 1},
+        "wall_s": time.perf_counter() - started,
+        "host": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+    }
+
+
+def _by_size(fleets: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for size in sorted({f["size"] for f in fleets}):
+        rs = [f for f in fleets if f["size"] == size]
+        ratio = [f["ratio"] for f in rs]
+        out[size] = {
+            "fleets": len(rs),
+            "ratio_median": statistics.median(ratio),
+            "ratio_min": min(ratio),
+            "ratio_max": max(ratio),
+            "dedicated_ratio_median": statistics.median(f["dedicated_ratio"] for f in rs),
+            "latency_free_ratio_median": statistics.median(f["latency_free_ratio"] for f in rs),
+            "shared_instances_median": statistics.median(f["shared_instances"] for f in rs),
+            "errors": sum(f["error_count"] for f in rs),
+        }
+    return out
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
+    sizes = sorted(result["by_size"])
+    for key, label, marker in [
+        ("dedicated_ratio", "dedicated billed optimum", "s"),
+        ("ratio", "packed fleet (this work)", "o"),
+        ("latency_free_ratio", "latency-free packing (no SLO check)", "^"),
+    ]:
+        xs = [f["size"] for f in result["fleets"]]
+        ys = [f[key] for f in result["fleets"]]
+        ax.scatter(xs, ys, marker=marker, alpha=0.5, label=label)
+        ax.plot(sizes, [statistics.median(f[key] for f in result["fleets"] if f["size"] == s) for s in sizes])
+    ax.axhline(TARGET_RATIO, color="k", ls="--", lw=1, label=f"target {TARGET_RATIO}")
+    ax.set_xscale("log")
+    ax.set_xlabel("apps in the fleet")
+    ax.set_ylabel("billed $/h / occupancy lower bound")
+    ax.set_title(f"cost per fleet size ({result['seeds']} seeds each)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    rows = result["steady"]["_rows"]
+    for h in sorted({h for r in rows for h in r["desired"]}):
+        line = ax2.plot(
+            [r["epoch"] for r in rows], [r["desired"].get(h, 0) for r in rows], label=f"{h} desired"
+        )
+        ax2.plot(
+            [r["epoch"] for r in rows],
+            [r["target"].get(h, 0) for r in rows],
+            ls=":",
+            color=line[0].get_color(),
+        )
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("instances (dotted: packed target)")
+    ax2.set_title(f"steady load +-{result['steady']['noise']:.0%}: desired capacity")
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def render(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 120))
+    table = Table(title="billed cost after packing / occupancy lower bound (median, min-max over seeds)")
+    for col in ["apps", "fleets", "packed", "min-max", "dedicated", "latency-free", "shared inst.", "errors"]:
+        table.add_column(col, justify="right")
+    for size, s in result["by_size"].items():
+        table.add_row(
+            str(size),
+            str(s["fleets"]),
+            f"{s['ratio_median']:.3f}",
+            f"{s['ratio_min']:.3f}-{s['ratio_max']:.3f}",
+            f"{s['dedicated_ratio_median']:.3f}",
+            f"{s['latency_free_ratio_median']:.3f}",
+            f"{s['shared_instances_median']:g}",
+            str(s["errors"]),
+        )
+    console.print(table)
+    t = result["timing"]
+    load = ", ".join(f"{x:.2f}" for x in t["load_avg"])
+    cold, cwall = t["cold_cpu"], t["cold_wall"]
+    console.print(
+        f"epoch of {t['apps']} apps (plan + pack), {t['repeats']} runs: cold CPU {cold['median_ms']:.0f} ms "
+        f"({cold['min_ms']:.0f}-{cold['max_ms']:.0f}), wall {cwall['median_ms']:.0f} ms; plans reused: "
+        f"CPU {t['reused_cpu']['median_ms']:.0f} ms, wall {t['reused_wall']['median_ms']:.0f} ms; "
+        f"load avg {load} (target <= {TARGET_EPOCH_S * 1000:.0f} ms on one core)"
+    )
+    v = result["verification"]
+    console.print(
+        f"replay of {v['shared_instances']} shared instances: {v['within']}/{v['share_runs']} share runs "
+        f"within planned + added wait (max excess {v['max_excess_s'] * 1000:.4f} ms; the adversarial phases "
+        f"reach {v['max_adversarial_wait_over_added_wait']:.3f} of the added wait)"
+    )
+    st = result["steady"]
+    table = Table(
+        title=f"steady load +-{st['noise']:.0%} with Poisson counts: epochs {st['warmup']}-"
+        f"{st['epochs'] - 1} (after {st['warmup']} warm-up epochs)"
+    )
+    cols = ["hardware", "warm-up changes", "changes", "packed-target changes", "max per 2 epochs", "min gap"]
+    for col in [*cols, "spare=1: changes", "max per 2", "min gap"]:
+        table.add_column(col, justify="right")
+    for h, x in st["per_hardware"].items():
+        sp = x["spare"]
+        table.add_row(
+            h,
+            str(x["warmup_changes"]),
+            str(x["changes"]),
+            str(x["raw_target_changes"]),
+            str(x["max_changes_per_2_epochs"]),
+            "-" if x["min_gap_epochs"] is None else str(x["min_gap_epochs"]),
+            str(sp["changes"]),
+            str(sp["max_changes_per_2_epochs"]),
+            "-" if sp["min_gap_epochs"] is None else str(sp["min_gap_epochs"]),
+        )
+    console.print(table)
+    console.print(
+        f"capacity cost / packed target cost: {st['capacity_over_target']:.4f} (spare=1: "
+        f"{st['capacity_over_target_spare']:.4f})"
+    )
+    console.print(
+        f"apps re-planned per epoch: {st['mean_replanned_apps']:.1f}; shares moved to another slot per "
+        f"epoch: {st['mean_moved_shares']:.1f}"
+    )
+    hl = result["host"]["load_avg"]
+    console.print(f"{result['wall_s']:.0f} s wall, load avg {hl[0]:.2f}, {hl[1]:.2f}, {hl[2]:.2f}")
+
+
+def main(
+    apps: int,
+    seed: int,
+    as_json: bool,
+    plot_path: str | None,
+    *,
+    seeds: int = 5,
+    sizes: list[int] | None = None,
+    epochs: int = 24,
+    noise: float = 0.05,
+) -> int:
+    result = run(apps, seed, seeds, sizes or [10, 30], epochs, noise, progress=not as_json)
+    if plot_path:
+        plot(result, plot_path)
+        result["plot"] = plot_path
+    rows = result["steady"].pop("_rows")
+    if as_json:
+        print(
+            json.dumps(
+                {**result, "steady": {**result["steady"], "epochs_detail": rows}}, indent=2, default=str
+            )
+        )
+    else:
+        render({**result, "steady": {**result["steady"], "_rows": rows}})
+        if plot_path:
+            print(f"plot: {plot_path}")
+    return 0

@@ -1,0 +1,181 @@
+"""plan_fleet and plan shaping: every app planned (failures isolated), shaped plans valid, packed, and
+unchanged apps reuse their plans and slots."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.check import check_plan
+from planner.fleet import SPLIT_KEY, plan_fleet, restore_modules, shape_plan
+from planner.generate import generate_problem
+from planner.packing import check_fleet
+from planner.solve import solve
+
+
+def _problems(n: int, seed: int = 0):
+    return {f"app{i}": generate_problem(seed * 1000 + i) for i in range(n)}
+
+
+def _content(fleet):
+    return [(i.slot, sorted(s.key for s in i.shares)) for i in fleet.instances]
+
+
+def test_plans_and_packs_every_app():
+    problems = _problems(8)
+    res = plan_fleet(problems)
+    assert not res.failed
+    assert set(res.plans) == set(problems)
+    apps = {a: (problems[a], res.plans[a]) for a in problems}
+    assert check_fleet(res.fleet, apps) == []
+    for a, plan in res.plans.items():
+        assert check_plan(problems[a], plan) == [], a
+    # never dearer than one instance per machine of the plans as solved
+    solved = sum(solve(p).billed_per_hour for p in problems.values())
+    assert res.fleet.billed_per_hour <= solved + 1e-6
+    assert res.fleet.billed_per_hour >= res.fleet.occupancy_per_hour - 1e-9
+    assert res.solve_ms >= 0 and res.pack_ms >= 0 and res.keep in (1.0, 0.5, 0.25)
+
+
+def test_infeasible_app_fails_alone():
+    problems = _problems(3)
+    problems["app1"] = problems["app1"].model_copy(update={"slo_s": 1e-4})
+    res = plan_fleet(problems)
+    assert set(res.failed) == {"app1"}
+    assert "infeasible" in res.failed["app1"] and "\n" not in res.failed["app1"]
+    assert set(res.plans) == {"app0", "app2"}
+    assert {s.app for i in res.fleet.instances for s in i.shares} == {"app0", "app2"}
+
+
+def test_unchanged_apps_reuse_previous_plans_and_slots():
+    problems = _problems(6)
+    first = plan_fleet(problems)
+    changed = dict(problems)
+    changed["app2"] = problems["app2"].model_copy(update={"slo_s": problems["app2"].slo_s * 1.2})
+    second = plan_fleet(changed, previous=first.fleet, previous_plans=first.plans)
+    assert sorted(second.reused) == ["app0", "app1", "app3", "app4", "app5"]
+    assert check_fleet(second.fleet, {a: (changed[a], second.plans[a]) for a in changed}) == []
+    before = dict(_content(first.fleet))
+    untouched = [s for s, keys in before.items() if all(k[0] != "app2" for k in keys)]
+    after = dict(_content(second.fleet))
+    kept = [s for s in untouched if after.get(s) == before[s]]
+    assert len(kept) >= 0.9 * len(untouched)
+
+
+def test_same_problems_same_fleet():
+    problems = _problems(5, seed=3)
+    a = plan_fleet(problems)
+    b = plan_fleet(problems, previous=a.fleet, previous_plans=a.plans)
+    assert len(b.reused) == 5
+    assert _content(a.fleet) == _content(b.fleet)
+
+
+def test_tighten_plans_for_a_shorter_slo_and_solver_is_injectable():
+    problems = _problems(3)
+    seen = []
+
+    def solver(p):
+        seen.append(p.slo_s)
+        return solve(p)
+
+    res = plan_fleet(problems, tighten=0.1, solver=solver)
+    assert sorted(seen) == pytest.approx(sorted(p.slo_s * 0.9 for p in problems.values()))
+    assert check_fleet(res.fleet, {a: (problems[a], res.plans[a]) for a in problems}) == []
+    with pytest.raises(ValueError, match="tighten"):
+        plan_fleet(problems, tighten=1.0)
+
+
+def test_baseline_policies_are_packed_as_planned():
+    problems = _problems(4)
+    res = plan_fleet(problems, policy="nexus")
+    assert all(len(i.shares) == 1 for i in res.fleet.instances)
+    assert res.fleet.billed_per_hour == pytest.approx(sum(p.billed_per_hour for p in res.plans.values()))
+
+
+@given(st.integers(0, 10_000), st.sampled_from([1.0, 0.5, 0.25, 0.0]))
+@settings(max_examples=40, deadline=None)
+def test_shaped_plans_are_valid_and_restorable(seed, keep):
+    problem = generate_problem(seed)
+    plan = solve(problem)
+    shaped = shape_plan(problem, plan, keep=keep)
+    assert check_plan(problem, shaped) == []
+    for path in problem.paths():
+        assert sum(shaped.modules[m].worst_case_latency_s for m in path) <= problem.slo_s + 1e-9
+    for mp in shaped.modules.values():
+        if SPLIT_KEY in mp.model_extra:
+            full, res = mp.groups
+            # d + 2 b / W with W the planned rate: the dispatch's guarantee for two groups
+            assert (
+                mp.worst_case_latency_s
+                >= full.duration_s
+                + 2 * full.batch / (full.machines * full.rate_per_machine + res.rate_per_machine)
+                - 1e-9
+            )
+    # reshaping a shaped plan starts from the solver's plan again; restoring gives it back
+    assert shape_plan(problem, shaped, keep=keep).modules == shaped.modules
+    restored = restore_modules(problem, shaped, set(problem.modules))
+    assert restored.modules == plan.modules
+    assert restored.billed_per_hour == pytest.approx(plan.billed_per_hour)
+
+
+def test_shape_rejects_bad_keep():
+    p = generate_problem(1)
+    with pytest.raises(ValueError, match="keep"):
+        shape_plan(p, solve(p), keep=1.5)
+
+
+def _scaled(problem, factor):
+    mods = {m: s.model_copy(update={"rate": s.rate * factor}) for m, s in problem.modules.items()}
+    return problem.model_copy(update={"modules": mods})
+
+
+def test_rate_changes_within_the_plan_keep_the_plan():
+    problems = _problems(6, seed=2)
+    first = plan_fleet(problems)
+    # every app's rates up 1 %: apps whose planned rates (dummy included) still cover them keep their
+    # plans (and their slots); the others are planned again
+    up = {a: _scaled(p, 1.01) for a, p in problems.items()}
+    second = plan_fleet(up, previous=first.fleet, previous_plans=first.plans)
+    assert second.reused, "billed plans run full machines: 1 % more load fits somewhere"
+    for a in second.reused:
+        assert {m: [g.model_dump() for g in mp.groups] for m, mp in second.plans[a].modules.items()} == {
+            m: [g.model_dump() for g in mp.groups] for m, mp in first.plans[a].modules.items()
+        }
+    for a, plan in second.plans.items():
+        assert check_plan(up[a], plan) == [], a
+        assert plan.model_extra["problem_digest"] != first.plans[a].model_extra["problem_digest"]
+    assert check_fleet(second.fleet, {a: (up[a], second.plans[a]) for a in up}) == []
+    # a 30 % drop is beyond hold = 0.15: every app is planned again
+    down = {a: _scaled(p, 0.7) for a, p in problems.items()}
+    third = plan_fleet(down, previous=first.fleet, previous_plans=first.plans)
+    assert third.reused == []
+    # hold = 0 turns rate-changed reuse off
+    assert plan_fleet(up, previous=first.fleet, previous_plans=first.plans, hold=0).reused == []
+
+
+def test_rates_beyond_the_plan_grow_it_when_that_is_cheap_enough():
+    problems = _problems(6, seed=5)
+    first = plan_fleet(problems)
+    up = {a: _scaled(p, 1.4) for a, p in problems.items()}
+    # stick = 1: the previous plan grown by whole machines wins whenever it bills <= 2x a fresh plan
+    grown = plan_fleet(up, previous=first.fleet, previous_plans=first.plans, stick=1.0)
+    fresh = plan_fleet(up, previous=first.fleet, previous_plans=first.plans, stick=0.0)
+    replanned = [a for a in up if a not in grown.reused]
+    assert replanned, "40 % more load exceeds some plan"
+    for a in replanned:
+        plan = grown.plans[a]
+        assert plan.model_extra.get("grown") is True
+        assert check_plan(up[a], plan) == [], a
+        before = {
+            m: {(g.hardware, g.batch, g.concurrency) for g in mp.groups}
+            for m, mp in first.plans[a].modules.items()
+        }
+        after = {
+            m: {(g.hardware, g.batch, g.concurrency) for g in mp.groups} for m, mp in plan.modules.items()
+        }
+        assert after == before  # the same configurations, more machines
+        assert "grown" not in fresh.plans[a].model_extra
+    assert check_fleet(grown.fleet, {a: (up[a], grown.plans[a]) for a in up}) == []
+    with pytest.raises(ValueError, match="stick"):
+        plan_fleet(up, stick=-0.1)
