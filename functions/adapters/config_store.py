@@ -1,5 +1,5 @@
-"""The config table: deployments (plan + queues + origin), hashed API keys, worker assignments,
-worker heartbeats. One string key ``pk``; the value is a JSON document in ``doc``."""
+"""The config table: deployments (plan + queues + origin), hashed API and admin keys, worker
+assignments, worker heartbeats. One string key ``pk``; the value is a JSON document in ``doc``."""
 
 from __future__ import annotations
 
@@ -73,6 +73,13 @@ class ConfigStore:
 
     def api_key_known(self, key: str) -> bool:
         return self._get(f"apikey#{hash_api_key(key)}") is not None
+
+    # -- admin keys (app registration; distinct from the frame API keys) --------------------------
+    def put_admin_key(self, key: str, name: str) -> None:
+        self._put(f"adminkey#{hash_api_key(key)}", json.dumps({"name": name}))
+
+    def admin_key_known(self, key: str) -> bool:
+        return self._get(f"adminkey#{hash_api_key(key)}") is not None
 
     # -- workers ----------------------------------------------------------------------------------
     def put_assignment(self, assignment: Assignment) -> None:

@@ -1,0 +1,101 @@
+"""Observed frame rates from CloudWatch: the front's ``FramesAccepted`` metric (dimension ``App``)
+plus the frames it shed for lack of capacity, summed over whole periods and divided by the time
+they cover."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from functions.errors import MetricsError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["SHED_REASONS", "ObservedRates", "RateWindow"]
+
+_MAX_QUERIES = 500  # GetMetricData's limit per call
+#: FrontRejected reasons that mean "no planned capacity for this frame" (functions/front/admission.py)
+SHED_REASONS = ("over_planned_rate", "slot_full", "queue_backlog", "deadline")
+
+
+class RateWindow:
+    """``[start, end)``: the last ``ceil(window_s / period_s)`` whole periods (at least one) that
+    ended by ``now``. CloudWatch sums per period, so a partial period would be under-counted."""
+
+    def __init__(self, now: float, window_s: float, period_s: int):
+        self.period_s = int(period_s)
+        self.end = math.floor(now / period_s) * period_s
+        self.start = self.end - period_s * max(1, math.ceil(window_s / period_s - 1e-9))
+
+    @property
+    def seconds(self) -> float:
+        return float(self.end - self.start)
+
+
+class ObservedRates:
+    """Demand per app: frames accepted (``FramesAccepted``) plus frames the front shed for lack of
+    planned capacity (``FrontRejected`` with one of ``shed_reasons``): a front that sheds at the
+    planned rate would otherwise never show the planner that more is needed. A client that retries
+    a shed frame is counted twice; the planner's headroom absorbs that."""
+
+    def __init__(
+        self,
+        client: Any,
+        namespace: str,
+        metric: str = "FramesAccepted",
+        shed_metric: str = "FrontRejected",
+        shed_reasons: tuple[str, ...] = SHED_REASONS,
+    ):
+        self._cw = client
+        self.namespace = namespace
+        self.metric = metric
+        self.shed_metric = shed_metric
+        self.shed_reasons = shed_reasons
+
+    def _series(self, apps: list[str]) -> list[tuple[str, str, list[dict[str, str]]]]:
+        out = [(app, self.metric, [{"Name": "App", "Value": app}]) for app in apps]
+        out += [
+            (app, self.shed_metric, [{"Name": "App", "Value": app}, {"Name": "Reason", "Value": r}])
+            for app in apps
+            for r in self.shed_reasons
+        ]
+        return out
+
+    def frame_rates(self, apps: Iterable[str], window: RateWindow) -> dict[str, float]:
+        """Frames/s demanded per app over ``window`` (0.0 for an app with no data)."""
+        names = sorted(set(apps))
+        out = dict.fromkeys(names, 0.0)
+        series = self._series(names)
+        start = dt.datetime.fromtimestamp(window.start, dt.UTC)
+        end = dt.datetime.fromtimestamp(window.end, dt.UTC)
+        for i in range(0, len(series), _MAX_QUERIES):
+            chunk = series[i : i + _MAX_QUERIES]
+            queries = [
+                {
+                    "Id": f"m{k}",
+                    "MetricStat": {
+                        "Metric": {"Namespace": self.namespace, "MetricName": metric, "Dimensions": dims},
+                        "Period": window.period_s,
+                        "Stat": "Sum",
+                    },
+                    "ReturnData": True,
+                }
+                for k, (_, metric, dims) in enumerate(chunk)
+            ]
+            kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
+            try:
+                while True:
+                    page = self._cw.get_metric_data(**kwargs)
+                    for res in page.get("MetricDataResults", []):
+                        app = chunk[int(res["Id"][1:])][0]
+                        out[app] += sum(float(v) for v in res.get("Values", []))
+                    if not page.get("NextToken"):
+                        break
+                    kwargs["NextToken"] = page["NextToken"]
+            except ClientError as exc:
+                raise MetricsError(f"GetMetricData failed: {exc}") from exc
+        return {app: total / window.seconds for app, total in out.items()}

@@ -1,0 +1,570 @@
+"""One planning epoch (docs/control.md has the steps and the failure modes).
+
+:class:`Controller` holds the injected adapters and runs :meth:`Controller.run_epoch`:
+
+1. refuse to run less than ``min_gap_s`` after the previous epoch (Nexus's 10 s), and claim the
+   epoch with a conditional write on the control state;
+2. hardware: every worker group minus those whose launches failed recently (insufficient capacity);
+3. registered apps and their observed frame rates over the last epoch (CloudWatch); the rate to plan
+   for is ``forecast_rate`` (trend + headroom, quantised) of the history, never below the app's
+   floor, and the registered rate until the app has been observed for a whole window;
+4. ``plan_fleet`` (an app whose problem is unchanged keeps its plan; an app that cannot be planned
+   keeps the plan in force); packing onto whole instances;
+5. when something changed: fresh queues for changed modules, a new version published with a
+   conditional flip of the pointer, activating ``activate_lead_s`` later (workers preload);
+   otherwise a no-op epoch;
+6. desired capacity per group from the version in force, through hysteresis;
+7. garbage collection of old versions, drained queues and dead instances' claims.
+
+Any failure in steps 2-5 leaves the version in force untouched and emits ``PlanningFailures`` = 1
+(0 on success, so an alarm has data to watch); scaling and GC still run against the last good
+version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from functions.control.deployments import AppChange, app_change, build_deployment, changed_apps
+from functions.control.errors import ControlError
+from functions.control.state import ControlState, EpochTaken
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from functions.adapters.autoscaling import FleetGroups, GroupState
+    from functions.adapters.metrics import Metrics
+    from functions.adapters.plan_store import Manifest, PlanStore
+    from functions.adapters.rates import ObservedRates
+    from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
+    from functions.control.state import StateStore
+    from functions.schema import Deployment
+    from planner.models import HardwareSpec, Plan, ProblemSpec
+    from planner.packing import FleetPlan
+
+__all__ = ["ControlConfig", "Controller", "EpochSummary"]
+
+log = logging.getLogger("skinflint.control")
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Settings of the control loop (``from_env``: the planner Lambda's environment)."""
+
+    asg_names: dict[str, str] = field(default_factory=dict)  # hardware -> Auto Scaling group name
+    epoch_s: float = 60.0  # s between scheduled epochs
+    min_gap_s: float = 10.0  # s: never re-plan sooner than this after the previous epoch (Nexus)
+    headroom: float = 0.1  # planned rate = forecast * (1 + headroom)
+    trend_epochs: int = 5  # observations the trend line is fitted to
+    history_len: int = 20  # observations kept per app
+    activate_lead_s: float = 15.0  # s between publishing a version and the front switching to it
+    hop_overhead_s: float = 0.05  # s added to every profile duration (SQS hop, result write, grace)
+    rate_period_s: int = 60  # s: CloudWatch period the observed rate is summed over
+    unavailable_s: float = 600.0  # s a hardware type is left out after a failed launch
+    stale_s: float = 180.0  # s: an instance whose heartbeat is older is gone
+    emulated_hardware: tuple[str, ...] = ()  # local stack: GPU classes emulated from profiles
+    dlq_arn: str | None = None  # shared DLQ of the task queues (None: one DLQ per app)
+    queue_prefix: str = "skinflint-"
+    visibility_timeout_s: int = 30
+    queue_workers: int = 1  # apps whose queues are created in parallel (moto's SQS is not thread-safe)
+    policy: str = "skinflint"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ControlConfig:
+        e = os.environ if env is None else env
+        d = cls()
+        try:
+            return cls(
+                asg_names=dict(json.loads(e.get("SKINFLINT_ASG_NAMES") or "{}")),
+                epoch_s=float(e.get("SKINFLINT_PLANNER_EPOCH_S", d.epoch_s)),
+                min_gap_s=float(e.get("SKINFLINT_PLANNER_MIN_GAP_S", d.min_gap_s)),
+                headroom=float(e.get("SKINFLINT_PLANNER_HEADROOM", d.headroom)),
+                activate_lead_s=float(e.get("SKINFLINT_ACTIVATE_LEAD_S", d.activate_lead_s)),
+                hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
+                rate_period_s=int(e.get("SKINFLINT_RATE_PERIOD_S", d.rate_period_s)),
+                unavailable_s=float(e.get("SKINFLINT_UNAVAILABLE_S", d.unavailable_s)),
+                stale_s=float(e.get("SKINFLINT_INSTANCE_STALE_S", d.stale_s)),
+                emulated_hardware=tuple(
+                    h for h in (e.get("SKINFLINT_EMULATED_HARDWARE") or "").split(",") if h
+                ),
+                dlq_arn=e.get("SKINFLINT_TASKS_DLQ_ARN") or None,
+                queue_prefix=e.get("SKINFLINT_QUEUE_PREFIX", d.queue_prefix),
+                queue_workers=max(1, int(e.get("SKINFLINT_QUEUE_WORKERS", d.queue_workers))),
+            )
+        except (ValueError, TypeError) as exc:
+            raise ControlError(f"bad planner setting in the environment: {exc}") from exc
+
+
+@dataclass
+class EpochSummary:
+    """What an epoch did; ``as_json`` is the handler's return value."""
+
+    status: str  # "published" | "unchanged" | "failed" | "skipped"
+    epoch: int = 0
+    reason: str = ""
+    version: int | None = None
+    previous: int | None = None
+    activate_at: float | None = None
+    changed: dict[str, list[str]] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+    failed_apps: dict[str, str] = field(default_factory=dict)
+    rates: dict[str, dict[str, float]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    desired: dict[str, int] = field(default_factory=dict)
+    scaled: dict[str, list[int]] = field(default_factory=dict)  # hardware -> [from, to]
+    excluded_hardware: dict[str, str] = field(default_factory=dict)
+    billed_per_hour: float = 0.0
+    occupancy_per_hour: float = 0.0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    gc: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, {}, []) or k == "status"}
+
+
+@dataclass
+class _Planned:
+    """The outcome of planning (before anything is written)."""
+
+    plans: dict[str, Plan]
+    rates: dict[str, float]
+    fleet: FleetPlan
+    failed: dict[str, str]
+    solve_ms: float
+    pack_ms: float
+    kept: set[str] = field(default_factory=set)  # apps that failed and keep the deployment in force
+
+
+@dataclass
+class Controller:
+    config: ControlConfig
+    plans: PlanStore
+    registry: AppRegistry
+    states: StateStore
+    rates: ObservedRates
+    groups: FleetGroups
+    sqs: Any
+    depth: Callable[[str], int]
+    metrics: Metrics
+    catalog: Mapping[str, HardwareSpec]
+    clock: Callable[[], float] = time.time
+
+    # -- the epoch ---------------------------------------------------------------------------------
+    def run_epoch(self, reason: str = "schedule") -> EpochSummary:
+        t0 = time.perf_counter()
+        now = self.clock()
+        state = self.states.load()
+        if state.last_epoch_at is not None and now - state.last_epoch_at < self.config.min_gap_s:
+            return EpochSummary(
+                status="skipped",
+                epoch=state.epoch,
+                reason=f"{reason}: {now - state.last_epoch_at:.1f} s after the previous epoch "
+                f"(minimum {self.config.min_gap_s:g} s)",
+            )
+        expected = state.epoch if state.epoch > 0 else None
+        previous_at = state.last_epoch_at
+        state.epoch += 1
+        state.last_epoch_at = now
+        state.asg_names = dict(self.config.asg_names)
+        try:
+            self.states.save(state, expected)
+        except EpochTaken as exc:
+            return EpochSummary(status="skipped", epoch=state.epoch, reason=f"{reason}: {exc}")
+        summary = EpochSummary(status="unchanged", epoch=state.epoch, reason=reason)
+        current = self._plan(now, state, previous_at, summary)
+        self._scale(state, current, summary)
+        self._collect(now, summary)
+        summary.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
+        state.last = summary.as_json() | {"at": now}
+        try:
+            self.states.save(state, state.epoch)
+        except ControlError as exc:
+            summary.warnings.append(f"state not saved: {exc}")
+        self._emit(summary)
+        return summary
+
+    def _plan(
+        self, now: float, state: ControlState, previous_at: float | None, summary: EpochSummary
+    ) -> Manifest | None:
+        """Steps 2-5. Returns the manifest in force afterwards."""
+        current = None
+        try:
+            current = self.plans.current()
+            summary.version = current.version if current else None
+            return self._plan_and_publish(now, state, previous_at, current, summary)
+        except Exception as exc:  # noqa: BLE001 - any failure must keep the last good version and alarm
+            log.exception("planning failed; version %s stays in force", summary.version)
+            summary.status = "failed"
+            summary.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if current is not None:
+                summary.counts = dict(current.counts)
+                summary.billed_per_hour = current.billed_per_hour
+                summary.occupancy_per_hour = current.occupancy_per_hour
+            return current
+
+    def _plan_and_publish(
+        self,
+        now: float,
+        state: ControlState,
+        previous_at: float | None,
+        current: Manifest | None,
+        summary: EpochSummary,
+    ) -> Manifest | None:
+        from functions.adapters.plan_store import VersionConflict
+
+        cur_deps = self.plans.deployments(current.version) if current else {}
+        cur_fleet = self.plans.fleet(current.version) if current else None
+        apps = self.registry.load_all()
+        requested = self.registry.replan_requested()
+        available = self._available(now, state, previous_at, summary)
+        planned = self._solve(now, state, previous_at, apps, available, cur_deps, cur_fleet, summary)
+        summary.timings_ms.update(solve=round(planned.solve_ms, 2), pack=round(planned.pack_ms, 2))
+        summary.failed_apps = planned.failed
+        emulated = {a: self._emulated(p) for a, p in planned.plans.items()}
+        changes = {
+            a: AppChange(a)
+            if a in planned.kept
+            else app_change(
+                apps[a][1],
+                p,
+                planned.rates[a],
+                cur_deps.get(a),
+                emulated=emulated[a],
+                overhead_s=self.config.hop_overhead_s,
+            )
+            for a, p in planned.plans.items()
+        }
+        summary.changed = changed_apps(changes)
+        summary.removed = sorted(set(cur_deps) - set(planned.plans))
+        if current is None and not planned.plans:
+            return None  # nothing registered (or nothing plannable) and nothing in force
+        fleet_same = cur_fleet is not None and cur_fleet == planned.fleet
+        if current is not None and not summary.changed and not summary.removed and fleet_same:
+            self.registry.clear_replan(requested)
+            summary.counts = dict(current.counts)
+            summary.billed_per_hour, summary.occupancy_per_hour = (
+                current.billed_per_hour,
+                current.occupancy_per_hour,
+            )
+            return current
+        t1 = time.perf_counter()
+        version = self.plans.reserve_version()
+
+        def deploy(a: str) -> Deployment:
+            if a in planned.kept:
+                return cur_deps[a]
+            return build_deployment(
+                apps[a][1],
+                planned.plans[a],
+                planned.rates[a],
+                cur_deps.get(a),
+                changes[a],
+                version=version,
+                now=now,
+                make_queues=self._queue_factory(a, version),
+                emulated=emulated[a],
+                overhead_s=self.config.hop_overhead_s,
+            )
+
+        with ThreadPoolExecutor(max_workers=self.config.queue_workers) as pool:  # CreateQueue dominates
+            deployments = list(pool.map(deploy, sorted(planned.plans)))
+        meta = {
+            a: {"revision": apps[a][0].revision, "changed": changes[a].changed_modules} for a in planned.plans
+        }
+        why = self._reason(summary, requested)
+        try:
+            manifest = self.plans.publish(
+                deployments,
+                planned.fleet,
+                expected=current.version if current else None,
+                activate_at=now + self.config.activate_lead_s,
+                reason=why,
+                version=version,
+                created_at=now,
+                app_meta=meta,
+                extra={
+                    "epoch": state.epoch,
+                    "failed": planned.failed,
+                    "excluded_hardware": summary.excluded_hardware,
+                },
+            )
+        except VersionConflict as exc:
+            summary.warnings.append(str(exc))
+            raise
+        self.registry.clear_replan(requested)
+        summary.timings_ms["publish"] = round((time.perf_counter() - t1) * 1e3, 2)
+        summary.status = "published"
+        summary.version, summary.previous, summary.activate_at = (
+            manifest.version,
+            manifest.previous,
+            manifest.activate_at,
+        )
+        summary.counts = dict(manifest.counts)
+        summary.billed_per_hour, summary.occupancy_per_hour = (
+            manifest.billed_per_hour,
+            manifest.occupancy_per_hour,
+        )
+        return manifest
+
+    @staticmethod
+    def _reason(summary: EpochSummary, requested: set[str]) -> str:
+        parts = [summary.reason]
+        if requested:
+            parts.append("registered: " + ", ".join(sorted(requested)))
+        if summary.changed:
+            parts.append("changed: " + ", ".join(sorted(summary.changed)))
+        if summary.removed:
+            parts.append("removed: " + ", ".join(summary.removed))
+        return "; ".join(parts)
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def _available(
+        self, now: float, state: ControlState, previous_at: float | None, summary: EpochSummary
+    ) -> list[str] | None:
+        """Hardware with a worker group whose launches have not failed recently (None: no groups
+        are configured, every deployable class may be planned and nothing is scaled)."""
+        from functions.adapters.autoscaling import ScalingError
+
+        if not self.config.asg_names:
+            return None
+        since = previous_at if previous_at is not None else now - self.config.epoch_s
+        states = self.groups.states()
+        out: list[str] = []
+        for hw in sorted(self.config.asg_names):
+            if hw not in states:
+                summary.excluded_hardware[hw] = f"no Auto Scaling group {self.config.asg_names[hw]!r}"
+                continue
+            if state.unavailable.get(hw, 0.0) <= now:
+                try:
+                    failures = self.groups.capacity_failures(hw, since)
+                except ScalingError as exc:
+                    failures = []
+                    summary.warnings.append(str(exc))
+                if failures:
+                    state.unavailable[hw] = now + self.config.unavailable_s
+                    state.unavailable_why[hw] = failures[0]
+            if state.unavailable.get(hw, 0.0) > now:
+                summary.excluded_hardware[hw] = (
+                    f"launch failed ({state.unavailable_why.get(hw, '?')}); "
+                    f"left out until {state.unavailable[hw] - now:.0f} s from now"
+                )
+                continue
+            state.unavailable.pop(hw, None)
+            state.unavailable_why.pop(hw, None)
+            out.append(hw)
+        return out
+
+    def _planning_rate(
+        self, spec: RegistrationSpec, record: AppRecord, history: list[float], observed_since: float
+    ) -> float:
+        from planner.scaling import forecast_rate
+
+        c = self.config
+        if not history or record.registered_at > observed_since:
+            history = [spec.rate]  # not observed for a whole window yet: the registered rate
+        return max(forecast_rate(history, headroom=c.headroom, trend_epochs=c.trend_epochs), spec.floor_rate)
+
+    def _solve(
+        self,
+        now: float,
+        state: ControlState,
+        previous_at: float | None,
+        apps: Mapping[str, tuple[AppRecord, RegistrationSpec]],
+        available: list[str] | None,
+        cur_deps: Mapping[str, Deployment],
+        cur_fleet: FleetPlan | None,
+        summary: EpochSummary,
+    ) -> _Planned:
+        from functions.adapters.rates import RateWindow
+        from functions.control.problems import app_problem
+        from planner.fleet import plan_fleet
+
+        span = now - previous_at if previous_at is not None else self.config.epoch_s
+        window = RateWindow(now, max(span, self.config.epoch_s), self.config.rate_period_s)
+        observed = self.rates.frame_rates(apps, window) if apps else {}
+        for gone in set(state.history) - set(apps):
+            del state.history[gone]
+        rates: dict[str, float] = {}
+        problems: dict[str, ProblemSpec] = {}
+        failed: dict[str, str] = {}
+        for name, (record, spec) in apps.items():
+            hist = state.history.setdefault(name, [])
+            if record.registered_at <= window.start:
+                hist.append(round(observed[name], 6))
+                del hist[: -self.config.history_len]
+            rates[name] = self._planning_rate(spec, record, hist, window.start)
+            summary.rates[name] = {
+                "observed": round(observed.get(name, 0.0), 4),
+                "planned": round(rates[name], 4),
+            }
+            try:
+                problems[name] = app_problem(
+                    spec, rates[name], self.catalog, available, self.config.hop_overhead_s
+                )
+            except ValueError as exc:
+                failed[name] = str(exc).splitlines()[0]
+        result = plan_fleet(
+            problems,
+            previous=cur_fleet,
+            previous_plans={a: d.plan for a, d in cur_deps.items()},
+            policy=self.config.policy,
+        )
+        failed.update(result.failed)
+        plans = dict(result.plans)
+        fleet = result.fleet
+        kept = {a: cur_deps[a] for a in failed if a in cur_deps}
+        if kept:  # an app that cannot be planned now keeps the plan in force
+            fleet = self._repack(problems, plans, kept, cur_fleet)
+            for a, dep in kept.items():
+                plans[a], rates[a] = dep.plan, dep.frame_rate
+        rates = {a: rates[a] for a in plans}
+        return _Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
+
+    def _repack(
+        self,
+        problems: Mapping[str, ProblemSpec],
+        plans: Mapping[str, Plan],
+        kept: Mapping[str, Deployment],
+        previous: FleetPlan | None,
+    ) -> FleetPlan:
+        from planner.packing import pack
+
+        apps: dict[str, tuple[ProblemSpec, Plan]] = {a: (problems[a], plans[a]) for a in plans}
+        for a, dep in kept.items():
+            apps[a] = (_standin_problem(dep, self.catalog), dep.plan)
+        return pack(apps, previous=previous)
+
+    def _emulated(self, plan: Plan) -> list[str]:
+        used = {g.hardware for mp in plan.modules.values() for g in mp.groups}
+        return sorted(used & set(self.config.emulated_hardware))
+
+    def _queue_factory(self, app: str, version: int) -> Callable[[str, Any], dict[str, str]]:
+        from functions.control.queues import create_module_queues, ensure_app_dlq
+
+        dlq_arn: list[str] = [self.config.dlq_arn] if self.config.dlq_arn else []
+
+        def make(module: str, module_plan: Any) -> dict[str, str]:
+            if not dlq_arn:
+                dlq_arn.append(ensure_app_dlq(self.sqs, app, self.config.queue_prefix)[1])
+            return create_module_queues(
+                self.sqs,
+                app,
+                module,
+                module_plan,
+                dlq_arn=dlq_arn[0],
+                version=version,
+                prefix=self.config.queue_prefix,
+                visibility_timeout_s=self.config.visibility_timeout_s,
+            )
+
+        return make
+
+    # -- fleet size --------------------------------------------------------------------------------
+    def _scale(self, state: ControlState, current: Manifest | None, summary: EpochSummary) -> None:
+        """Desired capacity per group from the version in force, through hysteresis."""
+        from functions.adapters.autoscaling import ScalingError
+        from planner.scaling import Hysteresis
+
+        if current is None or not self.config.asg_names:
+            return
+        try:
+            groups = self.groups.states()
+        except ScalingError as exc:
+            summary.warnings.append(str(exc))
+            return
+        hyst = Hysteresis.from_dict(state.hysteresis) if state.hysteresis else Hysteresis()
+        target = {hw: n for hw, n in current.counts.items() if hw in groups}
+        for hw, n in current.counts.items():
+            if n and hw not in groups:
+                summary.warnings.append(f"the plan needs {n} {hw} instance(s) but there is no group for {hw}")
+        have = {hw: g.desired for hw, g in groups.items()}
+        desired = hyst.desired(target, have, state.epoch)
+        state.hysteresis = hyst.to_dict()
+        for hw, want in desired.items():
+            g = groups[hw]
+            n = self._bounded(hw, want, g, state, summary)
+            summary.desired[hw] = n
+            if n == g.desired:
+                continue
+            try:
+                self.groups.set_desired(hw, n)
+                summary.scaled[hw] = [g.desired, n]
+            except ScalingError as exc:
+                summary.warnings.append(str(exc))
+
+    def _bounded(self, hw: str, want: int, g: GroupState, state: ControlState, summary: EpochSummary) -> int:
+        n = max(g.min_size, want)
+        if n > g.max_size:
+            summary.warnings.append(f"{hw}: the plan wants {n} instances, the group allows {g.max_size}")
+            n = g.max_size
+        if state.unavailable.get(hw, 0.0) > self.clock():
+            n = min(n, g.in_service)  # stop asking for capacity EC2 cannot give
+        return n
+
+    # -- housekeeping ------------------------------------------------------------------------------
+    def _collect(self, now: float, summary: EpochSummary) -> None:
+        from functions.control.gc import GcConfig, collect
+
+        try:
+            report = collect(
+                self.plans,
+                self.sqs,
+                self.depth,
+                now,
+                GcConfig(
+                    stale_s=self.config.stale_s,
+                    queue_prefix=self.config.queue_prefix,
+                    keep_previous_s=max(self.config.epoch_s, self.config.activate_lead_s),
+                ),
+            )
+        except Exception as exc:  # noqa: BLE001 - GC is best effort; the next epoch retries
+            summary.warnings.append(f"gc: {type(exc).__name__}: {exc}")
+            return
+        summary.gc = report.as_json()
+
+    def _emit(self, summary: EpochSummary) -> None:
+        m = self.metrics
+        m.put("PlanningFailures", 1 if summary.status == "failed" else 0)
+        m.put("PlanningAppFailures", len(summary.failed_apps))
+        m.put("PlanVersionPublished", 1 if summary.status == "published" else 0)
+        m.put("EpochMs", summary.timings_ms.get("total", 0.0), "Milliseconds")
+        m.put("BilledCostPerHour", summary.billed_per_hour, "None")
+        m.put("OccupancyCostPerHour", summary.occupancy_per_hour, "None")
+        for hw, n in summary.counts.items():
+            m.put("PlannedInstances", n, Hardware=hw)
+        for app in summary.failed_apps:
+            m.put("PlanningFailures", 1, App=app)
+
+
+def _standin_problem(dep: Deployment, catalog: Mapping[str, HardwareSpec]) -> ProblemSpec:
+    """A problem that prices the hardware of a kept plan (packing reads prices only)."""
+    from planner.models import ModuleSpec, ProblemSpec, ProfileEntry
+
+    modules = {
+        m: ModuleSpec(
+            rate=max(sum(g.machines * g.rate_per_machine for g in mp.groups), 1e-9),
+            profile=[
+                ProfileEntry(
+                    hardware=g.hardware, batch=g.batch, concurrency=g.concurrency, duration_s=g.duration_s
+                )
+                for g in mp.groups
+            ],
+        )
+        for m, mp in dep.plan.modules.items()
+    }
+    used = {e.hardware for ms in modules.values() for e in ms.profile}
+    return ProblemSpec(
+        name=dep.app,
+        slo_s=dep.slo_s,
+        hardware={h: catalog[h] for h in used},
+        modules=modules,
+        edges=[(s, d) for s, d, _ in dep.edges],
+    )

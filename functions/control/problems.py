@@ -1,0 +1,70 @@
+"""From a registered app to the planner's problem: the usable hardware, the profiles the stack will
+really see (p95 when measured, plus the per-hop overhead of the data plane)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from functions.control.registry import RegistrationSpec
+    from planner.models import HardwareSpec, ProblemSpec
+
+__all__ = ["adjust_profiles", "app_problem", "usable_hardware"]
+
+
+def adjust_profiles(problem: ProblemSpec, overhead_s: float) -> ProblemSpec:
+    """Every profile entry's duration becomes its p95 (``p95_s``, when measured) plus ``overhead_s``:
+    what one hop of the data plane really takes around the model (SQS, result write, grace)."""
+    modules = {}
+    for name, mod in problem.modules.items():
+        entries = []
+        for e in mod.profile:
+            extra = e.model_extra or {}
+            d = float(extra.get("p95_s") or e.duration_s)
+            entries.append(e.model_copy(update={"duration_s": d + overhead_s}))
+        modules[name] = mod.model_copy(update={"profile": entries})
+    return problem.model_copy(update={"modules": modules})
+
+
+def usable_hardware(
+    spec: RegistrationSpec, catalog: Mapping[str, HardwareSpec], available: Iterable[str] | None
+) -> list[str]:
+    """Hardware the app may run on: its ``hardware`` list (default: the whole catalog) that has an
+    EC2 instance type (or a mapping in ``instance_types``) and, when known, a worker group."""
+    allowed = spec.hardware if spec.hardware is not None else list(catalog)
+    avail = set(available) if available is not None else None
+    return [
+        h
+        for h in allowed
+        if h in catalog
+        and (catalog[h].instance_type or spec.instance_types.get(h))
+        and (avail is None or h in avail)
+    ]
+
+
+def app_problem(
+    spec: RegistrationSpec,
+    frame_rate: float,
+    catalog: Mapping[str, HardwareSpec],
+    available: Iterable[str] | None,
+    overhead_s: float,
+) -> ProblemSpec:
+    """The planner's problem for ``spec`` at ``frame_rate`` frames/s. Raises ``ValueError`` naming
+    the module that has no profile on the usable hardware."""
+    hw = usable_hardware(spec, catalog, available)
+    problem = spec.app_spec().to_problem(frame_rate, spec.profiles, {h: catalog[h] for h in hw}, spec.slo_s)
+    for name, mod in problem.modules.items():
+        if not mod.profile:
+            model = spec.modules[name].model
+            have = sorted({e.hardware for e in spec.profiles.get(model, [])})
+            raise ValueError(
+                f"module {name!r} (model {model}) has no profile on the usable hardware "
+                f"({', '.join(hw) or 'none'}), profiled on: {', '.join(have) or 'nothing'}"
+            )
+    used = {e.hardware for m in problem.modules.values() for e in m.profile}
+    problem = problem.model_copy(
+        update={"hardware": {h: s for h, s in problem.hardware.items() if h in used}, "name": spec.name}
+    )
+    return adjust_profiles(problem, overhead_s)

@@ -1,0 +1,546 @@
+"""App registration: validate an app spec (APP.yaml or ``POST /v1/apps``), listing every problem at
+once, and store it: the spec file in S3, an index item in the config table.
+
+An app spec is a :class:`planner.models.AppSpec` (modules with their model names, edges with
+fan-out, ``slo_s``) plus ``rate`` (frames/s planned until traffic is observed), optionally
+``min_rate`` (the floor the planner never plans below), ``hardware`` (classes the app may use),
+``instance_types`` (a mapping for classes without an EC2 type: P100) and ``profiles`` (inline
+profile entries per model; a model without them must have a profile in the profile store).
+
+The stored spec is self-contained: every model's profile is resolved at registration (inline, else
+the store) and written into it, so a plan depends only on the registered spec and the catalog, and
+changing a profile takes a new registration (a new revision).
+
+Keys: ``appspec#<name>`` (:class:`AppRecord`, conditional on the revision read), S3
+``registry/apps/<name>/r<revision>.json``; ``control#replan`` asks the planner to run (it also runs
+on its schedule).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from functions.control.errors import ControlError, RegistrationConflict, RegistrationError
+from planner.models import AppModuleSpec, AppSpec, ProfileEntry, topological_order
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from planner.models import HardwareSpec
+
+__all__ = [
+    "AppRecord",
+    "AppRegistry",
+    "RegistrationSpec",
+    "parse_spec_text",
+    "profile_lookup",
+    "validate_spec",
+]
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")  # fits SQS queue names (80 chars) with room
+KEYS = {
+    "name",
+    "description",
+    "slo_s",
+    "rate",
+    "min_rate",
+    "modules",
+    "edges",
+    "hardware",
+    "instance_types",
+    "profiles",
+}
+REPLAN_KEY = "control#replan"
+_INDEX = "appspec#"
+_S3_PREFIX = "registry/apps/"
+
+
+class RegistrationSpec(BaseModel):
+    """A validated app spec, profiles resolved (what the registry stores and the planner reads)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str
+    description: str = ""
+    slo_s: float = Field(gt=0)
+    rate: float = Field(gt=0)  # frames/s planned until traffic is observed
+    min_rate: float | None = Field(default=None, gt=0)  # default: rate / 10
+    modules: dict[str, AppModuleSpec]
+    edges: list[tuple[str, str, float]] = Field(default_factory=list)
+    hardware: list[str] | None = None
+    instance_types: dict[str, str] = Field(default_factory=dict)
+    profiles: dict[str, list[ProfileEntry]] = Field(default_factory=dict)
+
+    def app_spec(self) -> AppSpec:
+        return AppSpec(name=self.name, slo_s=self.slo_s, modules=self.modules, edges=self.edges)
+
+    @property
+    def floor_rate(self) -> float:
+        return self.min_rate if self.min_rate is not None else self.rate / 10
+
+
+class AppRecord(BaseModel):
+    """The index item of a registered app."""
+
+    name: str
+    revision: int
+    sha256: str
+    s3_key: str
+    registered_at: float
+    slo_s: float
+    rate: float
+    modules: list[str]
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def parse_spec_text(text: str | bytes, source: str = "spec") -> Any:
+    """JSON or YAML text to a document; :class:`RegistrationError` when it is neither."""
+    raw = text.decode() if isinstance(text, bytes) else text
+    try:
+        return json.loads(raw)
+    except ValueError:
+        pass
+    try:
+        import yaml
+    except ImportError:  # the Lambda layer ships no PyYAML: JSON only there
+        raise RegistrationError([f"{source} is not valid JSON"]) from None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "parse error"
+        raise RegistrationError([f"{source} is neither JSON nor YAML ({first})"]) from exc
+
+
+def _number(doc: Mapping[str, Any], key: str, problems: list[str], required: bool = True) -> float | None:
+    v = doc.get(key)
+    if v is None:
+        if required:
+            problems.append(f"{key} is required")
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        problems.append(f"{key} must be a number, got {v!r}")
+        return None
+    if v <= 0:
+        problems.append(f"{key} must be > 0, got {v}")
+        return None
+    return float(v)
+
+
+def _check_modules(doc: Mapping[str, Any], problems: list[str]) -> dict[str, AppModuleSpec]:
+    mods = doc.get("modules")
+    if not isinstance(mods, dict) or not mods:
+        problems.append("modules must be a non-empty mapping of module name -> {model: ...}")
+        return {}
+    out: dict[str, AppModuleSpec] = {}
+    for name, m in mods.items():
+        if not isinstance(name, str) or not NAME.match(name):
+            problems.append(f"module name {name!r} must be 1-24 letters, digits, '-' or '_'")
+            continue
+        if not isinstance(m, dict) or not isinstance(m.get("model"), str) or not m["model"]:
+            problems.append(f"module {name!r} needs a model name (model: NAME)")
+            continue
+        try:
+            out[name] = AppModuleSpec.model_validate(m)
+        except ValidationError as exc:
+            problems.append(f"module {name!r}: {_first(exc)}")
+    return out
+
+
+def _check_edges(
+    doc: Mapping[str, Any], modules: Mapping[str, Any], problems: list[str]
+) -> list[tuple[str, str, float]]:
+    edges = doc.get("edges", [])
+    if not isinstance(edges, list):
+        problems.append("edges must be a list of [parent, child] or [parent, child, fan_out]")
+        return []
+    out: list[tuple[str, str, float]] = []
+    ok = True
+    for e in edges:
+        if (
+            not isinstance(e, list | tuple)
+            or len(e) not in (2, 3)
+            or not all(isinstance(x, str) for x in e[:2])
+        ):
+            problems.append(f"edge {e!r} must be [parent, child] or [parent, child, fan_out]")
+            ok = False
+            continue
+        src, dst = e[0], e[1]
+        fan = e[2] if len(e) == 3 else 1.0
+        unknown = [x for x in (src, dst) if x not in modules]
+        if unknown:
+            problems.append(f"edge [{src}, {dst}] names unknown module {', '.join(map(repr, unknown))}")
+            ok = False
+        if src == dst:
+            problems.append(f"edge [{src}, {dst}] is a self-loop")
+            ok = False
+        if isinstance(fan, bool) or not isinstance(fan, int | float) or fan <= 0:
+            problems.append(f"edge [{src}, {dst}] fan_out must be a number > 0, got {fan!r}")
+            ok = False
+        out.append((src, dst, float(fan) if isinstance(fan, int | float) else 1.0))
+    if ok and modules:
+        try:
+            topological_order(list(modules), [(s, d) for s, d, _ in out])
+        except ValueError as exc:
+            problems.append(str(exc))
+    return out
+
+
+def _check_hardware(
+    doc: Mapping[str, Any],
+    catalog: Mapping[str, HardwareSpec],
+    available: set[str] | None,
+    problems: list[str],
+) -> tuple[list[str] | None, dict[str, str]]:
+    types = doc.get("instance_types") or {}
+    if not isinstance(types, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in types.items()
+    ):
+        problems.append("instance_types must map hardware class -> EC2 instance type")
+        types = {}
+    for hw in types:
+        if hw not in catalog:
+            problems.append(
+                f"instance_types names hardware {hw!r}, not in the catalog ({', '.join(catalog)})"
+            )
+    hw_list = doc.get("hardware")
+    if hw_list is None:
+        return None, dict(types)
+    if not isinstance(hw_list, list) or not all(isinstance(h, str) for h in hw_list):
+        problems.append("hardware must be a list of hardware class names")
+        return None, dict(types)
+    for h in hw_list:
+        if h not in catalog:
+            problems.append(f"hardware {h!r} is not in the catalog ({', '.join(catalog)})")
+        elif not catalog[h].instance_type and not types.get(h):
+            problems.append(
+                f"hardware {h!r} has no EC2 instance type: map it with instance_types: {{{h}: TYPE}}"
+            )
+        elif available is not None and h not in available:
+            problems.append(
+                f"hardware {h!r} has no worker group in this deployment "
+                f"(have: {', '.join(sorted(available))})"
+            )
+    return list(hw_list), dict(types)
+
+
+def _check_profiles(
+    doc: Mapping[str, Any], catalog: Mapping[str, HardwareSpec], problems: list[str]
+) -> dict[str, list[ProfileEntry]]:
+    raw = doc.get("profiles") or {}
+    if not isinstance(raw, dict):
+        problems.append("profiles must map a model name to a list of profile entries")
+        return {}
+    out: dict[str, list[ProfileEntry]] = {}
+    for model, entries in raw.items():
+        if not isinstance(entries, list) or not entries:
+            problems.append(f"profiles.{model} must be a non-empty list of entries")
+            continue
+        good: list[ProfileEntry] = []
+        for i, e in enumerate(entries):
+            try:
+                entry = ProfileEntry.model_validate(e)
+            except ValidationError as exc:
+                problems.append(f"profiles.{model}[{i}]: {_first(exc)}")
+                continue
+            if entry.hardware not in catalog:
+                problems.append(f"profiles.{model}[{i}]: hardware {entry.hardware!r} is not in the catalog")
+                continue
+            good.append(entry)
+        out[model] = good
+    return out
+
+
+def _resolve_models(
+    modules: Mapping[str, AppModuleSpec],
+    inline: Mapping[str, list[ProfileEntry]],
+    stored: Callable[[str], list[ProfileEntry] | None],
+    problems: list[str],
+) -> dict[str, list[ProfileEntry]]:
+    out: dict[str, list[ProfileEntry]] = {}
+    for name, mod in modules.items():
+        if mod.model in out:
+            continue
+        if mod.model in inline:
+            out[mod.model] = list(inline[mod.model])
+            continue
+        try:
+            entries = stored(mod.model)
+        except ControlError as exc:
+            problems.append(f"module {name!r}: cannot read the profile of model {mod.model!r} ({exc})")
+            continue
+        if entries is None:
+            problems.append(
+                f"module {name!r}: unknown model {mod.model!r} (no profile in the store and none inline)"
+            )
+            continue
+        out[mod.model] = entries
+    return out
+
+
+def _first(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err.get('msg', '')}" if where else str(err.get("msg", ""))
+
+
+def validate_spec(
+    doc: Any,
+    *,
+    catalog: Mapping[str, HardwareSpec],
+    stored_profile: Callable[[str], list[ProfileEntry] | None],
+    available: Iterable[str] | None = None,
+    check_feasible: bool = True,
+    overhead_s: float = 0.0,
+) -> RegistrationSpec:
+    """Check an app spec document and return it with every model's profile resolved. Raises
+    :class:`RegistrationError` listing every problem found (not only the first)."""
+    if not isinstance(doc, dict):
+        raise RegistrationError(["the spec must be a mapping (a YAML or JSON object)"])
+    raw_name = doc.get("name")
+    name = raw_name if isinstance(raw_name, str) else ""
+    problems: list[str] = [
+        f"unknown key {k!r} (known: {', '.join(sorted(KEYS))})" for k in doc if k not in KEYS
+    ]
+    if not NAME.match(name or ""):
+        problems.append(
+            f"name {doc.get('name')!r} must be 1-24 letters, digits, '-' or '_', starting alphanumeric"
+        )
+    slo = _number(doc, "slo_s", problems)
+    rate = _number(doc, "rate", problems)
+    min_rate = _number(doc, "min_rate", problems, required=False)
+    if rate is not None and min_rate is not None and min_rate > rate:
+        problems.append(f"min_rate {min_rate:g} is above rate {rate:g}")
+    avail = set(available) if available is not None else None
+    modules = _check_modules(doc, problems)
+    edges = _check_edges(doc, modules, problems)
+    hardware, types = _check_hardware(doc, catalog, avail, problems)
+    inline = _check_profiles(doc, catalog, problems)
+    profiles = _resolve_models(modules, inline, stored_profile, problems)
+    if problems:
+        raise RegistrationError(problems, name)
+    spec = RegistrationSpec(
+        name=name,
+        description=str(doc.get("description", "")),
+        slo_s=slo,
+        rate=rate,
+        min_rate=min_rate,
+        modules=modules,
+        edges=edges,
+        hardware=hardware,
+        instance_types=types,
+        profiles=profiles,
+    )
+    _check_plannable(spec, catalog, avail, check_feasible, overhead_s)
+    return spec
+
+
+def _check_plannable(
+    spec: RegistrationSpec,
+    catalog: Mapping[str, HardwareSpec],
+    available: set[str] | None,
+    check_feasible: bool,
+    overhead_s: float,
+) -> None:
+    from functions.control.problems import app_problem, usable_hardware
+    from planner.errors import PlannerError
+
+    hw = usable_hardware(spec, catalog, available)
+    problems: list[str] = []
+    for name, mod in spec.modules.items():
+        have = sorted({e.hardware for e in spec.profiles.get(mod.model, [])})
+        if not set(have) & set(hw):
+            problems.append(
+                f"module {name!r} (model {mod.model}) has no profile on the usable hardware "
+                f"({', '.join(hw) or 'none'}), profiled on: {', '.join(have) or 'nothing'}"
+            )
+    if problems or not check_feasible:
+        if problems:
+            raise RegistrationError(problems, spec.name)
+        return
+    from planner.solve import solve
+
+    try:
+        solve(app_problem(spec, spec.rate, catalog, available, overhead_s))
+    except (PlannerError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RegistrationError(
+            [f"cannot be planned at {spec.rate:g} frames/s within slo_s {spec.slo_s:g}: {first}"], spec.name
+        ) from exc
+
+
+# -- storage ---------------------------------------------------------------------------------------
+
+
+class AppRegistry:
+    """Registered apps: spec files in S3, an index in the config table. Clients are injected."""
+
+    def __init__(self, ddb: Any, table: str, s3: Any, bucket: str):
+        self._ddb = ddb
+        self._table = table
+        self._s3 = s3
+        self._bucket = bucket
+
+    def put(self, spec: RegistrationSpec, now: float | None = None) -> AppRecord:
+        """Store a validated spec as the app's next revision (conditional on the revision read:
+        :class:`ControlError` when another registration of the same app won)."""
+        old = self.record(spec.name)
+        revision = (old.revision if old else 0) + 1
+        body = spec.model_dump_json(indent=1).encode()
+        key = f"{_S3_PREFIX}{spec.name}/r{revision}.json"
+        record = AppRecord(
+            name=spec.name,
+            revision=revision,
+            sha256=hashlib.sha256(body).hexdigest(),
+            s3_key=key,
+            registered_at=time.time() if now is None else now,
+            slo_s=spec.slo_s,
+            rate=spec.rate,
+            modules=list(spec.modules),
+        )
+        try:
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
+        except ClientError as exc:
+            raise ControlError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
+        cond: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(pk)"}
+            if old is None
+            else {
+                "ConditionExpression": "revision = :r",
+                "ExpressionAttributeValues": {":r": {"N": str(old.revision)}},
+            }
+        )
+        item = {
+            "pk": {"S": _INDEX + spec.name},
+            "revision": {"N": str(revision)},
+            "doc": {"S": record.model_dump_json()},
+        }
+        try:
+            self._ddb.put_item(TableName=self._table, Item=item, **cond)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                why = f"app {spec.name!r} was registered concurrently; try again"
+                raise RegistrationConflict(why) from exc
+            raise ControlError(f"cannot index app {spec.name!r}: {exc}") from exc
+        return record
+
+    def record(self, name: str) -> AppRecord | None:
+        try:
+            item = self._ddb.get_item(
+                TableName=self._table, Key={"pk": {"S": _INDEX + name}}, ConsistentRead=True
+            ).get("Item")
+        except ClientError as exc:
+            raise ControlError(f"cannot read app {name!r}: {exc}") from exc
+        return AppRecord.model_validate_json(item["doc"]["S"]) if item else None
+
+    def records(self) -> list[AppRecord]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "FilterExpression": "begins_with(pk, :p)",
+            "ExpressionAttributeValues": {":p": {"S": _INDEX}},
+            "ConsistentRead": True,
+        }
+        out: list[AppRecord] = []
+        try:
+            while True:
+                page = self._ddb.scan(**kwargs)
+                out += [AppRecord.model_validate_json(i["doc"]["S"]) for i in page.get("Items", [])]
+                if "LastEvaluatedKey" not in page:
+                    return sorted(out, key=lambda r: r.name)
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        except ClientError as exc:
+            raise ControlError(f"cannot list registered apps: {exc}") from exc
+
+    def spec(self, record: AppRecord) -> RegistrationSpec:
+        try:
+            body = self._s3.get_object(Bucket=self._bucket, Key=record.s3_key)["Body"].read()
+        except ClientError as exc:
+            raise ControlError(f"cannot read s3://{self._bucket}/{record.s3_key}: {exc}") from exc
+        if hashlib.sha256(body).hexdigest() != record.sha256:
+            raise ControlError(f"s3://{self._bucket}/{record.s3_key} does not match its index (checksum)")
+        return RegistrationSpec.model_validate_json(body)
+
+    def get(self, name: str) -> tuple[AppRecord, RegistrationSpec] | None:
+        rec = self.record(name)
+        return (rec, self.spec(rec)) if rec else None
+
+    def load_all(self) -> dict[str, tuple[AppRecord, RegistrationSpec]]:
+        return {r.name: (r, self.spec(r)) for r in self.records()}
+
+    def delete(self, name: str) -> bool:
+        """Unregister an app (the planner drops it at its next epoch); False when unknown."""
+        rec = self.record(name)
+        if rec is None:
+            return False
+        try:
+            self._ddb.delete_item(TableName=self._table, Key={"pk": {"S": _INDEX + name}})
+        except ClientError as exc:
+            raise ControlError(f"cannot unregister {name!r}: {exc}") from exc
+        return True
+
+    # -- planning requests ---------------------------------------------------------------------
+    def request_replan(self, app: str, now: float | None = None) -> None:
+        """Ask the planner to re-plan (read and cleared by the next epoch)."""
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": REPLAN_KEY}},
+                UpdateExpression="ADD apps :a SET requested_at = :t",
+                ExpressionAttributeValues={
+                    ":a": {"SS": [app]},
+                    ":t": {"N": repr(time.time() if now is None else now)},
+                },
+            )
+        except ClientError as exc:
+            raise ControlError(f"cannot request planning: {exc}") from exc
+
+    def replan_requested(self) -> set[str]:
+        try:
+            item = self._ddb.get_item(
+                TableName=self._table, Key={"pk": {"S": REPLAN_KEY}}, ConsistentRead=True
+            ).get("Item")
+        except ClientError as exc:
+            raise ControlError(f"cannot read planning requests: {exc}") from exc
+        return set(item.get("apps", {}).get("SS", [])) if item else set()
+
+    def clear_replan(self, apps: Iterable[str]) -> None:
+        names = sorted(apps)
+        if not names:
+            return
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": REPLAN_KEY}},
+                UpdateExpression="DELETE apps :a",
+                ExpressionAttributeValues={":a": {"SS": names}},
+            )
+        except ClientError as exc:
+            raise ControlError(f"cannot clear planning requests: {exc}") from exc
+
+
+def profile_lookup(store: Any) -> Callable[[str], list[ProfileEntry] | None]:
+    """``model -> entries | None`` over a :class:`profiles.store.ProfileStore` (None: no profile)."""
+    from profiles.errors import ProfilesError
+
+    known: set[str] | None = None
+
+    def lookup(model: str) -> list[ProfileEntry] | None:
+        nonlocal known
+        try:
+            if known is None:
+                known = set(store.list_models())
+            if model not in known:
+                return None
+            return list(store.load_profile(model))
+        except ProfilesError as exc:
+            raise ControlError(str(exc)) from exc
+
+    return lookup

@@ -1,0 +1,69 @@
+"""The control loop's own state between epochs (the planner Lambda keeps no memory): epoch number
+and time, observed-rate history per app, the hysteresis state, hardware that could not be had, and
+the last epoch's summary (``skinflint status`` shows it). One item, ``control#state``, written
+with a condition on the epoch number read, so two planners never run one epoch twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, Field
+
+from functions.control.errors import ControlError
+
+__all__ = ["ControlState", "EpochTaken", "StateStore"]
+
+STATE_KEY = "control#state"
+
+
+class EpochTaken(ControlError):
+    """Another planner wrote the state since it was read (it runs this epoch)."""
+
+
+class ControlState(BaseModel):
+    epoch: int = 0
+    last_epoch_at: float | None = None  # epoch s when the last epoch started (planned or not)
+    history: dict[str, list[float]] = Field(default_factory=dict)  # app -> observed frames/s, oldest first
+    hysteresis: dict[str, Any] = Field(default_factory=dict)  # planner.scaling.Hysteresis.to_dict()
+    unavailable: dict[str, float] = Field(default_factory=dict)  # hardware -> until (epoch s)
+    unavailable_why: dict[str, str] = Field(default_factory=dict)
+    asg_names: dict[str, str] = Field(default_factory=dict)
+    last: dict[str, Any] = Field(default_factory=dict)  # the last epoch's summary
+
+
+class StateStore:
+    def __init__(self, client: Any, table: str):
+        self._ddb = client
+        self._table = table
+
+    def load(self) -> ControlState:
+        try:
+            item = self._ddb.get_item(
+                TableName=self._table, Key={"pk": {"S": STATE_KEY}}, ConsistentRead=True
+            ).get("Item")
+        except ClientError as exc:
+            raise ControlError(f"cannot read the control state: {exc}") from exc
+        return ControlState.model_validate_json(item["doc"]["S"]) if item else ControlState()
+
+    def save(self, state: ControlState, expected_epoch: int | None) -> None:
+        """Write ``state`` if the stored epoch is still ``expected_epoch`` (None: no state yet)."""
+        cond: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(pk)"}
+            if expected_epoch is None
+            else {
+                "ConditionExpression": "epoch = :e",
+                "ExpressionAttributeValues": {":e": {"N": str(expected_epoch)}},
+            }
+        )
+        item = {
+            "pk": {"S": STATE_KEY},
+            "epoch": {"N": str(state.epoch)},
+            "doc": {"S": state.model_dump_json()},
+        }
+        try:
+            self._ddb.put_item(TableName=self._table, Item=item, **cond)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise EpochTaken(f"another planner ran epoch {state.epoch}") from exc
+            raise ControlError(f"cannot write the control state: {exc}") from exc

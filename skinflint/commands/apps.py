@@ -1,0 +1,236 @@
+"""``skinflint apps register|list|show|remove|admin-key``: the apps the control loop plans.
+
+An app spec (YAML or JSON) is the app's DAG (modules with model names, edges with fan-out), its
+``slo_s``, the frame ``rate`` to plan for until traffic is observed, and optionally ``min_rate``,
+``hardware``, ``instance_types`` and inline ``profiles``. Registration checks all of it and lists
+every problem; a valid spec is stored (S3 + DynamoDB) and the planner re-plans at its next epoch.
+
+The commands talk to the deployment's table and bucket (``SKINFLINT_CONFIG_TABLE``,
+``SKINFLINT_BUCKET``; AWS credentials from the environment), or to a local stack with
+``--endpoint http://127.0.0.1:PORT`` (``skinflint up`` prints it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skinflint.errors import UsageError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from functions.settings import DataPlaneConfig
+
+
+def add_endpoint(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="URL",
+        help="AWS endpoint (moto's server of a local stack); default: AWS (or $SKINFLINT_ENDPOINT_URL)",
+    )
+
+
+def data_config(endpoint: str | None) -> DataPlaneConfig:
+    """The deployment's resource names from the environment; ``endpoint`` overrides the endpoint. A
+    loopback endpoint (a local stack) gets the local stack's fake credentials when none are set."""
+    import dataclasses
+
+    from functions.settings import DataPlaneConfig
+
+    cfg = DataPlaneConfig.from_env()
+    if endpoint:
+        cfg = dataclasses.replace(cfg, endpoint_url=endpoint)
+    if cfg.endpoint_url and cfg.endpoint_url.startswith(("http://127.0.0.1", "http://localhost")):
+        from functions.localstack.stack import FAKE_CREDENTIALS
+
+        for k, v in FAKE_CREDENTIALS.items():
+            os.environ.setdefault(k, v)
+    return cfg
+
+
+def aws_errors(what: str) -> Any:
+    """Context manager: AWS and control-plane failures become one-line usage errors."""
+    from contextlib import contextmanager
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from functions.errors import DataPlaneError
+
+    @contextmanager
+    def guard() -> Any:
+        try:
+            yield
+        except (BotoCoreError, ClientError, DataPlaneError) as exc:
+            raise UsageError(f"{what}: {str(exc).splitlines()[0]}") from None
+
+    return guard()
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "apps", help="register and inspect the apps the control loop plans", description=__doc__
+    )
+    asub = p.add_subparsers(dest="apps_command", metavar="ACTION")
+    r = asub.add_parser("register", help="validate an app spec (YAML/JSON) and register it")
+    r.add_argument("spec", type=Path, help="the app spec file (APP.yaml)")
+    r.add_argument("--dry-run", action="store_true", help="validate only; store nothing")
+    r.add_argument("--json", action="store_true", help="print the stored record as JSON")
+    add_endpoint(r)
+    r.set_defaults(func=run_register)
+    ls = asub.add_parser("list", help="registered apps (revision, SLO, rate) and their planned state")
+    ls.add_argument("--json", action="store_true")
+    add_endpoint(ls)
+    ls.set_defaults(func=run_list)
+    sh = asub.add_parser("show", help="one registered app's spec")
+    sh.add_argument("name")
+    sh.add_argument("--json", action="store_true", help="the whole stored spec, profiles included")
+    add_endpoint(sh)
+    sh.set_defaults(func=run_show)
+    rm = asub.add_parser("remove", help="unregister an app (the next epoch stops planning it)")
+    rm.add_argument("name")
+    add_endpoint(rm)
+    rm.set_defaults(func=run_remove)
+    ak = asub.add_parser("admin-key", help="create an admin key for POST /v1/apps (printed once)")
+    ak.add_argument("--name", default="admin", help="a label stored with the key's digest")
+    add_endpoint(ak)
+    ak.set_defaults(func=run_admin_key)
+    p.set_defaults(func=lambda _args: (p.print_help(), 2)[1])
+
+
+def _clients(cfg: DataPlaneConfig) -> tuple[Any, Any]:
+    from functions.settings import make_client
+
+    return make_client("dynamodb", cfg), make_client("s3", cfg)
+
+
+def _registrar(cfg: DataPlaneConfig) -> Any:
+    from functions.control.epoch import ControlConfig
+    from functions.control.registry import AppRegistry, profile_lookup
+    from functions.control.service import Registrar, load_catalog, profile_store
+    from functions.control.state import StateStore
+
+    ddb, s3 = _clients(cfg)
+    return Registrar(
+        registry=AppRegistry(ddb, cfg.config_table, s3, cfg.bucket),
+        states=StateStore(ddb, cfg.config_table),
+        catalog=load_catalog(s3, cfg.bucket),
+        stored_profile=profile_lookup(profile_store(s3, cfg.bucket, local=True)),
+        overhead_s=ControlConfig.from_env().hop_overhead_s,
+    )
+
+
+def run_register(args: argparse.Namespace) -> int:
+    from functions.control.errors import RegistrationError
+    from functions.control.registry import parse_spec_text
+
+    try:
+        text = args.spec.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.spec}: {exc.strerror or exc}") from None
+    cfg = data_config(args.endpoint)
+    with aws_errors(f"cannot register {args.spec.name}"):
+        registrar = _registrar(cfg)
+        try:
+            doc = parse_spec_text(text, str(args.spec))
+            if args.dry_run:
+                spec = registrar.validate(doc)
+                out: dict[str, Any] = {"name": spec.name, "valid": True, "modules": list(spec.modules)}
+            else:
+                out = registrar.register(doc).model_dump()
+        except RegistrationError as exc:
+            raise UsageError(f"{args.spec}: {exc}") from None
+    if args.json:
+        print(json.dumps(out, indent=1))
+    elif args.dry_run:
+        print(f"{out['name']}: valid ({len(out['modules'])} modules); nothing stored (--dry-run)")
+    else:
+        print(
+            f"registered {out['name']} revision {out['revision']} ({len(out['modules'])} modules, "
+            f"{out['rate']:g} frames/s, SLO {out['slo_s']:g} s); the planner plans it at its next epoch"
+        )
+    return 0
+
+
+def _planned(cfg: DataPlaneConfig) -> dict[str, Any]:
+    """app -> (version, planned frame rate) from the plan in force."""
+    from functions.adapters.plan_store import PlanStore
+
+    ddb, _ = _clients(cfg)
+    cur = PlanStore(ddb, cfg.config_table).current()
+    if cur is None:
+        return {}
+    return {a: {"version": cur.version, "frame_rate": e.frame_rate} for a, e in cur.apps.items()}
+
+
+def run_list(args: argparse.Namespace) -> int:
+    cfg = data_config(args.endpoint)
+    with aws_errors("cannot list apps"):
+        records = _registrar(cfg).registry.records()
+        planned = _planned(cfg)
+    rows = [r.model_dump() | {"planned": planned.get(r.name)} for r in records]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"registered apps ({len(rows)})")
+    for col in ("app", "revision", "modules", "SLO s", "rate", "planned", "version"):
+        table.add_column(col, justify="left" if col in ("app", "modules") else "right")
+    for r in rows:
+        p = r["planned"] or {}
+        table.add_row(
+            r["name"], str(r["revision"]), ", ".join(r["modules"]), f"{r['slo_s']:g}", f"{r['rate']:g}",
+            f"{p['frame_rate']:.2f}" if p else "not yet", str(p.get("version", "-")),
+        )  # fmt: skip
+    Console().print(table)
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    cfg = data_config(args.endpoint)
+    with aws_errors(f"cannot read app {args.name}"):
+        got = _registrar(cfg).registry.get(args.name)
+    if got is None:
+        raise UsageError(f"no registered app named {args.name!r}")
+    record, spec = got
+    if args.json:
+        print(json.dumps({"record": record.model_dump(), "spec": spec.model_dump(mode="json")}, indent=1))
+        return 0
+    print(f"{spec.name} revision {record.revision} (s3 key {record.s3_key}, sha256 {record.sha256[:12]}...)")
+    print(f"  SLO {spec.slo_s:g} s, rate {spec.rate:g} frames/s, floor {spec.floor_rate:g} frames/s")
+    print(f"  hardware: {', '.join(spec.hardware) if spec.hardware else 'any deployable class'}")
+    for name, mod in spec.modules.items():
+        hw = sorted({e.hardware for e in spec.profiles.get(mod.model, [])})
+        print(f"  module {name}: model {mod.model} ({mod.kind}), profiled on {', '.join(hw)}")
+    for src, dst, fan in spec.edges:
+        print(f"  edge {src} -> {dst} (fan-out {fan:g})")
+    return 0
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    cfg = data_config(args.endpoint)
+    with aws_errors(f"cannot remove {args.name}"):
+        registry = _registrar(cfg).registry
+        if not registry.delete(args.name):
+            raise UsageError(f"no registered app named {args.name!r}")
+        registry.request_replan(args.name)
+    print(f"unregistered {args.name}; the next epoch stops planning it and drains its queues")
+    return 0
+
+
+def run_admin_key(args: argparse.Namespace) -> int:
+    from functions.adapters.config_store import ConfigStore
+
+    cfg = data_config(args.endpoint)
+    key = "sk-admin-" + secrets.token_urlsafe(24)
+    with aws_errors("cannot store the admin key"):
+        ddb, _ = _clients(cfg)
+        ConfigStore(ddb, cfg.config_table).put_admin_key(key, args.name)
+    print(key)
+    return 0

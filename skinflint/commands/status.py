@@ -1,0 +1,166 @@
+"""``skinflint status``: the plan in force and the fleet.
+
+Shows the current plan version (and the one the front serves while a new one is activating), per
+app the planned frame rate against the rate observed over the last ``--window`` seconds
+(CloudWatch ``FramesAccepted``), instances per hardware type (planned, the Auto Scaling group's
+desired and in-service counts, instances heartbeating), the billed and occupancy cost per hour,
+and the last epoch's outcome. ``--json`` for programs; ``--endpoint`` for a local stack.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from skinflint.commands.apps import add_endpoint, aws_errors, data_config
+
+if TYPE_CHECKING:
+    import argparse
+
+    from functions.settings import DataPlaneConfig
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "status", help="the plan in force: version, rates, instances, cost", description=__doc__
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument(
+        "--window", type=float, default=60.0, help="seconds of traffic the observed rate covers (default 60)"
+    )
+    add_endpoint(p)
+    p.set_defaults(func=run)
+
+
+def _asg_names(state_names: dict[str, str]) -> dict[str, str]:
+    import os
+
+    env = os.environ.get("SKINFLINT_ASG_NAMES")
+    return dict(json.loads(env)) if env else dict(state_names)
+
+
+def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> dict[str, Any]:
+    """The status document (what ``--json`` prints)."""
+    from functions.adapters.autoscaling import FleetGroups
+    from functions.adapters.plan_store import PlanStore
+    from functions.adapters.rates import ObservedRates, RateWindow
+    from functions.control.state import StateStore
+    from functions.settings import make_client
+
+    now = time.time() if now is None else now
+    ddb = make_client("dynamodb", cfg)
+    plans = PlanStore(ddb, cfg.config_table)
+    state = StateStore(ddb, cfg.config_table).load()
+    cur = plans.current()
+    out: dict[str, Any] = {"at": now, "version": None, "apps": {}, "hardware": {}, "last_epoch": state.last}
+    if cur is None:
+        return out
+    fleet = plans.fleet(cur.version)
+    serving = cur.serving(now)
+    period = int(max(1, min(60, window_s)))
+    observed = ObservedRates(make_client("cloudwatch", cfg), cfg.metrics_namespace).frame_rates(
+        cur.apps, RateWindow(now, window_s, period)
+    )
+    out.update(
+        version=cur.version,
+        serving=serving,
+        activate_at=cur.activate_at,
+        created_at=cur.created_at,
+        reason=cur.reason,
+        billed_per_hour=round(cur.billed_per_hour, 4),
+        occupancy_per_hour=round(cur.occupancy_per_hour, 4),
+        dedicated_per_hour=round(fleet.dedicated_per_hour, 4) if fleet else None,
+        apps={
+            a: {"planned": round(e.frame_rate, 3), "observed": round(observed.get(a, 0.0), 3)}
+            for a, e in sorted(cur.apps.items())
+        },
+    )
+    names = _asg_names(state.asg_names)
+    groups = FleetGroups(make_client("autoscaling", cfg), names).states() if names else {}
+    beats = [b for b in plans.instances().values() if b.at >= now - 180 and b.state != "gone"]
+    for hw in sorted(set(cur.counts) | set(groups)):
+        g = groups.get(hw)
+        out["hardware"][hw] = {
+            "planned": cur.counts.get(hw, 0),
+            "desired": g.desired if g else None,
+            "in_service": g.in_service if g else None,
+            "heartbeating": sum(b.hardware == hw for b in beats),
+        }
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = data_config(args.endpoint)
+    with aws_errors("cannot read the status"):
+        doc = collect(cfg, args.window)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    render(doc)
+    return 0
+
+
+def _age(now: float, t: float) -> str:
+    d = now - t
+    return f"in {-d:.0f} s" if d < 0 else f"{d:.0f} s ago"
+
+
+def render(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if doc["version"] is None:
+        console.print("no plan yet: register an app (skinflint apps register APP.yaml) and let an epoch run")
+        _last(console, doc)
+        return
+    now = doc["at"]
+    switching = f", serving v{doc['serving']} until it activates" if doc["serving"] != doc["version"] else ""
+    console.print(
+        f"plan version {doc['version']} (written {_age(now, doc['created_at'])}, active "
+        f"{_age(now, doc['activate_at'])}{switching}): {doc['reason']}"
+    )
+    apps = Table(title="apps (frames/s)")
+    for col in ("app", "planned", "observed"):
+        apps.add_column(col, justify="left" if col == "app" else "right")
+    for a, r in doc["apps"].items():
+        apps.add_row(a, f"{r['planned']:.2f}", f"{r['observed']:.2f}")
+    console.print(apps)
+    hw = Table(title="instances")
+    for col in ("hardware", "planned", "group desired", "in service", "heartbeating"):
+        hw.add_column(col, justify="left" if col == "hardware" else "right")
+    for name, h in doc["hardware"].items():
+        hw.add_row(
+            name,
+            *(
+                str(h[k]) if h[k] is not None else "-"
+                for k in ("planned", "desired", "in_service", "heartbeating")
+            ),
+        )
+    console.print(hw)
+    console.print(
+        f"cost: billed ${doc['billed_per_hour']:.3f}/h, occupancy ${doc['occupancy_per_hour']:.3f}/h"
+        + (
+            f", one instance per machine ${doc['dedicated_per_hour']:.3f}/h"
+            if doc.get("dedicated_per_hour")
+            else ""
+        )
+    )
+    _last(console, doc)
+
+
+def _last(console: Any, doc: dict[str, Any]) -> None:
+    last = doc.get("last_epoch") or {}
+    if not last:
+        return
+    bits = [
+        f"last epoch {last.get('epoch')}: {last.get('status')} {_age(doc['at'], last.get('at', doc['at']))}"
+    ]
+    if last.get("error"):
+        bits.append(f"error {last['error']}")
+    if last.get("failed_apps"):
+        bits.append("failed apps " + ", ".join(f"{a} ({why})" for a, why in last["failed_apps"].items()))
+    if last.get("excluded_hardware"):
+        bits.append("left out " + ", ".join(last["excluded_hardware"]))
+    console.print("; ".join(bits))

@@ -1,0 +1,201 @@
+"""App registration: every problem of a spec listed at once, storage (S3 + index), the CLI and the
+admin API against moto."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from functions.control.errors import RegistrationError
+from functions.control.registry import validate_spec
+from profiles.hardware import load_catalog
+from skinflint.cli import main
+from tests.functional.test_control_epoch import SPEC
+
+pytestmark = pytest.mark.functional
+
+CATALOG = load_catalog()
+
+
+def problems_of(doc: Any, **kw: Any) -> list[str]:
+    with pytest.raises(RegistrationError) as err:
+        validate_spec(doc, catalog=CATALOG, stored_profile=lambda _m: None, **kw)
+    assert str(err.value).count(";") == len(err.value.problems) - 1  # one line, every problem
+    return err.value.problems
+
+
+def test_every_problem_is_listed() -> None:
+    bad = {
+        "name": "bad name!",
+        "slo_s": 0,
+        "modules": {"det": {"model": "nowhere-net"}, "cls": {"model": "cls-net"}},
+        "edges": [["det", "ghost"], ["det", "cls", -1]],
+        "hardware": ["t4", "tpu", "p100"],
+        "profiles": {
+            "cls-net": [
+                {"hardware": "t4", "batch": 1, "duration_s": -0.1},
+                {"hardware": "k80", "batch": 1, "duration_s": 0.1},
+            ]
+        },
+        "sloo": 3,
+    }
+    got = problems_of(bad)
+    want = [
+        "unknown key 'sloo'",
+        "name 'bad name!' must be",
+        "slo_s must be > 0",
+        "rate is required",
+        "edge [det, ghost] names unknown module 'ghost'",
+        "edge [det, cls] fan_out must be a number > 0",
+        "hardware 'tpu' is not in the catalog",
+        "hardware 'p100' has no EC2 instance type",
+        "profiles.cls-net[0]: duration_s",
+        "profiles.cls-net[1]: hardware 'k80' is not in the catalog",
+        "unknown model 'nowhere-net'",
+    ]
+    for w in want:
+        assert any(w in p for p in got), (w, got)
+    assert len(got) == len(want)
+
+
+def test_cycles_plannability_and_mappings() -> None:
+    cyc = copy.deepcopy(SPEC) | {"edges": [["det", "cls"], ["cls", "det"]]}
+    assert any("cycle through cls, det" in p for p in problems_of(cyc))
+    tight = copy.deepcopy(SPEC) | {"slo_s": 0.01}
+    (only,) = problems_of(tight)
+    assert only.startswith("cannot be planned at 20 frames/s within slo_s 0.01")
+    nowhere = copy.deepcopy(SPEC) | {"hardware": ["v100"]}
+    assert any(
+        "module 'det' (model det-net) has no profile on the usable hardware (v100)" in p
+        for p in problems_of(nowhere)
+    )
+    # P100 is fine once mapped to an instance type, but only where a worker group exists
+    p100 = copy.deepcopy(SPEC) | {"hardware": ["p100"], "instance_types": {"p100": "g4dn.2xlarge"}}
+    assert any("hardware 'p100' has no worker group" in p for p in problems_of(p100, available=["t4"]))
+    assert problems_of("just text") == ["the spec must be a mapping (a YAML or JSON object)"]
+
+
+def test_models_resolve_from_the_profile_store_into_the_stored_spec() -> None:
+    from profiles.store import default_store
+
+    store = default_store()
+    doc = {
+        "name": "traffic2",
+        "slo_s": 0.4,
+        "rate": 4,
+        "hardware": ["t4", "c6i.large"],
+        "modules": {"detector": {"model": "ssdlite_mnv2"}},
+    }
+    spec = validate_spec(
+        doc,
+        catalog=CATALOG,
+        stored_profile=lambda m: store.load_profile(m) if m in store.list_models() else None,
+    )
+    assert spec.profiles["ssdlite_mnv2"] == store.load_profile("ssdlite_mnv2")
+    assert spec.floor_rate == pytest.approx(0.4)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import boto3
+    from moto import mock_aws
+
+    from functions.localstack.provision import create_base
+    from functions.settings import DataPlaneConfig
+
+    with mock_aws():
+        cfg = DataPlaneConfig()
+        ddb, s3 = boto3.client("dynamodb", region_name=cfg.region), boto3.client("s3", region_name=cfg.region)
+        create_base(ddb, s3, cfg)
+        yield cfg, ddb, s3
+
+
+def test_cli_register_list_show_remove(aws: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from functions.control.registry import AppRegistry
+
+    cfg, ddb, s3 = aws
+    path = tmp_path / "cams.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    assert main(["apps", "register", str(path), "--dry-run"]) == 0
+    assert "valid (2 modules); nothing stored" in capsys.readouterr().out
+    assert AppRegistry(ddb, cfg.config_table, s3, cfg.bucket).records() == []
+    assert main(["apps", "register", str(path)]) == 0
+    assert "registered cams revision 1" in capsys.readouterr().out
+    assert main(["apps", "register", str(path), "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["revision"] == 2 and rec["s3_key"] == "registry/apps/cams/r2.json"
+    registry = AppRegistry(ddb, cfg.config_table, s3, cfg.bucket)
+    assert registry.replan_requested() == {"cams"}
+    assert main(["apps", "list", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["name"] == "cams" and row["planned"] is None
+    assert main(["apps", "show", "cams", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["spec"]["profiles"]["det-net"][0]["hardware"] == "t4"
+    assert main(["apps", "show", "cams"]) == 0
+    assert "edge det -> cls (fan-out 2)" in capsys.readouterr().out
+    assert main(["apps", "remove", "cams"]) == 0
+    assert registry.records() == []
+    assert main(["apps", "show", "cams"]) == 1
+    assert "no registered app named 'cams'" in capsys.readouterr().err
+
+
+def test_cli_invalid_spec_is_one_line_listing_every_problem(
+    aws: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "slo_s": -1, "modules": {"a": {"model": "m"}}}))
+    assert main(["apps", "register", str(path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("skinflint: error: ")
+    assert "3 problems: slo_s must be > 0, got -1; rate is required; module 'a': unknown model 'm'" in err
+    (tmp_path / "broken.yaml").write_text("name: [unclosed\n")
+    assert main(["apps", "register", str(tmp_path / "broken.yaml")]) == 1
+    assert "neither JSON nor YAML" in capsys.readouterr().err
+    assert main(["apps", "register", str(tmp_path / "missing.yaml")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_admin_api_registers_with_an_admin_key(aws: Any) -> None:
+    from functions.adapters.config_store import ConfigStore
+    from functions.control.registry import AppRegistry
+    from functions.front.admin import admin_from_config
+    from functions.front.app import create_app
+
+    cfg, ddb, s3 = aws
+    store = ConfigStore(ddb, cfg.config_table)
+    store.put_admin_key("admin-1", "tests")
+    store.put_api_key("frames-1", "tests")
+    client = TestClient(create_app(lambda: None, lambda: admin_from_config(cfg)))  # type: ignore[arg-type,return-value]
+    body = json.dumps(SPEC)
+    assert client.post("/v1/apps", content=body).json()["error"] == "missing_admin_key"
+    r = client.post(
+        "/v1/apps", content=body, headers={"x-admin-key": "frames-1"}
+    )  # a frame key is not an admin key
+    assert r.status_code == 403 and r.json()["error"] == "wrong_admin_key"
+    bad = client.post(
+        "/v1/apps",
+        content=json.dumps(SPEC | {"slo_s": 0, "rate": "fast"}),
+        headers={"x-admin-key": "admin-1"},
+    )
+    assert bad.status_code == 400 and bad.json()["error"] == "invalid_app"
+    assert bad.json()["problems"] == ["slo_s must be > 0, got 0", "rate must be a number, got 'fast'"]
+    ok = client.post(
+        "/v1/apps",
+        content=yaml.safe_dump(SPEC),
+        headers={"x-admin-key": "admin-1", "content-type": "application/yaml"},
+    )
+    assert ok.status_code == 201, ok.json()
+    assert ok.json()["name"] == "cams" and ok.json()["revision"] == 1 and ok.json()["planning"] == "requested"
+    registry = AppRegistry(ddb, cfg.config_table, s3, cfg.bucket)
+    assert [r.name for r in registry.records()] == ["cams"] and registry.replan_requested() == {"cams"}
+    assert (
+        client.post("/v1/apps", content=b"", headers={"x-admin-key": "admin-1"}).json()["error"]
+        == "empty_body"
+    )
+    assert "/v1/apps" in client.get("/openapi.json").json()["paths"]

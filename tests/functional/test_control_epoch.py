@@ -1,0 +1,403 @@
+"""The planning epoch on moto: register -> plan written -> Auto Scaling groups sized; the 10 s
+guard, no-op epochs under steady load, a failing planner keeps the last good version and alarms,
+hardware that cannot be had is planned around, the Lambda handler end to end."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from functions.adapters.metrics import MemoryMetrics
+from functions.control.epoch import ControlConfig, Controller
+from functions.control.service import Registrar, build_controller
+from functions.localstack.provision import create_base
+from functions.settings import DataPlaneConfig
+
+ASGS = {"t4": "skinflint-workers-t4", "c6i.large": "skinflint-workers-c6i-large"}
+SPEC: dict[str, Any] = {
+    "name": "cams",
+    "slo_s": 0.5,
+    "rate": 20.0,
+    "modules": {"det": {"model": "det-net"}, "cls": {"model": "cls-net"}},
+    "edges": [["det", "cls", 2.0]],
+    "hardware": ["t4", "c6i.large"],
+    "profiles": {
+        "det-net": [
+            {"hardware": "t4", "batch": 1, "duration_s": 0.01},
+            {"hardware": "t4", "batch": 4, "duration_s": 0.02},
+            {"hardware": "c6i.large", "batch": 1, "duration_s": 0.05},
+        ],
+        "cls-net": [
+            {"hardware": "t4", "batch": 4, "duration_s": 0.01},
+            {"hardware": "c6i.large", "batch": 1, "duration_s": 0.02},
+            {"hardware": "c6i.large", "batch": 2, "duration_s": 0.03},
+        ],
+    },
+}
+
+
+class Clock:
+    def __init__(self) -> None:  # 30 s into a minute, so windows are easy to reason about
+        self.t = math.floor(time.time() / 60) * 60 - 3600 + 30.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class Env:
+    cfg: DataPlaneConfig
+    clients: dict[str, Any]
+    clock: Clock
+    ctl: Controller
+    metrics: MemoryMetrics
+    registrar: Registrar
+
+    def register(self, doc: dict[str, Any]) -> Any:
+        return self.registrar.register(doc, now=self.clock())
+
+    def frames(self, app: str, rate: float, shed: float = 0.0) -> None:
+        """``rate`` frames/s accepted (and ``shed`` frames/s refused for lack of capacity) during
+        the window the next epoch (60 s on) will read."""
+        start = math.floor((self.clock.t + 60) / 60) * 60 - 60
+        series = [("FramesAccepted", [{"Name": "App", "Value": app}], rate)]
+        if shed:
+            dims = [{"Name": "App", "Value": app}, {"Name": "Reason", "Value": "over_planned_rate"}]
+            series.append(("FrontRejected", dims, shed))
+        self.clients["cloudwatch"].put_metric_data(
+            Namespace=self.cfg.metrics_namespace,
+            MetricData=[
+                {
+                    "MetricName": name,
+                    "Dimensions": dims,
+                    "Timestamp": start + 5,
+                    "StatisticValues": {"SampleCount": 1, "Sum": r * 60, "Minimum": 0, "Maximum": 1},
+                }
+                for name, dims, r in series
+            ],
+        )
+
+    def desired(self) -> dict[str, int]:
+        groups = self.clients["autoscaling"].describe_auto_scaling_groups()["AutoScalingGroups"]
+        by_name = {v: k for k, v in ASGS.items()}
+        return {by_name[g["AutoScalingGroupName"]]: g["DesiredCapacity"] for g in groups}
+
+
+def make_groups(clients: dict[str, Any]) -> None:
+    clients["ec2"].create_launch_template(
+        LaunchTemplateName="workers",
+        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "t3.micro"},
+    )
+    for name in ASGS.values():
+        clients["autoscaling"].create_auto_scaling_group(
+            AutoScalingGroupName=name,
+            LaunchTemplate={"LaunchTemplateName": "workers"},
+            MinSize=0,
+            MaxSize=10,
+            DesiredCapacity=0,
+            AvailabilityZones=["us-east-1a"],
+        )
+
+
+@pytest.fixture(scope="module")
+def clients() -> Any:
+    """boto3 clients made once (client creation is most of a moto test's setup); each test's
+    ``mock_aws`` gives them a fresh, empty account (moto must be imported before they are made)."""
+    import boto3
+    import moto  # noqa: F401
+
+    with pytest.MonkeyPatch.context() as mp:
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            mp.setenv(k, "testing")
+        names = ("dynamodb", "s3", "sqs", "cloudwatch", "autoscaling", "ec2")
+        yield {n: boto3.client(n, region_name="us-east-1") for n in names}
+
+
+@pytest.fixture
+def env(clients: dict[str, Any]) -> Any:
+    from moto import mock_aws
+
+    with mock_aws():
+        cfg = DataPlaneConfig()
+        create_base(clients["dynamodb"], clients["s3"], cfg)
+        make_groups(clients)
+        clock = Clock()
+        ctl = build_controller(cfg, ControlConfig(asg_names=ASGS), clients=clients, clock=clock)
+        ctl.metrics = metrics = MemoryMetrics()
+        registrar = Registrar(ctl.registry, ctl.states, ctl.catalog, lambda _m: None)
+        yield Env(cfg, clients, clock, ctl, metrics, registrar)
+
+
+def test_registered_app_is_planned_published_and_the_groups_sized(env: Env) -> None:
+    # GIVEN the planner has run once (it records the worker groups registration checks against)
+    assert env.ctl.run_epoch().status == "unchanged"
+    env.register(SPEC)
+    env.clock.t += 60
+    # WHEN the next epoch runs
+    out = env.ctl.run_epoch()
+    # THEN a version is written, the app's modules got queues, and the groups match the fleet
+    assert out.status == "published", out.as_json()
+    cur = env.ctl.plans.current()
+    assert cur is not None and cur.version == out.version and set(cur.apps) == {"cams"}
+    assert cur.activate_at == pytest.approx(env.clock() + 15.0)
+    dep = env.ctl.plans.deployment(cur.version, "cams")
+    assert dep is not None and dep.roots == ["det"] and set(dep.queues) == {"det", "cls"}
+    fleet = env.ctl.plans.fleet(cur.version)
+    assert fleet is not None and sum(fleet.counts().values()) >= 2
+    assert out.rates["cams"]["planned"] >= 20.0 * 1.1  # registered rate + headroom
+    for urls in dep.queues.values():
+        for url in urls.values():
+            assert f"-v{cur.version}-" in url
+            env.clients["sqs"].get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    assert env.desired() == {hw: fleet.counts().get(hw, 0) for hw in ASGS}
+    assert out.desired == env.desired()
+    assert env.metrics.total("PlanningFailures") == 0 and env.metrics.total("PlanVersionPublished") == 1
+
+
+def test_the_ten_second_guard(env: Env) -> None:
+    assert env.ctl.run_epoch().status == "unchanged"
+    env.clock.t += 9.5
+    out = env.ctl.run_epoch(reason="app changed")
+    assert out.status == "skipped" and "minimum 10 s" in out.reason
+    env.clock.t += 0.5
+    assert env.ctl.run_epoch().status == "unchanged"
+
+
+def test_steady_load_is_a_no_op_and_a_ramp_replans(env: Env) -> None:
+    env.register(SPEC)
+    first = env.ctl.run_epoch()
+    assert first.status == "published"
+    before = env.desired()
+    for _ in range(3):  # observed at the registered rate: the same planned rate, nothing written
+        env.frames("cams", 20.0)
+        env.clock.t += 60
+        out = env.ctl.run_epoch()
+        assert out.status == "unchanged", out.as_json()
+        assert out.version == first.version and not out.scaled
+    assert env.ctl.plans.versions() == [first.version] and env.desired() == before
+    env.frames("cams", 25.0, shed=35.0)  # three times the load; the front shed what it could not plan
+    env.clock.t += 60
+    ramp = env.ctl.run_epoch()
+    assert ramp.status == "published" and ramp.previous == first.version
+    assert ramp.rates["cams"]["observed"] == pytest.approx(60.0)
+    assert sum(env.desired().values()) > sum(before.values())
+
+
+def test_planner_failure_keeps_the_last_good_version_and_emits_the_metric(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.register(SPEC)
+    good = env.ctl.run_epoch()
+    assert good.status == "published"
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr("planner.fleet.plan_fleet", broken)
+    env.frames("cams", 60.0)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "failed" and "solver exploded" in (out.error or "")
+    assert env.ctl.plans.current().version == good.version  # type: ignore[union-attr]
+    assert out.version == good.version and out.counts == good.counts
+    assert env.metrics.values("PlanningFailures") == [0, 1]
+    assert env.desired() == {hw: good.counts.get(hw, 0) for hw in ASGS}  # sized to the last good plan
+
+
+def test_an_app_that_cannot_be_planned_keeps_its_plan_and_others_proceed(env: Env) -> None:
+    env.register(SPEC)
+    other = copy.deepcopy(SPEC) | {"name": "other"}
+    env.register(other)
+    good = env.ctl.run_epoch()
+    assert good.status == "published" and set(good.changed) == {"cams", "other"}
+    # "cams" now needs far more than an SLO this tight allows; "other" is fine
+    env.ctl.registry.put(env.ctl.registry.get("cams")[1].model_copy(update={"slo_s": 0.012}))  # type: ignore[index]
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert "cams" in out.failed_apps
+    cur = env.ctl.plans.current()
+    assert cur is not None and set(cur.apps) == {"cams", "other"}
+    kept = env.ctl.plans.deployment(cur.version, "cams")
+    assert kept is not None and kept.slo_s == 0.5  # the plan in force, not the impossible one
+    assert env.metrics.total("PlanningFailures", App="cams") >= 1
+
+
+class FailingLaunches:
+    """The Auto Scaling client, except that t4 launches fail for lack of capacity."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def describe_scaling_activities(self, **kw: Any) -> dict[str, Any]:
+        import datetime as dt
+
+        if kw["AutoScalingGroupName"] != ASGS["t4"]:
+            return {"Activities": []}
+        return {
+            "Activities": [
+                {
+                    "StatusCode": "Failed",
+                    "StartTime": dt.datetime.now(dt.UTC),
+                    "StatusMessage": "We currently do not have sufficient g4dn.xlarge capacity "
+                    "(InsufficientInstanceCapacity).",
+                }
+            ]
+        }
+
+
+def test_hardware_that_cannot_be_had_is_planned_around(env: Env) -> None:
+    # at 40 frames/s with a slower CPU detector, one t4 detector is cheaper than 7 CPU ones
+    spec = copy.deepcopy(SPEC) | {"rate": 40.0}
+    spec["profiles"]["det-net"][2]["duration_s"] = 0.1
+    env.register(spec)
+    first = env.ctl.run_epoch()
+    assert first.counts.get("t4", 0) > 0
+    env.ctl.groups._asg = FailingLaunches(env.clients["autoscaling"])
+    env.ctl.clock = lambda: time.time() - 1.0  # activities are "now"; the epoch must see them
+    out = env.ctl.run_epoch()
+    assert out.status == "published" and "t4" in out.excluded_hardware
+    assert out.counts.get("t4", 0) == 0 and out.counts["c6i.large"] > 0
+    assert "InsufficientInstanceCapacity" in out.excluded_hardware["t4"]
+    state = env.ctl.states.load()
+    assert state.unavailable["t4"] > time.time()
+
+
+def test_handler_end_to_end(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from functions.planner import handler as mod
+
+    for k, v in {**env.cfg.to_env(), "SKINFLINT_ASG_NAMES": json.dumps(ASGS)}.items():
+        monkeypatch.setenv(k, v)
+    mod.reset()
+    out = mod.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, None)
+    assert out["status"] == "unchanged"  # nothing registered yet
+    env.register(SPEC)
+    time.sleep(0.01)
+    monkeypatch.setattr(mod._controller["c"], "clock", lambda: time.time() + 11.0)
+    out = mod.handler({"source": "skinflint.apps", "detail": {"app": "cams"}}, None)
+    assert out["status"] == "published" and out["reason"] == "app changed: cams", out
+    assert out["version"] >= 1 and set(out["changed"]) == {"cams"}
+    assert out["desired"] == env.desired() and sum(out["counts"].values()) > 0
+    assert out["billed_per_hour"] >= out["occupancy_per_hour"] > 0
+    assert {"solve", "pack", "publish", "total"} <= set(out["timings_ms"])
+    json.dumps(out)  # the summary is JSON
+    mod.reset()
+
+
+def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    from skinflint.cli import main
+
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["version"] is None
+    env.register(SPEC)
+    out = env.ctl.run_epoch()
+    end = math.floor(time.time() / 60) * 60
+    env.clients["cloudwatch"].put_metric_data(
+        Namespace=env.cfg.metrics_namespace,
+        MetricData=[
+            {
+                "MetricName": "FramesAccepted",
+                "Dimensions": [{"Name": "App", "Value": "cams"}],
+                "Timestamp": end - 30,
+                "Value": 12 * 60.0,
+            }
+        ],
+    )
+    assert main(["status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["version"] == out.version and doc["serving"] == out.version
+    assert doc["apps"]["cams"] == {
+        "planned": pytest.approx(out.rates["cams"]["planned"], abs=1e-3),
+        "observed": 12.0,
+    }
+    assert {hw: h["planned"] for hw, h in doc["hardware"].items()} == {
+        hw: out.counts.get(hw, 0) for hw in ASGS
+    }
+    assert {hw: h["desired"] for hw, h in doc["hardware"].items()} == env.desired()
+    assert doc["billed_per_hour"] == pytest.approx(out.billed_per_hour, abs=1e-3)
+    assert doc["last_epoch"]["status"] == "published"
+    assert main(["status"]) == 0
+    text = capsys.readouterr().out
+    assert f"plan version {out.version}" in text and "billed $" in text and "cams" in text
+
+
+def test_fleet_events_release_the_leaving_instance_claims(env: Env) -> None:
+    from functions.adapters.plan_store import InstanceStatus
+    from functions.control.service import handle_event
+
+    env.register(SPEC)
+    v = env.ctl.run_epoch().version
+    assert v is not None
+    hw = next(h for h, n in env.ctl.plans.current().counts.items() if n)  # type: ignore[union-attr]
+    inst = env.ctl.plans.claim(v, "i-0abc", hw)
+    assert inst is not None
+    env.ctl.plans.put_instance(
+        InstanceStatus(instance_id="i-0abc", hardware=hw, version=v, slot=inst.slot, at=env.clock())
+    )
+    notice = {
+        "LifecycleHookName": "skinflint-drain",
+        "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+        "AutoScalingGroupName": ASGS[hw],
+        "EC2InstanceId": "i-0abc",
+        "LifecycleActionToken": "t",
+    }
+    records = [
+        {"messageId": "1", "body": json.dumps({"Event": "autoscaling:TEST_NOTIFICATION"})},
+        {"messageId": "2", "body": json.dumps(notice)},
+        {"messageId": "3", "body": "not json"},
+    ]
+    out = handle_event(env.ctl, {"Records": records})
+    assert out["batchItemFailures"] == [{"itemIdentifier": "3"}]
+    assert out["released"] == {"i-0abc": [f"v{v}:{inst.slot}"]}
+    assert env.ctl.plans.claims(v) == {}
+    assert env.ctl.plans.instances()["i-0abc"].state == "draining"
+
+
+def test_gc_keeps_versions_workers_serve_and_deletes_drained_ones(env: Env) -> None:
+    from functions.adapters.plan_store import InstanceStatus
+
+    env.register(SPEC)
+    v1 = env.ctl.run_epoch().version
+    assert v1 is not None
+    old_queues = {u for qs in env.ctl.plans.deployment(v1, "cams").queues.values() for u in qs.values()}  # type: ignore[union-attr]
+    # a worker still serves v1, and one of its queues holds a message
+    env.ctl.plans.put_instance(
+        InstanceStatus(instance_id="i-1", hardware="t4", version=v1, at=env.clock() + 120)
+    )
+    busy = sorted(old_queues)[0]
+    env.clients["sqs"].send_message(QueueUrl=busy, MessageBody="{}")
+    for _ in range(2):  # the app is observed from its first whole window on
+        env.frames("cams", 60.0)
+        env.clock.t += 60
+        v2 = env.ctl.run_epoch().version
+    assert v2 != v1
+    # the worker moves to v2; two steady epochs later v2 has been active for long
+    env.ctl.plans.put_instance(
+        InstanceStatus(instance_id="i-1", hardware="t4", version=v2, at=env.clock() + 120)
+    )
+    for _ in range(2):
+        env.frames("cams", 60.0)
+        env.clock.t += 60
+        out = env.ctl.run_epoch()
+        assert out.status == "unchanged"
+    new_queues = {
+        u for d in env.ctl.plans.deployments(v2).values() for qs in d.queues.values() for u in qs.values()
+    }
+    only_old = old_queues - new_queues
+    if busy in only_old:  # the busy queue is v1's alone: v1 waits for it to drain
+        assert out.gc["deleted_versions"] == [] and v1 in env.ctl.plans.versions()
+        env.clients["sqs"].purge_queue(QueueUrl=busy)
+        env.frames("cams", 60.0)
+        env.clock.t += 60
+        out = env.ctl.run_epoch()
+    assert v1 not in env.ctl.plans.versions() and out.gc["deleted_versions"] == [v1]
+    alive = set(env.clients["sqs"].list_queues().get("QueueUrls", []))
+    assert not (only_old & alive) and new_queues <= alive
