@@ -36,8 +36,11 @@ class Router:
         self.deployment = deployment
         self._schedules = schedules
         self._origin = deployment.origin_s
+        from planner.dispatch import planned_spread_rate
+
+        # a burst's spread rate: the plan's (dispatch-aware plans record it), else the planned rate
         self._rate = {
-            m: sum(g.machines * g.rate_per_machine for g in mp.groups)
+            m: planned_spread_rate(mp, sum(g.machines * g.rate_per_machine for g in mp.groups))
             for m, mp in deployment.plan.modules.items()
         }
 
@@ -64,8 +67,9 @@ class Router:
 
     def route_burst(self, module: str, at: float, n: int) -> list[Route]:
         """Routes for ``n`` requests that appear at once (a parent batch's fan-out). The plan assumes
-        a steady arrival rate, so the k-th request is dispatched as if it arrived at
-        ``at + k / w`` (w = the module's planned total rate): no window receives more than its batch."""
+        a steady arrival rate, so the k-th request is dispatched as if it arrived at ``at + k / w``
+        (w = the plan's spread rate for the module, ``dispatch.spread_rate``, or without one its planned
+        total rate): no window receives more than its batch (docs/dispatch.md)."""
         w = self._rate.get(module) or 1.0
         return [self.route(module, at + k / w) for k in range(n)]
 

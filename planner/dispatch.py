@@ -45,6 +45,7 @@ __all__ = [
     "Window",
     "build_schedule",
     "build_schedules",
+    "planned_spread_rate",
     "rr_pattern",
     "theorem1_latencies",
 ]
@@ -509,3 +510,16 @@ def rr_pattern(module_plan: ModulePlan, max_len: int = 100_000) -> list[tuple[in
         keyed.extend(((k + 0.5) / n, gi, m) for k in range(n))
     keyed.sort()
     return [(gi, m) for _, gi, m in keyed]
+
+
+# --------------------------------------------------------------------------- spreading bursts
+
+
+def planned_spread_rate(module_plan: ModulePlan, default: float) -> float:
+    """Rate (req/s) at which a burst of this module's requests (the children of one parent batch) is
+    dispatched: ``k``-th request at ``arrival + k / rate``. A dispatch-aware plan
+    (:func:`planner.robust.solve_dispatchable`) records it as ``dispatch.spread_rate``; other plans use
+    ``default`` (the caller's: the simulator its schedule's effective rate, the router the planned rate)."""
+    info = (module_plan.model_extra or {}).get("dispatch")
+    rate = info.get("spread_rate") if isinstance(info, dict) else None
+    return float(rate) if isinstance(rate, int | float) and rate > 0 else default

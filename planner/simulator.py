@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from planner.dispatch import DispatchSchedule, build_schedule, rr_pattern
+from planner.dispatch import DispatchSchedule, build_schedule, planned_spread_rate, rr_pattern
 
 if TYPE_CHECKING:
     from planner.models import ModulePlan, Plan, ProblemSpec
@@ -451,9 +451,11 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     """Simulate ``duration_s`` seconds of arrivals through the plan's dispatch and machines.
 
     A parent batch's children arrive together. With ``children="spread"`` (TC only) the worker that
-    emits them dispatches child ``k`` of the batch at ``completion + k / W'_child`` (a stateless,
-    per-batch spread; latency still counts from the real arrival); ``"burst"`` dispatches them all at the
-    completion time, which overflows the child's windows."""
+    emits them dispatches child ``k`` of the batch at ``completion + k / rate`` (a stateless, per-batch
+    spread; latency still counts from the real arrival), ``rate`` being the plan's
+    ``dispatch.spread_rate`` when it has one (:func:`planner.dispatch.planned_spread_rate`), else
+    ``W'_child``; ``"burst"`` dispatches them all at the completion time, which overflows the child's
+    windows."""
     rng = np.random.default_rng(seed)
     prices = {name: hw.price_per_hour for name, hw in problem.hardware.items()}
     order = problem.order()
@@ -493,7 +495,8 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
                 e2e.add(lat)
                 slo_ok += int(np.sum(lat <= problem.slo_s + _TOL))
             for c in kids[m]:
-                rate = modules[c].schedule.effective_rate if spread else 0.0
+                w_eff = modules[c].schedule.effective_rate
+                rate = planned_spread_rate(plan.modules[c], w_eff) if spread else 0.0
                 inbox[c].append(_spawn(done, orig, ratio[(m, c)], acc[(m, c)], rate))
     return _report(
         problem,

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from functions.schema import ResultOut
-    from planner.models import Plan
+    from planner.models import ModulePlan, Plan
 
 __all__ = ["percentile", "summarise"]
 
@@ -23,6 +23,25 @@ def percentile(values: Sequence[float], q: float) -> float:
     return s[k]
 
 
+def _dispatch_figures(mp: ModulePlan) -> dict[str, Any]:
+    """What a dispatch-aware plan (``planner.robust``) says the planned worst case is made of: Theorem
+    1's figure, the schedule's bound, the burst of a child (largest, and its extra wait), and the
+    headroom asked for (``child_headroom``) against the headroom planned (``headroom_used``: planned
+    rate / expected rate - 1). None for a plan without them."""
+    extra = mp.model_extra or {}
+    info = extra.get("dispatch") if isinstance(extra.get("dispatch"), dict) else {}
+    return {
+        "theorem1_s": info.get("theorem1_s"),
+        "schedule_s": info.get("schedule_s"),
+        "burst": info.get("burst"),
+        "burst_s": info.get("burst_s"),
+        "spread_rate": info.get("spread_rate"),
+        "required_rate": info.get("required_rate"),
+        "child_headroom": extra.get("child_headroom"),
+        "headroom_used": extra.get("headroom_used"),
+    }
+
+
 def summarise(
     sent: int,
     results: Sequence[ResultOut | None],
@@ -31,6 +50,7 @@ def summarise(
     emulated_hardware: Sequence[str],
 ) -> dict[str, Any]:
     """``results[i]`` is the last answer for frame i (None when the front never accepted it)."""
+    extra = plan.model_extra or {}
     answered = [r for r in results if r is not None and r.status == "done"]
     dropped = [r for r in results if r is not None and r.status == "dropped"]
     lost = sent - len(answered) - len(dropped)
@@ -49,6 +69,7 @@ def summarise(
             "tasks": 0,
             "dropped": 0,
             "emulated": any(h in emulated_hardware for h in hw),
+            **_dispatch_figures(mp),
         }
     per_module: dict[str, list[float]] = {m: [] for m in modules}
     for r in [*answered, *dropped]:
@@ -78,5 +99,8 @@ def summarise(
         "modules": modules,
         "planned_billed_per_hour": plan.billed_per_hour,
         "planned_occupancy_per_hour": plan.cost_per_hour,
+        "dispatch_realised": bool(extra.get("dispatch_realised")),
+        "plain_billed_per_hour": extra.get("plain_billed_per_hour"),
+        "price_of_realisability": extra.get("price_of_realisability"),
         "emulated_hardware": list(emulated_hardware),
     }

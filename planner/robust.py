@@ -1,0 +1,567 @@
+"""Dispatch-aware planning: plans whose worst-case figures are what the time-window dispatch realises.
+
+:func:`planner.solve.solve` plans under Theorem 1 (``d + b / w`` per machine). The time-window dispatch
+of :mod:`planner.dispatch` realises that bound for a root module with one configuration under uniform
+arrivals, but not in general (docs/dispatch.md, "What the dispatch realises"):
+
+- **several configurations**: contiguous windows cannot always give every machine Theorem 1; the
+  schedule's own exact steady-state bound (:attr:`DispatchSchedule.worst_case_latency_s`) can be larger;
+- **bursts**: the children of one parent batch appear at once and are dispatched ``1 / W_s`` apart
+  (``W_s`` = the child's spread rate, the smaller of its planned rate ``W`` and its schedule's effective
+  rate ``W'``), so the last of a burst of ``n`` waits ``(n - 1) / W_s`` more than a uniform arrival;
+- **overlapping bursts**: a burst still being spread when the next parent batch completes makes the two
+  share windows, a window then receives more than its batch and the machine falls behind. The spread is
+  stateless (any worker, no shared counter), so the only protection is capacity: a child whose spread
+  rate is at least :attr:`Realisation.required_rate` (the largest burst over the time to the next
+  parent completion, from the parent's exact periodic completion pattern) never has two bursts overlap.
+
+:func:`realise` computes all three for a plan. :func:`solve_dispatchable` solves, realises, and repairs
+until the realised plan is feasible: a child below its required spread rate is re-planned at that rate
+(its headroom), and a path whose realised worst case exceeds the SLO makes the next round solve with
+the SLO seen by the splitter shrunk by that path's excess over its Theorem-1 figure. The returned plan's
+``worst_case_latency_s`` figures are the realised ones.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner.dispatch import DispatchSchedule, build_schedule
+from planner.errors import InfeasibleError
+from planner.latency import EPS
+from planner.solve import solve
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from planner.models import ModulePlan, Objective, Plan, ProblemSpec
+
+__all__ = [
+    "DEFAULT_CHILD_HEADROOM",
+    "FAN_OUT_KEY",
+    "Realisation",
+    "annotate",
+    "realise",
+    "required_spread_rate",
+    "solve_dispatchable",
+]
+
+#: Minimum extra planned rate of every child module, as a fraction of its expected rate, on top of
+#: what :func:`required_spread_rate` asks for (timing noise of a real data plane). docs/dispatch.md,
+#: "Child headroom", has the measurements behind the value.
+DEFAULT_CHILD_HEADROOM = 0.0
+#: Bisection steps spent, once a realisable plan is found, looking for a cheaper one.
+_REFINE_STEPS = 3
+_SLO_STEP = 1e-7  # seconds: a shrink goes at least this far below the previous splitter SLO
+_RATE_STEP = 1e-6  # relative: a raised child rate goes this far above its requirement
+#: Problem extra naming the most children one parent request sends: ``[[parent, child, n], ...]``
+#: (a data plane whose fan-out varies per request sends up to ``ceil(fan-out)``).
+FAN_OUT_KEY = "max_children_per_request"
+
+
+@dataclass(frozen=True, slots=True)
+class Realisation:
+    """What the dispatch realises for one module of a plan (seconds, req/s)."""
+
+    planned_s: float  # the planner's own figure (Theorem 1 under TC)
+    schedule_s: float  # the schedule's exact steady-state bound (uniform arrivals, constant durations)
+    capacity_rate: float  # min(planned W, effective W'): a window of b / W' holds b requests this dense
+    burst: int  # largest number of this module's requests that appear at once (1 for a root)
+    spread_rate: float  # rate at which a burst is dispatched (a root: its arrival rate)
+    burst_s: float  # (burst - 1) / spread_rate: the last request of a burst waits this much more
+    required_rate: float  # spread rate needed so that no two bursts overlap (a root: its arrival rate)
+    guaranteed: bool  # False for a join (several parents): bursts of different parents can overlap
+    worst_case_s: float  # max(planned, schedule) + burst_s
+    schedule: DispatchSchedule = field(repr=False)
+
+    @property
+    def collision_free(self) -> bool:
+        """No window receives more than its batch: bursts do not overlap (spread rate >= required) and
+        a burst is no denser than the windows (spread rate <= capacity rate)."""
+        tol = 1e-9 * self.capacity_rate
+        return (
+            self.guaranteed
+            and self.spread_rate >= self.required_rate - tol
+            and self.spread_rate <= self.capacity_rate + tol
+        )
+
+    def as_extra(self) -> dict[str, Any]:
+        return {
+            "theorem1_s": self.planned_s,
+            "schedule_s": self.schedule_s,
+            "capacity_rate": self.capacity_rate,
+            "burst": self.burst,
+            "spread_rate": self.spread_rate,
+            "burst_s": self.burst_s,
+            "required_rate": self.required_rate,
+            "guaranteed": self.guaranteed,
+            "worst_case_latency_s": self.worst_case_s,
+            "period_s": self.schedule.period_s,
+            "effective_rate": self.schedule.effective_rate,
+        }
+
+
+def _children_per_request(
+    problem: ProblemSpec, fan_out: Mapping[tuple[str, str], float] | None
+) -> dict[tuple[str, str], float]:
+    """Most children one parent request sends along each edge: ``fan_out``, else the problem's
+    ``max_children_per_request`` extra (a list of ``[parent, child, n]``), else the rate ratio
+    ``rate(child) / sum(rate(parents))`` (the simulator's spawn model: a batch of ``k`` requests
+    spawns at most ``ceil(ratio * k)``)."""
+    parents = problem.parents()
+    hint = dict(fan_out or {})
+    for item in (problem.model_extra or {}).get(FAN_OUT_KEY) or []:
+        src, dst, n = item
+        hint.setdefault((str(src), str(dst)), float(n))
+    out: dict[tuple[str, str], float] = {}
+    for src, dst in problem.edges:
+        if (src, dst) in hint:
+            out[(src, dst)] = hint[(src, dst)]
+        else:
+            total = sum(problem.modules[p].rate for p in parents[dst])
+            out[(src, dst)] = problem.modules[dst].rate / total
+    return out
+
+
+def _window_arrays(sched: DispatchSchedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per window of one period: length, completion offset after the window's start (length + wait +
+    duration), completion time, batch size."""
+    start = np.array([w.start_s for w in sched.windows])
+    end = np.array([w.end_s for w in sched.windows])
+    wait = np.array([w.wait_s for w in sched.windows])
+    dur = np.array([sched.groups[w.group].duration_s for w in sched.windows])
+    batch = np.array([sched.groups[w.group].batch for w in sched.windows], dtype=np.float64)
+    length = end - start
+    return length, length + wait + dur, end + wait + dur, batch
+
+
+def required_spread_rate(
+    parent: DispatchSchedule, per_request: float, parent_spacing_rate: float
+) -> tuple[float, int]:
+    """(spread rate a child needs so that no two of its bursts from ``parent`` overlap, largest burst).
+
+    ``parent_spacing_rate`` ``r``: the parent's own requests arrive at least ``1 / r`` apart (a root
+    under uniform arrivals: its rate; a child whose bursts do not overlap: its spread rate). The
+    parent's batches complete at ``end + wait + d`` of its windows, periodically (constant durations;
+    an empty window completes nothing, which only widens the gaps). Window ``k`` holds at most
+    ``A_k = min(b_k, ceil(r * length_k))`` requests and sends at most ``n_k = ceil(per_request * A_k)``
+    children, spread over ``n_k / W_s`` seconds, which must end before the next non-empty completion,
+    at least ``gap_k`` later: the next completion of the pattern and, with one configuration
+    (completion order = arrival order), also ``1 / r - length_k`` (the next request arrives ``1 / r``
+    after the last one of window ``k``). Returns ``max_k n_k / gap_k``."""
+    length, offset, done, batch = _window_arrays(parent)
+    held = np.minimum(batch, np.ceil(parent_spacing_rate * length - 1e-9))
+    n = np.ceil(per_request * held - 1e-9)
+    period = parent.period_s
+    x = np.mod(done, period)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    gap_sorted = np.empty_like(xs)
+    gap_sorted[:-1] = np.diff(xs)
+    gap_sorted[-1] = xs[0] + period - xs[-1]
+    gap = np.empty_like(gap_sorted)
+    gap[order] = gap_sorted
+    if len({w.group for w in parent.windows}) == 1:
+        gap = np.maximum(gap, 1.0 / parent_spacing_rate + float(np.min(offset - length)) - offset)
+    busy = n >= 1
+    if not np.any(busy):
+        return 0.0, 0
+    with np.errstate(divide="ignore"):
+        need = np.where(gap[busy] > 1e-12, n[busy] / np.maximum(gap[busy], 1e-300), math.inf)
+    return float(np.max(need)), int(np.max(n))
+
+
+def _planned_figure(mp: ModulePlan) -> float:
+    """The planner's own worst case: a realised plan (:func:`annotate`) keeps it in ``dispatch``."""
+    info = (mp.model_extra or {}).get("dispatch")
+    t1 = info.get("theorem1_s") if isinstance(info, dict) else None
+    return float(t1) if isinstance(t1, int | float) else mp.worst_case_latency_s
+
+
+def _schedule_key(name: str, mp: ModulePlan) -> tuple[object, ...]:
+    return (
+        name,
+        *(
+            (g.hardware, g.batch, g.concurrency, g.machines, g.rate_per_machine, g.duration_s)
+            for g in mp.groups
+        ),
+    )
+
+
+def realise(
+    problem: ProblemSpec,
+    plan: Plan,
+    *,
+    fan_out: Mapping[tuple[str, str], float] | None = None,
+    cache: dict[tuple[object, ...], DispatchSchedule] | None = None,
+) -> dict[str, Realisation]:
+    """Each module's dispatch-realised worst case for ``plan`` (see the module doc).
+
+    A leaf spreads its bursts at its capacity rate (the shortest bursts); a child with children of
+    its own spreads them no faster than it must (its required rate), because a burst spread at the
+    capacity rate reaches the next module as densely as that module's windows pass it on.
+    ``fan_out`` maps an edge to the most children one parent request sends along it (the local stack
+    passes ``ceil`` of the app's fan-out factors); missing edges use the rate ratio. ``cache`` keeps
+    schedules between calls (a module plan that comes back is not scheduled again)."""
+    prices = {h: hw.price_per_hour for h, hw in problem.hardware.items()}
+    per_request = _children_per_request(problem, fan_out)
+    parents, children = problem.parents(), problem.children()
+    spacing: dict[str, float] = {}
+    out: dict[str, Realisation] = {}
+    for name in problem.order():
+        mp = plan.modules[name]
+        key = _schedule_key(name, mp)
+        sched = cache.get(key) if cache is not None else None
+        if sched is None:
+            sched = build_schedule(name, mp, prices)
+            if cache is not None:
+                cache[key] = sched
+        capacity = min(sched.planned_rate, sched.effective_rate)
+        if not parents[name]:
+            burst, need = 1, problem.modules[name].rate
+            spread = need
+        else:
+            burst, need = 1, 0.0
+            for p in parents[name]:
+                rate, n = required_spread_rate(out[p].schedule, per_request[(p, name)], spacing[p])
+                burst, need = max(burst, n), max(need, rate)
+            # a hair below the windows' density, so float rounding never puts b + 1 points in a window
+            top = capacity * (1 - _RATE_STEP)
+            spread = top if not children[name] else min(top, max(need, 1e-9) * (1 + _RATE_STEP))
+        spacing[name] = spread
+        burst_s = (burst - 1) / spread if spread > 0 else math.inf
+        planned_s = _planned_figure(mp)
+        out[name] = Realisation(
+            planned_s=planned_s,
+            schedule_s=sched.worst_case_latency_s,
+            capacity_rate=capacity,
+            burst=burst,
+            spread_rate=spread,
+            burst_s=burst_s,
+            required_rate=need,
+            guaranteed=len(parents[name]) <= 1,
+            worst_case_s=max(planned_s, sched.worst_case_latency_s) + burst_s,
+            schedule=sched,
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- dispatch-aware solve
+
+
+Key = tuple[str, int, int]  # (hardware, batch, concurrency): one configuration of a module
+
+
+@dataclass
+class _Attempt:
+    splitter_slo: float
+    rates: dict[str, float]  # the rates the solve planned for (children raised by headroom)
+    only: dict[str, Key]  # modules restricted to one configuration (a parent whose bursts overlap)
+    plan: Plan
+    real: dict[str, Realisation]
+    over: float  # worst realised path minus the SLO (<= 0: within the SLO)
+    excess: float  # largest realised-minus-planned sum over the paths that miss the SLO
+    short: dict[str, float]  # children below their required spread rate -> that rate
+    cost: float
+
+    @property
+    def ok(self) -> bool:
+        return self.over <= EPS and not self.short
+
+    def same_variant(self, other: _Attempt) -> bool:
+        return self.rates == other.rates and self.only == other.only
+
+
+def _cost(plan: Plan, objective: Objective) -> float:
+    return plan.billed_per_hour if objective == "billed" else plan.cost_per_hour
+
+
+class _Search:
+    """Solves at given splitter SLOs and child rates; keeps every attempt."""
+
+    def __init__(
+        self,
+        problem: ProblemSpec,
+        *,
+        policy: str,
+        objective: Objective,
+        fan_out: Mapping[tuple[str, str], float] | None,
+    ) -> None:
+        self.problem = problem
+        self.policy, self.objective, self.fan_out = policy, objective, fan_out
+        self.attempts: list[_Attempt] = []
+        self.schedules: dict[tuple[object, ...], DispatchSchedule] = {}
+
+    def attempt(self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key]) -> _Attempt:
+        modules = {}
+        for m, mod in self.problem.modules.items():
+            update: dict[str, Any] = {"rate": rates[m]}
+            if m in only:
+                update["profile"] = [
+                    e for e in mod.profile if (e.hardware, e.batch, e.concurrency) == only[m]
+                ]
+            modules[m] = mod.model_copy(update=update)
+        spec = self.problem.model_copy(update={"slo_s": splitter_slo, "modules": modules})
+        plan = solve(spec, self.policy, self.objective)
+        real = realise(self.problem, plan, fan_out=self.fan_out, cache=self.schedules)
+        over, excess = -math.inf, 0.0
+        for path in self.problem.paths():
+            lat = sum(real[m].worst_case_s for m in path)
+            over = max(over, lat - self.problem.slo_s)
+            if lat > self.problem.slo_s + EPS:
+                excess = max(excess, lat - sum(real[m].planned_s for m in path))
+        short = {m: r.required_rate for m, r in real.items() if r.guaranteed and not r.collision_free}
+        a = _Attempt(
+            splitter_slo,
+            dict(rates),
+            dict(only),
+            plan,
+            real,
+            over,
+            excess,
+            short,
+            _cost(plan, self.objective),
+        )
+        self.attempts.append(a)
+        return a
+
+    def best(self) -> _Attempt | None:
+        ok = [a for a in self.attempts if a.ok]
+        return min(ok, key=lambda a: (a.cost, -a.splitter_slo)) if ok else None
+
+
+def _ancestors(problem: ProblemSpec) -> dict[str, set[str]]:
+    parents = problem.parents()
+    out: dict[str, set[str]] = {}
+    for m in problem.order():
+        out[m] = set(parents[m]).union(*(out[p] for p in parents[m]))
+    return out
+
+
+def _repair(attempts: list[_Attempt], problem: ProblemSpec) -> tuple[dict[str, float], dict[str, Key]]:
+    """The next variant for children below their required spread rate, upstream first (a child below a
+    module that changes now is left for the next round: its requirement changes with it). A parent
+    with several configurations completes batches at irregular times (bursts can nearly coincide), so
+    it is restricted to the configuration that carries most of its rate (its multi-configuration
+    combination is forbidden); a child of a one-configuration parent is planned at the rate its spread
+    needs (the plan's W is at least the rate, the spread rate min(W, W') can be a little lower, so the
+    rate is raised by the shortfall ratio). Raising a child changes its parent's plan a little, and so
+    its requirement: a child raised again overshoots by 2 %, 4 %, 8 %... so the chase ends."""
+    last = attempts[-1]
+    rates, only = dict(last.rates), dict(last.only)
+    parents, ancestors = problem.parents(), _ancestors(problem)
+    changed: set[str] = set()
+    for child in (m for m in problem.order() if m in last.short):
+        if ancestors[child] & (changed | set(last.short)):
+            continue
+        multi = [
+            p
+            for p in parents[child]
+            if p not in last.only
+            and sum(1 for g in last.plan.modules[p].groups if g.rate_per_machine > 0) > 1
+        ]
+        for p in multi:
+            top = max(last.plan.modules[p].groups, key=lambda g: g.machines * g.rate_per_machine)
+            only[p] = (top.hardware, top.batch, top.concurrency)
+            changed.add(p)
+        if not multi:
+            need = last.short[child]
+            ratio = need / max(last.real[child].capacity_rate, 1e-12)
+            again = sum(1 for a in attempts if child in a.short) - 1
+            overshoot = 0.01 * 2**again if again > 0 else _RATE_STEP
+            rates[child] = max(rates[child] * ratio, need) * (1 + overshoot)
+            changed.add(child)
+    return rates, only
+
+
+def _relax(search: _Search, good: _Attempt, floor: Mapping[str, float], max_rounds: int) -> None:
+    """Children raised in earlier rounds may need less once the plan around them settled: plan them
+    for what the realisable plan requires now (never below ``floor``, the rate with the minimum
+    headroom) and keep the result when it is realisable (and cheaper: :meth:`_Search.best` decides)."""
+    current = good
+    while len(search.attempts) < max_rounds:
+        lower = {
+            m: max(floor[m], r.required_rate * (1 + _RATE_STEP))
+            for m, r in current.real.items()
+            if m in floor and current.rates[m] > max(floor[m], r.required_rate) * 1.01
+        }
+        if not lower:
+            return
+        try:
+            a = search.attempt(current.splitter_slo, {**current.rates, **lower}, current.only)
+        except InfeasibleError:
+            return
+        if not a.ok or a.cost >= current.cost - EPS:
+            return
+        current = a
+
+
+def solve_dispatchable(
+    problem: ProblemSpec,
+    *,
+    policy: str = "skinflint",
+    objective: Objective = "billed",
+    child_headroom: float = DEFAULT_CHILD_HEADROOM,
+    fan_out: Mapping[tuple[str, str], float] | None = None,
+    max_rounds: int = 12,
+) -> Plan:
+    """The cheapest plan found whose dispatch-realised worst cases (:func:`realise`) meet the SLO.
+
+    Children are first planned for ``rate * (1 + child_headroom)``. Each round solves; a child whose
+    spread rate is below its requirement is raised to it for the next round; otherwise, while the
+    realised plan misses the SLO, the next round solves with the splitter's SLO lowered to the SLO
+    minus the worst missing path's excess over its Theorem-1 figure. Once a realisable plan is found,
+    up to three bisection rounds between it and the nearest unrealisable splitter SLO above look for a
+    cheaper one. The plan records the plain optimum (``solve`` on the unchanged problem) and the
+    price of realisability. Raises :class:`~planner.errors.InfeasibleError` when ``max_rounds``
+    solves find no realisable plan (or the plain problem is infeasible).
+    """
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    if child_headroom < 0 or not math.isfinite(child_headroom):
+        raise ValueError(f"child_headroom must be a finite fraction >= 0, got {child_headroom}")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    parents = problem.parents()
+    search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out)
+    base = {m: s.rate for m, s in problem.modules.items()}
+    plain = search.attempt(problem.slo_s, base, {})  # raises InfeasibleError when Theorem 1 cannot
+    rates = {m: r * (1 + child_headroom) if parents[m] else r for m, r in base.items()}
+    floor = {m: r for m, r in rates.items() if parents[m]}
+    only: dict[str, Key] = {}
+    last = plain if child_headroom == 0 else search.attempt(problem.slo_s, rates, only)
+    while not last.ok and len(search.attempts) < max_rounds:
+        nxt_slo = last.splitter_slo
+        if last.short:
+            rates, only = _repair(search.attempts, problem)
+        else:  # the same excess on a plan whose paths fit slo - excess fits the SLO
+            nxt_slo = min(problem.slo_s - last.excess, last.splitter_slo - _SLO_STEP)
+        try:
+            last = search.attempt(nxt_slo, rates, only)
+        except InfeasibleError:
+            break
+    good = search.best()
+    if good is None:
+        raise InfeasibleError(
+            f"infeasible: no dispatch-realisable plan within the SLO of {problem.slo_s:g} s "
+            f"after {len(search.attempts)} round(s) (the plain plan's realised worst path is "
+            f"{plain.over + problem.slo_s:.4g} s)",
+            min_latency_s=plain.over + problem.slo_s,
+        )
+    _relax(search, good, floor, max_rounds)
+    good = search.best() or good
+    _refine(search, good, max_rounds)
+    best = search.best()
+    assert best is not None
+    return _assemble(
+        problem,
+        best,
+        plain,
+        child_headroom=child_headroom,
+        rounds=len(search.attempts),
+        solve_ms=(time.perf_counter() - started) * 1000,
+        cpu_ms=(time.process_time() - cpu_started) * 1000,
+    )
+
+
+def _refine(search: _Search, good: _Attempt, max_rounds: int) -> None:
+    """Bisect the splitter SLO between the realisable attempt and the nearest unrealisable one above it
+    (same child rates): a larger splitter SLO can only make the Theorem-1 optimum cheaper."""
+    above = [
+        a.splitter_slo
+        for a in search.attempts
+        if not a.ok and a.same_variant(good) and a.splitter_slo > good.splitter_slo
+    ]
+    if not above:
+        return
+    lo, hi = good.splitter_slo, min(above)
+    for _ in range(_REFINE_STEPS):
+        if len(search.attempts) >= max_rounds or hi - lo < 1e-6:
+            return
+        mid = (lo + hi) / 2
+        try:
+            a = search.attempt(mid, good.rates, good.only)
+        except InfeasibleError:
+            return
+        if a.ok:
+            lo = mid
+        else:
+            hi = mid
+
+
+def annotate(problem: ProblemSpec, plan: Plan, real: Mapping[str, Realisation]) -> Plan:
+    """``plan`` with the realised figures: each module's ``worst_case_latency_s`` (and its budget when
+    smaller) is the realised worst case, ``dummy_rate`` is relative to the problem's rate, and the
+    extras ``rate``, ``headroom_used`` (planned rate / rate - 1) and ``dispatch`` (the
+    :class:`Realisation` figures, including the spread rate the data plane uses) are set; the plan's
+    ``paths`` are the realised path sums. :func:`realise` of the result gives the same figures."""
+    modules = {}
+    for name, mp in plan.modules.items():
+        r = real[name]
+        rate = problem.modules[name].rate
+        planned = sum(g.machines * g.rate_per_machine for g in mp.groups)
+        modules[name] = mp.model_copy(
+            update={
+                "worst_case_latency_s": r.worst_case_s,
+                "latency_budget_s": max(mp.latency_budget_s, r.worst_case_s),
+                "dummy_rate": max(0.0, planned - rate),
+                "rate": rate,
+                "headroom_used": planned / rate - 1.0,
+                "dispatch": r.as_extra(),
+            }
+        )
+    paths = [
+        {"modules": list(p), "worst_case_latency_s": sum(real[m].worst_case_s for m in p)}
+        for p in problem.paths()
+    ]
+    return plan.model_copy(
+        update={
+            "modules": modules,
+            "paths": paths,
+            "slo_s": problem.slo_s,
+            "dispatch_realised": True,
+            "guaranteed": all(r.guaranteed for r in real.values()),
+        }
+    )
+
+
+def _assemble(
+    problem: ProblemSpec,
+    best: _Attempt,
+    plain: _Attempt,
+    *,
+    child_headroom: float,
+    rounds: int,
+    solve_ms: float,
+    cpu_ms: float,
+) -> Plan:
+    parents = problem.parents()
+    plan = annotate(problem, best.plan, best.real)
+    modules = {
+        name: mp.model_copy(
+            update={
+                "child_headroom": child_headroom if parents[name] else 0.0,
+                "planned_for_rate": best.rates[name],
+                "single_config": name in best.only,
+            }
+        )
+        for name, mp in plan.modules.items()
+    }
+    return plan.model_copy(
+        update={
+            "modules": modules,
+            "solve_ms": solve_ms,
+            "solve_cpu_ms": cpu_ms,
+            "splitter_slo_s": best.splitter_slo,
+            "dispatch_rounds": rounds,
+            "child_headroom": child_headroom,
+            "plain_cost_per_hour": plain.plan.cost_per_hour,
+            "plain_billed_per_hour": plain.plan.billed_per_hour,
+            "plain_realised_worst_path_s": plain.over + problem.slo_s,
+            "price_of_realisability": (best.cost - plain.cost) / plain.cost if plain.cost > 0 else 0.0,
+        }
+    )

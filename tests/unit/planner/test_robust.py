@@ -1,0 +1,231 @@
+"""Dispatch-aware planning: realised worst cases (schedule bound, bursts, overlapping bursts) and the
+solve that keeps them within the SLO, checked against the simulator under uniform arrivals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from planner.check import check_plan
+from planner.dispatch import build_schedule, planned_spread_rate
+from planner.errors import InfeasibleError
+from planner.generate import generate_problem
+from planner.models import MachineGroup, ModulePlan, Plan, ProblemSpec
+from planner.robust import FAN_OUT_KEY, annotate, realise, required_spread_rate, solve_dispatchable
+from planner.simulator import simulate
+
+HW = {"gpu": {"price_per_hour": 1.0}}
+
+
+def module_plan(*groups: tuple[int, int, float, int, float], wcl: float = 10.0) -> ModulePlan:
+    """groups: (batch, concurrency, duration_s, machines, rate_per_machine), in TC order."""
+    gs = [
+        MachineGroup(hardware="gpu", batch=b, concurrency=c, duration_s=d, machines=n, rate_per_machine=f)
+        for b, c, d, n, f in groups
+    ]
+    return ModulePlan(latency_budget_s=wcl, worst_case_latency_s=wcl, groups=gs)
+
+
+def chain(rate_b: float, plan_b: ModulePlan, fan_out: float | None = None) -> tuple[ProblemSpec, Plan]:
+    """Root a (40 req/s on one full batch-4 machine, d = 0.1: Theorem 1 0.1 + 4/40 = 0.2) -> b."""
+    extra = {FAN_OUT_KEY: [["a", "b", fan_out]]} if fan_out is not None else {}
+    problem = ProblemSpec(
+        slo_s=1.0,
+        hardware=HW,
+        modules={
+            "a": {"rate": 40.0, "profile": [{"hardware": "gpu", "batch": 4, "duration_s": 0.1}]},
+            "b": {"rate": rate_b, "profile": [{"hardware": "gpu", "batch": 2, "duration_s": 0.05}]},
+        },
+        edges=[("a", "b")],
+        **extra,
+    )
+    mods = {"a": module_plan((4, 1, 0.1, 1, 40.0), wcl=0.2), "b": plan_b}
+    plan = Plan(objective="billed", cost_per_hour=0.0, billed_per_hour=2.0, solve_ms=0.0, modules=mods)
+    return problem, plan
+
+
+# --------------------------------------------------------------------------- required spread rate
+
+
+@pytest.mark.parametrize(
+    ("per_request", "need", "burst"),
+    [
+        # one window of 4/40 = 0.1 s per period, completing every 0.1 s with up to 4 requests:
+        (0.5, 20.0, 2),  # ceil(0.5 * 4) = 2 children per 0.1 s = 20 req/s (the child's own rate)
+        (0.6, 30.0, 3),  # ceil(0.6 * 4) = 3 per 0.1 s = 30 req/s: 25 % above the 24 req/s expected
+        (2.0, 80.0, 8),  # 8 per 0.1 s
+    ],
+)
+def test_required_rate_of_a_full_root(per_request, need, burst):
+    parent = build_schedule("a", module_plan((4, 1, 0.1, 1, 40.0)))
+    assert required_spread_rate(parent, per_request, 40.0) == pytest.approx((need, burst))
+
+
+def test_required_rate_of_a_sparse_root_uses_the_arrival_spacing():
+    # Batch-1 machine at 20 req/s (windows 0.05 s) but frames at 4/s: a window holds ceil(4 * 0.05) = 1
+    # frame, which sends 2 children; the next frame is 0.25 s later, so the next non-empty completion is
+    # at least 0.25 - 0.05 = 0.2 s away: 2 / 0.2 = 10 req/s (the children's own rate is 8).
+    parent = build_schedule("a", module_plan((1, 1, 0.05, 1, 20.0)))
+    assert required_spread_rate(parent, 2.0, 4.0) == pytest.approx((10.0, 2))
+    # at the full 20 frames/s the next completion is the next window: 2 / 0.05 = 40 req/s
+    assert required_spread_rate(parent, 2.0, 20.0) == pytest.approx((40.0, 2))
+
+
+def test_multi_config_parent_with_coinciding_completions_needs_an_unbounded_rate():
+    # W = 40 req/s: windows of 1/40 (b = 1, c = 2, d = 0.075) and 2/40 (b = 2, d = 0.1) s, period 0.1 s:
+    # [0, .025) b1, [.025, .075) b2, [.075, .1) b1. The b2 batch completes at .075 + .1 = .175 and the
+    # second b1 batch at .1 + .075 = .175 too: no time at all to spread the first burst.
+    parent = build_schedule("a", module_plan((2, 1, 0.1, 1, 20.0), (1, 2, 0.075, 1, 20.0)))
+    assert [(w.group, round(w.end_s, 9)) for w in parent.windows] == [(1, 0.025), (0, 0.075), (1, 0.1)]
+    need, burst = required_spread_rate(parent, 1.0, 60.0)
+    assert math.isinf(need) and burst == 2
+
+
+# --------------------------------------------------------------------------- realise
+
+
+def test_realise_adds_the_burst_of_a_parent_batch():
+    # b: one full batch-2 machine (t = 2 / 0.05 = 40 req/s), Theorem 1 0.05 + 2/40 = 0.1. A batch of a
+    # (4 requests) sends ceil(0.5 * 4) = 2 children; b is a leaf, so it spreads them at its capacity
+    # (40 req/s, a hair below): the second waits 1/40 s more, 0.125 s in all.
+    problem, plan = chain(20.0, module_plan((2, 1, 0.05, 1, 40.0), wcl=0.1))
+    real = realise(problem, plan)
+    a, b = real["a"], real["b"]
+    assert (a.burst, a.burst_s, a.worst_case_s) == (1, 0.0, pytest.approx(0.2))
+    assert b.burst == 2
+    assert b.spread_rate == pytest.approx(40.0, rel=1e-5)
+    assert b.worst_case_s == pytest.approx(0.1 + 1 / 40, rel=1e-5)
+    assert b.required_rate == pytest.approx(20.0)  # 2 children per 0.1 s
+    assert b.collision_free and b.guaranteed
+
+
+def test_fan_out_hint_sizes_the_burst():
+    # The data plane sends up to ceil(f) children per request: 4 * 1 = 4 per batch of a, at 40 req/s
+    # that is 40 req/s of spread needed, which b's 40 req/s capacity just misses (a hair below).
+    problem, plan = chain(20.0, module_plan((2, 1, 0.05, 1, 40.0), wcl=0.1), fan_out=1.0)
+    b = realise(problem, plan)["b"]
+    assert b.burst == 4
+    assert b.required_rate == pytest.approx(40.0)
+    assert not b.collision_free
+    # with a second machine b can take it: spread at 80 req/s, last of 4 waits 3/80 s more
+    problem, plan = chain(20.0, module_plan((2, 1, 0.05, 2, 40.0), wcl=0.075), fan_out=1.0)
+    b = realise(problem, plan)["b"]
+    assert b.collision_free
+    assert b.worst_case_s == pytest.approx(0.075 + 3 / 80, rel=1e-5)
+
+
+def test_multi_config_schedule_bound_replaces_theorem1():
+    # docs/dispatch.md's counter-example: b = 10, d = 1 and b = 3, d = 0.3, both full at 10 req/s.
+    # Theorem 1 gives 1 + 10/20 = 1.5 s for the top group; contiguous windows realise 1.6 s.
+    mp = module_plan((10, 1, 1.0, 1, 10.0), (3, 1, 0.3, 1, 10.0), wcl=1.5)
+    problem = ProblemSpec(
+        slo_s=2.0,
+        hardware=HW,
+        modules={
+            "m": {
+                "rate": 20.0,
+                "profile": [
+                    {"hardware": "gpu", "batch": 10, "duration_s": 1.0},
+                    {"hardware": "gpu", "batch": 3, "duration_s": 0.3},
+                ],
+            }
+        },
+    )
+    plan = Plan(objective="billed", cost_per_hour=2.0, billed_per_hour=2.0, solve_ms=0.0, modules={"m": mp})
+    r = realise(problem, plan)["m"]
+    assert (r.planned_s, r.schedule_s, r.worst_case_s) == pytest.approx((1.5, 1.6, 1.6))
+    # annotate() writes the realised figure; realising the annotated plan again gives the same figures
+    annotated = annotate(problem, plan, {"m": r})
+    assert annotated.modules["m"].worst_case_latency_s == pytest.approx(1.6)
+    assert annotated.modules["m"].dispatch["theorem1_s"] == pytest.approx(1.5)
+    assert realise(problem, annotated)["m"].worst_case_s == pytest.approx(1.6)
+    # measured under uniform arrivals: above Theorem 1, within the realised figure
+    m = simulate(problem, annotated, 40.0).modules["m"]
+    assert 1.5 < m.measured_worst_case_s <= 1.6 + 1e-9
+    assert m.within_plan
+
+
+def test_join_is_not_guaranteed():
+    problem = generate_problem(7)  # random DAG whose m3 has two parents
+    assert any(len(ps) > 1 for ps in problem.parents().values())
+    plan = solve_dispatchable(problem)
+    joins = [m for m, ps in problem.parents().items() if len(ps) > 1]
+    assert plan.guaranteed is False
+    assert all(plan.modules[m].dispatch["guaranteed"] is False for m in joins)
+
+
+# --------------------------------------------------------------------------- dispatch-aware solve
+
+
+def test_schedule_excess_is_repaired_by_shrinking_the_splitter_slo():
+    # A one-module problem whose billed optimum mixes two configurations: Theorem 1 fits the SLO, the
+    # windows realise more, so the plain plan is not realisable; the repaired plan is, at a price.
+    problem = generate_problem(136)
+    plan = solve_dispatchable(problem)
+    assert plan.plain_realised_worst_path_s > problem.slo_s
+    assert plan.dispatch_rounds > 1 and plan.splitter_slo_s < problem.slo_s
+    assert plan.billed_per_hour >= plan.plain_billed_per_hour
+    assert plan.price_of_realisability == pytest.approx(plan.billed_per_hour / plan.plain_billed_per_hour - 1)
+    mp = plan.modules["m0"]
+    assert mp.worst_case_latency_s == pytest.approx(mp.dispatch["worst_case_latency_s"])
+    assert mp.worst_case_latency_s >= mp.dispatch["schedule_s"] - 1e-12
+    assert all(p["worst_case_latency_s"] <= problem.slo_s + 1e-9 for p in plan.paths)
+    assert check_plan(problem, plan) == []  # Theorem 1 still holds below the realised figures
+
+
+def test_child_headroom_is_planned_and_reported():
+    problem = generate_problem(2)  # m0 -> m1
+    plan = solve_dispatchable(problem, child_headroom=0.25)
+    child = plan.modules["m1"]
+    assert child.child_headroom == 0.25 and plan.modules["m0"].child_headroom == 0.0
+    assert child.planned_for_rate >= problem.modules["m1"].rate * 1.25 * (1 - 1e-12)
+    planned = sum(g.machines * g.rate_per_machine for g in child.groups)
+    assert child.headroom_used == pytest.approx(planned / problem.modules["m1"].rate - 1)
+    assert child.headroom_used >= 0.25 - 1e-9
+    assert child.dummy_rate == pytest.approx(planned - problem.modules["m1"].rate)
+    assert check_plan(problem, plan) == []
+
+
+def test_bad_parameters_and_infeasible_problems():
+    problem = generate_problem(2)
+    with pytest.raises(ValueError, match="max_rounds"):
+        solve_dispatchable(problem, max_rounds=0)
+    with pytest.raises(ValueError, match="child_headroom"):
+        solve_dispatchable(problem, child_headroom=-0.1)
+    tight = problem.model_copy(update={"slo_s": 1e-4})
+    with pytest.raises(InfeasibleError):
+        solve_dispatchable(tight)
+
+
+def test_spread_rate_reaches_the_data_plane():
+    problem, plan = chain(20.0, module_plan((2, 1, 0.05, 1, 40.0), wcl=0.1))
+    annotated = annotate(problem, plan, realise(problem, plan))
+    assert planned_spread_rate(annotated.modules["b"], 1.0) == pytest.approx(40.0, rel=1e-5)
+    assert planned_spread_rate(plan.modules["b"], 123.0) == 123.0  # a plain plan: the caller's default
+
+
+# --------------------------------------------------------------------------- property: the simulator agrees
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 100_000), st.sampled_from(["billed", "occupancy"]))
+def test_simulated_worst_case_within_the_realised_plan(seed, objective):
+    # GIVEN a generated problem without joins (bursts of two parents can overlap: not guaranteed)
+    problem = generate_problem(seed)
+    assume(all(len(ps) <= 1 for ps in problem.parents().values()))
+    try:
+        plan = solve_dispatchable(problem, objective=objective)
+    except InfeasibleError:
+        assume(False)
+    # WHEN it is simulated under uniform arrivals
+    report = simulate(problem, plan, 8.0)
+    # THEN no window overflows, every module stays within its realised figure and every path within the SLO
+    for name, m in report.modules.items():
+        assert m.overflow_batches == 0, name
+        assert m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9, name
+    assert all(p["worst_case_latency_s"] <= problem.slo_s + 1e-9 for p in plan.paths)
+    assert report.end_to_end.latency.max_s <= problem.slo_s + 1e-9
+    assert report.end_to_end.slo_attainment == 1.0
