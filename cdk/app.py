@@ -82,7 +82,6 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
         ControlStackProps(
             code_dir=code_dir,
             config_table=stateful.config_table,
-            results_table=stateful.results_table,
             bucket=stateful.bucket,
             tasks_dlq=stateful.tasks_dlq,
             fleet_events=stateful.fleet_events,
@@ -103,10 +102,12 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
             bucket=stateful.bucket,
             reserved_concurrency=config.front_concurrency,
             powertools_layer_version=config.powertools_layer_version,
+            planner_function_name=C.PLANNER_FUNCTION_NAME,  # by name: front -> control, never back
         ),
         env=env,
         description="Skinflint front API: REST API, WAF, front function",
     )
+    front.add_stack_dependency(control, "POST /v1/apps starts the planner function by name")
     ObservabilityStack(
         app,
         C.OBSERVABILITY_STACK,

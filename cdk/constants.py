@@ -12,8 +12,9 @@ from pathlib import Path
 # -- the repository ---------------------------------------------------------------------------------
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CATALOG_PATH = REPO_ROOT / "profiles" / "hardware.json"  # the hardware catalog (contract data file)
-# Source packages shipped to Lambda and to the workers (copied, never pip-installed).
-LAMBDA_PACKAGES = ("functions", "planner")
+# Source packages shipped to Lambda and to the workers (copied, never pip-installed). The functions
+# need ``profiles`` for the packaged catalog and the S3 profile store (functions/control/service.py).
+LAMBDA_PACKAGES = ("functions", "planner", "profiles")
 WORKER_PACKAGES = ("functions", "planner", "gpu_fleet", "profiles")
 STAGING_DIR = REPO_ROOT / "build" / "cdk-staging"  # created at synth time; under build/ (git-ignored)
 LAMBDA_DEPS_DIR = REPO_ROOT / "build" / "lambda-deps"  # `python -m cdk.deps lambda` fills python/
@@ -36,6 +37,8 @@ QUEUE_NAME_PREFIX = "skinflint-"  # task queues are created at run time as skinf
 TASKS_DLQ_NAME = "skinflint-tasks-dlq"  # shared DLQ for the run-time task queues
 FLEET_EVENTS_QUEUE_NAME = "skinflint-fleet-events"  # ASG lifecycle + Spot notices -> planner
 FLEET_EVENTS_DLQ_NAME = "skinflint-fleet-events-dlq"
+# The CDK-owned queues share the task queues' prefix: roles granted "skinflint-*" are denied these.
+CDK_QUEUE_NAMES = (TASKS_DLQ_NAME, FLEET_EVENTS_QUEUE_NAME, FLEET_EVENTS_DLQ_NAME)
 QUEUE_RETENTION_DAYS = 14  # days: DLQs keep messages this long (the SQS maximum)
 FLEET_EVENTS_RETENTION_HOURS = 4  # h: a fleet event older than this is stale
 FLEET_EVENTS_VISIBILITY_S = 300  # s: AWS advises 6x the consuming function's timeout (6 x 50 s)
@@ -45,20 +48,33 @@ OUTPUTS_EXPIRE_DAYS = 7  # days: large task outputs under outputs/
 ACCESS_LOGS_EXPIRE_DAYS = 90  # days: S3 server access logs
 ABORT_MULTIPART_DAYS = 1  # days
 FRAMES_BUCKET_PREFIX = "skinflint-frames"  # + -<account>-<region>: a predictable name and literal ARNs
-FRAMES_PREFIX = "frames/"
-OUTPUTS_PREFIX = "outputs/"
+FRAMES_PREFIX = "frames/"  # frames over the SQS size limit (front writes, workers read)
+OUTPUTS_PREFIX = "outputs/"  # task outputs too large for DynamoDB (workers write)
+REGISTRY_PREFIX = "registry/"  # registered app specs (functions/control/registry.py: registry/apps/...)
+PROFILES_PREFIX = "profiles/"  # catalog override and shared profiles (functions/control/service.py)
+# Config-table keys (pk) each writer may write, as dynamodb:LeadingKeys patterns:
+WORKER_CONFIG_KEYS = ("plan#v*#claim#*", "instance#*")  # slot claims, heartbeats (plan_store.py)
+FRONT_CONFIG_KEYS = ("appspec#*", "control#replan")  # app index, planning request (registry.py)
 
 # -- Lambda -----------------------------------------------------------------------------------------
 LAMBDA_PYTHON = "3.13"  # runtime of both functions (and of the dependency layer's wheels)
 FRONT_HANDLER = "functions.front.handler.handler"
 PLANNER_HANDLER = "functions.planner.handler.handler"  # functions/planner/handler.py: handler
+PLANNER_FUNCTION_NAME = "skinflint-planner"  # fixed: the front invokes it by name (no export)
 FRONT_MEMORY_MB = 1024  # MB: more memory = more CPU = shorter FastAPI cold start
 FRONT_TIMEOUT_S = 29  # s: API Gateway's integration timeout is 29-30 s
 FRONT_RESERVED_CONCURRENCY = 50  # concurrent executions; -c front_concurrency=N overrides
 PLANNER_MEMORY_MB = 1024  # MB
 PLANNER_TIMEOUT_S = 50  # s: below the 60 s epoch so two runs never overlap
-PLANNER_RESERVED_CONCURRENCY = 1  # one planner at a time: plans are versioned, single writer
+# Epochs serialise on the conditional write of control#state (a second concurrent epoch is skipped)
+# and the plan pointer flips conditionally, so concurrent invocations are safe. Room for the
+# schedule plus FLEET_EVENTS_CONCURRENCY fleet-event batches: with 1, fleet events are throttled
+# while an epoch runs and, after MAX_RECEIVE_COUNT throttles, land in the DLQ.
+PLANNER_RESERVED_CONCURRENCY = 3  # concurrent executions
+FLEET_EVENTS_CONCURRENCY = 2  # SQS event source maximum concurrency (2 is the minimum allowed)
+FLEET_EVENTS_BATCH = 10  # fleet-event records per invocation
 PLANNER_EPOCH_S = 60  # s: EventBridge schedule rate(1 minute)
+PLANNER_QUEUE_WORKERS = 16  # apps whose queues are created in parallel (SKINFLINT_QUEUE_WORKERS)
 LOG_RETENTION_DAYS = 30  # days for every log group
 POWERTOOLS_ACCOUNT = "017000801446"  # AWS account publishing the Powertools layers
 POWERTOOLS_LAYER_VERSION = 27  # AWSLambdaPowertoolsPythonV3-python313-x86_64:27; -c powertools_layer_version
@@ -82,7 +98,10 @@ ASG_NAME_PREFIX = "skinflint-workers-"  # + hardware class (dots -> dashes)
 ASG_MAX_INSTANCES = 10  # instances per hardware class; the planner sets the desired count
 ROOT_VOLUME_GIB = 100  # GiB gp3: the DLAMI needs ~75 GiB
 DRAIN_HOOK_NAME = "skinflint-drain"
-DRAIN_HEARTBEAT_S = 300  # s: a draining worker finishes its batch and releases the rest well within
+# s: lifecycle hook heartbeat timeout. A drain takes a 1 s long poll + the batch in hand + releases,
+# each share's thread joined within 60 s (gpu_fleet/instance.py); systemd kills a stuck agent at
+# half this, and the agent assumes this deadline (gpu_fleet/lifecycle.py LifecycleWatcher).
+DRAIN_HEARTBEAT_S = 300
 DRAIN_POLL_S = 5  # s between IMDS target-lifecycle-state reads on the instance
 WORKER_LOG_GROUP = "/skinflint/workers"
 WORKER_PYTHON = "3.11"  # python3.11 from the AL2023 repositories (project requires >= 3.11)
@@ -95,7 +114,8 @@ CPU_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-defa
 FLOW_LOG_RETENTION_DAYS = 30  # days
 
 # -- dependencies (what the layer and the worker wheelhouse contain) --------------------------------
-LAMBDA_REQUIREMENTS = ("fastapi>=0.110", "mangum>=0.17", "pydantic>=2.6,<3", "numpy>=1.26")
+# pyyaml: POST /v1/apps accepts YAML specs (functions/control/registry.py parse_spec_text)
+LAMBDA_REQUIREMENTS = ("fastapi>=0.110", "mangum>=0.17", "pydantic>=2.6,<3", "numpy>=1.26", "pyyaml>=6")
 WORKER_REQUIREMENTS = ("numpy>=1.26", "pydantic>=2.6,<3", "boto3>=1.34", "pillow>=10")
 WORKER_RUNTIME = {"cpu": "onnxruntime>=1.18", "gpu": "onnxruntime-gpu>=1.18"}
 
@@ -103,8 +123,13 @@ WORKER_RUNTIME = {"cpu": "onnxruntime>=1.18", "gpu": "onnxruntime-gpu>=1.18"}
 DASHBOARD_NAME = "skinflint"
 ALARM_PERIOD_S = 60  # s
 QUEUE_AGE_ALARM_S = 30  # s: an oldest message older than this cannot meet any video SLO
-SLO_ATTAINMENT_ALARM = 0.99  # fraction of frames within the SLO (alarm below)
-SLO_ATTAINMENT_METRIC = "SloAttainment"  # 0..1 per App; emitted by the result path (see docs/deploy.md)
+COST_PERIOD_S = 300  # s: period of the cost widgets (InstanceSeconds summed over it)
+SLO_ATTAINMENT_ALARM = 0.99  # fraction of an app's frames within its SLO (alarm below)
+SLO_PERIOD_S = 300  # s: period of the SLO alarm (a few frames per minute would make 1 min noisy)
+# Metric names the code emits (namespace METRICS_NAMESPACE); tests/infra checks each against the code.
+SLO_ATTAINMENT_METRIC = "SloAttainment"  # App; 0/1 per finished frame (functions/adapters/outcomes.py)
+INSTANCE_SECONDS_METRIC = "InstanceSeconds"  # Hardware, State: gpu_fleet/instance.py
+PLANNING_FAILURES_METRIC = "PlanningFailures"  # no dimension: 1 failed epoch, 0 otherwise (control/epoch.py)
 
 
 def frames_bucket_name(account: str, region: str) -> str:

@@ -36,6 +36,7 @@ class PythonFunctionSpec:
     description: str
     powertools_layer_version: int
     environment: dict[str, str] = field(default_factory=dict)
+    function_name: str | None = None  # fixed physical name (another stack refers to it by name)
 
 
 def python_function(scope: Construct, spec: PythonFunctionSpec) -> tuple[lambda_.Function, iam.Role]:
@@ -74,14 +75,14 @@ def python_function(scope: Construct, spec: PythonFunctionSpec) -> tuple[lambda_
                 f"{spec.name}Deps",
                 code=lambda_.Code.from_asset(str(deps)),
                 compatible_runtimes=[RUNTIME],
-                description="fastapi, mangum, pydantic, numpy (python -m cdk.deps lambda)",
+                description="fastapi, mangum, pydantic, numpy, pyyaml (python -m cdk.deps lambda)",
             )
         )
     else:
         Annotations.of(scope).add_warning_v2(
             "skinflint:lambda-deps",
             f"{C.LAMBDA_DEPS_DIR}/python is missing: run `python -m cdk.deps lambda` before `cdk deploy` "
-            "(the functions import fastapi, mangum, pydantic and numpy from that layer)",
+            "(the functions import fastapi, mangum, pydantic, numpy and pyyaml from that layer)",
         )
     fn = lambda_.Function(
         scope,
@@ -89,6 +90,7 @@ def python_function(scope: Construct, spec: PythonFunctionSpec) -> tuple[lambda_
         runtime=RUNTIME,
         architecture=lambda_.Architecture.X86_64,
         handler=spec.handler,
+        function_name=spec.function_name,
         code=lambda_.Code.from_asset(str(spec.code_dir)),
         memory_size=spec.memory_mb,
         timeout=Duration.seconds(spec.timeout_s),

@@ -1,5 +1,8 @@
 """Control stack: the planner function, run every epoch by EventBridge and on every fleet event
-(drain lifecycle notices arrive on the fleet-events queue)."""
+(drain lifecycle notices and Spot interruption warnings arrive on the fleet-events queue).
+
+The role allows what ``functions/control`` and the adapters it wires call (functions/control/
+service.py ``build_controller``), nothing more; docs/deploy.md lists it."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from cdk import constants as C
 from cdk.lambdas import PythonFunctionSpec, python_function
 from cdk.nag import acknowledge
+from cdk.policies import cdk_queue_arns, list_bucket_statement, metrics_statement, queues_arn
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,7 +36,6 @@ __all__ = ["ControlStack", "ControlStackProps"]
 class ControlStackProps:
     code_dir: Path
     config_table: ddb.ITable
-    results_table: ddb.ITable
     bucket: s3.IBucket
     tasks_dlq: sqs.IQueue
     fleet_events: sqs.IQueue
@@ -50,22 +53,24 @@ class ControlStack(Stack):
             PythonFunctionSpec(
                 name="Planner",
                 handler=C.PLANNER_HANDLER,
+                function_name=C.PLANNER_FUNCTION_NAME,
                 code_dir=props.code_dir,
                 memory_mb=C.PLANNER_MEMORY_MB,
                 timeout_s=C.PLANNER_TIMEOUT_S,
                 reserved_concurrency=C.PLANNER_RESERVED_CONCURRENCY,
                 description="Skinflint planner: sessions + rates + profiles -> plans, queues, fleet size",
                 powertools_layer_version=props.powertools_layer_version,
+                # functions/settings.py DataPlaneConfig and functions/control/epoch.py ControlConfig
+                # (from_env); the fleet events arrive as the invocation's Records, not by URL
                 environment={
                     "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,
-                    "SKINFLINT_RESULTS_TABLE": props.results_table.table_name,
                     "SKINFLINT_BUCKET": props.bucket.bucket_name,
                     "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
                     "SKINFLINT_TASKS_DLQ_ARN": props.tasks_dlq.queue_arn,
-                    "SKINFLINT_FLEET_EVENTS_URL": props.fleet_events.queue_url,
                     "SKINFLINT_ASG_NAMES": json.dumps(props.asg_names, sort_keys=True),
                     "SKINFLINT_PLANNER_EPOCH_S": str(C.PLANNER_EPOCH_S),
                     "SKINFLINT_QUEUE_PREFIX": C.QUEUE_NAME_PREFIX,
+                    "SKINFLINT_QUEUE_WORKERS": str(C.PLANNER_QUEUE_WORKERS),
                 },
             ),
         )
@@ -88,86 +93,98 @@ class ControlStack(Stack):
             ],
         )
         self.planner.add_event_source(
-            sources.SqsEventSource(props.fleet_events, batch_size=10, report_batch_item_failures=True)
+            sources.SqsEventSource(
+                props.fleet_events,
+                batch_size=C.FLEET_EVENTS_BATCH,
+                max_concurrency=C.FLEET_EVENTS_CONCURRENCY,
+                report_batch_item_failures=True,
+            )
         )
 
     def _grant(self, role: iam.Role, props: ControlStackProps) -> None:
         region, account, part = self.region, self.account, self.partition
-        queues = f"arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*"
+        queues = queues_arn(part, account, region)
+        registry = C.frames_bucket_arn(part, account, region, f"{C.REGISTRY_PREFIX}*")
+        profiles = C.frames_bucket_arn(part, account, region, f"{C.PROFILES_PREFIX}*")
         groups = [
             f"arn:{part}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/{name}"
             for name in sorted(props.asg_names.values())
         ]
-        role.add_to_policy(
+        for statement in (
+            # plan store (versions, pointer, claims, GC), app index + planning requests, control#state
             iam.PolicyStatement(
                 sid="ConfigTable",
                 actions=[
                     "dynamodb:GetItem",
+                    "dynamodb:BatchGetItem",
                     "dynamodb:PutItem",
                     "dynamodb:UpdateItem",
                     "dynamodb:DeleteItem",
-                    "dynamodb:Query",
-                    "dynamodb:Scan",
                     "dynamodb:BatchWriteItem",
+                    "dynamodb:Scan",
                 ],  # fmt: skip
                 resources=[props.config_table.table_arn],
-            )
-        )
-        role.add_to_policy(
+            ),
+            # registered app specs; the catalog override and shared profiles (profile store)
             iam.PolicyStatement(
-                sid="ObservedRates",
-                actions=["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
-                resources=[props.results_table.table_arn],
-            )
-        )
-        role.add_to_policy(
+                sid="SpecsAndProfiles", actions=["s3:GetObject"], resources=[registry, profiles]
+            ),
+            list_bucket_statement(part, account, region),
+            # fresh per-machine queues (created with tags), depth before GC, GC
             iam.PolicyStatement(
                 sid="TaskQueues",
-                actions=[
-                    "sqs:CreateQueue",
-                    "sqs:DeleteQueue",
-                    "sqs:GetQueueAttributes",
-                    "sqs:SetQueueAttributes",
-                    "sqs:GetQueueUrl",
-                    "sqs:TagQueue",
-                ],  # fmt: skip
+                actions=["sqs:CreateQueue", "sqs:TagQueue", "sqs:GetQueueAttributes", "sqs:DeleteQueue"],
                 resources=[queues],
-            )
-        )
+            ),
+            iam.PolicyStatement(
+                sid="NotTheStackQueues",
+                effect=iam.Effect.DENY,
+                actions=["sqs:CreateQueue", "sqs:TagQueue", "sqs:DeleteQueue"],
+                resources=cdk_queue_arns(part, account, region),
+            ),
+            iam.PolicyStatement(
+                sid="ReadOnlyWithoutResourceScope",
+                actions=[
+                    "autoscaling:DescribeAutoScalingGroups",
+                    "autoscaling:DescribeScalingActivities",
+                    "cloudwatch:GetMetricData",
+                    "sqs:ListQueues",
+                ],  # fmt: skip
+                resources=["*"],
+            ),
+            metrics_statement(),
+        ):
+            role.add_to_policy(statement)
         if groups:
             role.add_to_policy(
                 iam.PolicyStatement(
-                    sid="FleetSize",
-                    actions=["autoscaling:SetDesiredCapacity", "autoscaling:UpdateAutoScalingGroup"],
-                    resources=groups,
+                    sid="FleetSize", actions=["autoscaling:SetDesiredCapacity"], resources=groups
                 )
             )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="ReadOnlyWithoutResourceScope",
-                actions=["autoscaling:DescribeAutoScalingGroups", "cloudwatch:GetMetricData"],
-                resources=["*"],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                sid="Metrics",
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
-            )
-        )
         acknowledge(
             role,
-            f"AwsSolutions-IAM5[Resource::arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*]",
+            f"AwsSolutions-IAM5[Resource::{queues}]",
             "The planner creates one task queue per planned machine at run time; all are named "
             f"{C.QUEUE_NAME_PREFIX}<app>-..., the narrowest scope that exists before they do.",
         )
         acknowledge(
             role,
             "AwsSolutions-IAM5[Resource::*]",
-            "DescribeAutoScalingGroups, GetMetricData and PutMetricData have no resource-level "
-            "permissions (read-only, and PutMetricData is pinned to the Skinflint namespace by condition).",
+            "DescribeAutoScalingGroups, DescribeScalingActivities, GetMetricData, ListQueues and "
+            "PutMetricData have no resource-level permissions (read-only, and PutMetricData is pinned to "
+            "the Skinflint namespace by condition).",
+        )
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{registry}]",
+            "Registered app specs are stored as registry/apps/<app>/r<revision>.json; the planner reads "
+            "every registered app's current revision.",
+        )
+        acknowledge(
+            role,
+            f"AwsSolutions-IAM5[Resource::{profiles}]",
+            "The hardware catalog override and the shared profiles live under profiles/ (the profile "
+            "store); model names are not known at deploy time.",
         )
         for name in sorted(props.asg_names.values()):
             acknowledge(

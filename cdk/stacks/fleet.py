@@ -2,7 +2,10 @@
 and one Auto Scaling group per hardware class, each with its own launch template and instance role.
 
 The planner owns the desired capacity (the template sets only min 0 / max), so a deploy never
-resets a running fleet."""
+resets a running fleet. Each instance runs the instance agent (``python -m gpu_fleet.instance``,
+cdk/userdata.py); its role allows what the agent and the workers it runs call, nothing more. A
+scale-in holds the instance in Terminating:Wait (lifecycle hook) until the agent has drained and
+completed the action, or until the hook's heartbeat timeout."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from cdk import constants as C
 from cdk.assets import dependency_dir, stage_packages
 from cdk.nag import acknowledge
+from cdk.policies import cdk_queue_arns, metrics_statement, queues_arn
 from cdk.userdata import WorkerBoot, worker_boot_commands
 
 if TYPE_CHECKING:
@@ -133,57 +137,66 @@ class FleetStack(Stack):
 
     # -- one hardware class ----------------------------------------------------------------------
     def _role(self, hw: HardwareClass) -> iam.Role:
-        p, region, account = self.props, self.region, self.account
+        p, region, account, part = self.props, self.region, self.account, self.partition
         role = iam.Role(
             self,
             f"Role-{hw.slug}",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=f"Skinflint {hw.name} workers: their queues, tables, frames and metrics only",
         )
-        queues = f"arn:{self.partition}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*"
         asg = (
-            f"arn:{self.partition}:autoscaling:{region}:{account}:autoScalingGroup:*:"
-            f"autoScalingGroupName/{hw.asg_name}"
+            f"arn:{part}:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/{hw.asg_name}"
         )
+        queue_actions = [
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",  # DeleteMessageBatch
+            "sqs:ChangeMessageVisibility",  # ChangeMessageVisibilityBatch: release on drain
+            "sqs:SendMessage",  # SendMessageBatch: children to the downstream modules' queues
+            "sqs:GetQueueAttributes",  # depth: an old version's queue retires once empty
+        ]
         statements = [
+            # plan pointer, version documents (BatchGetItem), claims, registered app index
             iam.PolicyStatement(
-                sid="Tables",
-                actions=[
-                    "dynamodb:GetItem",
-                    "dynamodb:PutItem",
-                    "dynamodb:UpdateItem",
-                    "dynamodb:Query",
-                    "dynamodb:Scan",
-                    "dynamodb:BatchWriteItem",
-                ],  # fmt: skip
-                resources=[p.config_table.table_arn, p.results_table.table_arn],
+                sid="PlanRead",
+                actions=["dynamodb:GetItem", "dynamodb:BatchGetItem"],
+                resources=[p.config_table.table_arn],
+            ),
+            # slot claims (conditional put, conditional delete on release) and heartbeats, only
+            iam.PolicyStatement(
+                sid="ClaimsAndHeartbeats",
+                actions=["dynamodb:PutItem", "dynamodb:DeleteItem"],
+                resources=[p.config_table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.WORKER_CONFIG_KEYS)}},
+            ),
+            # task records and frame outcomes (conditional puts), a frame read back (query)
+            iam.PolicyStatement(
+                sid="Results",
+                actions=["dynamodb:PutItem", "dynamodb:Query"],
+                resources=[p.results_table.table_arn],
             ),
             iam.PolicyStatement(
-                sid="TaskQueues",
-                actions=[
-                    "sqs:ReceiveMessage",
-                    "sqs:DeleteMessage",
-                    "sqs:ChangeMessageVisibility",
-                    "sqs:SendMessage",
-                    "sqs:GetQueueAttributes",
-                    "sqs:GetQueueUrl",
-                ],  # fmt: skip
-                resources=[queues],
+                sid="TaskQueues", actions=queue_actions, resources=[queues_arn(part, account, region)]
             ),
             iam.PolicyStatement(
-                sid="Frames",
-                actions=["s3:GetObject", "s3:PutObject"],
+                sid="NotTheStackQueues",
+                effect=iam.Effect.DENY,
+                actions=queue_actions,
+                resources=cdk_queue_arns(part, account, region),
+            ),
+            iam.PolicyStatement(
+                sid="FramesIn",
+                actions=["s3:GetObject"],
                 resources=[
-                    C.frames_bucket_arn(self.partition, account, region, f"{C.FRAMES_PREFIX}*"),
-                    C.frames_bucket_arn(self.partition, account, region, f"{C.OUTPUTS_PREFIX}*"),
+                    C.frames_bucket_arn(part, account, region, f"{C.FRAMES_PREFIX}*"),
+                    C.frames_bucket_arn(part, account, region, f"{C.REGISTRY_PREFIX}*"),
                 ],
             ),
             iam.PolicyStatement(
-                sid="Metrics",
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
+                sid="OutputsOut",
+                actions=["s3:PutObject"],
+                resources=[C.frames_bucket_arn(part, account, region, f"{C.OUTPUTS_PREFIX}*")],
             ),
+            metrics_statement(),
             iam.PolicyStatement(
                 sid="Drain", actions=["autoscaling:CompleteLifecycleAction"], resources=[asg]
             ),
@@ -208,24 +221,29 @@ class FleetStack(Stack):
         return role
 
     def _acknowledge_policy(self, policy: iam.Policy, hw: HardwareClass) -> None:
-        region, account = self.region, self.account
+        region, account, part = self.region, self.account, self.partition
         reasons = {
-            f"Resource::arn:{self.partition}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*": (
+            f"Resource::{queues_arn(part, account, region)}": (
                 "Task queues are created at run time by the planner, one per planned machine, all named "
-                f"{C.QUEUE_NAME_PREFIX}<app>-...; the name prefix is the narrowest stable scope."
+                f"{C.QUEUE_NAME_PREFIX}<app>-...; the name prefix is the narrowest stable scope (the "
+                "stack's own queues are denied)."
             ),
             "Resource::*": (
                 "cloudwatch:PutMetricData has no resource-level permissions; the statement is limited "
                 f"to the {C.METRICS_NAMESPACE} namespace by the cloudwatch:namespace condition."
             ),
-            f"Resource::arn:{self.partition}:autoscaling:{region}:{account}:autoScalingGroup:*:"
+            f"Resource::arn:{part}:autoscaling:{region}:{account}:autoScalingGroup:*:"
             f"autoScalingGroupName/{hw.asg_name}": (
                 "An Auto Scaling group ARN embeds a generated id; the name pins it to this class's group."
             ),
-            f"Resource::{C.frames_bucket_arn(self.partition, account, region, C.FRAMES_PREFIX)}*": (
+            f"Resource::{C.frames_bucket_arn(part, account, region, C.FRAMES_PREFIX)}*": (
                 "Workers read the frames the front spilled to S3; object keys are request ids."
             ),
-            f"Resource::{C.frames_bucket_arn(self.partition, account, region, C.OUTPUTS_PREFIX)}*": (
+            f"Resource::{C.frames_bucket_arn(part, account, region, C.REGISTRY_PREFIX)}*": (
+                "The agent reads the registered spec of each app it serves (model names, profiles) under "
+                "registry/apps/<app>/r<revision>.json."
+            ),
+            f"Resource::{C.frames_bucket_arn(part, account, region, C.OUTPUTS_PREFIX)}*": (
                 "Workers write task outputs too large for DynamoDB; object keys are request ids."
             ),
         }

@@ -3,7 +3,11 @@ front of the front function (FastAPI + Mangum).
 
 REST rather than HTTP API: API keys, usage plans (per-key quota and throttle) and AWS WAF exist only
 on REST APIs (DESIGN.md §6), and cameras are machine clients for which a key is the natural
-credential. The app re-checks the key against the hashed keys in the config table."""
+credential. The app re-checks the key against the hashed keys in the config table; the admin route
+(``POST /v1/apps``, functions/front/admin.py) also needs an admin key, checked the same way.
+
+The front invokes the planner by its fixed name after a registration, so this stack depends on the
+control stack and the control stack on nothing here (no cycle)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from aws_cdk import aws_wafv2 as waf
 from cdk import constants as C
 from cdk.lambdas import PythonFunctionSpec, python_function
 from cdk.nag import acknowledge
+from cdk.policies import cdk_queue_arns, list_bucket_statement, metrics_statement, queues_arn
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,6 +45,7 @@ class FrontStackProps:
     bucket: s3.IBucket
     reserved_concurrency: int
     powertools_layer_version: int
+    planner_function_name: str  # invoked (asynchronously) after an app registration
 
 
 class FrontStack(Stack):
@@ -58,11 +64,13 @@ class FrontStack(Stack):
                 reserved_concurrency=props.reserved_concurrency,
                 description="Skinflint front API: accept frames, dispatch them to queues, serve results",
                 powertools_layer_version=props.powertools_layer_version,
+                # functions/settings.py DataPlaneConfig; functions/front/admin.py
                 environment={
                     "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,
                     "SKINFLINT_RESULTS_TABLE": props.results_table.table_name,
                     "SKINFLINT_BUCKET": props.bucket.bucket_name,
                     "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
+                    "SKINFLINT_PLANNER_FUNCTION": props.planner_function_name,
                 },
             ),
         )
@@ -218,56 +226,62 @@ class FrontStack(Stack):
 
     def _grant(self, role: iam.Role, props: FrontStackProps) -> None:
         region, account, part = self.region, self.account, self.partition
-        frames = C.frames_bucket_arn(part, account, region, C.FRAMES_PREFIX)
-        outputs = C.frames_bucket_arn(part, account, region, C.OUTPUTS_PREFIX)
-        role.add_to_policy(
+        frames = C.frames_bucket_arn(part, account, region, f"{C.FRAMES_PREFIX}*")
+        registry = C.frames_bucket_arn(part, account, region, f"{C.REGISTRY_PREFIX}*")
+        profiles = C.frames_bucket_arn(part, account, region, f"{C.PROFILES_PREFIX}*")
+        planner = f"arn:{part}:lambda:{region}:{account}:function:{props.planner_function_name}"
+        for statement in (
+            # keys (API and admin), the plan in force (pointer + documents), registered apps, state
             iam.PolicyStatement(
                 sid="ConfigRead",
-                actions=["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
+                actions=["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan"],
                 resources=[props.config_table.table_arn],
-            )
-        )
-        role.add_to_policy(
+            ),
+            # registration writes only the app's index item and the planning request
+            iam.PolicyStatement(
+                sid="ConfigRegister",
+                actions=["dynamodb:PutItem", "dynamodb:UpdateItem"],
+                resources=[props.config_table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.FRONT_CONFIG_KEYS)}},
+            ),
+            # frame records (batch write) and a request's results (query)
             iam.PolicyStatement(
                 sid="Results",
-                actions=[
-                    "dynamodb:GetItem",
-                    "dynamodb:PutItem",
-                    "dynamodb:UpdateItem",
-                    "dynamodb:Query",
-                    "dynamodb:BatchWriteItem",
-                ],  # fmt: skip
+                actions=["dynamodb:BatchWriteItem", "dynamodb:Query"],
                 resources=[props.results_table.table_arn],
-            )
-        )
-        role.add_to_policy(
+            ),
+            # dispatch (SendMessageBatch) and the admission backlog check (queue depth)
             iam.PolicyStatement(
                 sid="Dispatch",
-                actions=["sqs:SendMessage", "sqs:GetQueueUrl"],
-                resources=[f"arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*"],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(sid="FramesOut", actions=["s3:PutObject"], resources=[f"{frames}*"])
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(sid="OutputsIn", actions=["s3:GetObject"], resources=[f"{outputs}*"])
-        )
-        role.add_to_policy(
+                actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
+                resources=[queues_arn(part, account, region)],
+            ),
             iam.PolicyStatement(
-                sid="Metrics",
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": C.METRICS_NAMESPACE}},
-            )
-        )
+                sid="NotTheStackQueues",
+                effect=iam.Effect.DENY,
+                actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
+                resources=cdk_queue_arns(part, account, region),
+            ),
+            iam.PolicyStatement(sid="FramesOut", actions=["s3:PutObject"], resources=[frames]),
+            iam.PolicyStatement(sid="SpecsOut", actions=["s3:PutObject"], resources=[registry]),
+            iam.PolicyStatement(sid="ProfilesIn", actions=["s3:GetObject"], resources=[profiles]),
+            list_bucket_statement(part, account, region),
+            iam.PolicyStatement(sid="StartPlanner", actions=["lambda:InvokeFunction"], resources=[planner]),
+            metrics_statement(),
+        ):
+            role.add_to_policy(statement)
         reasons = {
-            f"Resource::arn:{part}:sqs:{region}:{account}:{C.QUEUE_NAME_PREFIX}*": (
+            f"Resource::{queues_arn(part, account, region)}": (
                 "The front sends to the task queues the planner creates at run time (named "
                 f"{C.QUEUE_NAME_PREFIX}<app>-...); the prefix is the narrowest scope known at deploy time."
             ),
-            f"Resource::{frames}*": "Frames over the SQS size limit are written under frames/<request id>.",
-            f"Resource::{outputs}*": "Large task outputs are read back under outputs/<request id>/.",
+            f"Resource::{frames}": "Frames over the SQS size limit are written under frames/<request id>.",
+            f"Resource::{registry}": (
+                "POST /v1/apps stores each registered spec as registry/apps/<app>/r<revision>.json."
+            ),
+            f"Resource::{profiles}": (
+                "Registration reads the catalog override and stored profiles under profiles/ (profile store)."
+            ),
             "Resource::*": (
                 "cloudwatch:PutMetricData has no resource-level permissions; a condition pins the namespace."
             ),

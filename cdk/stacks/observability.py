@@ -1,6 +1,17 @@
-"""Observability stack: one dashboard (cost per hour by hardware, SLO attainment, queue age, batch
-fill, drops, front health) and alarms (DLQ depth, queue age, SLO attainment, front errors) that
-notify an encrypted SNS topic."""
+"""Observability stack: one dashboard and the alarms, on the metrics the code emits (namespace
+``Skinflint``; tests/infra checks every metric name here against the code that puts it):
+
+- cost per hour by hardware: the instance agents' ``InstanceSeconds`` (Hardware, State; every state
+  is billed) summed per period x the catalog's price, next to the planner's planned cost
+  (``BilledCostPerHour``) and what EC2 runs (the groups' in-service instances x price);
+- SLO attainment (``SloAttainment``, App: 0/1 per finished frame, so the average is the fraction
+  within the SLO) and end-to-end latency (``EndToEndLatencyMs``, App);
+- queue age (AWS/SQS), batch fill (``BatchFill``), drops (``Drops``, ``FramesDropped``) and the
+  front's rejections (``FrontRejected``); the planner (``PlanningFailures``, ``EpochMs``,
+  ``PlannedInstances``) and the front function.
+
+Alarms (DLQ depth, queue age, SLO attainment, planning failures, front errors) notify an encrypted
+SNS topic."""
 
 from __future__ import annotations
 
@@ -28,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["ObservabilityStack", "ObservabilityStackProps"]
 
 _MINUTE = Duration.seconds(C.ALARM_PERIOD_S)
+_COST = Duration.seconds(C.COST_PERIOD_S)
+NS = C.METRICS_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -41,10 +54,22 @@ class ObservabilityStackProps:
     alarm_email: str | None = None
 
 
-def _search(expr: str, stat: str, label: str) -> cw.MathExpression:
+def _search(schema: str, metric: str, stat: str, period_s: int = C.ALARM_PERIOD_S, extra: str = "") -> str:
+    """A SEARCH over the exact dimension set ``schema`` (e.g. ``App,Hardware,Module``)."""
+    term = f'{{{NS},{schema}}} MetricName="{metric}"' + (f" {extra}" if extra else "")
+    return f"SEARCH('{term}', '{stat}', {period_s})"
+
+
+def _expr(
+    expression: str, label: str = "", period_s: int = C.ALARM_PERIOD_S, **using: cw.IMetric
+) -> cw.MathExpression:
     return cw.MathExpression(
-        expression=f"SEARCH('{expr}', '{stat}', {C.ALARM_PERIOD_S})", label=label, period=_MINUTE
+        expression=expression, using_metrics=using, label=label, period=Duration.seconds(period_s)
     )
+
+
+def _insights(query: str, label: str, period: Duration) -> cw.MathExpression:
+    return cw.MathExpression(expression=query, label=label, period=period)
 
 
 class ObservabilityStack(Stack):
@@ -80,38 +105,60 @@ class ObservabilityStack(Stack):
         )
         CfnOutput(self, "AlarmTopicArn", value=self.topic.topic_arn)
 
-    # -- metrics ---------------------------------------------------------------------------------
+    # -- cost --------------------------------------------------------------------------------------
     def cost_per_hour(self) -> list[cw.IMetric]:
-        """USD/h per hardware class: in-service instances x catalog price, plus the total."""
-        per_class: dict[str, cw.IMetric] = {}
-        lines: list[cw.IMetric] = []
+        """USD/h per hardware class from the instance agents: the class's ``InstanceSeconds`` (all
+        states) summed over the period, / the period = instances on average, x the catalog price;
+        plus the total (a class without data counts 0)."""
+        lines: dict[str, cw.MathExpression] = {}
         for i, hw in enumerate(self.props.hardware):
-            instances = cw.Metric(
+            seconds = _search(
+                "Hardware,State", C.INSTANCE_SECONDS_METRIC, "Sum", C.COST_PERIOD_S, f'Hardware="{hw.name}"'
+            )
+            lines[f"c{i}"] = _expr(
+                f"SUM({seconds}) * {hw.price_per_hour} / {C.COST_PERIOD_S}",
+                f"{hw.name} ({hw.instance_type}) USD/h",
+                C.COST_PERIOD_S,
+            )
+        out: list[cw.IMetric] = list(lines.values())
+        if lines:
+            total = " + ".join(f"FILL({k}, 0)" for k in lines)
+            out.append(_expr(total, "total USD/h", C.COST_PERIOD_S, **lines))
+        return out
+
+    def ec2_cost_per_hour(self) -> cw.MathExpression | None:
+        """USD/h of the instances EC2 runs (the groups' in-service instances x price): the bill,
+        booting and draining instances included."""
+        using: dict[str, cw.IMetric] = {}
+        terms: list[str] = []
+        for i, hw in enumerate(self.props.hardware):
+            using[f"n{i}"] = cw.Metric(
                 namespace="AWS/AutoScaling",
                 metric_name="GroupInServiceInstances",
                 dimensions_map={"AutoScalingGroupName": hw.asg_name},
                 statistic="Average",
-                period=Duration.minutes(5),
+                period=_COST,
             )
-            per_class[f"n{i}"] = instances
-            lines.append(
-                cw.MathExpression(
-                    expression=f"n{i} * {hw.price_per_hour}",
-                    using_metrics={f"n{i}": instances},
-                    label=f"{hw.name} ({hw.instance_type}) USD/h",
-                    period=Duration.minutes(5),
-                )
-            )
-        if per_class:
-            total = " + ".join(f"n{i} * {hw.price_per_hour}" for i, hw in enumerate(self.props.hardware))
-            lines.append(
-                cw.MathExpression(
-                    expression=total, using_metrics=per_class, label="total USD/h", period=Duration.minutes(5)
-                )
-            )
-        return lines
+            terms.append(f"FILL(n{i}, 0) * {hw.price_per_hour}")
+        if not terms:
+            return None
+        return _expr(" + ".join(terms), "EC2 in service USD/h", C.COST_PERIOD_S, **using)
 
-    # -- alarms ----------------------------------------------------------------------------------
+    def planned_cost(self) -> cw.Metric:
+        return cw.Metric(
+            namespace=NS,
+            metric_name="BilledCostPerHour",
+            statistic="Average",
+            period=_COST,
+            label="planned USD/h (planner)",
+        )
+
+    def planning_failures(self) -> cw.Metric:
+        return cw.Metric(
+            namespace=NS, metric_name=C.PLANNING_FAILURES_METRIC, statistic="Maximum", period=_MINUTE
+        )
+
+    # -- alarms ------------------------------------------------------------------------------------
     def _alarm(self, name: str, alarm: cw.Alarm) -> None:
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
         self.alarms[name] = alarm
@@ -132,14 +179,17 @@ class ObservabilityStack(Stack):
                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 ),
             )
-        task_queue_age = cw.MathExpression(
-            expression='SELECT MAX(ApproximateAgeOfOldestMessage) FROM SCHEMA("AWS/SQS", QueueName)',
-            label="oldest message, every queue (s)",
-            period=_MINUTE,
+        # every queue of the region but the stack's dead-letter queues (alarmed above); Metrics
+        # Insights cannot filter by name prefix, so another application's queues count too
+        not_dlqs = " AND ".join(f"QueueName != '{n}'" for n in (C.TASKS_DLQ_NAME, C.FLEET_EVENTS_DLQ_NAME))
+        queue_age = _insights(
+            f'SELECT MAX(ApproximateAgeOfOldestMessage) FROM SCHEMA("AWS/SQS", QueueName) WHERE {not_dlqs}',
+            "oldest message, every queue but the DLQs (s)",
+            _MINUTE,
         )
         self._alarm(
             "queue_age",
-            task_queue_age.create_alarm(
+            queue_age.create_alarm(
                 self,
                 "QueueAge",
                 alarm_description=f"A queue's oldest message is older than {C.QUEUE_AGE_ALARM_S} s: "
@@ -150,21 +200,40 @@ class ObservabilityStack(Stack):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         )
-        slo = cw.MathExpression(
-            expression=f"SELECT MIN({C.SLO_ATTAINMENT_METRIC}) FROM SCHEMA({C.METRICS_NAMESPACE}, App)",
-            label="SLO attainment, worst app",
-            period=Duration.minutes(5),
+        # SloAttainment is 0 or 1 per frame: an app's AVG is its attainment; the worst app decides
+        slo = _insights(
+            f"SELECT AVG({C.SLO_ATTAINMENT_METRIC}) FROM SCHEMA({NS}, App) GROUP BY App "
+            "ORDER BY AVG() ASC LIMIT 1",
+            "SLO attainment, worst app",
+            Duration.seconds(C.SLO_PERIOD_S),
         )
         self._alarm(
             "slo",
             slo.create_alarm(
                 self,
                 "SloAttainment",
-                alarm_description=f"An app met its SLO for less than {C.SLO_ATTAINMENT_ALARM:.0%} of frames",
+                alarm_description=f"An app met its SLO for less than {C.SLO_ATTAINMENT_ALARM:.0%} of its "
+                f"frames over {C.SLO_PERIOD_S // 60} minutes, 3 periods running",
                 threshold=C.SLO_ATTAINMENT_ALARM,
                 evaluation_periods=3,
                 comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            ),
+        )
+        # every epoch emits 0 or 1; no data means the planner is not running (or fails before it
+        # can plan: a bad environment, an unreadable catalog)
+        self._alarm(
+            "planning",
+            self.planning_failures().create_alarm(
+                self,
+                "PlanningFailures",
+                alarm_description="The planner failed 2 of the last 3 epochs, or stopped running (no "
+                "data); the last good plan stays in force",
+                threshold=1,
+                evaluation_periods=3,
+                datapoints_to_alarm=2,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.BREACHING,
             ),
         )
         self._alarm(
@@ -181,57 +250,94 @@ class ObservabilityStack(Stack):
             ),
         )
 
-    # -- dashboard -------------------------------------------------------------------------------
+    # -- dashboard ---------------------------------------------------------------------------------
     def _dashboard(self) -> cw.Dashboard:
-        ns = C.METRICS_NAMESPACE
-        dims = f"{{{ns},App,Hardware,Module}}"
+        module = "App,Hardware,Module"  # the workers' dimensions (gpu_fleet/worker.py)
         board = cw.Dashboard(
             self, "Dashboard", dashboard_name=C.DASHBOARD_NAME, default_interval=Duration.hours(3)
         )
+        ec2 = self.ec2_cost_per_hour()
         board.add_widgets(
             cw.GraphWidget(
-                title="Cost per hour by hardware (USD/h)", left=self.cost_per_hour(), width=12, stacked=True
+                title="Cost per hour by hardware (USD/h: InstanceSeconds x catalog price)",
+                left=self.cost_per_hour(),
+                width=12,
+                stacked=True,
             ),
             cw.GraphWidget(
-                title="SLO attainment (fraction of frames within the SLO)",
-                left=[_search(f'{{{ns},App}} MetricName="{C.SLO_ATTAINMENT_METRIC}"', "Average", "")],
-                left_y_axis=cw.YAxisProps(min=0, max=1),
+                title="Planned vs EC2 in service (USD/h)",
+                left=[self.planned_cost(), *([ec2] if ec2 is not None else [])],
                 width=12,
             ),
         )
         board.add_widgets(
             cw.GraphWidget(
-                title="Queue age (s, oldest message per queue)",
+                title="SLO attainment (fraction of frames within the SLO, per app)",
                 left=[
-                    _search(
-                        '{AWS/SQS,QueueName} MetricName="ApproximateAgeOfOldestMessage" '
-                        + C.QUEUE_NAME_PREFIX.rstrip("-"),
-                        "Maximum",
-                        "",
+                    _expr(
+                        _search("App", C.SLO_ATTAINMENT_METRIC, "Average", C.SLO_PERIOD_S), "", C.SLO_PERIOD_S
+                    )
+                ],
+                left_y_axis=cw.YAxisProps(min=0, max=1),
+                width=12,
+            ),
+            cw.GraphWidget(
+                title="End-to-end latency per app (ms, average and maximum)",
+                left=[
+                    _expr(_search("App", "EndToEndLatencyMs", "Average")),
+                    _expr(_search("App", "EndToEndLatencyMs", "Maximum")),
+                ],
+                width=12,
+            ),
+        )
+        board.add_widgets(
+            cw.GraphWidget(
+                title="Queue age (s, oldest message per task queue)",
+                left=[
+                    _expr(
+                        'SEARCH(\'{AWS/SQS,QueueName} MetricName="ApproximateAgeOfOldestMessage" '
+                        f"{C.QUEUE_NAME_PREFIX.rstrip('-')}', 'Maximum', {C.ALARM_PERIOD_S})"
                     )
                 ],
                 width=12,
             ),
             cw.GraphWidget(
                 title="Batch fill (requests per batch / batch size)",
-                left=[_search(f'{dims} MetricName="BatchFill"', "Average", "")],
+                left=[_expr(_search(module, "BatchFill", "Average"))],
                 left_y_axis=cw.YAxisProps(min=0, max=1),
                 width=12,
             ),
         )
         board.add_widgets(
             cw.GraphWidget(
-                title="Drops (deadline) and rejections",
+                title="Drops (tasks past their deadline, frames dropped) and front rejections",
                 left=[
-                    _search(f'{dims} MetricName="Drops"', "Sum", ""),
-                    _search(f'{{{ns},App,Reason}} MetricName="FrontRejected"', "Sum", ""),
+                    _expr(_search(module, "Drops", "Sum")),
+                    _expr(_search("App", "FramesDropped", "Sum")),
+                ],
+                right=[
+                    _expr(_search("App,Reason", "FrontRejected", "Sum")),
+                    _expr(_search("Reason", "FrontRejected", "Sum")),
                 ],
                 width=12,
             ),
             cw.GraphWidget(
                 title="Frames accepted and module latency (ms)",
-                left=[_search(f'{{{ns},App}} MetricName="FramesAccepted"', "Sum", "")],
-                right=[_search(f'{dims} MetricName="ModuleLatencyMs"', "Maximum", "")],
+                left=[_expr(_search("App", "FramesAccepted", "Sum"))],
+                right=[_expr(_search(module, "ModuleLatencyMs", "Maximum"))],
+                width=12,
+            ),
+        )
+        board.add_widgets(
+            cw.GraphWidget(
+                title="Planner: failed epochs, failed apps, epoch time (ms)",
+                left=[self.planning_failures(), _expr(_search("App", C.PLANNING_FAILURES_METRIC, "Maximum"))],
+                right=[cw.Metric(namespace=NS, metric_name="EpochMs", statistic="Maximum", period=_MINUTE)],
+                width=12,
+            ),
+            cw.GraphWidget(
+                title="Planned instances per hardware",
+                left=[_expr(_search("Hardware", "PlannedInstances", "Maximum"))],
                 width=12,
             ),
         )

@@ -1,12 +1,15 @@
-"""Stateful stack: tables, the frames bucket, the CDK-owned queues. Termination protection on;
-every resource is retained when the stack is deleted."""
+"""Stateful stack: tables, the frames bucket, the CDK-owned queues (and the rule that forwards EC2
+Spot interruption warnings to the fleet-events queue). Termination protection on; every table,
+bucket and queue is retained when the stack is deleted."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 
@@ -20,7 +23,8 @@ __all__ = ["StatefulStack"]
 
 
 class StatefulStack(Stack):
-    """``config_table``, ``results_table``, ``bucket``, ``tasks_dlq``, ``fleet_events`` (+ its DLQ)."""
+    """``config_table``, ``results_table``, ``bucket``, ``tasks_dlq``, ``fleet_events`` (+ its DLQ),
+    ``spot_notices`` (rule)."""
 
     def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
@@ -108,6 +112,23 @@ class StatefulStack(Stack):
             retention=Duration.hours(C.FLEET_EVENTS_RETENTION_HOURS),
             dlq=self.fleet_events_dlq,
         )
+        # The planner releases an interrupted instance's slot claims at once (functions/control/
+        # service.py reads detail.instance-id); the instance drains itself from IMDS. The rule lives
+        # here, beside the queue whose policy it extends (in the fleet stack it would make a cycle).
+        # It matches every Spot instance of the region; the planner ignores ids it does not know.
+        self.spot_notices = events.Rule(
+            self,
+            "SpotInterruptions",
+            description="EC2 Spot interruption warnings -> the planner (fleet-events queue)",
+            event_pattern=events.EventPattern(
+                source=["aws.ec2"], detail_type=["EC2 Spot Instance Interruption Warning"]
+            ),
+            targets=[targets.SqsQueue(self.fleet_events)],
+        )
+        # what the CLI needs (skinflint apps|status|report read SKINFLINT_CONFIG_TABLE, _BUCKET, ...)
+        CfnOutput(self, "ConfigTableName", value=self.config_table.table_name)
+        CfnOutput(self, "ResultsTableName", value=self.results_table.table_name)
+        CfnOutput(self, "BucketName", value=self.bucket.bucket_name)
 
     def _queue(self, cid: str, name: str, retention: Duration, dlq: sqs.IQueue | None) -> sqs.Queue:
         queue = sqs.Queue(

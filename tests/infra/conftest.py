@@ -6,17 +6,17 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 # Explicit, so the tests do not depend on cdk.json's defaults changing.
 CONTEXT: dict[str, Any] = {"account": "123456789012", "region": "us-east-1", "hardware": "t4,v100,cpu"}
+SYNTH_BUDGET_S = 30.0  # s: synthesis of every stack, cdk-nag included (issue #6)
+_FIGURES: dict[str, float] = {}
 
 
 @dataclass
@@ -37,6 +37,25 @@ class Assembly:
         return json.loads((self.outdir / "manifest.json").read_text())
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its children still running (the jsii node kernel), from
+    /proc; wall time alone depends on what else holds the cores."""
+    total = time.process_time()
+    todo, seen = [str(os.getpid())], set()
+    try:
+        while todo:  # descendants: the jsii runtime starts the kernel as its own child
+            pid = todo.pop()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [c for c in (task / "children").read_text().split() if c not in seen]
+            if pid != str(os.getpid()):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            seen.add(pid)
+    except (OSError, ValueError, IndexError):
+        pass
+    return total
+
+
 @pytest.fixture(scope="session")
 def assembly(tmp_path_factory: pytest.TempPathFactory) -> Assembly:
     """GIVEN the default deployment (t4, v100 and every CPU class, on-demand) WHEN synthesized with
@@ -44,9 +63,20 @@ def assembly(tmp_path_factory: pytest.TempPathFactory) -> Assembly:
     from cdk.app import build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     build_app(CONTEXT, outdir=str(outdir), nag=True).synth()
-    return Assembly(outdir=outdir, synth_s=time.perf_counter() - t0)
+    _FIGURES["synth_s"] = time.perf_counter() - t0
+    _FIGURES["cpu_s"] = _cpu_s() - c0
+    _FIGURES["load"] = os.getloadavg()[0]
+    return Assembly(outdir=outdir, synth_s=_FIGURES["synth_s"])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if "synth_s" in _FIGURES:
+        terminalreporter.write_line(
+            f"infra: synthesis of every stack with cdk-nag took {_FIGURES['synth_s']:.1f} s wall, "
+            f"{_FIGURES['cpu_s']:.1f} s CPU (budget {SYNTH_BUDGET_S:g} s; load average {_FIGURES['load']:.2f} on {os.cpu_count()} CPUs)"
+        )
 
 
 def resources(template: dict[str, Any], rtype: str) -> dict[str, dict[str, Any]]:

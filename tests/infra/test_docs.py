@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from typing import TYPE_CHECKING
 
 import pytest
@@ -49,3 +50,55 @@ def test_deps_commands_exist(what: str, capsys: pytest.CaptureFixture[str]) -> N
     assert f"python -m cdk.deps {what}" in DOC
     assert deps_main([what, "--dry-run"]) == 0
     assert "pip" in capsys.readouterr().out
+
+
+def _shell_lines() -> list[str]:
+    """Commands of the guide's bash blocks, continuation lines joined, comments dropped."""
+    out: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", DOC, re.S):
+        joined = re.sub(r"\\\n", " ", block)
+        for line in joined.splitlines():
+            out.append(line.split("  #", 1)[0].strip())
+    return [line for line in out if line and not line.startswith("#")]
+
+
+def test_stack_outputs_read_by_the_helper_exist(assembly: Assembly) -> None:
+    outputs = {(name, k) for name, doc in assembly.templates().items() for k in doc.get("Outputs", {})}
+    used = set(re.findall(r"\bout (Skinflint-[A-Za-z]+) (\w+)\)", DOC))
+    assert used, "the guide reads stack outputs with out STACK KEY"
+    assert used <= outputs, used - outputs
+
+
+def test_skinflint_commands_in_the_guide_parse() -> None:
+    """Every ``skinflint ...`` command the guide shows is accepted by the CLI's parser."""
+    from skinflint.cli import build_parser
+
+    commands = [m for line in _shell_lines() for m in re.findall(r"(?:^|\$\()(skinflint [^)#]*)", line)]
+    shown = {c.split()[1] for c in commands}
+    assert {"apps", "loadtest", "report", "status"} <= shown, shown
+    parser = build_parser()
+    for cmd in commands:
+        argv = shlex.split(cmd)[1:]
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse's way of saying no
+            raise AssertionError(f"the CLI refuses: {cmd}") from exc
+        assert getattr(args, "func", None), cmd
+
+
+def test_curl_routes_in_the_guide_exist() -> None:
+    from functions.front.app import create_app
+
+    app = create_app(lambda: None)  # type: ignore[arg-type, return-value]  # routes only
+    routes = [(m, r.path) for r in app.routes for m in getattr(r, "methods", ())]
+    calls = []
+    for line in _shell_lines():
+        for m in re.finditer(r"curl .*?\$\{API_URL\}(v1/[^\"? ]*)", line):
+            method = re.search(r"-X (\w+)", line)
+            calls.append((method.group(1) if method else "GET", "/" + m.group(1)))
+    assert ("POST", "/v1/apps") in calls, calls
+    for method, path in calls:
+        ok = any(
+            method == m and re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", route), path) for m, route in routes
+        )
+        assert ok, (method, path)

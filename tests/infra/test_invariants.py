@@ -137,6 +137,40 @@ def test_every_api_method_requires_an_api_key(assembly: Assembly) -> None:
         assert m["Properties"]["ApiKeyRequired"] is True, f"{lid} is open"
 
 
+def _api_paths(doc: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """API Gateway resource path -> its methods' logical ids (the root is "/")."""
+    res = resources(doc, "AWS::ApiGateway::Resource")
+
+    def path(ref: Any) -> str:
+        if isinstance(ref, dict) and "Ref" in ref and ref["Ref"] in res:
+            parent = res[ref["Ref"]]["Properties"]
+            return path(parent["ParentId"]).rstrip("/") + "/" + parent["PathPart"]
+        return "/"  # Fn::GetAtt RestApi.RootResourceId
+
+    out: dict[str, list[str]] = {}
+    for lid, m in resources(doc, "AWS::ApiGateway::Method").items():
+        out.setdefault(path(m["Properties"]["ResourceId"]), []).append(lid)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def test_every_app_route_goes_through_a_keyed_method(assembly: Assembly) -> None:
+    """Each FastAPI route, the admin route POST /v1/apps included, resolves to an API Gateway
+    method that requires the API key (the app then checks the frame or admin key itself)."""
+    from functions.front.app import create_app
+
+    doc = assembly.template(C.FRONT_STACK)
+    methods = resources(doc, "AWS::ApiGateway::Method")
+    paths = _api_paths(doc)
+    app = create_app(lambda: None)  # type: ignore[arg-type, return-value]  # routes only, no backend
+    routes = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m not in ("HEAD",)}
+    assert ("POST", "/v1/apps") in routes and ("POST", "/v1/apps/{app_name}/frames") in routes, routes
+    for method, route in routes:
+        exact = paths.get(route)
+        lids = exact if exact is not None else paths["/{proxy+}"]  # greedy proxy catches the rest
+        (lid,) = [x for x in lids if methods[x]["Properties"]["HttpMethod"] in (method, "ANY")]
+        assert methods[lid]["Properties"]["ApiKeyRequired"] is True, (method, route)
+
+
 def test_api_has_usage_plan_waf_access_logs_and_throttling(t: dict[str, Template]) -> None:
     f = t[C.FRONT_STACK]
     f.has_resource_properties(
@@ -183,7 +217,9 @@ def test_functions_handlers_concurrency_powertools_and_own_roles(assembly: Assem
         assert p["Environment"]["Variables"]["SKINFLINT_CONFIG_TABLE"], handler
         roles.add((fn["stack"], p["Role"]["Fn::GetAtt"][0]))
     assert len(roles) == len(fns)  # one role per function
-    assert fns[C.PLANNER_HANDLER]["Properties"]["ReservedConcurrentExecutions"] == 1
+    assert (
+        fns[C.PLANNER_HANDLER]["Properties"]["ReservedConcurrentExecutions"] == C.PLANNER_RESERVED_CONCURRENCY
+    )
 
 
 def test_planner_runs_every_minute_and_on_fleet_events(t: dict[str, Template]) -> None:
@@ -192,8 +228,14 @@ def test_planner_runs_every_minute_and_on_fleet_events(t: dict[str, Template]) -
         "AWS::Events::Rule", {"ScheduleExpression": "rate(1 minute)", "State": "ENABLED"}
     )
     c.has_resource_properties(
-        "AWS::Lambda::EventSourceMapping", {"FunctionResponseTypes": ["ReportBatchItemFailures"]}
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "ScalingConfig": {"MaximumConcurrency": C.FLEET_EVENTS_CONCURRENCY},
+        },
     )
+    # the schedule's epoch and the fleet-event batches never throttle each other
+    assert C.PLANNER_RESERVED_CONCURRENCY >= C.FLEET_EVENTS_CONCURRENCY + 1
 
 
 # -- fleet -------------------------------------------------------------------------------------------
@@ -222,7 +264,9 @@ def test_workers_imdsv2_no_public_ip_encrypted_ebs(assembly: Assembly) -> None:
         assert all(bd["Ebs"]["Encrypted"] is True for bd in data["BlockDeviceMappings"]), lid
         assert "ImageId" in data and "Ref" in data["ImageId"], lid  # public SSM parameter, resolved at deploy
         user_data = str(data["UserData"])
-        assert "gpu_fleet.worker" in user_data and "systemctl enable --now skinflint-worker" in user_data, lid
+        assert "gpu_fleet.instance" in user_data and "systemctl enable --now skinflint-worker" in user_data, (
+            lid
+        )
 
 
 def test_vpc_is_isolated_with_endpoints(assembly: Assembly) -> None:

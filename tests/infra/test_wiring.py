@@ -1,0 +1,417 @@
+"""The stacks against the code they deploy: each role allows exactly what its code calls, every
+environment variable passed is read, every metric on the dashboard and in an alarm is emitted,
+the shipped packages hold every module the entry points import, the drain fits the lifecycle hook.
+
+"What the code calls" is found statically: the first-party modules an entry point can import
+(``modulefinder``, lazy imports included) are scanned for the boto3 operations they name. That
+over-approximates (a module shared with the CLI names operations the Lambda never reaches), so a
+grant must be in it, and the exact grants are spelled below, each with the code that needs it
+(checked once against the calls recorded while the functional tests ran; see docs/deploy.md)."""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import json
+import re
+import shlex
+from functools import cache
+from modulefinder import ModuleFinder
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from cdk import constants as C
+from tests.infra.conftest import CONTEXT, resources
+
+if TYPE_CHECKING:
+    from tests.infra.conftest import Assembly
+
+pytestmark = pytest.mark.infra
+
+ROOT = C.REPO_ROOT
+FIRST_PARTY = {"functions", "planner", "profiles", "gpu_fleet", "skinflint", "loadtest", "bench", "cdk"}
+ENTRY = {
+    "planner": ROOT / "functions" / "planner" / "handler.py",
+    "front": ROOT / "functions" / "front" / "handler.py",
+    "worker": ROOT / "gpu_fleet" / "instance.py",
+}
+SERVICES = ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "lambda")
+# boto3 operation -> the IAM action it needs, where the names differ
+_ALIASES = {
+    "s3:ListObjectsV2": "s3:ListBucket",
+    "sqs:SendMessageBatch": "sqs:SendMessage",
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+    "lambda:Invoke": "lambda:InvokeFunction",
+}
+_OWN_LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}  # every function's own log group
+
+# -- the grants, each with who needs it ---------------------------------------------------------------
+PLANNER_ACTIONS = _OWN_LOGS | {
+    # plan_store.py (pointer, versions in parts, claims, GC), registry.py (index, replan), state.py
+    "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:Scan",
+    "s3:GetObject",  # registry specs, profiles/hardware.json (service.py load_catalog)
+    "s3:ListBucket",  # a missing profiles/ key must read 404 (cdk/policies.py)
+    "sqs:CreateQueue", "sqs:TagQueue", "sqs:GetQueueAttributes", "sqs:DeleteQueue",  # control/queues.py, gc.py
+    "sqs:ListQueues",  # gc.py orphan sweep
+    "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities",  # adapters/autoscaling.py
+    "autoscaling:SetDesiredCapacity",
+    "cloudwatch:GetMetricData",  # adapters/rates.py
+    "cloudwatch:PutMetricData",  # adapters/metrics.py
+    # the fleet-events SQS event source (Lambda polls on the function's behalf)
+    "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl",
+}  # fmt: skip
+# CreateQueue with tags= needs TagQueue too (functions/control/queues.py create_module_queues)
+_TAG_ON_CREATE = {"sqs:TagQueue"}
+_EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"}
+FRONT_ACTIONS = _OWN_LOGS | {
+    "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan",  # keys, plan in force, apps
+    "dynamodb:PutItem", "dynamodb:UpdateItem",  # admin.py: appspec#<app>, control#replan
+    "dynamodb:BatchWriteItem", "dynamodb:Query",  # adapters/results.py: frame records, results
+    "sqs:SendMessage",  # adapters/queues.py send (SendMessageBatch)
+    "sqs:GetQueueAttributes",  # front/admission.py backlog check (TaskQueues.depth)
+    "s3:PutObject",  # frames/ (service.py), registry/ (admin registration)
+    "s3:GetObject", "s3:ListBucket",  # profile store: catalog and stored profiles
+    "lambda:InvokeFunction",  # admin.py starts the planner after a registration
+    "cloudwatch:PutMetricData",
+}  # fmt: skip
+WORKER_ACTIONS = {
+    "dynamodb:GetItem", "dynamodb:BatchGetItem",  # plan_store.py reads, registry.py record
+    "dynamodb:PutItem",  # claims, heartbeats (config); task records, outcomes (results)
+    "dynamodb:DeleteItem",  # plan_store.py release (conditional)
+    "dynamodb:Query",  # results.py get_request (outcomes.py reads a frame back)
+    "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage",
+    "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires
+    "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver)
+    "s3:PutObject",  # outputs/ (worker.py)
+    "cloudwatch:PutMetricData",
+    "autoscaling:CompleteLifecycleAction",  # gpu_fleet/lifecycle.py
+    "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams",  # the CloudWatch agent
+}  # fmt: skip
+_WORKER_INFRA = {"logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"}
+
+
+# -- static analysis of the code ---------------------------------------------------------------------
+@cache
+def closure(entry: Path) -> tuple[Path, ...]:
+    """First-party source files ``entry`` can import (lazy imports inside functions included)."""
+    finder = ModuleFinder(path=[str(ROOT)])
+    finder.run_script(str(entry))
+    found = (getattr(m, "__file__", None) for m in finder.modules.values())
+    files = {Path(f) for f in found if f and f.startswith(str(ROOT))}
+    return tuple(sorted(files | {entry}))
+
+
+@cache
+def _operations() -> dict[str, str]:
+    """snake_case boto3 operation -> IAM action, for the services the code uses."""
+    import botocore.session
+    from botocore import xform_name
+
+    session = botocore.session.get_session()
+    out: dict[str, str] = {}
+    for svc in SERVICES:
+        model = session.get_service_model(svc)
+        prefix = {"monitoring": "cloudwatch"}.get(model.signing_name, model.signing_name)
+        for op in model.operation_names:
+            action = f"{prefix}:{op}"
+            out.setdefault(xform_name(op), _ALIASES.get(action, action))
+    return out
+
+
+def called_actions(entry: Path) -> set[str]:
+    """IAM actions of every boto3 operation named (called, paginated or getattr'd) in the closure."""
+    ops = _operations()
+    text = "\n".join(p.read_text() for p in closure(entry))
+    named = set(re.findall(r"\.([a-z][a-z0-9_]+)\(", text)) | set(
+        re.findall(r"[\"']([a-z][a-z0-9_]+)[\"']", text)
+    )
+    return {ops[n] for n in named if n in ops}
+
+
+def _allowed(doc: dict[str, Any], role_prefix: str) -> list[dict[str, Any]]:
+    """Allow statements of the policies attached to the role whose logical id starts with ``role_prefix``."""
+    out: list[dict[str, Any]] = []
+    for r in resources(doc, "AWS::IAM::Policy").values():
+        roles = [x.get("Ref", "") for x in r["Properties"].get("Roles", [])]
+        if any(name.startswith(role_prefix) for name in roles):
+            out += [s for s in r["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    return out
+
+
+def _actions(statements: list[dict[str, Any]]) -> set[str]:
+    return {a for s in statements for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+
+
+# -- IAM: exactly what the code calls -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("stack", "role", "entry", "expected", "infra_only"),
+    [
+        (
+            C.CONTROL_STACK,
+            "PlannerRole",
+            "planner",
+            PLANNER_ACTIONS,
+            _OWN_LOGS | _EVENT_SOURCE | _TAG_ON_CREATE,
+        ),
+        (C.FRONT_STACK, "FrontRole", "front", FRONT_ACTIONS, _OWN_LOGS),
+        (C.FLEET_STACK, "Rolet4", "worker", WORKER_ACTIONS, _WORKER_INFRA),
+    ],
+)
+def test_role_allows_exactly_what_its_code_calls(
+    assembly: Assembly, stack: str, role: str, entry: str, expected: set[str], infra_only: set[str]
+) -> None:
+    granted = _actions(_allowed(assembly.template(stack), role))
+    assert granted == expected, (sorted(granted - expected), sorted(expected - granted))
+    called = called_actions(ENTRY[entry])
+    never_called = granted - infra_only - called
+    assert not never_called, f"{role} is granted actions its code never names: {sorted(never_called)}"
+
+
+def test_queues_are_created_with_tags() -> None:
+    """Why the planner holds sqs:TagQueue."""
+    assert "tags=" in (ROOT / "functions" / "control" / "queues.py").read_text()
+
+
+def test_worker_roles_are_alike_but_for_their_group(assembly: Assembly) -> None:
+    doc = assembly.template(C.FLEET_STACK)
+    groups = {
+        g["Properties"]["AutoScalingGroupName"]
+        for g in resources(doc, "AWS::AutoScaling::AutoScalingGroup").values()
+    }
+    roles = [lid for lid in resources(doc, "AWS::IAM::Role") if lid.startswith("Role")]
+    assert len(roles) == len(groups)
+    drained = set()
+    for lid in roles:
+        assert _actions(_allowed(doc, lid)) == WORKER_ACTIONS, lid
+        (drain,) = [s for s in _allowed(doc, lid) if s.get("Sid") == "Drain"]
+        drained.add(drain["Resource"].rsplit("/", 1)[-1])  # each role completes its own group's hook
+    assert drained == groups
+
+
+def test_event_source_actions_only_on_the_fleet_events_queue(assembly: Assembly) -> None:
+    for st in _allowed(assembly.template(C.CONTROL_STACK), "PlannerRole"):
+        acts = set(st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+        if acts & {"sqs:ReceiveMessage", "sqs:DeleteMessage"}:
+            assert "FleetEvents" in json.dumps(st["Resource"]), st
+
+
+def test_config_writes_are_limited_to_the_writers_keys() -> None:
+    """The LeadingKeys patterns of the worker and front roles match the keys the code writes."""
+    from functions.adapters.plan_store import _vkey
+    from functions.control.registry import _INDEX, REPLAN_KEY
+
+    worker_keys = [_vkey(7, "claim", "3"), "instance#i-0123456789abcdef0"]
+    front_keys = [f"{_INDEX}traffic", REPLAN_KEY]
+    for keys, patterns in ((worker_keys, C.WORKER_CONFIG_KEYS), (front_keys, C.FRONT_CONFIG_KEYS)):
+        for k in keys:
+            assert any(fnmatch.fnmatchcase(k, p) for p in patterns), (k, patterns)
+    # and never the pointer, a version document, an API key or the control state
+    for k in (_vkey(7, "manifest"), _vkey(7, "fleet"), "plan#current", "apikey#x", "control#state"):
+        assert not any(fnmatch.fnmatchcase(k, p) for p in C.WORKER_CONFIG_KEYS + C.FRONT_CONFIG_KEYS), k
+
+
+def test_stack_queues_are_denied_to_roles_granted_the_prefix(assembly: Assembly) -> None:
+    for stack in (C.CONTROL_STACK, C.FRONT_STACK, C.FLEET_STACK):
+        doc = assembly.template(stack)
+        for r in resources(doc, "AWS::IAM::Policy").values():
+            sts = r["Properties"]["PolicyDocument"]["Statement"]
+            prefixed = [
+                s for s in sts if s["Effect"] == "Allow" and str(s["Resource"]).endswith(":skinflint-*")
+            ]
+            if not prefixed:
+                continue
+            denied = [s for s in sts if s["Effect"] == "Deny"]
+            assert denied, stack
+            arns = {a.rsplit(":", 1)[-1] for s in denied for a in s["Resource"]}
+            assert arns == set(C.CDK_QUEUE_NAMES), (stack, arns)
+
+
+def test_s3_and_prefix_names_match_the_code() -> None:
+    from functions.control.epoch import ControlConfig
+    from functions.control.registry import _S3_PREFIX
+    from functions.control.service import PROFILES_PREFIX
+
+    assert C.PROFILES_PREFIX == PROFILES_PREFIX + "/"
+    assert _S3_PREFIX.startswith(C.REGISTRY_PREFIX)
+    assert ControlConfig().queue_prefix == C.QUEUE_NAME_PREFIX
+
+
+# -- environment ---------------------------------------------------------------------------------------
+def _functions(assembly: Assembly) -> dict[str, dict[str, Any]]:
+    out = {}
+    for stack in (C.FRONT_STACK, C.CONTROL_STACK):
+        for fn in resources(assembly.template(stack), "AWS::Lambda::Function").values():
+            out[fn["Properties"]["Handler"]] = fn["Properties"]
+    return out
+
+
+@pytest.mark.parametrize(("handler", "entry"), [(C.PLANNER_HANDLER, "planner"), (C.FRONT_HANDLER, "front")])
+def test_every_variable_passed_is_read(assembly: Assembly, handler: str, entry: str) -> None:
+    env = _functions(assembly)[handler]["Environment"]["Variables"]
+    text = "\n".join(p.read_text() for p in closure(ENTRY[entry]))
+    ours = [k for k in env if k.startswith("SKINFLINT_")]
+    assert ours
+    unread = [k for k in ours if f'"{k}"' not in text]
+    assert not unread, f"{handler} is given variables its code never reads: {unread}"
+
+
+def test_planner_environment(assembly: Assembly) -> None:
+    from cdk.config import DeployConfig
+    from functions.control.epoch import ControlConfig
+
+    fns = _functions(assembly)
+    planner = fns[C.PLANNER_HANDLER]
+    env = planner["Environment"]["Variables"]
+    cfg = ControlConfig.from_env({k: v for k, v in env.items() if isinstance(v, str)})
+    assert cfg.queue_workers == C.PLANNER_QUEUE_WORKERS
+    assert cfg.epoch_s == C.PLANNER_EPOCH_S
+    deployed = DeployConfig.from_context(CONTEXT.get).hardware
+    assert cfg.asg_names == {h.name: h.asg_name for h in deployed}
+    assert "SKINFLINT_TASKS_DLQ_ARN" in env
+    assert planner["FunctionName"] == C.PLANNER_FUNCTION_NAME
+    front_env = fns[C.FRONT_HANDLER]["Environment"]["Variables"]
+    assert front_env["SKINFLINT_PLANNER_FUNCTION"] == C.PLANNER_FUNCTION_NAME
+    (invoke,) = [
+        s
+        for s in _allowed(assembly.template(C.FRONT_STACK), "FrontRole")
+        if s["Action"] == "lambda:InvokeFunction"
+    ]
+    assert invoke["Resource"].endswith(f":function:{C.PLANNER_FUNCTION_NAME}")
+
+
+def test_front_depends_on_control_and_not_back(assembly: Assembly) -> None:
+    """The planner's name goes to the front by prop; nothing goes back (no cycle)."""
+    artifacts = assembly.manifest()["artifacts"]
+    assert C.CONTROL_STACK in artifacts[C.FRONT_STACK]["dependencies"]
+    assert C.FRONT_STACK not in artifacts[C.CONTROL_STACK].get("dependencies", [])
+    control = json.dumps(assembly.template(C.CONTROL_STACK))
+    assert "Skinflint-Front" not in control
+
+
+# -- packages ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("entry", "packages"),
+    [("planner", C.LAMBDA_PACKAGES), ("front", C.LAMBDA_PACKAGES), ("worker", C.WORKER_PACKAGES)],
+)
+def test_shipped_packages_hold_every_imported_module(entry: str, packages: tuple[str, ...]) -> None:
+    tops = {p.relative_to(ROOT).parts[0] for p in closure(ENTRY[entry])} & FIRST_PARTY
+    assert tops <= set(packages), sorted(tops - set(packages))
+
+
+def test_lambda_asset_carries_the_catalog(assembly: Assembly) -> None:
+    fn = _functions(assembly)[C.PLANNER_HANDLER]
+    key = fn["Code"]["S3Key"]
+    asset = assembly.outdir / f"asset.{key.removesuffix('.zip')}"
+    assert (asset / "profiles" / "hardware.json").is_file()
+    assert (asset / "functions" / "planner" / "handler.py").is_file()
+
+
+# -- metrics -------------------------------------------------------------------------------------------
+def _emitted() -> dict[str, str]:
+    """metric name -> the source text of each ``.put("Name", ...)`` call (functions/, gpu_fleet/)."""
+    out: dict[str, str] = {}
+    for path in [*ROOT.joinpath("functions").rglob("*.py"), *ROOT.joinpath("gpu_fleet").rglob("*.py")]:
+        text = path.read_text()
+        for m in re.finditer(r"\bput\(\s*\"([A-Za-z]+)\"(?=(.{0,160}))", text, re.S):
+            out[m.group(1)] = out.get(m.group(1), "") + m.group(2)
+    return out
+
+
+def _observed_metrics(doc: dict[str, Any]) -> set[str]:
+    text = json.dumps(doc["Resources"])
+    ns = C.METRICS_NAMESPACE
+    names = set(re.findall(r"\{" + ns + r",[A-Za-z,]+\} MetricName=\\+\"([A-Za-z]+)", text))
+    names |= set(re.findall(r"SELECT [A-Z]+\(([A-Za-z]+)\) FROM SCHEMA\(" + ns, text))
+    names |= set(re.findall(r"\[\\+\"" + ns + r"\\+\",\\+\"([A-Za-z]+)", text))
+    for r in resources(doc, "AWS::CloudWatch::Alarm").values():
+        if r["Properties"].get("Namespace") == ns:
+            names.add(r["Properties"]["MetricName"])
+    return names
+
+
+def test_dashboard_and_alarms_read_metrics_the_code_emits(assembly: Assembly) -> None:
+    doc = assembly.template(C.OBSERVABILITY_STACK)
+    observed = _observed_metrics(doc)
+    emitted = _emitted()
+    required = {
+        C.SLO_ATTAINMENT_METRIC, C.INSTANCE_SECONDS_METRIC, C.PLANNING_FAILURES_METRIC, "BatchFill",
+        "Drops", "FramesDropped", "FrontRejected", "EndToEndLatencyMs", "BilledCostPerHour",
+    }  # fmt: skip
+    assert required <= observed, sorted(required - observed)
+    assert observed <= set(emitted), f"read but never emitted: {sorted(observed - set(emitted))}"
+    # the dimensions the widgets search on
+    assert re.search(r"Hardware=.*State=", emitted[C.INSTANCE_SECONDS_METRIC], re.S)
+    assert "App=" in emitted[C.SLO_ATTAINMENT_METRIC]
+    assert "App=" not in emitted[C.PLANNING_FAILURES_METRIC].split(")")[0]  # the alarmed series has none
+
+
+def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
+    alarms = resources(assembly.template(C.OBSERVABILITY_STACK), "AWS::CloudWatch::Alarm")
+    by_metric = {a["Properties"].get("MetricName"): a["Properties"] for a in alarms.values()}
+    planning = by_metric[C.PLANNING_FAILURES_METRIC]
+    assert planning["TreatMissingData"] == "breaching"  # the planner stopped running
+    assert (planning["DatapointsToAlarm"], planning["EvaluationPeriods"]) == (2, 3)
+    text = json.dumps(alarms)
+    assert "ORDER BY AVG() ASC LIMIT 1" in text  # the worst app's attainment, not the worst frame
+    assert f"QueueName != '{C.TASKS_DLQ_NAME}'" in text
+
+
+# -- the instances ---------------------------------------------------------------------------------------
+def _user_data(assembly: Assembly) -> str:
+    lts = resources(assembly.template(C.FLEET_STACK), "AWS::EC2::LaunchTemplate")
+    t4 = next(lt for lt in lts.values() if "SKINFLINT_HARDWARE=t4'" in json.dumps(lt))
+    parts = t4["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    return "".join(p if isinstance(p, str) else "<token>" for p in parts)
+
+
+def test_user_data_starts_the_agent_with_its_environment(assembly: Assembly) -> None:
+    ud = _user_data(assembly)
+    env = dict(re.findall(r"echo '([A-Z_]+)=([^']*)' >> /etc/skinflint/worker.env", ud))
+    assert env["SKINFLINT_HARDWARE"] == "t4"
+    assert env["SKINFLINT_METRICS_NAMESPACE"] == C.METRICS_NAMESPACE
+    assert env["SKINFLINT_DRAIN_HOOK"] == C.DRAIN_HOOK_NAME
+    assert env["SKINFLINT_ASG_NAME"] == f"{C.ASG_NAME_PREFIX}t4"
+    for key in (
+        "SKINFLINT_CONFIG_TABLE",
+        "SKINFLINT_RESULTS_TABLE",
+        "SKINFLINT_BUCKET",
+        "AWS_DEFAULT_REGION",
+    ):
+        assert env[key], key
+    text = "\n".join(p.read_text() for p in closure(ENTRY["worker"]))
+    unread = [k for k in env if k.startswith("SKINFLINT_") and f'"{k}"' not in text and f"${{{k}}}" not in ud]
+    assert not unread, f"neither the agent nor its unit reads {unread}"
+    assert "systemctl enable --now skinflint-worker.service" in ud
+    (exec_start,) = re.findall(r"ExecStart=(\S+) -m gpu_fleet\.instance([^\n]*)", ud)
+    from gpu_fleet.instance import _parser
+
+    argv = shlex.split(
+        exec_start[1].replace("${SKINFLINT_HARDWARE}", "t4").replace("${SKINFLINT_INSTANCE_ID}", "i-0")
+    )
+    args = _parser().parse_args(argv)  # the flags the unit passes exist
+    assert args.hardware == "t4"
+
+
+def test_drain_fits_the_lifecycle_hook(assembly: Assembly) -> None:
+    from gpu_fleet.lifecycle import LifecycleWatcher
+
+    hooks = resources(assembly.template(C.FLEET_STACK), "AWS::AutoScaling::LifecycleHook")
+    assert {h["Properties"]["HeartbeatTimeout"] for h in hooks.values()} == {C.DRAIN_HEARTBEAT_S}
+    # the agent assumes the same deadline for a scale-in notice
+    assert inspect.signature(LifecycleWatcher).parameters["hook_timeout_s"].default == C.DRAIN_HEARTBEAT_S
+    (stop,) = re.findall(r"TimeoutStopSec=(\d+)", _user_data(assembly))
+    assert int(stop) < C.DRAIN_HEARTBEAT_S  # systemd kills a stuck drain before the hook lets go
+
+
+def test_spot_interruptions_reach_the_planner(assembly: Assembly) -> None:
+    rules = resources(assembly.template(C.STATEFUL_STACK), "AWS::Events::Rule")
+    (spot,) = [r for r in rules.values() if "Spot" in json.dumps(r["Properties"]["EventPattern"])]
+    assert "FleetEvents" in json.dumps(spot["Properties"]["Targets"])
+    from functions.control.service import _instance_of
+
+    sample = {"detail-type": "EC2 Spot Instance Interruption Warning", "detail": {"instance-id": "i-1"}}
+    assert _instance_of(sample) == ("i-1", "EC2 Spot Instance Interruption Warning")
