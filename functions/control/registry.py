@@ -111,7 +111,7 @@ def parse_spec_text(text: str | bytes, source: str = "spec") -> Any:
         pass
     try:
         import yaml
-    except ImportError:  # the Lambda layer ships no PyYAML: JSON only there
+    except ImportError:  # PyYAML is in the Lambda layer; without it only JSON can be read
         raise RegistrationError([f"{source} is not valid JSON"]) from None
     try:
         return yaml.safe_load(raw)
