@@ -19,10 +19,20 @@ if TYPE_CHECKING:
 __all__ = ["AppChange", "app_change", "build_deployment", "changed_apps", "same_module_plan"]
 
 _REL = 1e-9
+# A plan that is otherwise unchanged is not re-published for a rate that moved by less than this
+# (relative): the machines are the same, only the admission limit derived from the rate would move,
+# and publishing a version every epoch for forecast jitter churns the front and the instances.
+RATE_REPUBLISH_REL = 0.10
 
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=_REL, abs_tol=1e-12)
+
+
+def _rate_close(old: float, new: float, modules_changed: bool) -> bool:
+    if modules_changed or old <= 0:
+        return _close(old, new)
+    return abs(new - old) <= RATE_REPUBLISH_REL * old
 
 
 def same_module_plan(a: ModulePlan, b: ModulePlan) -> bool:
@@ -71,7 +81,7 @@ def app_change(
         ("slo", _close(previous.slo_s, spec.slo_s)),
         ("edges", [tuple(e) for e in previous.edges] == [tuple(e) for e in spec.edges]),
         ("modules removed", set(previous.plan.modules) <= set(plan.modules)),
-        ("rate", _close(previous.frame_rate, frame_rate)),
+        ("rate", _rate_close(previous.frame_rate, frame_rate, bool(out.changed_modules))),
         ("emulated hardware", sorted(previous.emulated_hardware) == sorted(emulated)),
         ("overhead", _close(previous.overhead_s, overhead_s)),
     ]

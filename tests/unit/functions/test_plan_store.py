@@ -133,6 +133,23 @@ def test_app_change_names_changed_modules_and_other_differences() -> None:
     assert first.changed_modules == ["det", "cls"] and first.other == ["new app"]
 
 
+def test_an_unchanged_plan_is_not_republished_for_rate_jitter() -> None:
+    spec = RegistrationSpec(
+        name="a", slo_s=0.5, rate=10.0, edges=[], modules={"det": AppModuleSpec(model="d")}
+    )
+    plan = Plan(
+        objective="billed", cost_per_hour=1.0, billed_per_hour=1.0, solve_ms=0.1, modules={"det": _mp(10.0)}
+    )
+    prev = Deployment(
+        app="a", version=3, origin_s=0.0, slo_s=0.5, frame_rate=10.0, roots=["det"], edges=[], plan=plan,
+        queues={"det": {}},
+    )  # fmt: skip
+    # Same machines, rate within 10 %: no new version. Beyond 10 %: the admission limit must follow.
+    assert not app_change(spec, plan, 10.9, prev, emulated=[], overhead_s=0.0).changed
+    assert not app_change(spec, plan, 9.1, prev, emulated=[], overhead_s=0.0).changed
+    assert app_change(spec, plan, 11.5, prev, emulated=[], overhead_s=0.0).other == ["rate"]
+
+
 @pytest.mark.parametrize(
     ("now", "window", "period", "start", "end"),
     [
