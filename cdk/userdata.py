@@ -1,5 +1,8 @@
-"""The worker's boot script: install the code and its wheels, then run the worker and the drain
-watcher as systemd services. Values may be CloudFormation tokens (table names, bucket)."""
+"""The worker's boot script: install the code and its wheels, then run the instance agent
+(``python -m gpu_fleet.instance``: claims a slot of the current plan version and runs its shares)
+as a systemd service. The agent watches IMDS itself for the termination lifecycle hook and Spot
+interruption notices, drains, and completes the lifecycle action. Values may be CloudFormation
+tokens (table names, bucket)."""
 
 from __future__ import annotations
 
@@ -67,54 +70,27 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
         *_env_lines(b),
         token,
         f'INSTANCE_ID=$(curl -sS -H "X-aws-ec2-metadata-token: $TOKEN" {_IMDS}/meta-data/instance-id)',
-        # the planner writes this worker's assignment under its instance id (worker#<instance id>)
-        'echo "SKINFLINT_WORKER_ID=$INSTANCE_ID" >> /etc/skinflint/worker.env',
         'echo "SKINFLINT_INSTANCE_ID=$INSTANCE_ID" >> /etc/skinflint/worker.env',
         "cat > /etc/systemd/system/skinflint-worker.service <<'UNIT'",
         "[Unit]",
-        "Description=Skinflint worker (python -m gpu_fleet.worker)",
+        "Description=Skinflint instance agent (python -m gpu_fleet.instance)",
         "After=network-online.target",
         "Wants=network-online.target",
         "[Service]",
         f"User={C.WORKER_USER}",
         "EnvironmentFile=/etc/skinflint/worker.env",
         "WorkingDirectory=/opt/skinflint/app",
-        "ExecStart=/opt/skinflint/venv/bin/python -m gpu_fleet.worker --worker-id ${SKINFLINT_WORKER_ID}",
+        "ExecStart=/opt/skinflint/venv/bin/python -m gpu_fleet.instance"
+        " --hardware ${SKINFLINT_HARDWARE} --instance-id ${SKINFLINT_INSTANCE_ID}"
+        f" --lifecycle-poll-s {C.DRAIN_POLL_S}",
+        # SIGTERM drains (finish the batch in hand, release the rest, release the slot claim)
         "KillSignal=SIGTERM",
         f"TimeoutStopSec={C.DRAIN_HEARTBEAT_S // 2}",
-        "Restart=always",
+        # exit 0 after a drain (scale-in, Spot): not restarted; a crash is
+        "Restart=on-failure",
         "RestartSec=15",
         "StandardOutput=append:/var/log/skinflint/worker.log",
         "StandardError=append:/var/log/skinflint/worker.log",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "UNIT",
-        "cat > /opt/skinflint/drain.sh <<'DRAIN'",
-        "#!/bin/bash",
-        "# Scale-in / Spot rebalance: the ASG holds the instance in Terminating:Wait (lifecycle hook);",
-        "# stop the worker (SIGTERM: finish the batch in hand, release the rest), then let it go.",
-        "source /etc/skinflint/worker.env",
-        "while true; do",
-        f"  {token}",
-        f'  STATE=$(curl -sf -H "X-aws-ec2-metadata-token: $TOKEN"'
-        f" {_IMDS}/meta-data/autoscaling/target-lifecycle-state || true)",
-        '  if [ "$STATE" = "Terminated" ]; then',
-        "    systemctl stop skinflint-worker.service",
-        "    aws autoscaling complete-lifecycle-action --lifecycle-action-result CONTINUE"
-        ' --lifecycle-hook-name "$SKINFLINT_DRAIN_HOOK" --auto-scaling-group-name "$SKINFLINT_ASG_NAME"'
-        ' --instance-id "$SKINFLINT_INSTANCE_ID" --region "$AWS_DEFAULT_REGION"',
-        "    exit 0",
-        "  fi",
-        f"  sleep {C.DRAIN_POLL_S}",
-        "done",
-        "DRAIN",
-        "chmod 0755 /opt/skinflint/drain.sh",
-        "cat > /etc/systemd/system/skinflint-drain.service <<'UNIT'",
-        "[Unit]",
-        "Description=Skinflint drain on scale-in (ASG lifecycle hook)",
-        "[Service]",
-        "ExecStart=/opt/skinflint/drain.sh",
-        "Restart=on-failure",
         "[Install]",
         "WantedBy=multi-user.target",
         "UNIT",
@@ -126,5 +102,5 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
         "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s"
         " -c file:/opt/aws/amazon-cloudwatch-agent/etc/amazon-cloudwatch-agent.json",
         "systemctl daemon-reload",
-        "systemctl enable --now skinflint-worker.service skinflint-drain.service",
+        "systemctl enable --now skinflint-worker.service",
     ]

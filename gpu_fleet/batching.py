@@ -6,7 +6,9 @@ once ``window_end + grace`` has passed (grace covers the SQS hop of a request se
 window closed), or as soon as it is full: a full batch gains nothing by waiting. A message arriving
 after its batch was handed out forms a late batch that is ready at once. A batch larger than the
 configured size (bursts) is split into chunks of that size. SQS redeliveries of a message already
-buffered are folded into it (their receipts are kept so they are deleted too).
+buffered are folded into it (their receipts are kept so they are deleted too). Batches are keyed by
+(deployment version, batch id): across a plan change one queue may carry both versions' windows,
+whose batch ids count from different schedule origins.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ class BatchAssembler:
     def __init__(self, batch: int, grace_s: float):
         self.batch = batch
         self.grace_s = grace_s
-        self._open: dict[int, _Open] = {}
-        self._keys: dict[str, int] = {}  # idempotency key -> batch id, for buffered messages
+        self._open: dict[tuple[int, int], _Open] = {}
+        self._keys: dict[str, tuple[int, int]] = {}  # idempotency key -> batch key, for buffered messages
 
     def __len__(self) -> int:
         return sum(len(o.items) for o in self._open.values())
@@ -48,11 +50,12 @@ class BatchAssembler:
         if key in self._keys:
             self._open[self._keys[key]].items[key].receipts.append(receipt)
             return
-        slot = self._open.get(message.batch_id)
+        bkey = (message.deployment_version, message.batch_id)
+        slot = self._open.get(bkey)
         if slot is None:
-            slot = self._open[message.batch_id] = _Open(close_at=message.window_end + self.grace_s)
+            slot = self._open[bkey] = _Open(close_at=message.window_end + self.grace_s)
         slot.items[key] = Pending(message, [receipt], now)
-        self._keys[key] = message.batch_id
+        self._keys[key] = bkey
 
     def next_close(self) -> float | None:
         """When the next batch is ready (``-inf`` when one is full already)."""
@@ -65,13 +68,14 @@ class BatchAssembler:
         """Batches whose window has closed, earliest first, as (batch id, requests) chunks of at
         most ``batch`` requests each (earliest deadline first inside a batch)."""
         ready = sorted(
-            (o.close_at, bid)
-            for bid, o in self._open.items()
+            (o.close_at, bkey)
+            for bkey, o in self._open.items()
             if o.close_at <= now or len(o.items) >= self.batch
         )
         out: list[tuple[int, list[Pending]]] = []
-        for _, bid in ready:
-            slot = self._open.pop(bid)
+        for _, bkey in ready:
+            slot = self._open.pop(bkey)
+            bid = bkey[1]
             items = sorted(slot.items.values(), key=lambda p: (p.message.deadline, p.message.idempotency_key))
             for p in items:
                 self._keys.pop(p.message.idempotency_key, None)

@@ -7,12 +7,18 @@ its deadline, runs the batch (:mod:`gpu_fleet.runtimes`), records results idempo
 each result to the downstream modules through the same dispatch library as the front, and emits
 metrics. SIGTERM: the batch in hand is finished, everything still buffered is released
 (ChangeMessageVisibility 0).
+
+On a fleet instance (:mod:`gpu_fleet.instance`) several workers, one per share of the instance's
+slot, run in one process and share one :class:`Device`: their batches take the device in the
+order their windows close, as the fleet packing assumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import heapq
+import itertools
 import json
 import logging
 import signal
@@ -20,7 +26,8 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from functions.adapters.results import TaskRecord
@@ -30,17 +37,18 @@ from functions.schema import TaskMessage
 from gpu_fleet.batching import BatchAssembler, Pending
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from functions.adapters.blobs import BlobStore
     from functions.adapters.metrics import Metrics
+    from functions.adapters.outcomes import FrameOutcomes
     from functions.adapters.queues import Received, TaskQueues
     from functions.adapters.results import ResultStore
     from functions.routing import Router
     from functions.schema import Assignment
     from gpu_fleet.runtimes import Runtime
 
-__all__ = ["BatchOutcome", "Worker", "main"]
+__all__ = ["BatchOutcome", "Device", "Worker", "main"]
 
 log = logging.getLogger("skinflint.worker")
 
@@ -52,6 +60,47 @@ class BatchOutcome:
     dropped: int = 0
     duplicates: int = 0
     forwarded: int = 0
+
+
+class Device:
+    """One accelerator (or the CPU cores a model runs on) shared by every worker of an instance.
+
+    A batch of a share planned with concurrency ``c`` takes ``1/c`` of the device while it runs
+    (``c`` copies of the model run at once, as profiled); a ``c = 1`` batch has the device to
+    itself. Batches are granted strictly in the order their windows closed, earliest first: a
+    later window never overtakes an earlier one, which is what the packing's added wait (one
+    duty cycle of the other shares) assumes. One worker alone with its own device behaves as
+    ``c`` model slots."""
+
+    _EPS = 1e-9
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._used = 0.0
+        self._waiting: list[tuple[float, int]] = []
+        self._seq = itertools.count()
+        self.busy_s = 0.0  # total device-seconds granted (weighted), for occupancy figures
+
+    @contextmanager
+    def slot(self, close_at: float, concurrency: int = 1) -> Iterator[None]:
+        """Hold ``1/concurrency`` of the device for the ``with`` body, in window-close order."""
+        weight = 1.0 / max(1, concurrency)
+        me = (close_at, next(self._seq))
+        with self._cv:
+            heapq.heappush(self._waiting, me)
+            while self._waiting[0] != me or self._used + weight > 1.0 + self._EPS:
+                self._cv.wait()
+            heapq.heappop(self._waiting)
+            self._used += weight
+            self._cv.notify_all()  # the next in line may fit beside this one
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._used -= weight
+                self.busy_s += weight * (time.perf_counter() - start)
+                self._cv.notify_all()
 
 
 @dataclass
@@ -68,39 +117,143 @@ class Worker:
     clock: Callable[[], float] = time.time
     io_threads: int = 3
     crash_after_record: bool = False  # tests: die between recording and deleting (SQS redelivers)
+    device: Device = field(default_factory=Device)  # shared by the workers of one instance
+    outcomes: FrameOutcomes | None = None  # per-frame SLO / end-to-end metrics (default: next to results)
+    emit_outcomes: bool = True  # False: no frame-outcome metrics (and no read-back of finished frames)
+    max_receive_count: int = 5  # the queues' redrive maxReceiveCount (cdk constants, provision)
 
     def __post_init__(self) -> None:
         a = self.assignment
         self.assembler = BatchAssembler(a.batch, self.grace_s)
         self._lock = threading.Condition()
-        self._model_slots = threading.BoundedSemaphore(a.concurrency)
         self._stopping = threading.Event()
         self._dims = {"App": a.app, "Module": a.module, "Hardware": a.hardware}
+        self._forward_router = self.router
         dep = self.router.deployment
         self._tail_s = dep.min_tail_s(a.module)
         self._children = dep.children(a.module)
         self._batches_run: set[int] = set()
-        self.totals: dict[str, int] = {"ran": 0, "dropped": 0, "duplicates": 0, "forwarded": 0, "poison": 0}
+        self._in_hand = 0  # batches taken from the assembler and not finished yet
+        self._receives: dict[str, int] = {}  # idempotency key -> SQS receive count (poison path)
+        if self.outcomes is None and self.emit_outcomes:
+            from functions.adapters.outcomes import FrameOutcomes
+
+            self.outcomes = FrameOutcomes.for_results(self.results, self.metrics)
+        self.totals: dict[str, int] = {
+            "ran": 0, "dropped": 0, "duplicates": 0, "forwarded": 0, "poison": 0, "released": 0,
+        }  # fmt: skip
+
+    def forward_with(self, router: Router) -> None:
+        """Route the children of every batch finished from now on with ``router`` (a newer plan
+        version: once it is active, its queues are the ones served). The worker's own windows
+        (batch size, empty-slot count) stay those of its assignment."""
+        self._forward_router = router
+        dep = router.deployment
+        if self.assignment.module in dep.plan.modules:
+            self._tail_s = dep.min_tail_s(self.assignment.module)
+            self._children = dep.children(self.assignment.module)
+
+    @property
+    def forward_router(self) -> Router:
+        """The routing children are forwarded with (the assignment's, or a newer version's)."""
+        return self._forward_router
+
+    def retarget(self, router: Router) -> None:
+        """Serve the same queue and configuration under a newer plan version: its windows (empty
+        slots) and its routing both come from ``router`` from now on."""
+        self.router = router
+        self.forward_with(router)
+
+    def idle(self) -> bool:
+        """Nothing buffered and no batch in hand (the queue itself may still hold messages)."""
+        with self._lock:
+            return len(self.assembler) == 0 and self._in_hand == 0
 
     # -- receiving ---------------------------------------------------------------------------------
     def accept(self, received: list[Received]) -> int:
         """Parse and buffer received messages; a malformed one stays in the queue (it reaches the
         DLQ after maxReceiveCount receives) and is counted."""
+        if self._stopping.is_set():  # received while stopping: give it straight back
+            self._release([r.receipt for r in received])
+            return 0
         now = self.clock()
         n = 0
+        poison: list[tuple[Received, ValueError]] = []
         with self._lock:
+            if len(self._receives) > 20_000:  # receive counts matter only while a request is in hand
+                self._receives.clear()
             for r in received:
                 try:
                     msg = TaskMessage.parse(r.body)
-                except ValueError:
+                except ValueError as exc:
                     self.totals["poison"] += 1
                     self.metrics.put("PoisonMessages", 1, **self._dims)
                     log.warning("unparseable message left for the DLQ (receive %d)", r.receive_count)
+                    poison.append((r, exc))
                     continue
                 self.assembler.add(msg, r.receipt, now)
+                self._receives[msg.idempotency_key] = r.receive_count
                 n += 1
             self._lock.notify_all()
+        for r, exc in poison:
+            self._record_poison(r, exc)
         return n
+
+    # -- poison messages (gpu_fleet/poison.py) ------------------------------------------------------
+    def _record_poison(self, r: Received, exc: ValueError) -> None:
+        """An unparseable message that names its request: record its task as dropped with the
+        reason (the frame's owner reads it); the message itself goes on to the DLQ."""
+        from gpu_fleet.poison import poison_record
+
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        rec = poison_record(
+            r.body, why, self.assignment.module, self.assignment.hardware, self.runtime.emulated, self.clock()
+        )
+        if rec is None:
+            return
+        try:
+            self.results.record_tasks([rec])
+            self._observe_outcomes([rec])
+        except DataPlaneError as e:
+            log.warning("cannot record poison message of %s: %s", rec.key, e)
+
+    def _batch_failed(self, batch_id: int, items: list[Pending], exc: BaseException) -> None:
+        """A failed batch stays in flight (SQS redelivers it; the DLQ takes it after
+        ``max_receive_count`` receives). A batch of several is retried one request at a time, so a
+        poison request does not take its batch-mates with it; a request failing on its last
+        receive is recorded as dropped with the reason, so its frame is answered."""
+        from gpu_fleet.poison import describe_error
+
+        if len(items) > 1:
+            for p in items:
+                try:
+                    self.process(batch_id, [p])
+                except Exception as one:  # noqa: BLE001 - each request's failure is handled alone
+                    self._batch_failed(batch_id, [p], one)
+            return
+        for p in items:
+            tries = self._receives.get(p.message.idempotency_key, 1)
+            if tries < self.max_receive_count:
+                continue
+            now = self.clock()
+            rec = self._record(
+                p.message, "dropped", now, now, 1, (), reason=f"failed {tries} times: {describe_error(exc)}"
+            )
+            try:
+                self.results.record_tasks([rec])
+                self._observe_outcomes([rec])
+                self.metrics.put("PoisonMessages", 1, **self._dims)
+            except DataPlaneError as e:
+                log.warning("cannot record the failure of %s: %s", rec.key, e)
+
+    def _observe_outcomes(self, records: list[TaskRecord]) -> None:
+        """Emit the end-to-end outcome of the frames these records finished (best effort)."""
+        if self.outcomes is None:
+            return
+        try:
+            self.outcomes.submit(records)  # a background read-back (functions/adapters/outcomes.py)
+        except DataPlaneError as exc:
+            log.warning("frame outcome not emitted: %s", exc)
 
     def poll_once(self, wait_s: int = 1) -> int:
         return self.accept(self.queues.receive(self.assignment.queue_url, wait_s=wait_s))
@@ -109,7 +262,16 @@ class Worker:
     def run_ready(self, now: float | None = None) -> list[BatchOutcome]:
         with self._lock:
             ready = self.assembler.take_ready(self.clock() if now is None else now)
-        return [self.process(bid, items) for bid, items in ready]
+            self._in_hand += len(ready)
+        return [self._process_counted(bid, items) for bid, items in ready]
+
+    def _process_counted(self, batch_id: int, items: list[Pending]) -> BatchOutcome:
+        try:
+            return self.process(batch_id, items)
+        finally:
+            with self._lock:
+                self._in_hand -= 1
+                self._lock.notify_all()
 
     def process(self, batch_id: int, items: list[Pending]) -> BatchOutcome:
         a = self.assignment
@@ -127,7 +289,8 @@ class Worker:
         outputs: list[dict[str, Any]] = []
         if run:
             inputs = [self.runtime.prepare(self._payload(p.message), p.message.region) for p in run]
-            with self._model_slots:  # the model's copies; the I/O below runs outside them
+            close_at = min(p.message.window_end for p in run)
+            with self.device.slot(close_at, a.concurrency):  # the I/O below runs outside it
                 outputs = self.runtime.run(inputs)
         done = self.clock()
         children: dict[str, list[tuple[TaskMessage, int]]] = {}
@@ -149,6 +312,7 @@ class Worker:
             raise SystemExit("crash injected after recording")
         self.queues.delete(a.queue_url, [r for p in items for r in p.receipts])
         self._metrics(items, run, records, out, start, done)
+        self._observe_outcomes(records)
         with self._lock:
             self._batches_run.add(batch_id)
             for k in ("ran", "dropped", "duplicates", "forwarded"):
@@ -202,10 +366,11 @@ class Worker:
         result write before forwarding is inside the child's measured latency."""
         n = 0
         at = self.clock()
+        router = self._forward_router
         for child, reqs in children.items():
             by_queue: dict[str, list[TaskMessage]] = {}
-            for (m, k), route in zip(reqs, self.router.route_burst(child, at, len(reqs)), strict=True):
-                msg = self.router.task(
+            for (m, k), route in zip(reqs, router.route_burst(child, at, len(reqs)), strict=True):
+                msg = router.task(
                     route,
                     request_id=m.request_id,
                     task_id=f"{m.task_id}/{child}.{k}",
@@ -285,6 +450,7 @@ class Worker:
                     if delay > 0:
                         self._lock.wait(timeout=min(delay, 0.25))
                     ready = self.assembler.take_ready(self.clock())
+                    self._in_hand += len(ready)
                 for bid, items in ready:
                     pool.submit(self._process_logged, bid, items)
                 now = self.clock()
@@ -295,11 +461,13 @@ class Worker:
 
     def _process_logged(self, batch_id: int, items: list[Pending]) -> None:
         try:
-            self.process(batch_id, items)
+            self._process_counted(batch_id, items)
         except DataPlaneError as exc:  # the batch's messages stay in flight: SQS redelivers them
             log.error("batch %d failed, left for redelivery: %s", batch_id, exc)
-        except Exception:  # a model or decode failure: same, and the DLQ catches a poison request
+            self._batch_failed(batch_id, items, exc)
+        except Exception as exc:  # a model or decode failure: same, and the DLQ catches a poison request
             log.exception("batch %d failed, left for redelivery", batch_id)
+            self._batch_failed(batch_id, items, exc)
 
     def _report(self, t_from: float, t_to: float, heartbeat: Callable[[dict[str, Any]], None] | None) -> None:
         self.metrics.put("InstanceSeconds", t_to - t_from, "Seconds", **self._dims)
@@ -317,6 +485,8 @@ class Worker:
 
     def _shutdown(self, receiver: threading.Thread) -> None:
         receiver.join(timeout=3)
+        if receiver.is_alive():  # a receive still in flight: what it returns is released by accept()
+            log.warning("receiver still in a long poll at shutdown")
         released = self.release_buffered()
         log.info("stopped: %s, released %d", self.totals, released)
 
@@ -324,10 +494,18 @@ class Worker:
         """Give every buffered (not yet run) message back to the queue at once."""
         with self._lock:
             left = self.assembler.drain()
-        receipts = [r for p in left for r in p.receipts]
+        return self._release([r for p in left for r in p.receipts])
+
+    def _release(self, receipts: list[str]) -> int:
         if receipts:
-            self.queues.release(self.assignment.queue_url, receipts)
+            try:
+                self.queues.release(self.assignment.queue_url, receipts)
+            except DataPlaneError as exc:  # they come back after the visibility timeout instead
+                log.warning("release of %d message(s) failed: %s", len(receipts), exc)
+                return 0
             self.metrics.put("Released", len(receipts), **self._dims)
+            with self._lock:
+                self.totals["released"] += len(receipts)
         return len(receipts)
 
 

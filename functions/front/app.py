@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
+import math
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -14,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from functions.errors import DataPlaneError
+from functions.front.admin import AdminService, add_admin_routes, admin_from_config
 from functions.front.service import FrontService, Rejection
 from functions.schema import ErrorOut, FramesAccepted, FramesIn, ResultOut
 
@@ -22,22 +26,32 @@ if TYPE_CHECKING:
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("skinflint.front")
+
 _ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 415, 422)
+}
+_SHED: dict[int | str, dict[str, object]] = {
+    429: {"model": ErrorOut, "description": "per-key rate limit (Retry-After)"},
+    503: {"model": ErrorOut, "description": "shed: the plan cannot meet the deadline now (Retry-After)"},
 }
 
 
 def _authed(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> FrontService:
     svc: FrontService = request.app.state.service()
     svc.authenticate(x_api_key)
+    request.state.api_key = x_api_key
     return svc
 
 
 Svc = Annotated[FrontService, Depends(_authed)]
 
 
-def create_app(service_factory: Callable[[], FrontService]) -> FastAPI:
-    """``service_factory`` is called once, on the first request that needs it (lean cold start)."""
+def create_app(
+    service_factory: Callable[[], FrontService], admin_factory: Callable[[], AdminService] | None = None
+) -> FastAPI:
+    """``service_factory`` is called once, on the first request that needs it (lean cold start);
+    ``admin_factory`` likewise for the admin routes (default: built from the front's config)."""
     app = FastAPI(
         title="Skinflint front API",
         version="1",
@@ -55,7 +69,22 @@ def create_app(service_factory: Callable[[], FrontService]) -> FastAPI:
 
     @app.exception_handler(Rejection)
     async def _rejected(_: Request, exc: Rejection) -> JSONResponse:
-        return JSONResponse(status_code=exc.status, content={"error": exc.error, "reason": exc.reason})
+        content: dict[str, object] = {"error": exc.error, "reason": exc.reason}
+        headers = None
+        if exc.retry_after_s is not None:
+            content["retry_after_s"] = round(exc.retry_after_s, 3)
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+        return JSONResponse(status_code=exc.status, content=content, headers=headers)
+
+    @app.exception_handler(DataPlaneError)
+    async def _unavailable(_: Request, exc: DataPlaneError) -> JSONResponse:
+        # a backend call failed (DynamoDB, SQS, S3): retryable, never a bare 500
+        log.warning("backend call failed: %s", exc)
+        return JSONResponse(
+            status_code=503,
+            content={"error": "unavailable", "reason": "a backend call failed; retry", "retry_after_s": 1},
+            headers={"Retry-After": "1"},
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -80,7 +109,7 @@ def create_app(service_factory: Callable[[], FrontService]) -> FastAPI:
         status_code=202,
         response_model=FramesAccepted,
         tags=["frames"],
-        responses=_ERRORS,
+        responses={**_ERRORS, **_SHED},
         openapi_extra={
             "requestBody": {
                 "content": {
@@ -106,13 +135,14 @@ def create_app(service_factory: Callable[[], FrontService]) -> FastAPI:
         frames = _frames_from_json(svc, body) if ctype == "application/json" else [(body, ctype)]
         if ctype != "application/json" and not body:
             svc.reject(400, "empty_body", "the body is empty")
-        return await run_in_threadpool(svc.accept, app_name, frames)
+        return await run_in_threadpool(svc.accept, app_name, frames, getattr(request.state, "api_key", None))
 
     @app.get("/v1/requests/{request_id}", response_model=ResultOut, tags=["results"], responses=_ERRORS)
     def get_request(request_id: str, svc: Svc, wait: Annotated[float, Query(ge=0, le=20)] = 0.0) -> ResultOut:
         """The frame's status and, once done, every module's result. ``?wait=S`` long-polls up to S s."""
         return svc.result(request_id, wait)
 
+    add_admin_routes(app, admin_factory or (lambda: admin_from_config(service().config)))
     return app
 
 

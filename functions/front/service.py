@@ -4,6 +4,7 @@ and enqueue; read results. Adapters are injected; the FastAPI routes only transl
 from __future__ import annotations
 
 import base64
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,8 +21,10 @@ if TYPE_CHECKING:
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore
     from functions.adapters.metrics import Metrics
+    from functions.adapters.plan_store import Manifest, PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
+    from functions.front.admission import Admission
     from functions.routing import Route
     from functions.settings import DataPlaneConfig
 
@@ -29,16 +32,20 @@ __all__ = ["FrontService", "Rejection"]
 
 IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}
 _CACHE_TTL_S = 10.0
+_POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
+_REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: anything else cannot exist (and never hits DynamoDB)
+_APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 class Rejection(DataPlaneError):
     """A request the front refuses: HTTP ``status``, a short ``error`` code and a ``reason``."""
 
-    def __init__(self, status: int, error: str, reason: str):
+    def __init__(self, status: int, error: str, reason: str, retry_after_s: float | None = None):
         super().__init__(reason)
         self.status = status
         self.error = error
         self.reason = reason
+        self.retry_after_s = retry_after_s  # load shedding (429/503): when a retry may succeed
 
 
 def check_image(data: bytes, content_type: str) -> None:
@@ -68,8 +75,12 @@ class FrontService:
     blobs: BlobStore
     metrics: Metrics
     clock: Callable[[], float] = time.time
+    admission: Admission | None = None  # load shedding (functions/front/admission.py); None: admit all
+    plans: PlanStore | None = None  # versioned plans: dispatch on the version serving now (docs/control.md)
     _routers: dict[str, tuple[float, Router | None]] = field(default_factory=dict)
     _keys: dict[str, float] = field(default_factory=dict)
+    _pointer: tuple[float, Manifest | None] = (0.0, None)
+    _by_version: dict[tuple[str, int], Router] = field(default_factory=dict)
 
     # -- auth and config ---------------------------------------------------------------------------
     def authenticate(self, key: str | None) -> None:
@@ -83,7 +94,12 @@ class FrontService:
         self._keys[key] = now + _CACHE_TTL_S
 
     def router(self, app: str) -> Router:
+        if not _APP_NAME.fullmatch(app):
+            self.reject(404, "unknown_app", f"no app named {app[:140]!r} is deployed")
         now = self.clock()
+        m = self._manifest(now)
+        if m is not None:
+            return self._versioned_router(app, m.serving(now))
         cached = self._routers.get(app)
         if cached is None or cached[0] < now:
             dep = self.store.get_deployment(app)
@@ -94,9 +110,35 @@ class FrontService:
         assert cached[1] is not None
         return cached[1]
 
+    def _manifest(self, now: float) -> Manifest | None:
+        """The plan pointer's manifest, read at most once per ``_POINTER_TTL_S``."""
+        if self.plans is None:
+            return None
+        if self._pointer[0] <= now:
+            self._pointer = (now + _POINTER_TTL_S, self.plans.current())
+        return self._pointer[1]
+
+    def _versioned_router(self, app: str, version: int) -> Router:
+        """The router of ``app`` in plan ``version`` (versions are immutable: cached for good; the
+        pointer, re-read every ``_POINTER_TTL_S``, says which version serves: the previous one
+        until the current one's ``activate_at``)."""
+        assert self.plans is not None
+        key = (app, version)
+        router = self._by_version.get(key)
+        if router is None:
+            dep = self.plans.deployment(version, app)
+            if dep is None:
+                self.reject(404, "unknown_app", f"no app named {app!r} is deployed")
+            assert dep is not None
+            router = self._by_version[key] = Router.for_deployment(dep)
+            for old in sorted(self._by_version, key=lambda k: k[1])[: max(0, len(self._by_version) - 64)]:
+                self._by_version.pop(old, None)
+        return router
+
     def list_apps(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
-        for name in self.store.list_apps():
+        m = self._manifest(self.clock())
+        for name in sorted(m.apps) if m is not None else self.store.list_apps():
             d = self.router(name).deployment
             out.append(
                 {
@@ -115,8 +157,9 @@ class FrontService:
         raise Rejection(status, error, reason)
 
     # -- frames ------------------------------------------------------------------------------------
-    def accept(self, app: str, frames: list[tuple[bytes, str]]) -> FramesAccepted:
-        """Validate every frame first (all or nothing), then store, record and enqueue them."""
+    def accept(self, app: str, frames: list[tuple[bytes, str]], api_key: str | None = None) -> FramesAccepted:
+        """Validate every frame first (all or nothing), admit them (load shedding), then store,
+        record and enqueue them."""
         router = self.router(app)
         for data, content_type in frames:
             if content_type not in IMAGE_TYPES:
@@ -131,15 +174,18 @@ class FrontService:
                 self.reject(rej.status, rej.error, rej.reason)
         now = self.clock()
         dep = router.deployment
+        admitted = self._admit(router, app, len(frames), now, api_key)
         records: list[FrameRecord] = []
         by_queue: dict[str, list] = {}
         accepted: list[FrameAccepted] = []
-        for data, content_type in frames:
+        for i, (data, content_type) in enumerate(frames):
             request_id = uuid.uuid4().hex
             payload = self._payload(request_id, data, content_type)
             deadline = now + dep.slo_s
             t0 = time.perf_counter()
-            routes: list[Route] = [router.route(m, now) for m in dep.roots]
+            routes: list[Route] = (
+                [admitted[i][m] for m in dep.roots] if admitted else [router.route(m, now) for m in dep.roots]
+            )
             self.metrics.put("DispatchMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
             for r in routes:
                 msg = router.task(
@@ -160,6 +206,24 @@ class FrontService:
         self.metrics.put("FramesAccepted", len(frames), App=app)
         return FramesAccepted(app=app, accepted=accepted)
 
+    def _admit(
+        self, router: Router, app: str, n: int, now: float, api_key: str | None
+    ) -> list[dict[str, Route]] | None:
+        """Per frame, its root routes (None without admission control); sheds with 429/503."""
+        if self.admission is None:
+            return None
+        from functions.front.admission import Shed
+
+        t0 = time.perf_counter()
+        decision = self.admission.admit(router, n, now, api_key, depth=self.queues.depth)
+        self.metrics.put("AdmissionMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
+        if isinstance(decision, Shed):
+            self.metrics.put("FrontRejected", n, App=app, Reason=decision.error)
+            raise Rejection(decision.status, decision.error, decision.reason, decision.retry_after_s)
+        if decision.spilled:
+            self.metrics.put("SlotSpills", decision.spilled, App=app)
+        return decision.routes
+
     def _payload(self, request_id: str, data: bytes, content_type: str) -> Payload:
         b64 = base64.b64encode(data).decode()
         if len(b64) <= self.config.inline_limit_bytes:
@@ -171,6 +235,8 @@ class FrontService:
 
     # -- results -----------------------------------------------------------------------------------
     def result(self, request_id: str, wait_s: float = 0.0) -> ResultOut:
+        if not _REQUEST_ID.fullmatch(request_id):
+            self.reject(404, "unknown_request", f"no request {request_id[:140]!r}")
         end = self.clock() + max(0.0, min(wait_s, 20.0))
         while True:
             out = self.results.get_request(request_id)

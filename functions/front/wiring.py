@@ -17,8 +17,10 @@ def service_from_config(
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore
     from functions.adapters.metrics import CloudWatchMetrics
+    from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
+    from functions.front.admission import Admission, AdmissionConfig
     from functions.front.service import FrontService
     from functions.settings import DataPlaneConfig, make_client
 
@@ -34,4 +36,6 @@ def service_from_config(
         queues=TaskQueues(make_client("sqs", cfg)),
         blobs=BlobStore(make_client("s3", cfg), cfg.bucket),
         metrics=metrics,
+        admission=Admission(AdmissionConfig.from_env()),
+        plans=PlanStore(ddb, cfg.config_table),
     )

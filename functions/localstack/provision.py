@@ -6,7 +6,6 @@ receive exactly its own windows' requests to close them on time (docs/dataplane.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -59,27 +58,21 @@ def create_queues(
     sqs: Any, app: str, plan: Plan, visibility_timeout_s: int = 30, max_receive_count: int = 5
 ) -> tuple[dict[str, dict[str, str]], str]:
     """One queue per machine with a redrive policy to the app's DLQ; returns (queues, dlq_url)."""
-    try:
-        dlq = sqs.create_queue(QueueName=f"skinflint-{app}-dlq")["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)})
-        queues: dict[str, dict[str, str]] = {}
-        for module, mp in plan.modules.items():
-            for g, group in enumerate(mp.groups):
-                for m in range(group.machines):
-                    url = sqs.create_queue(
-                        QueueName=f"skinflint-{app}-{module}-g{g}-m{m}",
-                        Attributes={
-                            "VisibilityTimeout": str(visibility_timeout_s),
-                            "RedrivePolicy": redrive,
-                            "MessageRetentionPeriod": "3600",
-                        },
-                    )["QueueUrl"]
-                    queues.setdefault(module, {})[queue_key(g, m)] = url
-    except ClientError as exc:
-        raise ConfigError(f"cannot create the queues of {app}: {exc}") from exc
+    from functions.control.queues import create_module_queues, ensure_app_dlq
+
+    dlq, dlq_arn = ensure_app_dlq(sqs, app)
+    queues = {
+        module: create_module_queues(
+            sqs,
+            app,
+            module,
+            mp,
+            dlq_arn=dlq_arn,
+            visibility_timeout_s=visibility_timeout_s,
+            max_receive_count=max_receive_count,
+        )
+        for module, mp in plan.modules.items()
+    }
     return queues, dlq
 
 

@@ -1,10 +1,24 @@
-"""The local stack's processes: moto's server, the front (uvicorn), one worker per planned machine.
+"""The local stack: moto's server, the front (uvicorn), the control loop and an emulated fleet.
 
-:class:`LocalStack` is a context manager; ``skinflint up`` and ``skinflint demo`` both use it. It
-starts and stops only its own child processes (by pid)."""
+:class:`LocalStack` runs on one machine the loop a deployment runs on AWS (docs/control.md):
+
+- the apps are registered in the app registry (S3 + DynamoDB in moto) with the profiles the local
+  planning chose (``plan_fn``: measured on this host, GPU classes emulated from their profiles);
+- one Auto Scaling group per hardware class in moto (:mod:`functions.localstack.fleet`);
+- the planner's epoch (``functions.control.service.handle_event``, what the planner Lambda runs)
+  is invoked in process on a timer (every ``epoch_s``, 10 s by default; 60 s when deployed): observed
+  rates from CloudWatch, plan, pack, publish a version, set each group's desired capacity;
+- the fleet emulator honours the desired capacity with ``python -m gpu_fleet.instance`` processes,
+  one per moto instance, each claiming a slot of the current version; scale-in drains (SIGTERM);
+- the front reads the plan pointer and dispatches on the version serving now.
+
+It is a context manager; ``skinflint up`` and ``skinflint demo`` both use it. It starts and stops
+only its own child processes (by pid)."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import secrets
 import signal
@@ -12,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -24,10 +39,15 @@ from functions.settings import DataPlaneConfig, make_client
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from functions.adapters.plan_store import Manifest, PlanStore
+    from functions.control.epoch import Controller
+    from functions.localstack.fleet import FleetEmulator, LocalImds
     from functions.localstack.planning import LocalPlan
-    from functions.schema import Assignment, Deployment
+    from functions.schema import Deployment
 
-__all__ = ["LocalStack", "StackError", "StackInfo", "free_port"]
+__all__ = ["LocalStack", "StackConfig", "StackError", "StackInfo", "free_port", "registration_doc"]
+
+log = logging.getLogger("skinflint.stack")
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "skinflint-local",
@@ -63,6 +83,51 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes], name: 
     raise StackError(f"{name} did not answer {url} within {timeout_s:.0f} s (log: {log})", str(log))
 
 
+def registration_doc(lp: LocalPlan) -> dict[str, Any]:
+    """The app registration document of a locally planned app: its DAG, SLO, rate (also the floor:
+    the local stack plans for at least the rate it was started with) and, inline, each module's
+    profile entries on the hardware classes the local plan chose for it (measured here, or derived
+    for the emulated GPU classes). Pinning the classes keeps the control loop's plans within what
+    this host can run: the local plan allows at most one real CPU machine, a re-plan by the control
+    loop must not put more modules on the CPU. Durations are given back without the hop overhead
+    the local planning added; the control loop adds its own (``hop_overhead_s``)."""
+    profiles: dict[str, list[dict[str, Any]]] = {}
+    for name, mod in lp.app.modules.items():
+        entries = profiles.setdefault(mod.model, [])
+        chosen = {g.hardware for g in lp.plan.modules[name].groups}
+        for e in lp.problem.modules[name].profile:
+            if chosen and e.hardware not in chosen:
+                continue
+            raw = {**e.model_dump(), **(e.model_extra or {})}
+            raw["duration_s"] = max(e.duration_s - lp.overhead_s, 1e-6)
+            if raw not in entries:
+                entries.append(raw)
+    return {
+        "name": lp.app.name,
+        "slo_s": lp.slo_s,
+        "rate": lp.frame_rate,
+        "min_rate": lp.frame_rate,
+        "modules": {m: {"model": s.model, "kind": s.kind} for m, s in lp.app.modules.items()},
+        "edges": [list(e) for e in lp.app.edges],
+        "hardware": sorted(lp.problem.hardware),
+        "profiles": profiles,
+    }
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Timing of the local control loop (shorter than a deployment's: 60 s epochs, 15 s lead)."""
+
+    epoch_s: float = 10.0  # s between planning epochs
+    activate_lead_s: float = 4.0  # s between publishing a version and the front switching to it
+    rate_period_s: int = 5  # s: CloudWatch period of the observed rate (the front flushes every 5 s)
+    hook_timeout_s: float = 60.0  # s a draining instance is given before it is killed
+    agent_poll_s: float = 1.0  # s between an agent's reads of the plan pointer
+    lifecycle_poll_s: float = 2.0  # s between an agent's IMDS reads (Spot notice: 120 s ahead)
+    retire_grace_s: float = 2.0  # s old shares keep serving after a version activates
+    max_instances: int = 16  # per hardware group (each instance is an agent process on this host)
+
+
 @dataclass
 class StackInfo:
     url: str
@@ -70,9 +135,10 @@ class StackInfo:
     apps: list[str]
     endpoint_url: str
     deployments: dict[str, Deployment]
-    assignments: list[Assignment]
     plans: dict[str, LocalPlan]
     log_dir: str
+    version: int
+    groups: dict[str, str] = field(default_factory=dict)  # hardware -> Auto Scaling group
     dlqs: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -80,7 +146,8 @@ class StackInfo:
 
 
 class LocalStack:
-    """moto + resources + plan + front + workers. ``plan_fn(app) -> LocalPlan`` decides what runs."""
+    """moto + registry + control loop + fleet emulator + front. ``plan_fn(app, overhead_s)`` plans
+    an app for this machine (which hardware, which profiles, what is emulated)."""
 
     def __init__(
         self,
@@ -90,6 +157,7 @@ class LocalStack:
         log: Callable[[str], None] = lambda _msg: None,
         log_dir: str | None = None,
         ready_timeout_s: float = 120.0,
+        config: StackConfig | None = None,
     ):
         self.apps = apps
         self._plan_fn = plan_fn
@@ -97,8 +165,18 @@ class LocalStack:
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="skinflint-stack-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._ready_timeout_s = ready_timeout_s
+        self.config = config or StackConfig()
         self._procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.info: StackInfo | None = None
+        self.epochs: list[dict[str, Any]] = []  # every epoch's summary (EpochSummary.as_json + "at")
+        self.controller: Controller | None = None
+        self.plan_store: PlanStore | None = None
+        self.fleet: FleetEmulator | None = None
+        self._imds: LocalImds | None = None
+        self._timer: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._epoch_lock = threading.Lock()
+        self._front_url = ""
 
     # -- process helpers ---------------------------------------------------------------------------
     def _env(self, cfg: DataPlaneConfig | None = None) -> dict[str, str]:
@@ -110,11 +188,11 @@ class LocalStack:
         return env
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        log = self.log_dir / f"{name}.log"
-        fh = log.open("wb")
+        log_path = self.log_dir / f"{name}.log"
+        fh = log_path.open("wb")
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         fh.close()
-        self._procs.append((name, proc, log))
+        self._procs.append((name, proc, log_path))
         return proc
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -127,7 +205,7 @@ class LocalStack:
 
     def _start(self) -> StackInfo:
         from functions.adapters.config_store import ConfigStore
-        from functions.localstack.provision import create_base, deploy
+        from functions.localstack.provision import create_base
 
         t0 = time.time()
         port = free_port()
@@ -139,40 +217,91 @@ class LocalStack:
         self._log(f"moto server on {endpoint} ({time.time() - t0:.1f} s)")
         cfg = DataPlaneConfig(endpoint_url=endpoint)
         os.environ.update({k: v for k, v in FAKE_CREDENTIALS.items() if k not in os.environ})
-        ddb, sqs, s3 = (make_client(s, cfg) for s in ("dynamodb", "sqs", "s3"))
-        create_base(ddb, s3, cfg)
-        store = ConfigStore(ddb, cfg.config_table)
+        clients = {
+            s: make_client(s, cfg) for s in ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "ec2")
+        }
+        create_base(clients["dynamodb"], clients["s3"], cfg)
         api_key = "sk-local-" + secrets.token_urlsafe(18)
-        store.put_api_key(api_key, "local stack")
+        ConfigStore(clients["dynamodb"], cfg.config_table).put_api_key(api_key, "local stack")
 
-        deployments: dict[str, Deployment] = {}
-        assignments: list[Assignment] = []
-        plans: dict[str, LocalPlan] = {}
-        dlqs: dict[str, str] = {}
-        for app in self.apps:
-            lp = self._plan_fn(app, self._overhead(sqs, ddb))
-            plans[app] = lp
-            dep, asg, dlq = deploy(
-                store,
-                sqs,
-                lp.app,
-                lp.plan,
-                lp.frame_rate,
-                slo_s=lp.slo_s,
-                emulated_hardware=lp.emulated_hardware,
-                model_path=lp.model_path,
-                overhead_s=lp.overhead_s,
-                threads=lp.threads,
-            )
-            deployments[app], dlqs[app] = dep, dlq
-            assignments += asg
-            machines = sum(g.machines for m in lp.plan.modules.values() for g in m.groups)
+        overhead = self._overhead(clients["sqs"], clients["dynamodb"])
+        plans = {app: self._plan_fn(app, overhead) for app in self.apps}
+        groups = self._control_plane(cfg, clients, plans)
+        manifest = self._first_epoch(max(lp.overhead_s for lp in plans.values()))
+        self._start_front(cfg)
+        self._start_fleet(cfg, clients, groups)
+        self._wait_serving(manifest, t0)
+        self._timer = threading.Thread(target=self._epoch_loop, name="epoch-timer", daemon=True)
+        self._timer.start()
+        assert self.plan_store is not None
+        deployments = self.plan_store.deployments(manifest.version)
+        self.info = StackInfo(
+            url=self._front_url,
+            api_key=api_key,
+            apps=list(self.apps),
+            endpoint_url=endpoint,
+            deployments=deployments,
+            plans=plans,
+            log_dir=str(self.log_dir),
+            version=manifest.version,
+            groups=groups,
+            dlqs=self._dlqs(clients["sqs"]),
+        )
+        return self.info
+
+    def _control_plane(
+        self, cfg: DataPlaneConfig, clients: dict[str, Any], plans: dict[str, LocalPlan]
+    ) -> dict[str, str]:
+        """Register the apps, create the hardware groups, build the controller."""
+        from functions.adapters.plan_store import PlanStore
+        from functions.control.epoch import ControlConfig
+        from functions.control.registry import AppRegistry
+        from functions.control.service import Registrar, build_controller, load_catalog
+        from functions.control.state import StateStore
+        from functions.localstack.fleet import create_groups
+
+        ddb, s3 = clients["dynamodb"], clients["s3"]
+        catalog = load_catalog(s3, cfg.bucket)
+        hop = max(lp.overhead_s for lp in plans.values())
+        hardware = sorted({h for lp in plans.values() for h in lp.problem.hardware})
+        groups = create_groups(
+            clients["autoscaling"],
+            clients["ec2"],
+            catalog,
+            hardware,
+            max_size=self.config.max_instances,
+            hook_timeout_s=int(self.config.hook_timeout_s),
+        )
+        registrar = Registrar(
+            registry=AppRegistry(ddb, cfg.config_table, s3, cfg.bucket),
+            states=StateStore(ddb, cfg.config_table),
+            catalog=catalog,
+            stored_profile=lambda _model: None,  # every profile is inline
+            overhead_s=hop,
+        )
+        for lp in plans.values():
+            registrar.register(registration_doc(lp))
+        c = self.config
+        control = ControlConfig(
+            asg_names=groups,
+            epoch_s=c.epoch_s,
+            min_gap_s=0.8 * c.epoch_s,
+            activate_lead_s=c.activate_lead_s,
+            hop_overhead_s=hop,
+            rate_period_s=c.rate_period_s,
+            stale_s=max(30.0, 3 * c.epoch_s),
+            emulated_hardware=tuple(sorted({h for lp in plans.values() for h in lp.emulated_hardware})),
+        )
+        self.controller = build_controller(cfg, control, clients=clients)
+        self.plan_store = PlanStore(ddb, cfg.config_table)
+        for lp in plans.values():
             self._log(
-                f"{app}: planned {machines} machine(s) "
-                f"at {lp.frame_rate:g} frames/s, billed ${lp.plan.billed_per_hour:.3f}/h"
+                f"{lp.app.name}: registered at {lp.frame_rate:g} frames/s on "
+                f"{', '.join(lp.hardware_label(h) for h in sorted(lp.problem.hardware))}"
             )
+        return groups
 
-        env = self._env(cfg)
+    def _start_front(self, cfg: DataPlaneConfig) -> None:
         front_port = free_port()
         front = self._spawn(
             "front",
@@ -180,53 +309,159 @@ class LocalStack:
                 sys.executable, "-m", "uvicorn", "functions.front.local:app",
                 "--host", "127.0.0.1", "--port", str(front_port), "--log-level", "warning", "--no-access-log",
             ],
-            env,
+            self._env(cfg),
         )  # fmt: skip
-        for a in assignments:
-            self._spawn(
-                f"worker-{a.worker_id}",
-                [sys.executable, "-m", "gpu_fleet.worker", "--worker-id", a.worker_id],
-                env,
-            )
-        url = f"http://127.0.0.1:{front_port}"
-        _wait_http(f"{url}/healthz", 60, front, "front", self.log_dir / "front.log")
-        self._wait_workers(store, [a.worker_id for a in assignments])
-        self._log(f"{len(assignments)} worker(s) ready ({time.time() - t0:.1f} s since start)")
-        self.info = StackInfo(
-            url=url,
-            api_key=api_key,
-            apps=list(self.apps),
-            endpoint_url=endpoint,
-            deployments=deployments,
-            assignments=assignments,
-            plans=plans,
-            log_dir=str(self.log_dir),
-            dlqs=dlqs,
+        self._front_url = f"http://127.0.0.1:{front_port}"
+        _wait_http(f"{self._front_url}/healthz", 60, front, "front", self.log_dir / "front.log")
+
+    def _start_fleet(self, cfg: DataPlaneConfig, clients: dict[str, Any], groups: dict[str, str]) -> None:
+        from functions.localstack.fleet import FleetEmulator, LocalImds, ProcessLauncher
+
+        c = self.config
+        launcher = ProcessLauncher(
+            self._env(cfg),
+            self.log_dir,
+            [
+                "--poll-s", str(c.agent_poll_s),
+                "--recheck-s", str(c.epoch_s),
+                "--retire-grace-s", str(c.retire_grace_s),
+                "--lifecycle-poll-s", str(c.lifecycle_poll_s),
+            ],
+        )  # fmt: skip
+        self._imds = LocalImds().start()
+        store = self.plan_store
+        assert store is not None
+
+        def is_idle(iid: str) -> bool:
+            beat = store.instances().get(iid)
+            return beat is not None and beat.state == "idle"
+
+        self.fleet = FleetEmulator(
+            clients["autoscaling"],
+            groups,
+            launcher,
+            self._imds,
+            is_idle=is_idle,
+            interval_s=1.0,
+            hook_timeout_s=c.hook_timeout_s,
         )
-        return self.info
+        self.fleet.reconcile()
+        self.fleet.start()
+
+    # -- the control loop ----------------------------------------------------------------------------
+    def run_epoch(self, reason: str = "local epoch timer") -> dict[str, Any]:
+        """One planning epoch now (what the timer does every ``epoch_s``); returns its summary."""
+        from functions.control.service import handle_event
+
+        assert self.controller is not None
+        with self._epoch_lock:
+            out = handle_event(self.controller, {"detail-type": reason})
+        out["at"] = time.time()
+        self.epochs.append(out)
+        self._log(_epoch_line(out))
+        return out
+
+    def _first_epoch(self, hop_s: float) -> Manifest:
+        out = self.run_epoch("start")
+        assert self.plan_store is not None
+        m = self.plan_store.current()
+        if m is None:
+            raise StackError(f"the first planning epoch published nothing: {out.get('error') or out}")
+        over = {hw: n for hw, n in m.counts.items() if n > self.config.max_instances}
+        if over:
+            need = ", ".join(f"{n} {hw}" for hw, n in sorted(over.items()))
+            raise StackError(
+                f"the plan needs {need} instances, more than this stack runs per hardware class "
+                f"({self.config.max_instances}); the measured overhead per hop is {hop_s * 1e3:.0f} ms "
+                "(a loaded host makes every batch slower): retry when the host is quieter, or lower --rate"
+            )
+        return m
+
+    def _epoch_loop(self) -> None:
+        next_at = time.time() + self.config.epoch_s
+        while not self._stop.wait(max(0.0, next_at - time.time())):
+            next_at += self.config.epoch_s
+            try:
+                self.run_epoch()
+            except Exception as exc:  # noqa: BLE001 - the timer outlives a failed epoch, as the schedule does
+                log.exception("epoch failed")
+                self._log(f"epoch failed: {exc}")
+
+    def _wait_serving(self, manifest: Manifest, t0: float) -> None:
+        """Until every slot of ``manifest``'s fleet is claimed by a running instance serving it."""
+        assert self.plan_store is not None and self.fleet is not None
+        fleet = self.plan_store.fleet(manifest.version)
+        slots = {str(i.slot) for i in fleet.instances} if fleet else set()
+        end = time.time() + self._ready_timeout_s
+        claims: dict[str, Any] = {}
+        while time.time() < end:
+            self._check_alive()
+            claims = self.plan_store.claims(manifest.version)
+            beats = self.plan_store.instances()
+            serving = {
+                s
+                for s, c in claims.items()
+                if (b := beats.get(c.instance_id)) is not None
+                and b.state == "serving"
+                and b.version == manifest.version
+            }
+            if serving >= slots:
+                n = sum(len(self.fleet.running(h)) for h in self.fleet.groups)
+                self._log(
+                    f"{len(slots)} slot(s) of plan v{manifest.version} served by {n} instance(s) "
+                    f"({time.time() - t0:.1f} s since start)"
+                )
+                return
+            time.sleep(0.2)
+        missing = sorted(slots - set(claims))
+        raise StackError(
+            f"instances not serving after {self._ready_timeout_s:.0f} s: unclaimed slots "
+            f"{', '.join(missing) or 'none'} (logs in {self.log_dir})"
+        )
+
+    def _check_alive(self) -> None:
+        for name, proc, log_path in self._procs:
+            if proc.poll() is not None:
+                tail = (
+                    log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                    if log_path.exists()
+                    else []
+                )
+                raise StackError(
+                    f"{name} exited with {proc.returncode}: {' '.join(tail)} (log: {log_path})", str(log_path)
+                )
+        assert self.fleet is not None
+        for e in self.fleet.events:
+            if e.kind == "restarted":
+                path = self.log_dir / f"instance-{e.instance_id}.log"
+                tail = path.read_text(errors="replace").strip().splitlines()[-1:] if path.exists() else []
+                raise StackError(
+                    f"instance agent {e.instance_id} died: {' '.join(tail)} (log: {path})", str(path)
+                )
+
+    def _dlqs(self, sqs: Any) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for app in self.apps:
+            try:
+                out[app] = sqs.get_queue_url(QueueName=f"skinflint-{app}-dlq")["QueueUrl"]
+            except Exception:  # noqa: BLE001 - a DLQ is created with the first queues of the app
+                continue
+        return out
 
     def _overhead(self, sqs: Any, ddb: Any) -> float:
         """Measured per-hop overhead of this stack: one SQS send + receive + a conditional
-        DynamoDB transaction + delete, worst of 8 (what each module hop adds to a batch's time)."""
-        from functions.settings import DataPlaneConfig as _Cfg
-
-        cfg = _Cfg()
+        DynamoDB write + delete, worst of 8 (what each module hop adds to a batch's time)."""
+        cfg = DataPlaneConfig()
         q = sqs.create_queue(QueueName="skinflint-calibration")["QueueUrl"]
         worst = 0.0
         for i in range(8):
             t = time.perf_counter()
             sqs.send_message_batch(QueueUrl=q, Entries=[{"Id": "0", "MessageBody": "x" * 4000}])
             got = sqs.receive_message(QueueUrl=q, MaxNumberOfMessages=10, WaitTimeSeconds=1)
-            ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": cfg.results_table,
-                            "Item": {"pk": {"S": f"calibration-{i}"}, "sk": {"S": "x"}},
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    }
-                ]
+            ddb.put_item(
+                TableName=cfg.results_table,
+                Item={"pk": {"S": f"calibration-{i}"}, "sk": {"S": "x"}},
+                ConditionExpression="attribute_not_exists(pk)",
             )
             for m in got.get("Messages", []):
                 sqs.delete_message(QueueUrl=q, ReceiptHandle=m["ReceiptHandle"])
@@ -234,25 +469,28 @@ class LocalStack:
         sqs.delete_queue(QueueUrl=q)
         return worst
 
-    def _wait_workers(self, store: Any, ids: list[str]) -> None:
-        end = time.time() + self._ready_timeout_s
-        while time.time() < end:
-            for name, proc, log in self._procs:
-                if proc.poll() is not None:
-                    tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-                    raise StackError(
-                        f"{name} exited with {proc.returncode}: {' '.join(tail)} (log: {log})", str(log)
-                    )
-            beats = store.heartbeats()
-            if all(beats.get(i, {}).get("ready") for i in ids):
-                return
-            time.sleep(0.2)
-        missing = [i for i in ids if not store.heartbeats().get(i, {}).get("ready")]
-        raise StackError(f"workers not ready after {self._ready_timeout_s:.0f} s: {', '.join(missing)}")
+    # -- what ran ------------------------------------------------------------------------------------
+    def versions(self) -> list[int]:
+        """Every plan version published while the stack ran, in order."""
+        return sorted({int(e["version"]) for e in self.epochs if e.get("status") == "published"})
 
+    def deployments(self, app: str) -> list[Deployment]:
+        """The app's deployment in every version published while the stack ran (those still stored)."""
+        assert self.plan_store is not None
+        return [d for v in self.versions() if (d := self.plan_store.deployment(v, app)) is not None]
+
+    # -- stopping ------------------------------------------------------------------------------------
     def stop(self, timeout_s: float = 8.0) -> None:
-        """SIGTERM every process this stack started (workers first, moto last), then SIGKILL what
-        is still alive after ``timeout_s``."""
+        """Stop the epoch timer; drain every instance (SIGTERM); SIGTERM the front, then moto;
+        SIGKILL what is still alive after ``timeout_s``."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(timeout=30)
+        if self.fleet is not None:
+            self.fleet.stop(timeout_s=max(timeout_s, 20.0))
+        if self._imds is not None:
+            self._imds.stop()
+            self._imds = None
         order = [p for p in self._procs if p[0] != "moto"] + [p for p in self._procs if p[0] == "moto"]
         for name, proc, _ in order:
             if name == "moto":
@@ -280,3 +518,28 @@ class LocalStack:
 
     def alive(self) -> list[str]:
         return [name for name, proc, _ in self._procs if proc.poll() is None]
+
+    def pids(self) -> list[int]:
+        """Every process this stack started and that may still run (moto, front, agents)."""
+        out = [p.pid for _, p, _ in self._procs]
+        if self.fleet is not None:
+            out += [pid for g in self.fleet.snapshot().values() for pid in g["pids"].values()]
+        return out
+
+
+def _epoch_line(out: dict[str, Any]) -> str:
+    parts = [f"epoch {out.get('epoch', '?')}: {out.get('status')}"]
+    if out.get("version") is not None:
+        parts.append(f"v{out['version']}")
+    if out.get("rates"):
+        parts.append(
+            "rates "
+            + ", ".join(f"{a} {r['observed']:g}->{r['planned']:g}/s" for a, r in sorted(out["rates"].items()))
+        )
+    if out.get("counts"):
+        parts.append("instances " + json.dumps(out["counts"], separators=(",", ":")))
+    if out.get("scaled"):
+        parts.append("scaled " + json.dumps(out["scaled"], separators=(",", ":")))
+    if out.get("error"):
+        parts.append(f"error: {out['error']}")
+    return ", ".join(parts)

@@ -1,8 +1,9 @@
-"""``skinflint demo``: the README's main command. Brings the local stack up, streams a generated
-video (deterministic synthetic frames, JPEG) at the planned rate through the front API, waits for
-every result and prints a summary: frames sent / answered / dropped / lost, SLO attainment,
-end-to-end latency percentiles, each module's measured worst case against the plan's, planned cost.
-Emulated GPU hardware is labelled as such."""
+"""``skinflint demo``: the README's main command. Brings the local stack up (control loop and
+emulated fleet included), streams a generated video (deterministic synthetic frames, JPEG) at the
+registered rate through the front API, waits for every result and prints a summary: frames sent /
+answered / dropped / refused / lost, SLO attainment, end-to-end latency percentiles, each module's
+measured worst case against the plan's, planned cost, the fleet the control loop ran (instances per
+hardware class, plan versions, epochs). Emulated GPU hardware is labelled as such."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     import argparse
 
     from functions.localstack.stack import StackInfo
+    from planner.models import Plan
 
 DEFAULT_DURATION_S = 60.0
 
@@ -104,6 +106,44 @@ def _fmt_s(x: float | None) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.0f} ms"
 
 
+def _fmt_counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} x {hw}" for hw, n in sorted(counts.items()) if n) or "none"
+
+
+def _served_plan(deployments: list[Any], fallback: Plan) -> tuple[Plan, list[str]]:
+    """The plan to compare the measurements with: the last version's, each module's planned worst
+    case the largest of the versions that served during the run (a frame may have met any)."""
+    if not deployments:
+        return fallback, []
+    last = deployments[-1].plan
+    modules = {}
+    for name, mp in last.modules.items():
+        worst = max(d.plan.modules[name].worst_case_latency_s for d in deployments if name in d.plan.modules)
+        modules[name] = mp.model_copy(update={"worst_case_latency_s": worst})
+    notes = []
+    if len(deployments) > 1:
+        notes.append(
+            f"{len(deployments)} plan versions served during the run; each module's planned worst "
+            "case is the largest of them"
+        )
+    return last.model_copy(update={"modules": modules}), notes
+
+
+def _fleet_figures(stack: Any, app: str) -> dict[str, Any]:
+    """What the control loop ran: epochs, versions, instances and billed cost of the last version."""
+    store = stack.plan_store
+    current = store.current() if store is not None else None
+    return {
+        "epochs": len(stack.epochs),
+        "epoch_s": stack.config.epoch_s,
+        "versions": stack.versions(),
+        "instances": dict(current.counts) if current else {},
+        "billed_per_hour": current.billed_per_hour if current else 0.0,
+        "occupancy_per_hour": current.occupancy_per_hour if current else 0.0,
+        "scale_changes": [e["scaled"] for e in stack.epochs if e.get("scaled")],
+    }
+
+
 def _print_table(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -119,6 +159,7 @@ def _print_table(s: dict[str, Any]) -> None:
         ("frames sent", str(s["frames_sent"])),
         ("answered", str(s["answered"])),
         ("dropped early (reported)", str(s["dropped"])),
+        ("refused (admission control)", str(s["refused"])),
         ("lost", str(s["lost"])),
         ("SLO", f"{s['slo_s'] * 1e3:.0f} ms"),
         (
@@ -129,6 +170,13 @@ def _print_table(s: dict[str, Any]) -> None:
         ("latency max", _fmt_s(s["latency_max_s"])),
         ("planned cost (billed)", f"${s['planned_billed_per_hour']:.3f}/h"),
         ("planned cost (occupancy)", f"${s['planned_occupancy_per_hour']:.3f}/h"),
+        ("fleet (packed instances)", _fmt_counts(s["fleet"]["instances"])),
+        ("fleet cost (billed)", f"${s['fleet']['billed_per_hour']:.3f}/h"),
+        (
+            "control loop",
+            f"{s['fleet']['epochs']} epoch(s) of {s['fleet']['epoch_s']:g} s, "
+            f"plan version(s) {', '.join(f'v{v}' for v in s['fleet']['versions'])}",
+        ),
         ("planning overhead per hop", _fmt_s(s["overhead_s"])),
         ("emulated hardware", ", ".join(s["emulated_hardware"]) or "none"),
         ("wall time", f"{s['wall_s']:.0f} s"),
@@ -181,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     log = _log_to_stderr(args.json)
     n = max(1, round(args.duration * args.rate))
     frames = synthetic_frames(n)
-    stack = make_stack([args.app], args.rate, args.slo, log, args.log_dir)
+    stack = make_stack([args.app], args.rate, args.slo, log, args.log_dir, args.epoch)
     try:
         try:
             info = stack.start()
@@ -192,15 +240,24 @@ def run(args: argparse.Namespace) -> int:
         ids = _stream(info, args.app, frames, args.rate, args.json)
         log("waiting for results")
         results = _collect(info, ids, timeout_s=lp.slo_s + 30.0)
+        deployments = stack.deployments(args.app)
+        fleet = _fleet_figures(stack, args.app)
     finally:
         stack.stop()
-    s = summarise(len(ids), results, lp.plan, lp.slo_s, lp.emulated_hardware)
+    plan, plan_notes = _served_plan(deployments, lp.plan)
+    emulated = sorted({h for d in deployments for h in d.emulated_hardware} or set(lp.emulated_hardware))
+    slo_s = deployments[-1].slo_s if deployments else lp.slo_s
+    s = summarise(len(ids), results, plan, slo_s, emulated)
+    # a frame the front refused (admission control: 429/503 with Retry-After) was answered, not lost
+    s["refused"] = sum(1 for rid in ids if rid is None)
+    s["lost"] -= s["refused"]
     s.update(
         app=args.app,
         rate=args.rate,
         duration_s=args.duration,
         overhead_s=lp.overhead_s,
-        notes=lp.notes,
+        notes=lp.notes + plan_notes,
+        fleet=fleet,
         wall_s=time.time() - t0,
         log_dir=info.log_dir,
     )

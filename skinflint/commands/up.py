@@ -1,7 +1,9 @@
-"""``skinflint up``: the local stack. moto's server on 127.0.0.1 (DynamoDB, SQS, S3, CloudWatch), the
-resources, a plan for this machine's hardware, the front API under uvicorn and one worker process per
-planned machine. Prints one line when ready (``--json``: url, api_key, apps) and runs until
-SIGINT/SIGTERM, then stops every process it started."""
+"""``skinflint up``: the local stack. moto's server on 127.0.0.1 (DynamoDB, SQS, S3, CloudWatch, Auto
+Scaling), the apps registered with the profiles planned for this machine's hardware, the control loop
+(the planner's epoch every ``--epoch`` seconds: observed rates, plan, pack, publish a version, size
+one Auto Scaling group per hardware class), an emulated fleet (one instance-agent process per
+instance of those groups) and the front API under uvicorn. Prints one line when ready (``--json``:
+url, api_key, apps) and runs until SIGINT/SIGTERM, then drains and stops every process it started."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_APP = "traffic"
 DEFAULT_RATE = 4.0  # frames/s: what this 2-core machine drains with room to spare
+DEFAULT_EPOCH_S = 10.0  # s between local planning epochs (the minimum a deployment allows)
 
 
 def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
@@ -37,7 +40,14 @@ def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
         "--rate",
         type=float,
         default=DEFAULT_RATE,
-        help=f"frames/s the plan is made for (default {DEFAULT_RATE:g})",
+        help=f"frames/s the app is registered for; the control loop plans for at least this "
+        f"(default {DEFAULT_RATE:g})",
+    )
+    p.add_argument(
+        "--epoch",
+        type=float,
+        default=DEFAULT_EPOCH_S,
+        help=f"seconds between planning epochs (default {DEFAULT_EPOCH_S:g}; 60 when deployed)",
     )
     p.add_argument("--slo", type=float, default=None, help="end-to-end SLO in seconds (default: the app's)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -80,12 +90,21 @@ def ensure_models(apps: list[str], log: Any) -> None:
         raise UsageError(f"models build failed: {exc}") from exc
 
 
-def make_stack(apps: list[str], rate: float, slo: float | None, log: Any, log_dir: str | None) -> LocalStack:
+def make_stack(
+    apps: list[str],
+    rate: float,
+    slo: float | None,
+    log: Any,
+    log_dir: str | None,
+    epoch_s: float = DEFAULT_EPOCH_S,
+) -> LocalStack:
     from functions.localstack.planning import plan_local
-    from functions.localstack.stack import LocalStack
+    from functions.localstack.stack import LocalStack, StackConfig
 
     if rate <= 0:
         raise UsageError(f"--rate must be positive, got {rate:g}")
+    if not 2 <= epoch_s <= 3600:
+        raise UsageError(f"--epoch must be between 2 and 3600 seconds, got {epoch_s:g}")
     if slo is not None and slo <= 0:
         raise UsageError(f"--slo must be positive, got {slo:g}")
     from profiles.store import default_store
@@ -105,7 +124,7 @@ def make_stack(apps: list[str], rate: float, slo: float | None, log: Any, log_di
         except (PlannerError, ProfilesError) as exc:
             raise UsageError(f"cannot plan {app} at {rate:g} frames/s on this machine: {exc}") from exc
 
-    return LocalStack(apps, plan_fn, log=log, log_dir=log_dir)
+    return LocalStack(apps, plan_fn, log=log, log_dir=log_dir, config=StackConfig(epoch_s=epoch_s))
 
 
 def _log_to_stderr(quiet: bool) -> Any:
@@ -120,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from functions.errors import DataPlaneError
 
     apps = args.apps or [DEFAULT_APP]
-    stack = make_stack(apps, args.rate, args.slo, _log_to_stderr(args.json), args.log_dir)
+    stack = make_stack(apps, args.rate, args.slo, _log_to_stderr(args.json), args.log_dir, args.epoch)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

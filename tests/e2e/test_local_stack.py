@@ -1,7 +1,8 @@
-"""The local stack end to end: moto's server, the front under uvicorn, worker processes, the API.
+"""The local stack end to end: moto's server, the front under uvicorn, the control loop and the
+emulated fleet's instance agents, the API.
 
-Uses a hand-made plan on emulated hardware (no model build needed) so it runs anywhere in ~30 s;
-``skinflint demo`` runs the same path with the planner and measured profiles."""
+Uses hand-made profiles on emulated hardware (no model build needed) so it runs anywhere in ~30 s;
+``skinflint demo`` runs the same path with measured profiles."""
 
 from __future__ import annotations
 
@@ -82,8 +83,9 @@ def test_frames_flow_through_the_local_stack_and_every_process_stops(tmp_path):
     stack = LocalStack(["traffic"], stub_plan, log_dir=str(tmp_path))
     with stack as info:
         assert info.api_key and info.url.startswith("http://127.0.0.1:")
-        pids = [p.pid for _, p, _ in stack._procs]
-        assert len(pids) == 1 + 1 + 3  # moto, front, three workers
+        pids = stack.pids()
+        instances = sum(len(g["running"]) for g in stack.fleet.snapshot().values())
+        assert instances >= 1 and len(pids) == 1 + 1 + instances  # moto, front, the instance agents
         with httpx.Client(base_url=info.url, timeout=10) as c:
             assert c.get("/healthz").json() == {"ok": True}
             assert c.get("/v1/apps").status_code == 401
@@ -125,10 +127,11 @@ def test_frames_flow_through_the_local_stack_and_every_process_stops(tmp_path):
     assert "Traceback" not in (tmp_path / "front.log").read_text()
 
 
-def test_a_worker_sigterm_releases_and_exits_cleanly(tmp_path):
+def test_an_instance_agent_sigterm_drains_and_exits_cleanly(tmp_path):
     stack = LocalStack(["traffic"], stub_plan, log_dir=str(tmp_path))
     with stack:
-        name, proc, log = next(p for p in stack._procs if p[0].startswith("worker-traffic.detector"))
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
-        assert "stopped:" in log.read_text()
+        iid, inst = next(iter(stack.fleet._instances.items()))
+        inst.agent.send_signal(signal.SIGTERM)
+        assert inst.agent.wait(timeout=15) == 0
+        text = (tmp_path / f"instance-{iid}.log").read_text()
+        assert "stopped:" in text and "drained (sigterm)" in text
