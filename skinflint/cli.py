@@ -26,6 +26,10 @@ COMMAND_MODULES: list[str] = [
     "skinflint.commands.models",
     "skinflint.commands.up",
     "skinflint.commands.demo",
+    "skinflint.commands.apps",
+    "skinflint.commands.status",
+    "skinflint.commands.loadtest",
+    "skinflint.commands.report",
 ]
 
 

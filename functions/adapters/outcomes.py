@@ -1,0 +1,218 @@
+"""Frame outcomes as metrics: end-to-end latency and SLO attainment, once per frame.
+
+Completion is derived, not counted (``functions/adapters/results.py``): a frame is finished when
+every task reachable from its roots has an item. Only the write of a task without children (a leaf,
+or a task dropped early) can finish a frame, so after recording such tasks the worker reads the
+frame back (its items by key, consistently) and, when it is finished, claims the frame's
+``outcome`` item with a conditional ``PutItem``. Exactly one writer wins the claim -- two leaves
+finishing at once may both see the frame finished, but the last write's reader always does -- and
+only the winner emits:
+
+- ``SloAttainment`` (App; unit None): 1 when the frame is done by its deadline, else 0 (a frame
+  dropped early counts 0). Average = attainment, SampleCount = finished frames. The dashboard and
+  the SLO alarm read it (cdk/stacks/observability.py).
+- ``EndToEndLatencyMs`` (App): front accept -> last result write, done frames only.
+- ``EndToEndLatencyBucket`` (App, LeMs): a histogram (one count in the first bucket whose upper
+  edge is >= the latency; ``LeMs=inf`` for the rest). CloudWatch keeps no distribution for
+  aggregated values, and moto computes no percentiles, so the report's latency CDF comes from these.
+- ``FramesDropped`` (App): frames with a task dropped early.
+
+Best effort: a failure here is logged by the caller and never fails a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from functions.adapters._ddb import from_item
+from functions.adapters.results import _completion, _split  # the same completion rule as GET
+from functions.errors import DataPlaneError, ResultStoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from functions.adapters.metrics import Metrics
+    from functions.adapters.results import TaskRecord
+
+__all__ = ["LATENCY_BUCKETS_MS", "FrameOutcomes", "bucket_label"]
+
+log = logging.getLogger("skinflint.outcomes")
+
+#: Upper edges (ms) of the end-to-end latency histogram; the last bucket is open (``inf``).
+LATENCY_BUCKETS_MS: tuple[float, ...] = (
+    25, 50, 75, 100, 150, 200, 250, 300, 350, 400, 450, 500, 600, 750, 1000, 1500, 2000, 3000, 5000, 10000,
+)  # fmt: skip
+_OUTCOME_SK = "outcome"
+_FRAME_SK = "frame"
+
+
+def bucket_label(latency_ms: float) -> str:
+    """The ``LeMs`` dimension value of a latency: the first edge >= it, or ``inf``."""
+    for edge in LATENCY_BUCKETS_MS:
+        if latency_ms <= edge:
+            return f"{edge:g}"
+    return "inf"
+
+
+class FrameOutcomes:
+    """Emits each finished frame's outcome once (see the module doc).
+
+    :meth:`observe` checks at once (tests); :meth:`submit` hands the check to a background thread
+    when ``background`` is set, as the worker does: the read-back then costs the batch path
+    nothing, and by the time it runs more of the frame is recorded. Checks still queued when the
+    process exits are lost (best effort, like every metric); at most ``max_pending`` wait."""
+
+    def __init__(
+        self, client: Any, table: str, metrics: Metrics, background: bool = False, max_pending: int = 10_000
+    ):
+        self._ddb = client
+        self._table = table
+        self._metrics = metrics
+        self._background = background
+        self._max_pending = max_pending
+        self._pending: queue.Queue[str] = queue.Queue()
+        self._queued: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.skipped = 0  # checks not queued because max_pending were waiting
+
+    @classmethod
+    def for_results(cls, results: Any, metrics: Metrics, background: bool = True) -> FrameOutcomes | None:
+        """Outcomes written next to ``results``' items (its table and client), or None when
+        ``results`` is not a DynamoDB-backed :class:`ResultStore` (an in-memory fake)."""
+        client, table = getattr(results, "_ddb", None), getattr(results, "_table", None)
+        if client is None or not isinstance(table, str):
+            return None
+        if os.environ.get("SKINFLINT_FRAME_OUTCOMES", "on").lower() in ("0", "off", "false", "no"):
+            return None
+        return cls(client, table, metrics, background=background)
+
+    @staticmethod
+    def _leaves(records: Iterable[TaskRecord]) -> list[str]:
+        return sorted({r.request_id for r in records if not r.children})
+
+    def submit(self, records: Iterable[TaskRecord]) -> None:
+        """After ``records`` were written: check their frames now, or in the background."""
+        if not self._background:
+            self.observe(records)
+            return
+        with self._lock:
+            for rid in self._leaves(records):
+                if rid in self._queued:
+                    continue
+                if len(self._queued) >= self._max_pending:
+                    self.skipped += 1
+                    continue
+                self._queued.add(rid)
+                self._pending.put(rid)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="frame-outcomes", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            rid = self._pending.get()
+            with self._lock:
+                self._queued.discard(rid)
+            try:
+                self._check(rid)
+            except DataPlaneError as exc:
+                log.warning("frame outcome of %s not emitted: %s", rid, exc)
+
+    def observe(self, records: Iterable[TaskRecord]) -> int:
+        """After ``records`` were written: emit the outcome of every frame they finished. Returns
+        how many frames this call emitted."""
+        return sum(self._check(rid) for rid in self._leaves(records))
+
+    def _check(self, request_id: str) -> int:
+        """Emit ``request_id``'s outcome if it is finished and this caller wins the claim (1), else 0."""
+        got = self._read(request_id)
+        if got is None:
+            return 0
+        app, status, deadline, accepted_at, finished = got
+        latency_s = finished - accepted_at
+        if not self._claim(request_id, status, latency_s):
+            return 0
+        within = status == "done" and finished <= deadline
+        self._metrics.put("SloAttainment", 1.0 if within else 0.0, "None", App=app)
+        if status == "done":
+            ms = latency_s * 1e3
+            self._metrics.put("EndToEndLatencyMs", ms, "Milliseconds", App=app)
+            self._metrics.put("EndToEndLatencyBucket", 1, App=app, LeMs=bucket_label(ms))
+        else:
+            self._metrics.put("FramesDropped", 1, App=app)
+        return 1
+
+    def _read(self, request_id: str) -> tuple[str, str, float, float, float] | None:
+        """(app, status, deadline, accepted_at, finished_at) of a finished frame, else None.
+
+        Walks the frame's task tree by key (frame item -> roots -> children, one consistent
+        ``BatchGetItem`` per level) rather than one ``Query`` of the partition: the same reads on
+        DynamoDB, but moto answers a Query by scanning the whole table, which made each check cost
+        more as the results table grew (the local stack slowed down within a minute)."""
+        frame = self._get([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
+        if frame is None:
+            return None
+        tasks: dict[str, dict[str, Any]] = {}
+        todo = _split(frame.get("roots"))
+        while todo:
+            got = self._get([(request_id, f"task#{t}") for t in todo])
+            if len(got) < len(todo):
+                return None  # a task is not recorded yet: not finished
+            tasks.update({sk.removeprefix("task#"): item for (_, sk), item in got.items()})
+            todo = [c for item in got.values() for c in _split(item.get("children"))]
+        status, finished = _completion(frame, tasks)
+        if status == "queued" or finished is None:
+            return None
+        return frame["app"], status, float(frame["deadline"]), float(frame["accepted_at"]), finished
+
+    def _get(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for i in range(0, len(keys), 100):
+            want: dict[str, Any] = {
+                self._table: {
+                    "Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in keys[i : i + 100]],
+                    "ConsistentRead": True,
+                }
+            }
+            for attempt in range(6):
+                try:
+                    page = self._ddb.batch_get_item(RequestItems=want)
+                except ClientError as exc:
+                    raise ResultStoreError(f"cannot read frame items: {exc}") from exc
+                for item in page.get("Responses", {}).get(self._table, []):
+                    doc = from_item(item)
+                    out[(doc["pk"], doc["sk"])] = doc
+                want = page.get("UnprocessedKeys") or {}
+                if not want:
+                    break
+                time.sleep(0.02 * 2**attempt)
+            if want:
+                raise ResultStoreError("DynamoDB left frame items unprocessed after 6 tries")
+        return out
+
+    def _claim(self, request_id: str, status: str, latency_s: float | None) -> bool:
+        item: dict[str, Any] = {
+            "pk": {"S": request_id},
+            "sk": {"S": _OUTCOME_SK},
+            "status": {"S": status},
+            "claimed_at": {"N": repr(time.time())},
+        }
+        if latency_s is not None:
+            item["latency_s"] = {"N": repr(float(latency_s))}
+        try:
+            self._ddb.put_item(
+                TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise ResultStoreError(f"cannot claim the outcome of {request_id}: {exc}") from exc
+        return True

@@ -1,0 +1,153 @@
+"""The report as one self-contained HTML page (tables, and the plots embedded as PNG data URIs)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["render_html"]
+
+_CSS = (
+    "body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}"
+    "td:first-child,th:first-child{text-align:left}.note{color:#a60}img{max-width:100%;margin:0.5em 0}"
+)
+
+
+_KINDS = {
+    "usd": lambda v: f"${v:.4f}",
+    "pct": lambda v: f"{v:+.1%}",
+    "frac": lambda v: f"{v:.2%}",
+    "ms": lambda v: "inf" if math.isinf(v) else f"{v * 1e3:.0f} ms",
+}
+
+
+def _fmt(v: Any, kind: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if kind in _KINDS:
+        return str(_KINDS[kind](v))
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return html.escape(str(v))
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def render_html(report: dict[str, Any], plots: dict[str, Path]) -> str:
+    w = report["window"]
+    when = (
+        f"{dt.datetime.fromtimestamp(w['start'], dt.UTC):%Y-%m-%d %H:%M:%S} to "
+        f"{dt.datetime.fromtimestamp(w['end'], dt.UTC):%H:%M:%S} UTC, period {w['period_s']} s"
+    )
+    f = report["fleet"]
+    parts = [
+        "<html><head><meta charset='utf-8'><title>Skinflint cost report</title>",
+        f"<style>{_CSS}</style></head><body><h1>Skinflint cost report</h1>",
+        f"<p>{html.escape(when)}; plans from the {html.escape(report['plan_source'])}</p>",
+        f"<h2>Fleet ({html.escape(f['source'])})</h2>",
+        _table(
+            [
+                ("planned USD/h (steady)", _fmt(f["planned_per_hour_steady"], "usd")),
+                ("observed USD/h (steady)", _fmt(f["observed_per_hour_steady"], "usd")),
+                ("observed vs planned (steady)", _fmt(f["deviation_steady"], "pct")),
+                ("observed USD/h (window)", _fmt(f["observed_per_hour_window"], "usd")),
+                ("billed USD in the window", _fmt(f["observed_usd"], "usd")),
+                ("planned USD in the window", _fmt(f["planned_usd"], "usd")),
+                ("periods with data / interior", f"{f['active_periods']} / {f['interior_periods']}"),
+            ]
+            + [(f"instance-seconds {hw}", _fmt(s)) for hw, s in f["instance_seconds"].items()]
+        ),
+    ]
+    if "cost" in plots:
+        parts.append(_img(plots["cost"]))
+    for app, a in report["apps"].items():
+        parts.append(f"<h2>{html.escape(app)}</h2>")
+        parts.append(
+            _table(
+                [
+                    ("planned billed USD/h (its part)", _fmt(a["planned_billed_per_hour"], "usd")),
+                    ("planned occupancy USD/h", _fmt(a["planned_occupancy_per_hour"], "usd")),
+                    ("billed USD (its part)", _fmt(a["billed_usd"], "usd")),
+                    ("observed occupancy (busy / capacity)", _fmt(a["observed_occupancy"], "frac")),
+                    ("frames accepted", _fmt(a["frames"])),
+                    ("cost per 1,000 frames", _fmt(a["cost_per_1000_frames"], "usd")),
+                    ("SLO", _fmt(a["slo_s"], "ms")),
+                    ("SLO attainment", _fmt(a["slo_attainment"], "frac")),
+                    (
+                        "frames finished / dropped",
+                        f"{_fmt(a['frames_completed'])} / {_fmt(a['frames_dropped'])}",
+                    ),
+                    (
+                        "latency mean / max",
+                        f"{_fmt(a['latency_mean_s'], 'ms')} / {_fmt(a['latency_max_s'], 'ms')}",
+                    ),
+                    (
+                        "latency p50 / p95 / p99 (at most)",
+                        " / ".join(_fmt(a[f"latency_p{q}_le_s"], "ms") for q in (50, 95, 99)),
+                    ),
+                    (
+                        "rejected",
+                        html.escape(
+                            ", ".join(f"{k}: {v:g}" for k, v in sorted(a["rejected"].items())) or "-"
+                        ),
+                    ),
+                ]
+            )
+        )
+        head = "".join(
+            f"<th>{h}</th>"
+            for h in (
+                "module @ hardware",
+                "machine-s",
+                "occupancy",
+                "batches",
+                "fill",
+                "empty slots",
+                "drops",
+                "duplicates",
+                "latency max",
+                "planned worst",
+            )  # fmt: skip
+        )
+        rows = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{c}</td>"
+                for c in (
+                    html.escape(name),
+                    _fmt(m["machine_seconds"]),
+                    _fmt(m["occupancy"], "frac"),
+                    _fmt(m["batches"]),
+                    _fmt(m["batch_fill"], "frac"),
+                    _fmt(m["empty_slot_fraction"], "frac"),
+                    _fmt(m["drops"]),
+                    _fmt(m["duplicates"]),
+                    _fmt(m["latency_max_s"], "ms"),
+                    _fmt(m["planned_worst_s"], "ms"),
+                )
+            )
+            + "</tr>"
+            for name, m in a["modules"].items()
+        )
+        parts.append(f"<table><tr>{head}</tr>{rows}</table>")
+        if f"latency_cdf_{app}" in plots:
+            parts.append(_img(plots[f"latency_cdf_{app}"]))
+    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in report["notes"]]
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,130 @@
+"""Load shapes as pure functions of time (no locust import: locust monkey-patches on import, so the
+CLI and the unit tests use this module, and :mod:`loadtest.shapes` wraps it in ``LoadTestShape``s).
+
+A load test offers ``rate`` frames/s per app at its peak. Users are cameras: each posts one frame
+every ``1 / fps_per_user`` seconds at its own random phase, so the offered rate of an app at time
+``t`` is ``users(t) * fps_per_user`` with ``users(t) = round(rate * f(t / duration) / fps_per_user)``
+and ``f`` the shape's fraction of the peak:
+
+- ``steady``: 1;
+- ``ramp``: 0.1 -> 1, linear over the run;
+- ``diurnal``: one day compressed into the run, ``0.1 + 0.9 (1 - cos 2 pi x) / 2`` (trough 10 %,
+  peak at half time);
+- ``burst``: 1, and ``burst_factor`` (default 2) during the first 20 % of each quarter of the run.
+
+After ``duration`` the shape keeps 0 users for ``drain_s`` so the results of the last frames are
+collected, then ends the test.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+__all__ = ["SHAPES", "LoadPlan", "burst", "diurnal", "ramp", "steady"]
+
+MAX_USERS_PER_APP = 50  # cameras per app at the peak; more frames/s go to faster cameras
+BURST_FACTOR = 2.0
+
+
+def steady(x: float) -> float:
+    return 1.0
+
+
+def ramp(x: float) -> float:
+    return 0.1 + 0.9 * min(max(x, 0.0), 1.0)
+
+
+def diurnal(x: float) -> float:
+    return 0.1 + 0.9 * (1.0 - math.cos(2.0 * math.pi * x)) / 2.0
+
+
+def burst(x: float, factor: float = BURST_FACTOR) -> float:
+    phase = (x * 4.0) % 1.0
+    return factor if phase < 0.2 else 1.0
+
+
+SHAPES: dict[str, Callable[[float], float]] = {
+    "steady": steady,
+    "ramp": ramp,
+    "diurnal": diurnal,
+    "burst": burst,
+}
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What a load test offers: ``rate`` frames/s per app at the peak for ``duration_s`` seconds."""
+
+    shape: str
+    rate: float  # frames/s per app at the peak (steady: throughout)
+    duration_s: float
+    apps: int = 1  # user classes (apps) running; users are spread evenly over them
+    drain_s: float = 10.0  # s with no users after the run, to collect the last results
+    fps_per_user: float = 0.0  # frames/s per camera; 0: rate / min(ceil(rate), MAX_USERS_PER_APP)
+
+    def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"unknown shape {self.shape!r} (known: {', '.join(SHAPES)})")
+        if self.rate <= 0 or self.duration_s <= 0 or self.apps < 1 or self.drain_s < 0:
+            raise ValueError("rate and duration must be positive, apps at least 1, drain not negative")
+
+    @property
+    def fps(self) -> float:
+        """Frames/s of one camera."""
+        if self.fps_per_user > 0:
+            return self.fps_per_user
+        return self.rate / min(math.ceil(self.rate), MAX_USERS_PER_APP)
+
+    def fraction(self, t: float) -> float:
+        return SHAPES[self.shape](t / self.duration_s)
+
+    def users_per_app(self, t: float) -> int:
+        """Cameras per app at run time ``t`` (at least one while the run lasts)."""
+        if t >= self.duration_s:
+            return 0
+        return max(1, round(self.rate * self.fraction(t) / self.fps))
+
+    def tick(self, t: float) -> tuple[int, float] | None:
+        """``LoadTestShape.tick``: (users, spawn rate) at run time ``t``; None when the test ends."""
+        if t >= self.duration_s + self.drain_s:
+            return None
+        users = self.users_per_app(t) * self.apps
+        return users, float(max(users, self.apps, 1))  # every change takes effect within ~1 s
+
+    def offered_rate(self, t: float) -> float:
+        """Frames/s per app offered at ``t`` (what the users produce once spawned)."""
+        return self.users_per_app(t) * self.fps
+
+    def expected_frames(self, step_s: float = 0.5) -> float:
+        """Frames per app the run should offer (integral of :meth:`offered_rate`)."""
+        n = max(1, math.ceil(self.duration_s / step_s))
+        dt = self.duration_s / n
+        return sum(self.offered_rate((k + 0.5) * dt) * dt for k in range(n))
+
+    def to_env(self) -> dict[str, str]:
+        return {
+            "SKINFLINT_SHAPE": self.shape,
+            "SKINFLINT_RATE": repr(self.rate),
+            "SKINFLINT_DURATION_S": repr(self.duration_s),
+            "SKINFLINT_APPS_N": str(self.apps),
+            "SKINFLINT_DRAIN_S": repr(self.drain_s),
+            "SKINFLINT_FPS_PER_USER": repr(self.fps),
+        }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LoadPlan:
+        e = os.environ if env is None else env
+        return cls(
+            shape=e.get("SKINFLINT_SHAPE", "steady"),
+            rate=float(e.get("SKINFLINT_RATE", "4")),
+            duration_s=float(e.get("SKINFLINT_DURATION_S", "60")),
+            apps=int(e.get("SKINFLINT_APPS_N", "1")),
+            drain_s=float(e.get("SKINFLINT_DRAIN_S", "10")),
+            fps_per_user=float(e.get("SKINFLINT_FPS_PER_USER", "0")),
+        )

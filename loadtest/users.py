@@ -1,0 +1,245 @@
+"""Locust users: one camera class per demo app, posting real JPEG frames and collecting results.
+
+A user is a camera: it posts one frame of the generated video (:mod:`functions.localstack.video`,
+JPEG, nothing downloaded) every ``1 / SKINFLINT_FPS_PER_USER`` seconds from its own phase (random,
+or ``SKINFLINT_PHASES=even``), with the API key from ``SKINFLINT_API_KEY`` in ``x-api-key``. Each
+accepted frame is collected by a greenlet that reads ``GET /v1/requests/{id}`` once its SLO has
+passed, then every 0.5 s until it is done or dropped (or the test ends). Its end-to-end latency is
+reported to locust as a ``FRAME`` request named ``e2e <app>`` (a dropped or lost frame as a
+failure), and every frame's outcome is written as one JSON line to ``SKINFLINT_LOADTEST_OUT`` when
+the test stops (``loadtest/analysis.py`` turns them into RPS, failures, latency percentiles and SLO
+attainment).
+
+Shedding (429/503) is a locust failure named ``shed <status> <error>``; any other non-2xx is a
+failure named by its status and error code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import random
+import time
+from typing import Any, ClassVar
+
+import gevent
+from gevent.pool import Group
+from locust import HttpUser, events, task
+
+from loadtest.rates import LoadPlan
+
+__all__ = ["ActdetUser", "CameraUser", "CaptionUser", "FaceUser", "PoseUser", "TrafficUser"]
+
+log = logging.getLogger("skinflint.loadtest")
+
+API_KEY = os.environ.get("SKINFLINT_API_KEY", "")
+OUT_PATH = os.environ.get("SKINFLINT_LOADTEST_OUT", "")
+N_FRAMES = 64  # frames of generated video per process, cycled
+POLL_S = 0.5  # s between reads of a frame that was not finished at its SLO
+PHASES = os.environ.get("SKINFLINT_PHASES", "random")
+_CAMERAS = itertools.count()
+_PLAN = LoadPlan.from_env()
+
+OUTCOMES: list[dict[str, Any]] = []
+POLLERS = Group()
+SLOS: dict[str, float] = {}  # app -> SLO (s), read from GET /v1/apps at test start
+_FRAMES: list[bytes] = []
+_STATE = {"stopping": False}
+
+
+def frames() -> list[bytes]:
+    if not _FRAMES:
+        from functions.localstack.video import synthetic_frames
+
+        _FRAMES.extend(synthetic_frames(N_FRAMES))
+    return _FRAMES
+
+
+class CameraUser(HttpUser):
+    """Posts frames of one app at a steady pace and collects their results (abstract)."""
+
+    abstract = True
+    app: ClassVar[str] = ""
+    interval_s: ClassVar[float] = 1.0 / _PLAN.fps
+
+    def on_start(self) -> None:
+        # each camera its own phase, then a fixed pace on an absolute clock (locust's
+        # constant_pacing counts on_start's time as task time and so realigns the phases)
+        self._k = random.randrange(N_FRAMES)
+        self._next = time.time() + _phase() * self.interval_s
+        gevent.sleep(max(0.0, self._next - time.time()))
+
+    def wait_time(self) -> float:
+        self._next += self.interval_s
+        return max(0.0, self._next - time.time())
+
+    @task
+    def send_frame(self) -> None:
+        frame = frames()[self._k % N_FRAMES]
+        self._k += 1
+        rec: dict[str, Any] = {"app": self.app, "sent_at": time.time()}
+        with self.client.post(
+            f"/v1/apps/{self.app}/frames",
+            data=frame,
+            headers={"x-api-key": API_KEY, "content-type": "image/jpeg"},
+            name=f"POST /v1/apps/{self.app}/frames",
+            catch_response=True,
+        ) as resp:
+            rec["status"] = resp.status_code
+            rec["post_ms"] = (time.time() - rec["sent_at"]) * 1e3
+            error = _error_code(resp)
+            if resp.status_code == 202:
+                rec["request_id"] = resp.json()["accepted"][0]["request_id"]
+                rec["result"] = "pending"
+                resp.success()
+                POLLERS.spawn(_collect, self.client, rec)
+            elif resp.status_code in (429, 503):
+                rec["error"] = error
+                resp.failure(f"shed {resp.status_code} {error}")
+            else:
+                rec["error"] = error or (resp.text or "")[:80]
+                resp.failure(f"{resp.status_code} {rec['error']}")
+        OUTCOMES.append(rec)
+
+
+def _phase() -> float:
+    """A camera's phase in [0, 1): independent (``random``, the default) or ``even``: the k-th
+    camera at frac(k x golden ratio), so any number of cameras is spread out evenly, as one
+    steady stream split over them (``SKINFLINT_PHASES``)."""
+    if PHASES == "even":
+        return (next(_CAMERAS) * 0.6180339887498949) % 1.0
+    return random.random()
+
+
+def _error_code(resp: Any) -> str:
+    try:
+        return str(resp.json().get("error", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _collect(client: Any, rec: dict[str, Any]) -> None:
+    """Read one frame's result once it should be finished; record its outcome and report its
+    end-to-end latency. The latency is the server's (accept -> last result write), so polling
+    late costs no accuracy; polling cheaply matters (the front answers a long poll by querying
+    DynamoDB every 50 ms): the first read is at the SLO, then one plain read every ``POLL_S``."""
+    slo = SLOS.get(rec["app"], 1.0)
+    gevent.sleep(max(0.0, rec["sent_at"] + slo + 0.05 - time.time()))
+    give_up = rec["sent_at"] + slo + _PLAN.drain_s + 30.0
+    body: dict[str, Any] = {}
+    while not _STATE["stopping"] and time.time() < give_up:
+        with client.get(
+            f"/v1/requests/{rec['request_id']}",
+            headers={"x-api-key": API_KEY},
+            name="GET /v1/requests/[id]",
+            catch_response=True,
+        ) as resp:
+            if resp.status_code == 200:
+                body = resp.json()
+            else:
+                resp.failure(f"{resp.status_code} {_error_code(resp)}")
+        if body.get("status") in ("done", "dropped"):
+            break
+        gevent.sleep(POLL_S)
+    _finish(rec, body, slo)
+
+
+def _finish(rec: dict[str, Any], body: dict[str, Any], slo: float) -> None:
+    status = body.get("status") or "pending"
+    rec["result"] = status if status in ("done", "dropped") else "lost"
+    rec["slo_s"] = slo
+    for k in ("accepted_at", "deadline", "finished_at", "latency_s"):
+        if body.get(k) is not None:
+            rec[k] = body[k]
+    reasons = sorted(
+        {t.get("reason") for t in body.get("tasks", []) if t.get("status") == "dropped"} - {None}
+    )
+    if reasons:
+        rec["drop_reasons"] = reasons
+    latency_ms = (rec.get("latency_s") or 0.0) * 1e3
+    failure = None if rec["result"] == "done" else RuntimeError(f"frame {rec['result']}")
+    events.request.fire(
+        request_type="FRAME",
+        name=f"e2e {rec['app']}",
+        response_time=latency_ms,
+        response_length=0,
+        exception=failure,
+        context={},
+    )
+
+
+class TrafficUser(CameraUser):
+    """Traffic camera: detector -> vehicle and person classifiers."""
+
+    app = "traffic"
+
+
+class FaceUser(CameraUser):
+    """Face analysis: detector -> landmarks."""
+
+    app = "face"
+
+
+class PoseUser(CameraUser):
+    """Pose estimation: detector -> pose network."""
+
+    app = "pose"
+
+
+class CaptionUser(CameraUser):
+    """Captioning: encoder -> decoder."""
+
+    app = "caption"
+
+
+class ActdetUser(CameraUser):
+    """Activity detection: detector -> tracker -> action classifier."""
+
+    app = "actdet"
+
+
+@events.test_start.add_listener
+def _read_slos(environment: Any, **_kw: Any) -> None:
+    """The deployed apps' SLOs (GET /v1/apps); a missing app or key stops the test with a reason."""
+    import requests
+
+    try:
+        r = requests.get(
+            f"{(environment.host or '').rstrip('/')}/v1/apps", headers={"x-api-key": API_KEY}, timeout=30
+        )
+    except requests.RequestException as exc:
+        log.error("cannot reach %s: %s", environment.host, exc)
+        environment.process_exit_code = 2
+        environment.runner.quit()
+        return
+    if r.status_code != 200:
+        log.error("GET /v1/apps answered %s: %s", r.status_code, r.text[:200])
+        environment.process_exit_code = 2
+        environment.runner.quit()
+        return
+    SLOS.update({a["name"]: float(a["slo_s"]) for a in r.json().get("apps", [])})
+    wanted = {u.app for u in environment.user_classes if getattr(u, "app", "")}
+    missing = sorted(wanted - set(SLOS))
+    if missing:
+        log.error(
+            "not deployed at %s: %s (deployed: %s)", environment.host, ", ".join(missing), ", ".join(SLOS)
+        )
+        environment.process_exit_code = 2
+        environment.runner.quit()
+
+
+@events.test_stop.add_listener
+def _write_outcomes(environment: Any, **_kw: Any) -> None:
+    """Stop the collectors still polling (their frames count as lost) and write every outcome."""
+    _STATE["stopping"] = True
+    POLLERS.join(timeout=6.0)
+    POLLERS.kill(block=True, timeout=2.0)
+    for rec in OUTCOMES:
+        if rec.get("result") == "pending":
+            rec["result"] = "lost"
+    if OUT_PATH:
+        with open(OUT_PATH, "w") as fh:
+            for rec in OUTCOMES:
+                fh.write(json.dumps(rec) + "\n")

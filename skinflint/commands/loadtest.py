@@ -1,0 +1,372 @@
+"""``skinflint loadtest``: run the locust load test (``loadtest/locustfile.py``, headless, in a
+subprocess) against the local stack -- started for you, as ``skinflint demo`` does -- or a deployed
+API (``--target URL --api-key K``), then print RPS, failures, end-to-end latency percentiles, SLO
+attainment, lost frames and the paths of locust's CSV and HTML reports. ``--report`` adds the cost
+report of the run (CloudWatch: the local stack's moto, or your account). Exit status 1 when a frame
+was lost or an answer was an error other than deliberate shedding (429/503)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skinflint.commands.report import parse_duration
+from skinflint.errors import UsageError
+
+if TYPE_CHECKING:
+    import argparse
+
+LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtest" / "locustfile.py"
+USER_CLASSES = {
+    "traffic": "TrafficUser",
+    "face": "FaceUser",
+    "pose": "PoseUser",
+    "caption": "CaptionUser",
+    "actdet": "ActdetUser",
+}
+DEFAULT_DURATION_S = 60.0
+METRICS_FLUSH_S = 6.0  # the front and the workers flush metrics every 5 s
+
+
+def register(sub: Any) -> None:
+    from loadtest.rates import SHAPES
+
+    p = sub.add_parser(
+        "loadtest", help="load-test the local stack or a deployed API (locust)", description=__doc__
+    )
+    p.add_argument("--shape", choices=sorted(SHAPES), default="steady", help="load shape (default steady)")
+    p.add_argument(
+        "--duration",
+        type=parse_duration,
+        default=DEFAULT_DURATION_S,
+        help=f"length of the run: 90, 90s, 5m (default {DEFAULT_DURATION_S:g} s)",
+    )
+    p.add_argument(
+        "--app",
+        action="append",
+        dest="apps",
+        metavar="APP",
+        choices=sorted(USER_CLASSES),
+        help="app to load (repeatable; default: traffic locally, every deployed app with --target)",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="frames/s offered per app at the peak (default: the planned rate)",
+    )
+    p.add_argument(
+        "--plan-rate",
+        type=float,
+        default=None,
+        help="local stack: frames/s the plan is made for (default: --rate, else 4); "
+        "--rate 8 --plan-rate 4 offers twice the planned rate",
+    )
+    p.add_argument(
+        "--phases",
+        choices=["random", "even"],
+        default="random",
+        help="cameras' phases: independent (random, default) or spread evenly (one steady stream)",
+    )
+    p.add_argument("--slo", type=float, default=None, help="local stack: SLO in seconds (default: the app's)")
+    p.add_argument(
+        "--epoch",
+        type=float,
+        default=None,
+        help="local stack: seconds between planning epochs (default that of skinflint up; "
+        "3600 holds the first plan for the run)",
+    )
+    p.add_argument("--target", default=None, help="URL of a deployed API (default: start the local stack)")
+    p.add_argument("--api-key", default=None, help="API key of --target (or SKINFLINT_API_KEY)")
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=10.0,
+        help="seconds after the run to collect the last results (default 10)",
+    )
+    p.add_argument("--out", default=None, help="directory for the reports (default loadtest-out/<time>)")
+    p.add_argument("--report", action="store_true", help="also print the cost report of the run (CloudWatch)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--log-dir", default=None, help="local stack: where the processes' logs go")
+    p.set_defaults(func=run)
+
+
+# -- running locust ----------------------------------------------------------------------------------
+
+
+def _progress_rps(history: Path) -> str:
+    """Current requests/s from locust's stats history (last aggregated row)."""
+    try:
+        lines = history.read_text().splitlines()
+    except OSError:
+        return ""
+    if len(lines) < 2:
+        return ""
+    head = lines[0].split(",")
+    last = lines[-1].split(",")
+    try:
+        users = last[head.index("User Count")]
+        rps = float(last[head.index("Requests/s")])
+        fails = float(last[head.index("Failures/s")])
+    except (ValueError, IndexError):
+        return ""
+    return f"{users} users, {rps:.1f} req/s, {fails:.1f} failed/s"
+
+
+def run_locust(
+    url: str, api_key: str, apps: list[str], plan: Any, out: Path, quiet: bool, phases: str = "random"
+) -> tuple[int, dict[str, Path]]:
+    """Run locust headless against ``url``; returns (exit code, report paths)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "outcomes": out / "outcomes.jsonl",
+        "stats_csv": out / "locust_stats.csv",
+        "history_csv": out / "locust_stats_history.csv",
+        "failures_csv": out / "locust_failures.csv",
+        "html": out / "locust_report.html",
+        "log": out / "locust.log",
+    }
+    env = {**os.environ, **plan.to_env(), "SKINFLINT_API_KEY": api_key, "SKINFLINT_PHASES": phases}
+    env["SKINFLINT_LOADTEST_OUT"] = str(paths["outcomes"])
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", url,
+        "--csv", str(out / "locust"), "--html", str(paths["html"]), "--only-summary",
+        "--exit-code-on-error", "0", "--loglevel", "WARNING", "--logfile", str(paths["log"]),
+        *(USER_CLASSES[a] for a in apps),
+    ]  # fmt: skip
+    console = Console(stderr=True)
+    total = plan.duration_s + plan.drain_s
+    with (
+        (out / "locust.stdout").open("wb") as sink,
+        Progress(
+            TextColumn(f"[bold]{plan.shape} load"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=console,
+            transient=True,
+            disable=quiet or not console.is_terminal,
+        ) as prog,
+    ):
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        task = prog.add_task("run", total=total, note="")
+        start = time.time()
+        try:
+            while proc.poll() is None:
+                prog.update(
+                    task, completed=min(total, time.time() - start), note=_progress_rps(paths["history_csv"])
+                )
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)  # locust writes its reports on SIGINT
+            proc.wait(timeout=30)
+            raise
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    return proc.returncode, paths
+
+
+# -- output ------------------------------------------------------------------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2%}"
+
+
+def _ms(x: float | None, scale: float = 1e3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.0f} ms"
+
+
+def print_tables(s: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if Console().is_terminal else 150)
+    t = Table(
+        title=f"skinflint loadtest: {s['shape']} {s['rate']:g} frames/s per app ({s['phases']} phases) "
+        f"for {s['duration_s']:g} s against {s['target']}"
+    )
+    cols = ["app", "offered", "RPS", "accepted", "shed", "errors", "answered", "dropped", "lost",
+            "SLO (accepted)", "SLO (answered)", "e2e p50 / p95 / p99", "e2e max",
+            "POST p50 / p99"]  # fmt: skip
+    for c in cols:
+        t.add_column(c)
+    rows = [*s["apps"].items(), ("all", s["total"])] if len(s["apps"]) > 1 else list(s["apps"].items())
+    for name, a in rows:
+        t.add_row(
+            name,
+            str(a["offered"]),
+            f"{a['rps']:.2f}",
+            str(a["accepted"]),
+            str(a["shed"]),
+            str(a["errors"]),
+            str(a["answered"]),
+            str(a["dropped"]),
+            str(a["lost"]),
+            _pct(a["slo_attainment"]),
+            _pct(a["slo_attainment_answered"]),
+            " / ".join(_ms(a[f"latency_p{q}_s"]) for q in (50, 95, 99)),
+            _ms(a["latency_max_s"]),
+            f"{_ms(a['post_p50_ms'], 1)} / {_ms(a['post_p99_ms'], 1)}",
+        )
+    console.print(t)
+    tot = s["total"]
+    if tot["shed_by_reason"]:
+        console.print("shed: " + ", ".join(f"{k} x{v}" for k, v in sorted(tot["shed_by_reason"].items())))
+    if tot["errors_by_kind"]:
+        console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(tot["errors_by_kind"].items())))
+    if tot["drop_reasons"]:
+        console.print("dropped: " + ", ".join(f"{k} x{v}" for k, v in sorted(tot["drop_reasons"].items())))
+    loc = s.get("locust") or {}
+    if loc:
+        console.print(
+            f"locust (every request, result polls included): {loc['requests']:.0f} requests, "
+            f"{loc['failures']:.0f} failed, {loc['rps']:.2f} req/s, "
+            f"p50 / p95 / p99 {loc['p50_ms']:.0f} / {loc['p95_ms']:.0f} / {loc['p99_ms']:.0f} ms"
+        )
+    console.print(f"load average during the run: {s['loadavg']}")
+    for k, v in s["files"].items():
+        console.print(f"{k}: {v}")
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def _target_apps(url: str, key: str, wanted: list[str] | None) -> dict[str, dict[str, Any]]:
+    import httpx
+
+    try:
+        r = httpx.get(f"{url.rstrip('/')}/v1/apps", headers={"x-api-key": key}, timeout=30)
+    except httpx.HTTPError as exc:
+        raise UsageError(f"cannot reach {url}: {exc}") from exc
+    if r.status_code != 200:
+        raise UsageError(f"{url}/v1/apps answered {r.status_code}: {r.text[:200]}")
+    deployed = {a["name"]: a for a in r.json().get("apps", [])}
+    apps = wanted or [a for a in deployed if a in USER_CLASSES]
+    missing = [a for a in apps if a not in deployed]
+    if missing or not apps:
+        have = ", ".join(deployed) or "none"
+        raise UsageError(f"not deployed at {url}: {', '.join(missing) or 'any demo app'} (deployed: {have})")
+    return {a: deployed[a] for a in apps}
+
+
+def _validate(args: argparse.Namespace) -> None:
+    for name in ("rate", "plan_rate", "slo"):
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
+    if args.drain < 0:
+        raise UsageError(f"--drain must not be negative, got {args.drain:g}")
+    if args.target and (args.plan_rate is not None or args.slo is not None or args.epoch is not None):
+        raise UsageError("--plan-rate, --slo and --epoch apply to the local stack only, not to --target")
+
+
+def run(args: argparse.Namespace) -> int:
+    from loadtest.analysis import read_outcomes, read_stats, summarise_run
+    from loadtest.rates import LoadPlan
+
+    _validate(args)
+    out = Path(args.out or Path("loadtest-out") / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    report: dict[str, Any] | None = None
+    if args.target:
+        key = args.api_key or os.environ.get("SKINFLINT_API_KEY")
+        if not key:
+            raise UsageError("--target needs --api-key (or SKINFLINT_API_KEY)")
+        deployed = _target_apps(args.target, key, args.apps)
+        apps = list(deployed)
+        rate = args.rate or min(float(a.get("frame_rate") or 0) for a in deployed.values())
+        if rate <= 0:
+            raise UsageError("the deployed apps list no planned frame rate: pass --rate")
+        plan = LoadPlan(args.shape, rate, args.duration, apps=len(apps), drain_s=args.drain)
+        t0 = time.time()
+        rc, paths = run_locust(args.target, key, apps, plan, out, args.json, args.phases)
+        t1 = time.time()
+        target = args.target
+        if args.report:
+            report = _report(None, apps, t0, t1, out)
+    else:
+        apps = args.apps or ["traffic"]
+        plan_rate = args.plan_rate or args.rate or 4.0
+        rate = args.rate or plan_rate
+        plan = LoadPlan(args.shape, rate, args.duration, apps=len(apps), drain_s=args.drain)
+        rc, paths, target, report = _run_local(args, apps, plan_rate, plan, out)
+    if rc not in (0, None):
+        tail = (
+            " ".join(paths["log"].read_text(errors="replace").strip().splitlines()[-2:])
+            if paths["log"].exists()
+            else ""
+        )
+        raise UsageError(f"locust exited with {rc}: {tail or 'see ' + str(out)}")
+    s = summarise_run(read_outcomes(paths["outcomes"]), read_stats(paths["stats_csv"]), plan.duration_s)
+    s.update(
+        phases=args.phases,
+        shape=plan.shape,
+        rate=plan.rate,
+        duration_s=plan.duration_s,
+        target=target,
+        loadavg=" ".join(f"{x:.2f}" for x in os.getloadavg()),
+        files={k: str(v) for k, v in paths.items() if v.exists()},
+    )
+    if report is not None:
+        s["cost_report"] = report
+    (out / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+    if args.json:
+        print(json.dumps(s, indent=1, default=str))
+    else:
+        print_tables(s)
+        if report is not None:
+            from skinflint.commands.report import print_report
+
+            print_report(report)
+    bad = s["total"]["lost"] > 0 or s["total"]["errors"] > 0
+    return 1 if bad else 0
+
+
+def _run_local(
+    args: argparse.Namespace, apps: list[str], plan_rate: float, plan: Any, out: Path
+) -> tuple[int, dict[str, Path], str, dict[str, Any] | None]:
+    from functions.errors import DataPlaneError
+    from skinflint.commands.up import _log_to_stderr, make_stack
+
+    log = _log_to_stderr(args.json)
+    from skinflint.commands.up import DEFAULT_EPOCH_S
+
+    stack = make_stack(apps, plan_rate, args.slo, log, args.log_dir, epoch_s=args.epoch or DEFAULT_EPOCH_S)
+    report = None
+    try:
+        try:
+            info = stack.start()
+        except DataPlaneError as exc:
+            raise UsageError(f"local stack failed to start: {exc}") from exc
+        log(f"{plan.shape} load: {plan.rate:g} frames/s per app (plan: {plan_rate:g}), {plan.duration_s:g} s")
+        t0 = time.time()
+        rc, paths = run_locust(info.url, info.api_key, apps, plan, out, args.json, args.phases)
+        t1 = time.time()
+        if args.report:
+            log("waiting for the last metrics, then reading CloudWatch (moto)")
+            time.sleep(METRICS_FLUSH_S)
+            report = _report(info.endpoint_url, apps, t0, t1, out)
+    finally:
+        stack.stop()
+    return rc, paths, f"the local stack ({info.url})", report
+
+
+def _report(endpoint: str | None, apps: list[str], t0: float, t1: float, out: Path) -> dict[str, Any]:
+    """The cost report of the run's window, with its plots and HTML page next to locust's."""
+    from skinflint.commands.report import build_report, write_outputs
+
+    report = build_report(endpoint=endpoint, apps=apps, start=t0, end=t1 + METRICS_FLUSH_S)
+    report["files"] = write_outputs(report, str(out / "report"), str(out / "report.html"))
+    return report

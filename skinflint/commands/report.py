@@ -1,0 +1,236 @@
+"""``skinflint report``: what the deployment cost and what it delivered, from CloudWatch metrics and
+the plans in the config table -- for the fleet, planned against billed USD/h (whole instances x the
+catalog's price), in steady state and over the window; per app, its part of the bill, observed
+occupancy, frames, cost per 1,000 frames, SLO attainment, end-to-end latency, rejections and drops,
+and per module the machine time, batches, empty slots and worst latency against the plan.
+``--plots DIR`` writes PNGs (cost over time, each app's latency CDF against its SLO), ``--html FILE``
+a self-contained page. Works against real CloudWatch (your AWS credentials) and against the local
+stack's moto (``--endpoint``: the URL ``skinflint up`` logs as "moto server on ...")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from skinflint.errors import UsageError
+
+__all__ = ["build_report", "parse_duration", "print_report"]
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*")
+LOCAL_PERIOD_S = 10  # moto keeps every data point: a fine period gives more interior periods
+CLOUDWATCH_PERIOD_S = 60  # standard-resolution metrics: one minute is the finest period
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``5m``, ``1.5h``, ``2d`` -> seconds (argparse type)."""
+    m = _DURATION.fullmatch(text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration (e.g. 90s, 5m, 1h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("report", help="cost and SLO report from CloudWatch metrics", description=__doc__)
+    p.add_argument("--since", type=parse_duration, default=3600.0, help="window back from now (default 1h)")
+    p.add_argument("--app", action="append", dest="apps", metavar="APP", help="app to report (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
+    p.add_argument("--endpoint", default=None, metavar="URL", help="moto's URL (the local stack)")
+    p.add_argument(
+        "--period",
+        type=int,
+        default=None,
+        help=f"seconds per data point (default {CLOUDWATCH_PERIOD_S}; {LOCAL_PERIOD_S} with --endpoint)",
+    )
+    p.add_argument("--region", default=None, help="AWS region (default: AWS_DEFAULT_REGION or us-east-1)")
+    p.set_defaults(func=run)
+
+
+def _prices() -> dict[str, float]:
+    from profiles.hardware import load_catalog
+
+    return {name: float(spec.price_per_hour) for name, spec in load_catalog().items()}
+
+
+def build_report(
+    *,
+    endpoint: str | None,
+    apps: list[str] | None,
+    start: float,
+    end: float,
+    period: int | None = None,
+    region: str | None = None,
+) -> dict[str, Any]:
+    """Read CloudWatch and the config table and compute the report (raises :class:`UsageError`)."""
+    from botocore.exceptions import BotoCoreError
+
+    from functions.errors import DataPlaneError
+    from functions.localstack.stack import FAKE_CREDENTIALS
+    from functions.report import collect_report
+    from functions.settings import DataPlaneConfig, make_client
+
+    base = DataPlaneConfig.from_env()
+    cfg = DataPlaneConfig(
+        region=region or base.region,
+        endpoint_url=endpoint or base.endpoint_url,
+        config_table=base.config_table,
+        metrics_namespace=base.metrics_namespace,
+    )
+    if cfg.endpoint_url:  # moto takes any credentials; never reach for real ones
+        for k, v in FAKE_CREDENTIALS.items():
+            os.environ.setdefault(k, v)
+    period_s = period or (LOCAL_PERIOD_S if cfg.endpoint_url else CLOUDWATCH_PERIOD_S)
+    if period_s <= 0:
+        raise UsageError(f"--period must be positive, got {period_s}")
+    try:
+        report = collect_report(
+            make_client("cloudwatch", cfg),
+            make_client("dynamodb", cfg),
+            namespace=cfg.metrics_namespace,
+            config_table=cfg.config_table,
+            prices=_prices(),
+            start=start,
+            end=end,
+            period_s=period_s,
+            apps=apps,
+        )
+    except (DataPlaneError, BotoCoreError) as exc:
+        where = cfg.endpoint_url or f"CloudWatch in {cfg.region}"
+        raise UsageError(f"cannot build the report from {where}: {str(exc).splitlines()[0]}") from exc
+    report["endpoint"] = cfg.endpoint_url
+    return report
+
+
+# -- output ------------------------------------------------------------------------------------------
+
+
+def _f(v: Any, kind: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if kind == "usd":
+        return f"${v:.4f}"
+    if kind == "pct":
+        return f"{v:+.2%}"
+    if kind == "frac":
+        return f"{v:.2%}"
+    if kind == "ms":
+        return "inf" if math.isinf(v) else f"{v * 1e3:.0f} ms"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def print_report(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if Console().is_terminal else 150)
+    f = r["fleet"]
+    head = Table(
+        title=f"cost report: fleet ({f['source']}), period {r['window']['period_s']} s", show_header=False
+    )
+    head.add_column(style="bold")
+    head.add_column()
+    for k, v in [
+        ("planned USD/h (steady)", _f(f["planned_per_hour_steady"], "usd")),
+        ("observed USD/h (steady)", _f(f["observed_per_hour_steady"], "usd")),
+        ("observed vs planned (steady)", _f(f["deviation_steady"], "pct")),
+        ("observed USD/h (window)", _f(f["observed_per_hour_window"], "usd")),
+        (
+            "billed / planned USD in the window",
+            f"{_f(f['observed_usd'], 'usd')} / {_f(f['planned_usd'], 'usd')}",
+        ),
+        ("instance-seconds", ", ".join(f"{hw} {s:.0f}" for hw, s in f["instance_seconds"].items()) or "-"),
+        ("periods with data / interior", f"{f['active_periods']} / {f['interior_periods']}"),
+        ("plans", f"{r['plan_source']} (versions {', '.join(map(str, r['plan_versions'])) or '-'})"),
+    ]:
+        head.add_row(k, v)
+    console.print(head)
+    apps = Table(title="per app")
+    cols = ["app", "planned USD/h", "billed USD", "occupancy", "frames", "USD / 1000 frames", "SLO",
+            "SLO attainment", "finished / dropped", "latency mean / max", "p50 / p95 / p99 (at most)",
+            "rejected"]  # fmt: skip
+    for c in cols:
+        apps.add_column(c)
+    for name, a in r["apps"].items():
+        apps.add_row(
+            name,
+            _f(a["planned_billed_per_hour"], "usd"),
+            _f(a["billed_usd"], "usd"),
+            _f(a["observed_occupancy"], "frac"),
+            _f(a["frames"]),
+            _f(a["cost_per_1000_frames"], "usd"),
+            _f(a["slo_s"], "ms"),
+            _f(a["slo_attainment"], "frac"),
+            f"{_f(a['frames_completed'])} / {_f(a['frames_dropped'])}",
+            f"{_f(a['latency_mean_s'], 'ms')} / {_f(a['latency_max_s'], 'ms')}",
+            " / ".join(_f(a[f"latency_p{q}_le_s"], "ms") for q in (50, 95, 99)),
+            ", ".join(f"{k} {v:g}" for k, v in sorted(a["rejected"].items())) or "-",
+        )
+    console.print(apps)
+    mods = Table(title="per module")
+    for c in ("app", "module @ hardware", "machine-s", "occupancy", "batches", "fill", "empty slots",
+              "drops", "duplicates", "latency max", "planned worst"):  # fmt: skip
+        mods.add_column(c)
+    for name, a in r["apps"].items():
+        for mname, m in a["modules"].items():
+            mods.add_row(
+                name,
+                mname,
+                f"{m['machine_seconds']:.0f}",
+                _f(m["occupancy"], "frac"),
+                _f(m["batches"]),
+                _f(m["batch_fill"], "frac"),
+                _f(m["empty_slot_fraction"], "frac"),
+                _f(m["drops"]),
+                _f(m["duplicates"]),
+                _f(m["latency_max_s"], "ms"),
+                _f(m["planned_worst_s"], "ms"),
+            )
+    console.print(mods)
+    for n in r["notes"]:
+        console.print(f"note: {n}")
+    for k, v in (r.get("files") or {}).items():
+        console.print(f"{k}: {v}")
+
+
+def write_outputs(r: dict[str, Any], plots_dir: str | None, html_file: str | None) -> dict[str, str]:
+    from functions.report.html import render_html
+    from functions.report.plots import write_plots
+
+    files: dict[str, str] = {}
+    if not plots_dir and not html_file:
+        return files
+    target = Path(plots_dir) if plots_dir else Path(tempfile.mkdtemp(prefix="skinflint-report-"))
+    plots = write_plots(r, target)
+    if plots_dir:
+        files.update({f"plot {k}": str(v) for k, v in plots.items()})
+    if html_file:
+        Path(html_file).write_text(render_html(r, plots))
+        files["html"] = str(Path(html_file).resolve())
+    return files
+
+
+def run(args: argparse.Namespace) -> int:
+    end = math.ceil(time.time()) + 1.0  # end is exclusive and whole seconds: include this second's points
+    r = build_report(
+        endpoint=args.endpoint,
+        apps=args.apps,
+        start=end - args.since,
+        end=end,
+        period=args.period,
+        region=args.region,
+    )
+    r["files"] = write_outputs(r, args.plots, args.html)
+    if args.json:
+        print(json.dumps(r, indent=1, default=str))
+    else:
+        print_report(r)
+    return 0

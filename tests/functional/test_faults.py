@@ -1,0 +1,410 @@
+"""Faults against moto: a worker killed mid-batch, a worker dying mid-write, poison messages, and
+overload at twice the planned rate (admission control)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from functions.adapters.config_store import ConfigStore
+from functions.adapters.metrics import MemoryMetrics
+from functions.adapters.outcomes import FrameOutcomes
+from functions.adapters.results import ResultStore
+from functions.front.admission import Admission, AdmissionConfig
+from functions.front.app import create_app
+from functions.front.service import FrontService
+from functions.localstack.provision import create_base, deploy
+from functions.localstack.stack import free_port
+from functions.routing import Router
+from functions.settings import DataPlaneConfig
+from gpu_fleet.runtimes import EmulatedRuntime
+from gpu_fleet.worker import Worker
+from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
+from tests.functional.conftest import API_KEY, two_module_app
+
+pytestmark = pytest.mark.functional
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def chain_plan(det_batch: int, det_rate: float, det_d: float, car_d: float = 0.01) -> Plan:
+    # detector: 1 machine, windows of det_batch / det_rate s; car: 1 machine, batch 2 at 12 req/s
+    return Plan(
+        objective="billed",
+        cost_per_hour=1.0,
+        billed_per_hour=1.0,
+        solve_ms=0.0,
+        modules={
+            "detector": ModulePlan(
+                latency_budget_s=1.0,
+                worst_case_latency_s=det_batch / det_rate + det_d,
+                groups=[
+                    MachineGroup(
+                        hardware="t4",
+                        batch=det_batch,
+                        machines=1,
+                        rate_per_machine=det_rate,
+                        duration_s=det_d,
+                    )
+                ],
+            ),
+            "car": ModulePlan(
+                latency_budget_s=1.0,
+                worst_case_latency_s=2 / 12 + car_d,
+                groups=[
+                    MachineGroup(hardware="t4", batch=2, machines=1, rate_per_machine=12.0, duration_s=car_d)
+                ],
+            ),
+        },
+    )
+
+
+def worker_for(stack_like, dep, module: str, metrics=None, runtime=None, machine: int = 0, **kw) -> Worker:
+    a = next(x for x in stack_like.assignments if (x.module, x.machine) == (module, machine))
+    m = metrics if metrics is not None else stack_like.metrics
+    return Worker(
+        assignment=a,
+        router=Router.for_deployment(dep),
+        queues=stack_like.queues,
+        results=stack_like.results,
+        blobs=stack_like.blobs,
+        metrics=m,
+        runtime=runtime or EmulatedRuntime(a.model_s or a.duration_s, a.hardware),
+        outcomes=FrameOutcomes(stack_like.ddb, stack_like.cfg.results_table, m),
+        **kw,
+    )
+
+
+def front_for(stack_like, admission: Admission | None = None) -> FrontService:
+    return FrontService(
+        config=stack_like.cfg,
+        store=stack_like.store,
+        results=stack_like.results,
+        queues=stack_like.queues,
+        blobs=stack_like.blobs,
+        metrics=stack_like.metrics,
+        admission=admission,
+    )
+
+
+def pump(worker: Worker, until: float, done) -> None:
+    """Receive and run what is ready (the serve loop's path, failures included) until ``done()``."""
+    while time.time() < until and not done():
+        worker.poll_once(wait_s=0)
+        with worker._lock:
+            ready = worker.assembler.take_ready(time.time())
+        for bid, items in ready:
+            worker._process_logged(bid, items)
+        time.sleep(0.02)
+
+
+def frames_done(svc: FrontService, ids: list[str]) -> bool:
+    return all(svc.result(rid).status != "queued" for rid in ids)
+
+
+def jpeg(seed: int = 0) -> bytes:
+    from tests.functional.conftest import jpeg_bytes
+
+    return jpeg_bytes(seed=seed)
+
+
+# -- a worker killed mid-batch (a real process, SIGKILL) ---------------------------------------------
+
+
+class _ServerStack:
+    """moto's server in this process, the resources, and clients to it (for a worker subprocess)."""
+
+    def __init__(self, port: int, plan: Plan, visibility_s: int):
+        import boto3
+
+        from functions.adapters.blobs import BlobStore
+        from functions.adapters.queues import TaskQueues
+
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.cfg = DataPlaneConfig(endpoint_url=self.endpoint)
+        self.ddb, self.sqs, s3 = (
+            boto3.client(s, region_name="us-east-1", endpoint_url=self.endpoint)
+            for s in ("dynamodb", "sqs", "s3")
+        )
+        create_base(self.ddb, s3, self.cfg)
+        self.store = ConfigStore(self.ddb, self.cfg.config_table)
+        self.store.put_api_key(API_KEY, "tests")
+        self.results = ResultStore(self.ddb, self.cfg.results_table)
+        self.queues = TaskQueues(self.sqs)
+        self.blobs = BlobStore(s3, self.cfg.bucket)
+        self.metrics = MemoryMetrics()
+        self.deployment, self.assignments, self.dlq = deploy(
+            self.store,
+            self.sqs,
+            two_module_app(),
+            plan,
+            frame_rate=2.0,
+            slo_s=20.0,
+            emulated_hardware=["t4"],
+            visibility_timeout_s=visibility_s,
+        )
+
+
+@pytest.fixture
+def server_stack():
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        # detector: batch 2 at 2 req/s (1 s windows), each batch runs 1.5 s; redelivery after 2 s
+        yield _ServerStack(port, chain_plan(det_batch=2, det_rate=2.0, det_d=1.5), visibility_s=2)
+    finally:
+        server.stop()
+
+
+def test_a_worker_killed_mid_batch_loses_nothing(server_stack, tmp_path):
+    s = server_stack
+    det = next(a for a in s.assignments if a.module == "detector")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKINFLINT_")}
+    env.update(s.cfg.to_env())
+    log = (tmp_path / "worker.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu_fleet.worker", "--worker-id", det.worker_id],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        end = time.time() + 20
+        while not s.store.heartbeats().get(det.worker_id, {}).get("ready"):
+            assert proc.poll() is None and time.time() < end, (tmp_path / "worker.log").read_text()
+            time.sleep(0.1)
+        # GIVEN two frames in one detector window (one batch of two)
+        svc = front_for(s)
+        t = time.time()
+        svc.clock = lambda: t
+        frames = [(jpeg(0), "image/jpeg"), (jpeg(1), "image/jpeg")]
+        ids = [a.request_id for a in svc.accept("traffic", frames).accepted]
+        svc.clock = time.time
+        window_end = Router.for_deployment(s.deployment).route("detector", t).window_end
+        # WHEN the worker is SIGKILLed while the batch runs (window closed, 1.5 s batch not finished)
+        time.sleep(max(0.0, window_end + 0.5 - time.time()))
+        attrs = s.sqs.get_queue_attributes(QueueUrl=det.queue_url, AttributeNames=["All"])["Attributes"]
+        assert attrs["ApproximateNumberOfMessagesNotVisible"] == "2"  # in the worker's hands
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+        assert all(svc.result(r).tasks == [] for r in ids)  # nothing recorded: truly mid-batch
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        log.close()
+    # THEN a replacement receives both after the visibility timeout and every frame is answered once
+    fresh = worker_for(s, s.deployment, "detector", runtime=EmulatedRuntime(0.01, "t4"))
+    car = worker_for(s, s.deployment, "car")
+    end = time.time() + 15
+    while time.time() < end and not frames_done(svc, ids):
+        for w in (fresh, car):
+            pump(w, time.time() + 0.05, lambda: False)
+    for rid in ids:
+        res = svc.result(rid)
+        assert res.status == "done", res
+        names = [t.task_id for t in res.tasks]
+        assert len(names) == len(set(names)) and names.count("detector") == 1
+    assert fresh.totals["ran"] == 2 and fresh.totals["duplicates"] == 0
+    assert max(fresh._receives.values()) >= 2  # redelivered, not re-sent
+    assert s.queues.depth(det.queue_url) == 0 and s.queues.depth(s.dlq) == 0
+    assert s.metrics.total("SloAttainment") == 2  # both frames finished within the (20 s) SLO
+
+
+# -- a worker dying in the middle of its result writes -----------------------------------------------
+
+
+class DiesAfterFirstWrite(ResultStore):
+    def record_tasks(self, records):
+        first = super().record_tasks(records[:1])
+        if len(records) > 1:
+            raise SystemExit("killed between two result writes")
+        return first
+
+
+def test_a_worker_dying_mid_write_is_healed_by_redelivery_and_recorded_once(stack):
+    # GIVEN a batch of two frames, and a detector that dies after recording the first task only
+    svc = front_for(stack)
+    ids = [a.request_id for a in svc.accept("traffic", [(jpeg(i), "image/jpeg") for i in range(2)]).accepted]
+    dying = worker_for(stack, stack.deployment, "detector")
+    dying.results = DiesAfterFirstWrite(stack.ddb, stack.cfg.results_table)
+    with pytest.raises(SystemExit):
+        pump(dying, time.time() + 3, lambda: False)
+    assert sum(len(svc.result(r).tasks) for r in ids) == 1
+    # WHEN a fresh worker gets the redelivered batch (visibility timeout 1 s)
+    fresh = worker_for(stack, stack.deployment, "detector")
+    cars = [worker_for(stack, stack.deployment, "car", machine=m) for m in (0, 1)]
+    end = time.time() + 10
+    while time.time() < end and not frames_done(svc, ids):
+        for w in (fresh, *cars):
+            pump(w, time.time() + 0.05, lambda: False)
+    # THEN the written task is a duplicate, the other is recorded, and every frame is answered once:
+    # done, or -- on a loaded host, past its 2 s SLO -- dropped with the reason
+    assert (fresh.totals["ran"], fresh.totals["duplicates"]) == (2, 1)
+    for rid in ids:
+        res = svc.result(rid)
+        assert res.status in ("done", "dropped"), res
+        assert all(t.reason == "deadline" for t in res.tasks if t.status == "dropped")
+        names = [t.task_id for t in res.tasks]
+        assert len(names) == len(set(names)) and names.count("detector") == 1
+    assert len(stack.metrics.values("SloAttainment")) == 2  # one outcome per frame
+
+
+# -- poison messages ---------------------------------------------------------------------------------
+
+
+def _make_visible_at_once(stack, url: str) -> None:
+    stack.sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "0"})
+
+
+def _replace_message(stack, url: str, edit) -> dict:
+    """Take the one message of ``url`` and put back ``edit(body)`` (a corrupted copy)."""
+    (raw,) = stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)["Messages"]
+    stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=raw["ReceiptHandle"])
+    body = json.loads(raw["Body"])
+    stack.sqs.send_message(QueueUrl=url, MessageBody=json.dumps(edit(body)))
+    return body
+
+
+def test_an_unparseable_message_goes_to_the_dlq_after_five_receives_with_its_reason(stack):
+    # GIVEN a frame whose detector message was corrupted (unknown schema version)
+    svc = front_for(stack)
+    (acc,) = svc.accept("traffic", [(jpeg(), "image/jpeg")]).accepted
+    url = stack.deployment.queues["detector"]["0/0"]
+    _replace_message(stack, url, lambda b: {**b, "v": 99})
+    stack.sqs.send_message(QueueUrl=url, MessageBody="not even json {")
+    _make_visible_at_once(stack, url)
+    det = worker_for(stack, stack.deployment, "detector")
+    # WHEN the worker receives them again and again
+    for _ in range(8):
+        det.poll_once(wait_s=0)
+    # THEN both are counted on each of their 5 receives and then sit in the DLQ, the worker is fine,
+    # and the frame's owner reads why its frame was dropped
+    assert det.totals["poison"] == 10
+    assert stack.metrics.total("PoisonMessages") == 10
+    assert stack.queues.depth(url) == 0
+    dlq = stack.sqs.receive_message(QueueUrl=stack.dlq, MaxNumberOfMessages=10)["Messages"]
+    assert len(dlq) == 2
+    res = svc.result(acc.request_id)
+    assert res.status == "dropped"
+    (task,) = res.tasks
+    assert task.status == "dropped" and task.reason.startswith("poison: ") and "v" in task.reason
+    assert stack.metrics.total("FramesDropped", App="traffic") == 1
+
+
+def test_a_request_that_fails_every_time_is_dropped_with_the_reason_and_spares_its_batch_mates(stack):
+    # GIVEN two frames in one batch, one of them pointing at a payload that is gone
+    svc = front_for(stack)
+    t = time.time() - 0.6  # accepted 0.6 s ago: its window (0.5 s) has closed, the 2 s SLO has not
+    svc.clock = lambda: t
+    good, bad = svc.accept("traffic", [(jpeg(0), "image/jpeg"), (jpeg(1), "image/jpeg")]).accepted
+    url = stack.deployment.queues["detector"]["0/0"]
+    raws = stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)["Messages"]
+    for raw in raws:
+        body = json.loads(raw["Body"])
+        if body["request_id"] == bad.request_id:
+            stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=raw["ReceiptHandle"])
+            gone = {"content_type": "image/jpeg", "size": 10, "s3_key": "frames/gone"}
+            stack.sqs.send_message(QueueUrl=url, MessageBody=json.dumps({**body, "payload": gone}))
+    _make_visible_at_once(stack, url)
+    det = worker_for(stack, stack.deployment, "detector")
+    # WHEN the worker runs the batch, and the failing request on each redelivery
+    pump(det, time.time() + 10, lambda: stack.queues.depth(url) == 0)
+    # THEN the good frame ran despite its batch-mate; the bad one is dropped on its 5th receive with
+    # the error, and its message went to the DLQ
+    det_tasks = {
+        r: [x for x in svc.result(r).tasks if x.module == "detector"]
+        for r in (good.request_id, bad.request_id)
+    }
+    assert [x.status for x in det_tasks[good.request_id]] == ["done"]
+    (failed,) = det_tasks[bad.request_id]
+    assert failed.status == "dropped" and failed.reason.startswith("failed 5 times: BlobError")
+    assert svc.result(bad.request_id).status == "dropped"
+    dlq = stack.sqs.receive_message(QueueUrl=stack.dlq, MaxNumberOfMessages=10)["Messages"]
+    assert [json.loads(m["Body"])["request_id"] for m in dlq] == [bad.request_id]
+
+
+# -- overload at twice the planned rate --------------------------------------------------------------
+
+
+def test_overload_at_twice_the_planned_rate_is_shed_and_accepted_frames_meet_the_slo(stack):
+    # GIVEN an app planned for 4 frames/s (detector windows of 0.25 s, the car machine sustains
+    # 12 / 1.5 = 8 frames/s), SLO 1 s, the front with admission control and two real-time workers
+    app = AppSpec(
+        name="overload",
+        slo_s=1.0,
+        modules={"detector": AppModuleSpec(model="det"), "car": AppModuleSpec(model="car")},
+        edges=[("detector", "car", 1.5)],
+    )
+    dep, assignments, _ = deploy(
+        stack.store,
+        stack.sqs,
+        app,
+        chain_plan(2, 8.0, 0.05),
+        4.0,
+        emulated_hardware=["t4"],
+        visibility_timeout_s=5,
+    )
+    stack.assignments = assignments
+    metrics = MemoryMetrics()
+    stack.metrics = metrics
+    svc = front_for(stack, Admission(AdmissionConfig(rate_headroom=0.25, burst_s=1.0)))
+    client = TestClient(create_app(lambda: svc))
+    workers = [worker_for(stack, dep, m, metrics=metrics, grace_s=0.02) for m in ("detector", "car")]
+    threads = [threading.Thread(target=w.serve, daemon=True) for w in workers]
+    for th in threads:
+        th.start()
+    try:
+        # WHEN 8 frames/s arrive for 8 s
+        rate, seconds = 8.0, 8.0
+        statuses: list[int] = []
+        ids: list[str] = []
+        start = time.time()
+        for k in range(int(rate * seconds)):
+            time.sleep(max(0.0, start + k / rate - time.time()))
+            r = client.post(
+                "/v1/apps/overload/frames",
+                content=jpeg(k),
+                headers={"x-api-key": API_KEY, "content-type": "image/jpeg"},
+            )
+            statuses.append(r.status_code)
+            if r.status_code == 202:
+                ids.append(r.json()["accepted"][0]["request_id"])
+            else:
+                assert r.status_code == 503, r.text
+                assert r.json()["error"] == "over_planned_rate" and r.json()["reason"]
+                assert int(r.headers["Retry-After"]) >= 1
+        results = []
+        for rid in ids:
+            r = client.get(f"/v1/requests/{rid}", params={"wait": 5}, headers={"x-api-key": API_KEY})
+            results.append(r.json())
+    finally:
+        for w in workers:
+            w.stop()
+        for th in threads:
+            th.join(timeout=10)
+    # THEN about 5 frames/s were admitted (+ the 1 s burst), the rest shed with 503, no other 5xx,
+    # and every accepted frame finished within the SLO
+    shed = statuses.count(503)
+    assert len(ids) + shed == len(statuses)
+    assert 5 * seconds - 2 <= len(ids) <= 5 * seconds + 7, (len(ids), shed)
+    assert metrics.total("FrontRejected", App="overload", Reason="over_planned_rate") == shed
+    done = [r for r in results if r["status"] == "done"]
+    assert len(done) == len(ids), [r["status"] for r in results]
+    within = [r for r in done if r["latency_s"] <= 1.0]
+    assert len(within) >= 0.99 * len(ids)
+    assert metrics.total("SloAttainment", App="overload") == len(within)

@@ -1,0 +1,277 @@
+"""Admission control of the front (pure: the dispatch schedule plus local state, times passed in)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from functions.front.admission import (
+    Admission,
+    AdmissionConfig,
+    Admitted,
+    Gcra,
+    Shed,
+    TokenBucket,
+    requests_per_frame,
+)
+from functions.routing import Router
+from functions.schema import Deployment
+from planner.models import MachineGroup, ModulePlan, Plan
+
+ORIGIN = 1_000.0
+
+
+def deployment(
+    *,
+    frame_rate: float = 4.0,
+    slo_s: float = 1.0,
+    det_batch: int = 2,
+    det_rate: float = 8.0,
+    det_d: float = 0.1,
+    version: int = 1,
+) -> Deployment:
+    # detector: one machine, batch det_batch at det_rate req/s -> windows of det_batch / det_rate s
+    # car: one machine, batch 2 at 12 req/s, 1.5 cars per frame -> sustains 12 / 1.5 = 8 frames/s
+    plan = Plan(
+        objective="billed",
+        cost_per_hour=1.0,
+        billed_per_hour=1.0,
+        solve_ms=0.0,
+        modules={
+            "detector": ModulePlan(
+                latency_budget_s=0.5,
+                worst_case_latency_s=det_batch / det_rate + det_d,
+                groups=[
+                    MachineGroup(
+                        hardware="t4",
+                        batch=det_batch,
+                        machines=1,
+                        rate_per_machine=det_rate,
+                        duration_s=det_d,
+                    )
+                ],
+            ),
+            "car": ModulePlan(
+                latency_budget_s=0.5,
+                worst_case_latency_s=2 / 12 + 0.05,
+                groups=[
+                    MachineGroup(hardware="t4", batch=2, machines=1, rate_per_machine=12.0, duration_s=0.05)
+                ],
+            ),
+        },
+    )
+    return Deployment(
+        app="traffic",
+        version=version,
+        origin_s=ORIGIN,
+        slo_s=slo_s,
+        frame_rate=frame_rate,
+        roots=["detector"],
+        edges=[("detector", "car", 1.5)],
+        plan=plan,
+        queues={"detector": {"0/0": "q-det"}, "car": {"0/0": "q-car"}},
+    )
+
+
+def admission(**kw) -> Admission:
+    return Admission(AdmissionConfig(**kw))
+
+
+# -- building blocks ---------------------------------------------------------------------------------
+
+
+def test_token_bucket_grants_the_burst_then_the_rate():
+    b = TokenBucket(rate=2.0, burst=3.0, now=0.0)
+    assert [b.take(1, 0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert b.take(1, 0.0) == pytest.approx(0.5)  # one token every 1/2 s
+    assert b.take(1, 0.5) == 0.0
+    assert math.isinf(b.take(4, 10.0))  # more than the burst can never pass
+
+
+def test_gcra_admits_tolerance_times_rate_plus_one_at_once():
+    # rate 5/s (0.2 s apart), tolerance 1 s -> floor(1 / 0.2) + 1 = 6 frames at once
+    g = Gcra(rate=5.0, tolerance_s=1.0)
+    for _ in range(6):
+        wait, tat = g.check(1, 0.0)
+        assert wait == 0.0
+        g.commit(tat)
+    wait, _ = g.check(1, 0.0)
+    assert wait == pytest.approx(0.2)
+    assert g.check(1, 0.2)[0] == 0.0
+
+
+def test_gcra_lets_a_batch_larger_than_the_burst_pass_when_idle_then_paces_what_follows():
+    # 10 frames at 5/s: the first is on time, the pace moves on by 10 x 0.2 = 2 s
+    g = Gcra(rate=5.0, tolerance_s=1.0)
+    wait, tat = g.check(10, 0.0)
+    assert (wait, tat) == (0.0, pytest.approx(2.0))
+    g.commit(tat)
+    assert g.check(1, 0.5)[0] == pytest.approx(0.5)  # 2.0 - 0.5 - 1.0 tolerance
+
+
+def test_requests_per_frame_multiplies_fan_out_along_the_edges():
+    dep = deployment()
+    dep = dep.model_copy(update={"edges": [("detector", "car", 1.5)]})
+    assert requests_per_frame(dep) == {"detector": 1.0, "car": 1.5}
+
+
+# -- decisions ---------------------------------------------------------------------------------------
+
+
+def test_at_the_planned_rate_every_frame_gets_its_arrival_slot():
+    dep = deployment()
+    router = Router.for_deployment(dep)
+    adm = admission()
+    # 4 frames/s evenly spaced for 10 s: windows of 2 / 8 = 0.25 s, so at most one frame per window
+    for k in range(40):
+        now = ORIGIN + 0.01 + k * 0.25
+        out = adm.admit(router, 1, now)
+        assert isinstance(out, Admitted), out
+        assert out.spilled == 0
+        assert out.routes[0]["detector"] == router.route("detector", now)
+
+
+def test_a_full_slot_spills_into_the_next_window_within_the_deadline():
+    dep = deployment(det_batch=2, slo_s=1.0)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=10.0)
+    now = ORIGIN + 10.01
+    first = [adm.admit(router, 1, now) for _ in range(2)]
+    third = adm.admit(router, 1, now)
+    assert all(isinstance(o, Admitted) and o.spilled == 0 for o in first)
+    assert isinstance(third, Admitted) and third.spilled == 1
+    here = router.route("detector", now)
+    assert third.routes[0]["detector"].batch_id == here.batch_id + 1
+    assert third.routes[0]["detector"].window_end == pytest.approx(here.window_end + 0.25)
+
+
+def test_no_room_before_the_deadline_sheds_slot_full_with_a_retry_time():
+    # slo 0.6 s: detector window 0.25 + d 0.1, car tail 2/12 + 0.05 = 0.217 -> the arrival window
+    # (ends <= 0.25 s away) fits, the next one (<= 0.5 s away: 0.5 + 0.1 + 0.217 > 0.6) does not
+    dep = deployment(slo_s=0.6)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=10.0)
+    now = ORIGIN + 10.0 + 1e-4
+    assert all(isinstance(adm.admit(router, 1, now), Admitted) for _ in range(2))
+    shed = adm.admit(router, 1, now)
+    assert isinstance(shed, Shed)
+    assert (shed.status, shed.error) == (503, "slot_full")
+    assert 0 < shed.retry_after_s <= 0.25
+
+
+def test_overload_at_twice_the_planned_rate_is_shed_to_the_admitted_rate():
+    # planned 4 frames/s, headroom 25 % -> 5 frames/s admitted (the plan sustains 8)
+    dep = deployment(frame_rate=4.0)
+    router = Router.for_deployment(dep)
+    adm = admission(rate_headroom=0.25, burst_s=1.0)
+    n, admitted, reasons = 8 * 60, 0, set()
+    for k in range(n):  # 8 frames/s for 60 s
+        out = adm.admit(router, 1, ORIGIN + 5.0 + k / 8.0)
+        if isinstance(out, Admitted):
+            admitted += 1
+        else:
+            reasons.add((out.status, out.error))
+            assert out.retry_after_s > 0
+    # 5 frames/s x 60 s + the burst allowance (1 s x 5 + 1)
+    assert 300 <= admitted <= 306
+    assert reasons == {(503, "over_planned_rate")}
+    assert adm.admitted_rate("traffic") == pytest.approx(5.0)
+
+
+def test_the_admitted_rate_is_capped_by_what_the_plan_sustains():
+    # planned 7 frames/s x 1.25 = 8.75, but the car machine sustains 12 / 1.5 = 8 frames/s
+    dep = deployment(frame_rate=7.0)
+    adm = admission()
+    adm.admit(Router.for_deployment(dep), 1, ORIGIN + 1)
+    assert adm.admitted_rate("traffic") == pytest.approx(8.0)
+
+
+def test_per_key_rate_limit_answers_429_and_does_not_use_the_apps_budget():
+    dep = deployment(frame_rate=100.0, det_rate=200.0, det_batch=50)
+    router = Router.for_deployment(dep)
+    adm = admission(key_rate_per_s=2.0, key_burst=2.0)
+    now = ORIGIN + 3.0
+    assert isinstance(adm.admit(router, 2, now, api_key="k1"), Admitted)
+    shed = adm.admit(router, 1, now, api_key="k1")
+    assert isinstance(shed, Shed) and (shed.status, shed.error) == (429, "rate_limited")
+    assert shed.retry_after_s == pytest.approx(0.5)
+    assert isinstance(adm.admit(router, 1, now, api_key="k2"), Admitted)  # another key is not limited
+    too_many = adm.admit(router, 3, now + 100, api_key="k1")
+    assert isinstance(too_many, Shed) and too_many.status == 429
+
+
+def test_a_backlogged_queue_is_skipped_and_its_depth_read_at_most_once_per_period():
+    dep = deployment()
+    router = Router.for_deployment(dep)
+    reads: list[str] = []
+
+    def depth(url: str) -> int:
+        reads.append(url)
+        return 1_000
+
+    adm = admission(queue_check_s=1.0, burst_s=10.0)
+    now = ORIGIN + 2.0
+    # the first request finds no depth yet (admitted: fail open) and reads it after deciding,
+    # outside the lock; the next ones within the period use it and are refused
+    assert isinstance(adm.admit(router, 1, now, depth=depth), Admitted)
+    shed = adm.admit(router, 1, now + 0.5, depth=depth)
+    assert isinstance(shed, Shed) and (shed.status, shed.error) == (503, "queue_backlog")
+    assert shed.retry_after_s == pytest.approx(1.0)
+    assert reads == ["q-det"]  # cached for queue_check_s
+    adm.admit(router, 1, now + 1.1, depth=depth)
+    assert reads == ["q-det", "q-det"]
+    # limit = ceil(8 req/s x 1 s SLO) + batch 2 = 10: a depth of 10 is fine
+    ok = admission()
+    ok.admit(router, 1, now, depth=lambda _u: 10)
+    assert isinstance(ok.admit(router, 1, now + 0.5, depth=lambda _u: 10), Admitted)
+
+
+def test_a_failing_depth_read_does_not_refuse_frames():
+    def depth(_url: str) -> int:
+        raise RuntimeError("sqs down")
+
+    out = admission().admit(Router.for_deployment(deployment()), 1, ORIGIN + 2.0, depth=depth)
+    assert isinstance(out, Admitted)
+
+
+def test_a_batch_of_frames_is_admitted_whole_or_not_at_all():
+    # slo 0.6 s leaves room for the arrival window only (2 frames): 3 frames are refused and the
+    # two places they would have taken stay free
+    dep = deployment(slo_s=0.6)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=10.0)
+    now = ORIGIN + 10.0 + 1e-4
+    assert isinstance(adm.admit(router, 3, now), Shed)
+    two = adm.admit(router, 2, now)
+    assert isinstance(two, Admitted) and len(two.routes) == 2
+
+
+def test_a_plan_that_cannot_meet_the_slo_sheds_with_deadline():
+    # window 0.25 + d 0.1 + car tail 0.217 > 0.3 s
+    out = admission().admit(Router.for_deployment(deployment(slo_s=0.3)), 1, ORIGIN + 1.0)
+    assert isinstance(out, Shed) and (out.status, out.error) == (503, "deadline")
+
+
+def test_a_new_deployment_version_starts_with_empty_slots():
+    adm = admission(burst_s=10.0, queue_check_s=0)
+    now = ORIGIN + 10.0 + 1e-4
+    r1 = Router.for_deployment(deployment(slo_s=0.6, version=1))
+    assert all(isinstance(adm.admit(r1, 1, now), Admitted) for _ in range(2))
+    assert isinstance(adm.admit(r1, 1, now), Shed)
+    r2 = Router.for_deployment(deployment(slo_s=0.6, version=2))
+    assert isinstance(adm.admit(r2, 1, now), Admitted)
+
+
+def test_disabled_admission_admits_everything_at_the_arrival_slot():
+    router = Router.for_deployment(deployment(slo_s=0.3))
+    adm = admission(enabled=False)
+    out = adm.admit(router, 5, ORIGIN + 1.0)
+    assert isinstance(out, Admitted) and len(out.routes) == 5
+
+
+def test_config_from_env():
+    cfg = AdmissionConfig.from_env(
+        {"SKINFLINT_ADMISSION": "off", "SKINFLINT_ADMISSION_KEY_RATE": "7", "SKINFLINT_ADMISSION_BURST_S": ""}
+    )
+    assert (cfg.enabled, cfg.key_rate_per_s, cfg.burst_s) == (False, 7.0, AdmissionConfig().burst_s)

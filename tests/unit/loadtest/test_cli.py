@@ -1,0 +1,42 @@
+"""``skinflint loadtest`` / ``skinflint report`` argument handling: one-line errors, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from skinflint.cli import main
+from skinflint.commands.report import parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("5m", 300.0), ("1.5h", 5400.0), ("2d", 172800.0)]
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5m", "5x", "m"])
+def test_bad_durations(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["loadtest", "--target", "http://127.0.0.1:9", "--api-key", "k", "--plan-rate", "4"],
+            "local stack only",
+        ),
+        (["loadtest", "--rate", "-1"], "--rate must be positive"),
+        (["loadtest", "--target", "http://127.0.0.1:9"], "needs --api-key"),
+        (["loadtest", "--target", "http://127.0.0.1:9", "--api-key", "k"], "cannot reach"),
+    ],
+)
+def test_usage_errors_are_one_line(argv, message, capsys, monkeypatch):
+    monkeypatch.delenv("SKINFLINT_API_KEY", raising=False)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
