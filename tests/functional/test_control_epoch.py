@@ -116,7 +116,10 @@ def clients() -> Any:
         for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             mp.setenv(k, "testing")
         names = ("dynamodb", "s3", "sqs", "cloudwatch", "autoscaling", "ec2")
-        yield {n: boto3.client(n, region_name="us-east-1") for n in names}
+        # A fresh session: boto3's default one may predate moto's import (an earlier test made
+        # clients in process), and moto only hooks sessions created after it is imported.
+        session = boto3.session.Session()
+        yield {n: session.client(n, region_name="us-east-1") for n in names}
 
 
 @pytest.fixture
