@@ -1,4 +1,4 @@
-"""`skinflint bench planner|fleet`: the planner and fleet benchmarks (figures, tables, plots)."""
+"""`skinflint bench planner|fleet|diurnal`: planner, fleet and scale benchmarks (figures, tables, plots)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def register(sub: Any) -> None:
     fleet.add_argument("--plot", default="fleet_packing.png", help="PNG path (default fleet_packing.png)")
     fleet.add_argument("--json", action="store_true", help="print the figures as JSON")
     fleet.set_defaults(func=run_fleet)
+    _register_diurnal(bsub)
 
 
 def run_planner(args: argparse.Namespace) -> int:
@@ -82,4 +83,88 @@ def run_fleet(args: argparse.Namespace) -> int:
         sizes=sizes,
         epochs=args.epochs,
         noise=args.noise,
+    )
+
+
+def _register_diurnal(bsub: Any) -> None:
+    p = bsub.add_parser(
+        "diurnal",
+        help="a day of diurnal load over many apps: epoch re-planning vs static peak provisioning",
+        description="Simulate a day of diurnal load (night trough, morning ramp, noise, a flash crowd) over "
+        "many apps built from the demo applications, re-planned every epoch from forecasts of past epochs, "
+        "and compare billed cost and SLO attainment with static peak provisioning (docs/scale.md).",
+    )
+    p.add_argument("--apps", type=_positive, default=24, help="apps (default 24)")
+    p.add_argument("--peak", type=float, default=100_000.0, help="busiest minute, frames/s (default 100000)")
+    p.add_argument("--epochs", type=_positive, default=96, help="epochs per day, dividing 1440 (default 96)")
+    p.add_argument("--seed", type=int, default=0, help="load seed (default 0)")
+    p.add_argument(
+        "--headroom",
+        default="0.05,0.1,0.2",
+        help="forecast headrooms to sweep, comma-separated; the smallest meeting the target is reported "
+        "(default 0.05,0.1,0.2)",
+    )
+    p.add_argument(
+        "--target", type=float, default=0.99, help="fraction of frames within the SLO (default 0.99)"
+    )
+    p.add_argument(
+        "--sample-s",
+        type=float,
+        default=2.0,
+        help="simulated seconds per load level, two levels per app and epoch (default 2)",
+    )
+    p.add_argument(
+        "--arrivals",
+        choices=("uniform", "poisson", "bursty"),
+        default="uniform",
+        help="arrival process of the simulated samples (default uniform)",
+    )
+    p.add_argument(
+        "--solver",
+        choices=("plain", "dispatchable"),
+        default="plain",
+        help="planner.solve (as the control loop) or planner.robust.solve_dispatchable (default plain)",
+    )
+    p.add_argument(
+        "--workers", type=_positive, default=2, help="processes running simulations (default 2)"
+    )
+    p.add_argument("--no-oracle", action="store_true", help="skip the perfect-foresight oracle")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--plots", metavar="DIR", default=None, help="write the PNG plots into DIR")
+    p.set_defaults(func=run_diurnal)
+
+
+def run_diurnal(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from planner.scenario import LoadConfig, PolicyConfig
+    from skinflint.bench_diurnal import main
+    from skinflint.errors import UsageError
+
+    try:
+        headrooms = [float(x) for x in args.headroom.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--headroom must be comma-separated numbers, got {args.headroom!r}") from None
+    if not headrooms or any(not 0 <= h <= 5 for h in headrooms):
+        raise UsageError(f"--headroom must list fractions in [0, 5], got {args.headroom!r}")
+    if not 0 < args.target <= 1:
+        raise UsageError(f"--target must be a fraction in (0, 1], got {args.target}")
+    try:
+        load = LoadConfig(apps=args.apps, peak_rps=args.peak, epochs=args.epochs, seed=args.seed)
+        policy = PolicyConfig(
+            headroom=headrooms[0], sample_s=args.sample_s, arrivals=args.arrivals, solver=args.solver
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "settings"
+        raise UsageError(f"bad {where}: {err['msg']}") from None
+    return main(
+        load,
+        policy,
+        headrooms,
+        as_json=args.json,
+        plots_dir=args.plots,
+        target=args.target,
+        oracle=not args.no_oracle,
+        workers=args.workers,
     )
