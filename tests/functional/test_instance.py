@@ -226,7 +226,8 @@ def test_agent_serves_every_share_of_its_slot_on_one_device_and_a_surplus_instan
     ta = run_in_thread(a)
     wait_for(lambda: a.state == "serving", what="i-a serving")
     tb = run_in_thread(b)
-    wait_for(lambda: b.heartbeats, what="i-b heartbeat")
+    # the heartbeat is recorded in the agent before its write to the table lands: wait for both
+    wait_for(lambda: b.heartbeats and "i-b" in env.plans.instances(), what="i-b heartbeat")
     # THEN i-a holds the only slot with its three shares (detector + two car machines), i-b idles
     assert a.slot == "t4/0" and len(a._runners) == 3
     assert len({id(r.worker.device) for r in a._runners}) == 1  # one device for all shares
