@@ -4,11 +4,12 @@ A user is a camera: it posts one frame of the generated video (:mod:`functions.l
 JPEG, nothing downloaded) every ``1 / SKINFLINT_FPS_PER_USER`` seconds from its own phase (random,
 or ``SKINFLINT_PHASES=even``), with the API key from ``SKINFLINT_API_KEY`` in ``x-api-key``. Each
 accepted frame is collected by a greenlet that reads ``GET /v1/requests/{id}`` once its SLO has
-passed, then every 0.5 s until it is done or dropped (or the test ends). Its end-to-end latency is
-reported to locust as a ``FRAME`` request named ``e2e <app>`` (a dropped or lost frame as a
-failure), and every frame's outcome is written as one JSON line to ``SKINFLINT_LOADTEST_OUT`` when
-the test stops (``loadtest/analysis.py`` turns them into RPS, failures, latency percentiles and SLO
-attainment).
+passed, then 1, 2, 4 ... s later until it is done or dropped (or the test ends); with
+``SKINFLINT_COLLECT=after``, every result is read once the run and its drain are over instead.
+A frame's end-to-end latency is reported to locust as a ``FRAME`` request named ``e2e <app>`` (a
+dropped or lost frame as a failure), and every frame's outcome is written as one JSON line to
+``SKINFLINT_LOADTEST_OUT`` when the test stops (``loadtest/analysis.py`` turns them into RPS,
+failures, latency percentiles and SLO attainment).
 
 Shedding (429/503) is a locust failure named ``shed <status> <error>``; any other non-2xx is a
 failure named by its status and error code.
@@ -37,8 +38,9 @@ log = logging.getLogger("skinflint.loadtest")
 API_KEY = os.environ.get("SKINFLINT_API_KEY", "")
 OUT_PATH = os.environ.get("SKINFLINT_LOADTEST_OUT", "")
 N_FRAMES = 64  # frames of generated video per process, cycled
-POLL_S = 0.5  # s between reads of a frame that was not finished at its SLO
+POLL_S = 1.0  # s before the second read of a frame not finished at its SLO (then doubling)
 PHASES = os.environ.get("SKINFLINT_PHASES", "random")
+COLLECT = os.environ.get("SKINFLINT_COLLECT", "during")  # or "after": read every result once the run ends
 _CAMERAS = itertools.count()
 _PLAN = LoadPlan.from_env()
 
@@ -94,7 +96,8 @@ class CameraUser(HttpUser):
                 rec["request_id"] = resp.json()["accepted"][0]["request_id"]
                 rec["result"] = "pending"
                 resp.success()
-                POLLERS.spawn(_collect, self.client, rec)
+                if COLLECT == "during":
+                    POLLERS.spawn(_collect, self.client, rec)
             elif resp.status_code in (429, 503):
                 rec["error"] = error
                 resp.failure(f"shed {resp.status_code} {error}")
@@ -122,13 +125,15 @@ def _error_code(resp: Any) -> str:
 
 def _collect(client: Any, rec: dict[str, Any]) -> None:
     """Read one frame's result once it should be finished; record its outcome and report its
-    end-to-end latency. The latency is the server's (accept -> last result write), so polling
-    late costs no accuracy; polling cheaply matters (the front answers a long poll by querying
-    DynamoDB every 50 ms): the first read is at the SLO, then one plain read every ``POLL_S``."""
+    end-to-end latency. The latency is the server's (accept -> last result write), so reading late
+    costs no accuracy, and reading cheaply matters: a long poll makes the front query DynamoDB every
+    50 ms, and moto answers each query by scanning the whole results table. So: one read at the SLO
+    (most frames are finished by then), then reads ``POLL_S`` apart, doubling, for the late ones."""
     slo = SLOS.get(rec["app"], 1.0)
     gevent.sleep(max(0.0, rec["sent_at"] + slo + 0.05 - time.time()))
     give_up = rec["sent_at"] + slo + _PLAN.drain_s + 30.0
     body: dict[str, Any] = {}
+    pause = POLL_S
     while not _STATE["stopping"] and time.time() < give_up:
         with client.get(
             f"/v1/requests/{rec['request_id']}",
@@ -142,7 +147,8 @@ def _collect(client: Any, rec: dict[str, Any]) -> None:
                 resp.failure(f"{resp.status_code} {_error_code(resp)}")
         if body.get("status") in ("done", "dropped"):
             break
-        gevent.sleep(POLL_S)
+        gevent.sleep(min(pause, max(0.0, give_up - time.time())))
+        pause *= 2
     _finish(rec, body, slo)
 
 
@@ -230,9 +236,45 @@ def _read_slos(environment: Any, **_kw: Any) -> None:
         environment.runner.quit()
 
 
+def _collect_after(environment: Any) -> None:
+    """``SKINFLINT_COLLECT=after``: read every accepted frame's result once the run and its drain
+    are over, 8 at a time (a frame not finished yet is read again 1 and 2 s later). The run itself
+    then carries no result reads: against moto, whose ``Query`` scans the whole results table,
+    reads during the run slow the stack more the longer it runs (docs/loadtest.md)."""
+    import requests
+    from gevent.pool import Pool
+
+    session = requests.Session()
+    pool = Pool(8)
+    host = (environment.host or "").rstrip("/")
+
+    def one(rec: dict[str, Any]) -> None:
+        body: dict[str, Any] = {}
+        for pause in (0.0, 1.0, 2.0):
+            gevent.sleep(pause)
+            try:
+                r = session.get(
+                    f"{host}/v1/requests/{rec['request_id']}", headers={"x-api-key": API_KEY}, timeout=30
+                )
+            except requests.RequestException:
+                continue
+            if r.status_code == 200:
+                body = r.json()
+                if body.get("status") in ("done", "dropped"):
+                    break
+        _finish(rec, body, SLOS.get(rec["app"], 1.0))
+
+    for rec in [r for r in OUTCOMES if r.get("result") == "pending"]:
+        pool.spawn(one, rec)
+    pool.join(timeout=600)
+
+
 @events.test_stop.add_listener
 def _write_outcomes(environment: Any, **_kw: Any) -> None:
-    """Stop the collectors still polling (their frames count as lost) and write every outcome."""
+    """Collect what is left (``after``: every result now), stop the collectors still polling
+    (their frames count as lost) and write every outcome."""
+    if COLLECT == "after":
+        _collect_after(environment)
     _STATE["stopping"] = True
     POLLERS.join(timeout=6.0)
     POLLERS.kill(block=True, timeout=2.0)

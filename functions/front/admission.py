@@ -58,7 +58,7 @@ class AdmissionConfig:
     enabled: bool = True
     key_rate_per_s: float = 100.0  # frames/s per API key and front instance; 0 turns the check off
     key_burst: float = 200.0  # frames a key may send at once
-    rate_headroom: float = 0.25  # admit up to the planned frame rate x (1 + headroom)
+    rate_headroom: float = 0.1  # admit up to the planned frame rate x (1 + headroom)
     burst_s: float = 1.0  # s: how far ahead of the planned pace a frame may be admitted (GCRA tolerance)
     max_spill_slots: int = 64  # windows looked at after the arrival slot
     queue_check_s: float = 1.0  # s between depth reads of one queue; 0 turns the backlog check off

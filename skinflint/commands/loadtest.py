@@ -75,6 +75,13 @@ def register(sub: Any) -> None:
         default="random",
         help="cameras' phases: independent (random, default) or spread evenly (one steady stream)",
     )
+    p.add_argument(
+        "--collect",
+        choices=["during", "after"],
+        default=None,
+        help="read each frame's result during the run (default with --target) or after it (default "
+        "locally: moto scans the whole results table on every read, which slows the stack under test)",
+    )
     p.add_argument("--slo", type=float, default=None, help="local stack: SLO in seconds (default: the app's)")
     p.add_argument(
         "--epoch",
@@ -121,7 +128,14 @@ def _progress_rps(history: Path) -> str:
 
 
 def run_locust(
-    url: str, api_key: str, apps: list[str], plan: Any, out: Path, quiet: bool, phases: str = "random"
+    url: str,
+    api_key: str,
+    apps: list[str],
+    plan: Any,
+    out: Path,
+    quiet: bool,
+    phases: str = "random",
+    collect: str = "during",
 ) -> tuple[int, dict[str, Path]]:
     """Run locust headless against ``url``; returns (exit code, report paths)."""
     from rich.console import Console
@@ -137,6 +151,7 @@ def run_locust(
         "log": out / "locust.log",
     }
     env = {**os.environ, **plan.to_env(), "SKINFLINT_API_KEY": api_key, "SKINFLINT_PHASES": phases}
+    env["SKINFLINT_COLLECT"] = collect
     env["SKINFLINT_LOADTEST_OUT"] = str(paths["outcomes"])
     argv = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", url,
@@ -291,11 +306,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("the deployed apps list no planned frame rate: pass --rate")
         plan = LoadPlan(args.shape, rate, args.duration, apps=len(apps), drain_s=args.drain)
         t0 = time.time()
-        rc, paths = run_locust(args.target, key, apps, plan, out, args.json, args.phases)
+        rc, paths = run_locust(
+            args.target, key, apps, plan, out, args.json, args.phases, args.collect or "during"
+        )
         t1 = time.time()
         target = args.target
         if args.report:
-            report = _report(None, apps, t0, t1, out)
+            report = _report(None, apps, t0, min(t1, t0 + plan.duration_s + plan.drain_s), out)
     else:
         apps = args.apps or ["traffic"]
         plan_rate = args.plan_rate or args.rate or 4.0
@@ -312,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
     s = summarise_run(read_outcomes(paths["outcomes"]), read_stats(paths["stats_csv"]), plan.duration_s)
     s.update(
         phases=args.phases,
+        collect=args.collect or ("during" if args.target else "after"),
         shape=plan.shape,
         rate=plan.rate,
         duration_s=plan.duration_s,
@@ -352,19 +370,22 @@ def _run_local(
             raise UsageError(f"local stack failed to start: {exc}") from exc
         log(f"{plan.shape} load: {plan.rate:g} frames/s per app (plan: {plan_rate:g}), {plan.duration_s:g} s")
         t0 = time.time()
-        rc, paths = run_locust(info.url, info.api_key, apps, plan, out, args.json, args.phases)
+        rc, paths = run_locust(
+            info.url, info.api_key, apps, plan, out, args.json, args.phases, args.collect or "after"
+        )
         t1 = time.time()
         if args.report:
             log("waiting for the last metrics, then reading CloudWatch (moto)")
             time.sleep(METRICS_FLUSH_S)
-            report = _report(info.endpoint_url, apps, t0, t1, out)
+            report = _report(info.endpoint_url, apps, t0, min(t1, t0 + plan.duration_s + plan.drain_s), out)
     finally:
         stack.stop()
     return rc, paths, f"the local stack ({info.url})", report
 
 
 def _report(endpoint: str | None, apps: list[str], t0: float, t1: float, out: Path) -> dict[str, Any]:
-    """The cost report of the run's window, with its plots and HTML page next to locust's."""
+    """The cost report of the run's window (the run and its drain, not the collection of results
+    after it), with its plots and HTML page next to locust's."""
     from skinflint.commands.report import build_report, write_outputs
 
     report = build_report(endpoint=endpoint, apps=apps, start=t0, end=t1 + METRICS_FLUSH_S)

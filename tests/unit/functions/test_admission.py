@@ -180,8 +180,8 @@ def test_overload_at_twice_the_planned_rate_is_shed_to_the_admitted_rate():
 
 
 def test_the_admitted_rate_is_capped_by_what_the_plan_sustains():
-    # planned 7 frames/s x 1.25 = 8.75, but the car machine sustains 12 / 1.5 = 8 frames/s
-    dep = deployment(frame_rate=7.0)
+    # planned 7.5 frames/s x 1.1 = 8.25, but the car machine sustains 12 / 1.5 = 8 frames/s
+    dep = deployment(frame_rate=7.5)
     adm = admission()
     adm.admit(Router.for_deployment(dep), 1, ORIGIN + 1)
     assert adm.admitted_rate("traffic") == pytest.approx(8.0)
