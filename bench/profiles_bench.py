@@ -3,6 +3,8 @@
 Targets from issue #3, measured on whatever machine this runs on (shared machines are noisy: the
 host load average is printed next to every figure):
 
+- the host's noise floor: the same spread statistic on a fixed numpy kernel (not a model), pinned
+  to the same core, so a model's spread can be read against what this host allows;
 - repeated profiling of one model at one thread: spread (p95/median) <= 1.10 for batch >= 4, and
   how much the median moves between repeats;
 - Nexus's linear model within 10% of every measured point;
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads: the noise-floor kernel is 1-thread
 
 from profiles.build import BuildConfig, build  # noqa: E402
 from profiles.demo.nets import MODEL_SPECS, build_model  # noqa: E402
@@ -67,6 +70,40 @@ def repeat_profile(models: list[str], repeats: int, runs: int, work: Path) -> No
         print(f"  {name}: worst linear-fit error {worst:.1%} ({'within' if worst <= 0.10 else 'ABOVE'} 10%)")
 
 
+def host_noise_floor(runs: int, repeats: int, target_ms: tuple[float, ...] = (20.0, 40.0, 80.0)) -> None:
+    """The same statistic on a fixed kernel that is not a model: a float32 400x400 matmul repeated to
+    last about ``target_ms``, one BLAS thread, pinned to the same core the profiler uses. What this
+    shows is the host's own noise: a model cannot be measured with less spread than this."""
+    import numpy as np
+
+    from profiles.profiler import _pinned
+
+    print(f"== host noise floor: fixed numpy kernel, 1 core, {runs} runs/point, {repeats} repeats ==")
+    a = np.random.default_rng(0).random((400, 400), dtype=np.float32)
+    with _pinned(1):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            a @ a
+        per = (time.perf_counter() - t0) / 10
+        for ms in target_ms:
+            n = max(1, round(ms / 1e3 / per))
+            spreads = []
+            for _ in range(repeats):
+                ts = []
+                for _ in range(runs):
+                    t = time.perf_counter()
+                    for _ in range(n):
+                        a @ a
+                    ts.append(time.perf_counter() - t)
+                ts.sort()
+                p95 = ts[min(len(ts) - 1, -(-95 * len(ts) // 100) - 1)]
+                spreads.append(p95 / statistics.median(ts))
+            print(
+                f"  kernel ~{ms:3.0f} ms  spread p95/median {min(spreads):.3f}-{max(spreads):.3f} "
+                f"over {repeats} repeats ({_load()})"
+            )
+
+
 def full_build(runs: int) -> None:
     print(f"== skinflint models build, all apps, fresh cache ({_load()} at start) ==")
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,6 +134,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--build", action="store_true", help="also time a full models build")
     args = ap.parse_args()
+    host_noise_floor(args.runs, args.repeats)
     with tempfile.TemporaryDirectory() as tmp:
         repeat_profile([m for m in args.models.split(",") if m], args.repeats, args.runs, Path(tmp))
     if args.build:

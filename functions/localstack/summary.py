@@ -66,12 +66,16 @@ def summarise(
             "planned_worst_s": mp.worst_case_latency_s,
             "measured_worst_s": None,
             "measured_p99_s": None,
+            "wait_worst_s": None,
+            "run_worst_s": None,
             "tasks": 0,
             "dropped": 0,
             "emulated": any(h in emulated_hardware for h in hw),
             **_dispatch_figures(mp),
         }
     per_module: dict[str, list[float]] = {m: [] for m in modules}
+    waits: dict[str, list[float]] = {m: [] for m in modules}
+    runs: dict[str, list[float]] = {m: [] for m in modules}
     for r in [*answered, *dropped]:
         for t in r.tasks:
             if t.module not in modules:
@@ -80,11 +84,16 @@ def summarise(
                 modules[t.module]["dropped"] += 1
                 continue
             per_module[t.module].append(t.finished_at - t.enqueued_at)
+            waits[t.module].append(t.started_at - t.enqueued_at)
+            runs[t.module].append(t.finished_at - t.started_at)
     for m, xs in per_module.items():
         modules[m]["tasks"] = len(xs)
         if xs:
             modules[m]["measured_worst_s"] = max(xs)
             modules[m]["measured_p99_s"] = percentile(xs, 99)
+        if waits[m]:
+            modules[m]["wait_worst_s"] = max(waits[m])
+            modules[m]["run_worst_s"] = max(runs[m])
     return {
         "frames_sent": sent,
         "answered": len(answered),

@@ -194,6 +194,7 @@ def _print_table(s: dict[str, Any]) -> None:
         "dropped",
         "measured p99",
         "measured worst",
+        "of it: wait / run",
         "planned worst",
         "ok",
     ):
@@ -209,6 +210,7 @@ def _print_table(s: dict[str, Any]) -> None:
             str(m["dropped"]),
             _fmt_s(m["measured_p99_s"]),
             _fmt_s(m["measured_worst_s"]),
+            f"{_fmt_s(m['wait_worst_s'])} / {_fmt_s(m['run_worst_s'])}",
             _fmt_s(m["planned_worst_s"]),
             "yes" if ok else "NO",
         )
