@@ -36,6 +36,7 @@ class Router:
         self.deployment = deployment
         self._schedules = schedules
         self._origin = deployment.origin_s
+        self._origins: dict[str, float] = {}
         from planner.dispatch import planned_spread_rate
 
         # a burst's spread rate: the plan's (dispatch-aware plans record it), else the planned rate
@@ -43,6 +44,10 @@ class Router:
             m: planned_spread_rate(mp, sum(g.machines * g.rate_per_machine for g in mp.groups))
             for m, mp in deployment.plan.modules.items()
         }
+        from planner.robust import planned_spread_rates
+
+        # a join's plan gives each parent's stream its own spread rate (docs/dispatch.md, "Joins")
+        self._parent_rate = {m: planned_spread_rates(mp) for m, mp in deployment.plan.modules.items()}
 
     @classmethod
     def for_deployment(cls, deployment: Deployment) -> Router:
@@ -53,24 +58,40 @@ class Router:
     def schedule(self, module: str) -> Any:
         return self._schedules.get(module)
 
+    def origin(self, module: str) -> float:
+        """Epoch time of the module's schedule origin: the deployment's, shifted to the module's
+        schedule phase when the plan fixes one (aligned duty cycles, ``planner.dispatch.schedule_origin``)."""
+        origin = self._origins.get(module)
+        if origin is None:
+            from planner.dispatch import schedule_origin
+
+            sched = self._schedules.get(module)
+            period = float(getattr(sched, "period_s", 0.0) or 0.0)
+            mp = self.deployment.plan.modules.get(module)
+            origin = self._origin if mp is None else schedule_origin(self._origin, mp, period)
+            self._origins[module] = origin
+        return origin
+
     def route(self, module: str, at: float) -> Route:
-        slot = self._schedules[module].slot_at(at - self._origin)
+        origin = self.origin(module)
+        slot = self._schedules[module].slot_at(at - origin)
         return Route(
             module=module,
             queue_url=self.deployment.queues[module][queue_key(slot.group, slot.machine)],
             group=slot.group,
             machine=slot.machine,
             batch_id=slot.batch_id,
-            window_end=self._origin + slot.window_end_s,
-            module_deadline=self._origin + slot.deadline_s,
+            window_end=origin + slot.window_end_s,
+            module_deadline=origin + slot.deadline_s,
         )
 
-    def route_burst(self, module: str, at: float, n: int) -> list[Route]:
+    def route_burst(self, module: str, at: float, n: int, parent: str | None = None) -> list[Route]:
         """Routes for ``n`` requests that appear at once (a parent batch's fan-out). The plan assumes
         a steady arrival rate, so the k-th request is dispatched as if it arrived at ``at + k / w``
-        (w = the plan's spread rate for the module, ``dispatch.spread_rate``, or without one its planned
-        total rate): no window receives more than its batch (docs/dispatch.md)."""
-        w = self._rate.get(module) or 1.0
+        (w = the plan's spread rate for the module from ``parent``, ``dispatch.spread_rates[parent]``,
+        else ``dispatch.spread_rate``, or without one its planned total rate): no window receives more
+        than its batch (docs/dispatch.md)."""
+        w = self._parent_rate.get(module, {}).get(parent or "") or self._rate.get(module) or 1.0
         return [self.route(module, at + k / w) for k in range(n)]
 
     def task(

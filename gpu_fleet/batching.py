@@ -5,10 +5,12 @@ closes (``window_end``). The assembler keeps received messages per batch id and 
 once ``window_end + grace`` has passed (grace covers the SQS hop of a request sent just before the
 window closed), or as soon as it is full: a full batch gains nothing by waiting. A message arriving
 after its batch was handed out forms a late batch that is ready at once. A batch larger than the
-configured size (bursts) is split into chunks of that size. SQS redeliveries of a message already
-buffered are folded into it (their receipts are kept so they are deleted too). Batches are keyed by
-(deployment version, batch id): across a plan change one queue may carry both versions' windows,
-whose batch ids count from different schedule origins.
+configured size (bursts) is split into chunks of that size. With ``hold_full`` (a module on an instance
+whose shares take turns in an aligned duty cycle, docs/packing.md) a full batch waits for its window
+end too: starting early would take the device during another share's turn. SQS redeliveries of a
+message already buffered are folded into it (their receipts are kept so they are deleted too).
+Batches are keyed by (deployment version, batch id): across a plan change one queue may carry both
+versions' windows, whose batch ids count from different schedule origins.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ class _Open:
 
 
 class BatchAssembler:
-    def __init__(self, batch: int, grace_s: float):
+    def __init__(self, batch: int, grace_s: float, *, hold_full: bool = False):
         self.batch = batch
         self.grace_s = grace_s
+        self.hold_full = hold_full
         self._open: dict[tuple[int, int], _Open] = {}
         self._keys: dict[str, tuple[int, int]] = {}  # idempotency key -> batch key, for buffered messages
 
@@ -58,9 +61,12 @@ class BatchAssembler:
         self._keys[key] = bkey
 
     def next_close(self) -> float | None:
-        """When the next batch is ready (``-inf`` when one is full already)."""
+        """When the next batch is ready (``-inf`` when one is full already and full batches go at once)."""
         return min(
-            (o.close_at if len(o.items) < self.batch else float("-inf") for o in self._open.values()),
+            (
+                o.close_at if self.hold_full or len(o.items) < self.batch else float("-inf")
+                for o in self._open.values()
+            ),
             default=None,
         )
 
@@ -70,7 +76,7 @@ class BatchAssembler:
         ready = sorted(
             (o.close_at, bkey)
             for bkey, o in self._open.items()
-            if o.close_at <= now or len(o.items) >= self.batch
+            if o.close_at <= now or (not self.hold_full and len(o.items) >= self.batch)
         )
         out: list[tuple[int, list[Pending]]] = []
         for _, bkey in ready:

@@ -124,7 +124,13 @@ class Worker:
 
     def __post_init__(self) -> None:
         a = self.assignment
-        self.assembler = BatchAssembler(a.batch, self.grace_s)
+        from planner.dispatch import PHASE_KEY
+
+        mp = self.router.deployment.plan.modules.get(a.module)
+        # a module whose phase the packer fixed takes turns with the other shares of its instance
+        # (aligned duty cycle): its batches must not start before their window ends, even when full
+        aligned = mp is not None and PHASE_KEY in (mp.model_extra or {})
+        self.assembler = BatchAssembler(a.batch, self.grace_s, hold_full=aligned)
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._dims = {"App": a.app, "Module": a.module, "Hardware": a.hardware}
@@ -369,7 +375,8 @@ class Worker:
         router = self._forward_router
         for child, reqs in children.items():
             by_queue: dict[str, list[TaskMessage]] = {}
-            for (m, k), route in zip(reqs, router.route_burst(child, at, len(reqs)), strict=True):
+            burst = router.route_burst(child, at, len(reqs), parent=self.assignment.module)
+            for (m, k), route in zip(reqs, burst, strict=True):
                 msg = router.task(
                     route,
                     request_id=m.request_id,
@@ -412,7 +419,7 @@ class Worker:
         schedule = self.router.schedule(self.assignment.module)
         if schedule is None:
             return 0
-        origin = self.router.deployment.origin_s
+        origin = self.router.origin(self.assignment.module)
         slots = schedule.slots_for_machine(
             self.assignment.group, self.assignment.machine, t_from - origin, t_to - origin
         )

@@ -47,8 +47,13 @@ __all__ = [
     "build_schedules",
     "planned_spread_rate",
     "rr_pattern",
+    "schedule_origin",
     "theorem1_latencies",
 ]
+
+#: Module plan extra: the module's schedule phase (s after t = 0 of the wall clock, mod its period),
+#: chosen by the fleet packer for aligned duty cycles (planner.packing.apply_phases).
+PHASE_KEY = "schedule_phase_s"
 
 _EPS = 1e-9
 #: Upper bound on windows per period (keeps the schedule small enough to cache and to store).
@@ -523,3 +528,18 @@ def planned_spread_rate(module_plan: ModulePlan, default: float) -> float:
     info = (module_plan.model_extra or {}).get("dispatch")
     rate = info.get("spread_rate") if isinstance(info, dict) else None
     return float(rate) if isinstance(rate, int | float) and rate > 0 else default
+
+
+def schedule_origin(app_origin_s: float, module_plan: ModulePlan, period_s: float) -> float:
+    """Origin of a module's schedule (epoch seconds): the app's origin, or, when the plan fixes the
+    module's phase (``schedule_phase_s``: shares of an aligned instance take turns in a duty cycle),
+    the latest time ``<= app_origin_s`` congruent to that phase modulo the schedule period. Fronts and
+    workers compute it alike from the deployment, so they agree on every window; the workers of one
+    instance then start their batches at the turns the packer chose (on the instance's one clock)."""
+    phase = (module_plan.model_extra or {}).get(PHASE_KEY)
+    if not isinstance(phase, int | float) or not period_s > 0:
+        return app_origin_s
+    back = (app_origin_s - float(phase)) % period_s
+    if period_s - back <= 1e-9 * period_s:  # float rounding of an exact multiple
+        back = 0.0
+    return app_origin_s - back

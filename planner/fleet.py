@@ -12,10 +12,11 @@ machines appear where co-location can use them:
    periodic, so it may share an instance. The time-window dispatch guarantees ``d + 2 b / W`` for the full
    machines instead of ``d + b / W`` (docs/dispatch.md); a split is made only where the slack pays for it.
 
-An epoch packs the plans shaped with each ``keep`` of :data:`KEEPS` and keeps the cheapest fleet (the
-previous epoch's ``keep`` unless another bills :data:`~planner.packing.REPACK_THRESHOLD` less); modules
-whose shares all ended on instances of their own then go back to the plan as solved (full machines: the
-same bill, a shorter worst case) and the fleet is packed once more.
+An epoch packs the plans shaped with each ``keep`` of :data:`KEEPS` (one-machine modules in aligned duty
+cycles first, :func:`planner.packing.pack`; the plans then carry their phases) and keeps the cheapest
+fleet (the previous epoch's ``keep`` unless another bills :data:`~planner.packing.REPACK_THRESHOLD`
+less); modules whose shares all ended on instances of their own then go back to the plan as solved (full
+machines: the same bill, a shorter worst case) and the fleet is packed once more.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
 from planner.models import MachineGroup, ModulePlan, Plan
-from planner.packing import REPACK_THRESHOLD, FleetPlan, Instance, Share, pack
+from planner.packing import ALIGN_GUARD_S, REPACK_THRESHOLD, FleetPlan, Instance, Share, apply_phases, pack
 from planner.solve import solve
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "Share",
     "plan_fleet",
     "problem_digest",
+    "redispatch",
     "restore_modules",
     "shape_plan",
 ]
@@ -57,8 +59,9 @@ SOLVED_KEY = "solved_modules"
 KEEP_KEY = "packing_keep"
 #: Module extra key of a residual split: the extra worst case of its full machines, b / W (s).
 SPLIT_KEY = "split_penalty_s"
-#: Fractions of the path slack kept for co-location waits that an epoch tries (1.0: plans as solved).
-KEEPS: tuple[float, ...] = (1.0, 0.5, 0.25)
+#: Fractions of the path slack kept for co-location waits that an epoch tries (1.0: plans as solved; 0.0:
+#: all of it spent on partial machines, for aligned duty cycles, which need no slack).
+KEEPS: tuple[float, ...] = (1.0, 0.5, 0.25, 0.0)
 
 _CONFIG = ("hardware", "batch", "concurrency", "duration_s")
 
@@ -135,6 +138,10 @@ def _modules(problem: ProblemSpec, solved: Mapping[str, ModulePlan]) -> dict[str
         split = SPLIT_KEY in (mp.model_extra or {})
         bound = g.duration_s + (2 if split else 1) * g.batch / load
         floor = max(problem.modules[m].rate, float((mp.model_extra or {}).get("rate", 0.0)))
+        info = (mp.model_extra or {}).get("dispatch")
+        need = info.get("required_rate") if isinstance(info, dict) else None
+        if isinstance(need, int | float) and isinstance(info, dict) and info.get("guaranteed", True):
+            floor = max(floor, float(need) * (1 + 1e-6))  # a child's spread needs this rate
         price = problem.hardware[g.hardware].price_per_hour
         out[m] = _Mod(g, floor, load, max(0.0, mp.worst_case_latency_s - bound), t, price)
     return out
@@ -208,7 +215,10 @@ def shape_plan(problem: ProblemSpec, plan: Plan, *, keep: float = 0.5, split: bo
     """A TC plan made packable: ``1 - keep`` of every path's slack spent on less dummy load (partial
     machines), then big modules split into full machines plus one periodic residual where the remaining
     slack pays for the split's longer worst case. Modules with several configurations are kept as planned.
-    The solver's plan is recorded in the result so it can be reshaped (or restored) without solving."""
+    The solver's plan is recorded in the result so it can be reshaped (or restored) without solving.
+    A dispatch-realised plan (:func:`planner.robust.solve_dispatchable`) gets its dispatch figures
+    recomputed for the new rates (:func:`redispatch`); if the realised shaped plan no longer meets the
+    SLO (or a child's spread falls short), the plan comes back as solved."""
     if not 0 <= keep <= 1:
         raise ValueError(f"keep must be a fraction in [0, 1], got {keep}")
     solved = _solved(plan)
@@ -234,7 +244,50 @@ def shape_plan(problem: ProblemSpec, plan: Plan, *, keep: float = 0.5, split: bo
             groups=groups,
             **extra,
         )
-    return _assemble(problem, plan, modules, solved, keep)
+    shaped = _assemble(problem, plan, modules, solved, keep)
+    if not realised(plan):
+        return shaped
+    out = redispatch(problem, shaped)
+    return out if out is not None else _assemble(problem, plan, dict(solved), solved, keep)
+
+
+def realised(plan: Plan) -> bool:
+    """The plan carries dispatch-realised figures (:func:`planner.robust.annotate`)."""
+    if (plan.model_extra or {}).get("dispatch_realised"):
+        return True
+    return any(isinstance((mp.model_extra or {}).get("dispatch"), dict) for mp in plan.modules.values())
+
+
+def redispatch(problem: ProblemSpec, plan: Plan) -> Plan | None:
+    """``plan`` with its dispatch figures (``dispatch``, worst cases, paths) recomputed by
+    :func:`planner.robust.realise` for its current groups, e.g. after shaping or after packing raised
+    rates; each module's planned figure is its Theorem-1 bound. None when the realised plan misses the
+    SLO on a path or a child's spread rate no longer covers its requirement. Fan-out comes from the
+    problem (``max_children_per_request``, else the rate ratio), as in ``solve_dispatchable`` without
+    an explicit ``fan_out``."""
+    from planner.dispatch import theorem1_latencies
+    from planner.robust import annotate, realise
+
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    modules: dict[str, ModulePlan] = {}
+    kept: dict[str, ModulePlan] = {}
+    for m, given in plan.modules.items():
+        mp = given
+        if SPLIT_KEY in (given.model_extra or {}):
+            # the realised figure replaces d + 2 b / W, so the residual's saving is no longer known
+            data = given.model_dump()
+            data.pop(SPLIT_KEY)
+            mp = ModulePlan.model_validate(data)
+        kept[m] = mp
+        t1 = max(theorem1_latencies(mp, prices), default=0.0)
+        modules[m] = mp.model_copy(update={"worst_case_latency_s": t1, "dispatch": {"theorem1_s": t1}})
+    real = realise(problem, plan.model_copy(update={"modules": modules}))
+    for path in problem.paths():
+        if sum(real[m].worst_case_s for m in path) > problem.slo_s + 1e-9:
+            return None
+    if any(r.guaranteed and not r.collision_free for r in real.values()):
+        return None
+    return annotate(problem, plan.model_copy(update={"modules": kept}), real)
 
 
 def restore_modules(problem: ProblemSpec, plan: Plan, modules: set[str]) -> Plan:
@@ -439,6 +492,8 @@ def plan_fleet(
     hold: float = 0.15,
     stick: float = 0.03,
     solver: Callable[[ProblemSpec], Plan] | None = None,
+    align: bool = True,
+    guard_s: float = ALIGN_GUARD_S,
 ) -> FleetResult:
     """Plan every app (an app that cannot be planned goes to ``failed`` with a one-line reason; the others
     still plan), shape the plans for packing and pack. ``previous_plans[app]`` is reused when that app's
@@ -449,8 +504,10 @@ def plan_fleet(
     same configurations is kept if it bills at most ``stick`` (a fraction) more than a fresh plan: fewer
     instances change hardware type. ``previous`` keeps unchanged shares on their slots. ``tighten`` plans
     every app for an SLO that much shorter (a fraction), leaving the difference as slack for co-location;
-    ``solver`` replaces :func:`~planner.solve.solve` (e.g. a dispatch-aware planner). Bad parameters raise
-    ValueError."""
+    ``solver`` replaces :func:`~planner.solve.solve` (e.g. a dispatch-aware planner). ``align`` packs
+    modules of one machine into aligned duty cycles (:func:`~planner.packing.pack`; the returned plans
+    carry the raised rates and the schedule phases, :func:`~planner.packing.apply_phases`), with
+    ``guard_s`` idle after every turn. Bad parameters raise ValueError."""
     if not 0 <= tighten < 1:
         raise ValueError(f"tighten must be a fraction in [0, 1), got {tighten}")
     started = time.perf_counter()
@@ -462,25 +519,51 @@ def plan_fleet(
     solved, failed, reused = _solve_all(problems, previous_plans or {}, how)
     solved_at = time.perf_counter()
     last = _previous_keep(solved, reused)
-    best: tuple[float, float, dict[str, Plan], FleetPlan] | None = None
+    packing = _Packing(problems, previous, align, guard_s)
+    best: tuple[float, float, dict[str, Plan], FleetPlan, dict[str, Plan]] | None = None
     for keep in sorted(set(keeps) | ({last} if last is not None else set()), reverse=True):
-        plans = {a: _shaped(problems[a], p, keep, a in reused) for a, p in solved.items()}
-        fleet = pack({a: (problems[a], plans[a]) for a in plans}, previous=previous)
+        shaped = {a: _shaped(problems[a], p, keep, a in reused) for a, p in solved.items()}
+        fleet, plans = packing.pack(shaped)
         cost = fleet.billed_per_hour * (1 if keep == last else 1 + REPACK_THRESHOLD)
         if best is None or cost < best[0] - 1e-9:
-            best = (cost, keep, plans, fleet)
+            best = (cost, keep, shaped, fleet, plans)
     assert best is not None
-    _, keep, plans, fleet = best
+    _, keep, shaped, fleet, plans = best
     alone = _dedicated_modules(fleet)
     restored = {
         a: restore_modules(problems[a], p, alone[a]) if alone.get(a) and _tc(p) else p
-        for a, p in plans.items()
+        for a, p in shaped.items()
     }
-    if restored != plans:
-        plans = restored
-        fleet = pack({a: (problems[a], plans[a]) for a in plans}, previous=previous)
+    if restored != shaped:
+        fleet, plans = packing.pack(restored)
     solve_ms = (solved_at - started) * 1000
     return FleetResult(plans, fleet, solve_ms, (time.perf_counter() - solved_at) * 1000, failed, reused, keep)
+
+
+@dataclass(frozen=True)
+class _Packing:
+    problems: Mapping[str, ProblemSpec]
+    previous: FleetPlan | None
+    align: bool
+    guard_s: float
+
+    def pack(self, plans: Mapping[str, Plan]) -> tuple[FleetPlan, dict[str, Plan]]:
+        """The fleet and the plans it runs (aligned modules with their raised rates and phases; a
+        dispatch-realised plan re-realised). If a re-realised plan would miss its SLO, the fleet is
+        packed without aligned duty cycles."""
+        apps = {a: (self.problems[a], plans[a]) for a in plans}
+        fleet = pack(apps, previous=self.previous, align=self.align, guard_s=self.guard_s)
+        if not self.align or not any(i.aligned for i in fleet.instances):
+            return fleet, dict(plans)
+        phased = apply_phases(apps, fleet)
+        for a, plan in phased.items():
+            if plan is plans[a] or not realised(plan):
+                continue
+            again = redispatch(self.problems[a], plan)
+            if again is None:
+                return pack(apps, previous=self.previous), dict(plans)
+            phased[a] = again
+        return fleet, phased
 
 
 def _shaped(problem: ProblemSpec, plan: Plan, keep: float, reused: bool) -> Plan:

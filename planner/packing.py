@@ -21,6 +21,14 @@ argument; in short:
 
 Packing is best-fit decreasing by busy fraction (Nexus's squishy bin packing, with the condition above in
 place of its duty-cycle merge), after keeping the previous epoch's instances whose shares are unchanged.
+
+With ``align``, modules served by one machine first take turns in *aligned duty cycles* (Nexus's
+merge): the shares of an instance run one batch each per common cycle (the shortest of their batch
+intervals; the others' rates are raised to it, each share in the configuration with the shortest batch
+that still carries its rate), at phases the packer chooses so that the turns do not overlap. Their added
+wait is then 0 while the phases are honoured (``schedule_phase_s`` in the plan, see
+:func:`apply_phases` and :func:`planner.dispatch.schedule_origin`); if they are not, the FIFO bound above
+still holds (``fifo_wait_s``), because ``sum d <= cycle`` implies ``sum busy <= 1``.
 """
 
 from __future__ import annotations
@@ -45,8 +53,11 @@ __all__ = [
     "PackingError",
     "Share",
     "ShareReplay",
+    "ALIGN_GUARD_S",
     "adversarial_phases",
+    "aligned_phases",
     "allowances",
+    "apply_phases",
     "check_fleet",
     "colocatable_groups",
     "pack",
@@ -58,8 +69,11 @@ TOL = 1e-9
 _REL = 1e-9
 #: Keep the previous epoch's instances unless a fresh packing bills this fraction less.
 REPACK_THRESHOLD = 0.03
+#: Idle time after every share's turn in an aligned duty cycle (s): batch release jitter it absorbs.
+ALIGN_GUARD_S = 1e-4
 
 ShareKey = tuple[str, str, str, int, int, float]
+Option = tuple[int, int, float]  # (batch, concurrency, duration_s): one configuration on the share's hardware
 
 
 class PackingError(PlannerError):
@@ -88,6 +102,15 @@ class Share(BaseModel):
     busy: float = Field(
         default=0.0, ge=0, description="device time of one batch at a time: d f / b (= occupancy * c)"
     )
+    phase_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="on an aligned instance: the module's schedule phase (s after t = 0, mod the cycle); "
+        "its batches are ready at phase_s + k * cycle_s",
+    )
+    fifo_wait_s: float = Field(
+        default=0.0, ge=0, description="worst-case added wait if the phases are not honoured (FIFO bound)"
+    )
 
     @property
     def key(self) -> ShareKey:
@@ -107,6 +130,13 @@ class Instance(BaseModel):
     slot: str
     hardware: str
     shares: list[Share]
+    cycle_s: float | None = Field(
+        default=None, gt=0, description="aligned duty cycle: every share's batch interval (None: FIFO)"
+    )
+
+    @property
+    def aligned(self) -> bool:
+        return self.cycle_s is not None and len(self.shares) > 1
 
     @property
     def occupancy(self) -> float:
@@ -245,10 +275,27 @@ class _Item:
     flexible: bool  # may share an instance
     allowance: float  # largest added wait this share may take (s)
     order: int  # deterministic tie-break
+    elastic: bool = False  # the module's only machine: its batch interval may shrink to a common cycle
+    options: list[Option] = field(default_factory=list)  # elastic: configurations, shortest first
+    floor: float = 0.0  # elastic: the least rate the module must carry (req/s)
+    limit: float = math.inf  # elastic: the largest d + b / f allowed (its current one)
 
     @property
     def hw(self) -> str:
         return self.share.hardware
+
+    def best(self, cycle: float) -> Option | None:
+        """The configuration with the shortest batch that runs one batch per ``cycle`` (batch >= floor *
+        cycle, duration <= cycle) without lengthening the worst case (d + cycle <= limit)."""
+        for b, c, d in self.options:
+            if b >= self.floor * cycle * (1 - 1e-12) and d <= cycle + TOL and d + cycle <= self.limit + TOL:
+                return (b, c, d)
+        return None
+
+    @property
+    def period(self) -> float:
+        """Interval between this machine's batches, b / f (s)."""
+        return self.share.batch / self.share.rate if self.share.rate > 0 else math.inf
 
 
 @dataclass(eq=False)
@@ -259,12 +306,38 @@ class _Bin:
     busy: float = 0.0
     dur: float = 0.0  # sum of durations
     headroom: float = math.inf  # min over items of allowance - added wait
+    aligned: bool = False  # shares take turns in a common duty cycle (phases from the packer)
+    cycle: float = math.inf  # aligned: the common batch interval (the smallest of the shares')
+    guard: float = 0.0  # aligned: idle time after every share's turn (s)
+    choice: dict[int, Option] = field(default_factory=dict)  # aligned: item order -> configuration
+
+    def _turns(self, it: _Item) -> tuple[float, dict[int, Option], float] | None:
+        """Aligned: (cycle, each share's configuration, sum of turns incl. guards) with ``it`` added, or
+        None when the turns do not fit the cycle."""
+        cycle = min(self.cycle, it.period)
+        opt = it.best(cycle)
+        if opt is None:
+            return None
+        if cycle == self.cycle:
+            choice = {**self.choice, it.order: opt}
+            span = self.dur + opt[2] + len(choice) * self.guard
+        else:  # a shorter cycle: every share picks its configuration again
+            choice = {it.order: opt}
+            for x in self.items:
+                o = x.best(cycle)
+                if o is None:
+                    return None
+                choice[x.order] = o
+            span = sum(o[2] for o in choice.values()) + len(choice) * self.guard
+        return (cycle, choice, span) if span <= cycle + TOL else None
 
     def fits(self, it: _Item) -> bool:
         if not self.items:
-            return True
+            return not self.aligned or it.elastic
         if not it.flexible or not self.items[0].flexible:
             return False
+        if self.aligned:
+            return it.elastic and self._turns(it) is not None
         d = it.share.duration_s
         return (
             self.busy + it.share.busy <= 1 + TOL
@@ -272,12 +345,43 @@ class _Bin:
             and self.dur <= it.allowance + TOL
         )
 
+    def fill(self, it: _Item) -> float:
+        """How full the bin is with ``it`` added (best fit picks the fullest)."""
+        if self.aligned:
+            turns = self._turns(it) if self.items else None
+            return turns[2] / turns[0] if turns is not None else 0.0
+        return self.busy + it.share.busy
+
     def add(self, it: _Item) -> None:
+        if self.aligned:
+            turns = self._turns(it)
+            if turns is None:  # alone: the share's own configuration and interval
+                own = (it.share.batch, it.share.concurrency, it.share.duration_s)
+                turns = (it.period, {it.order: own}, own[2])
+            self.cycle, self.choice = turns[0], turns[1]
+            self.dur = sum(o[2] for o in self.choice.values())
+            self.items.append(it)
+            return
         d = it.share.duration_s
         self.headroom = min(self.headroom - d, it.allowance - self.dur)
         self.items.append(it)
         self.busy += it.share.busy
         self.dur += d
+        self.cycle = min(self.cycle, it.period)
+
+
+def _elastic(mp: ModulePlan, latency_model: str = "tc") -> bool:
+    """A module served by one machine of one configuration under TC: its windows are its batch
+    intervals, ``b / f`` long and back to back, so a higher rate (more dummy load) shortens the interval
+    to any common cycle >= d / c without lengthening its worst case (``d + b / f``)."""
+    gs = mp.groups
+    return (
+        latency_model == "tc"
+        and len(gs) == 1
+        and gs[0].machines == 1
+        and gs[0].rate_per_machine > 0
+        and gs[0].duration_s > 0
+    )
 
 
 def _items(apps: Mapping[str, tuple[ProblemSpec, Plan]]) -> list[_Item]:
@@ -291,24 +395,51 @@ def _items(apps: Mapping[str, tuple[ProblemSpec, Plan]]) -> list[_Item]:
             base = flex[s.module].get(s.group)
             ok = base is not None and s.busy < 1 - 1e-6
             bonus = plan.modules[s.module].worst_case_latency_s - base if base is not None else 0.0
-            out.append(_Item(s, ok, allow[s.module] + max(0.0, bonus) if ok else 0.0, len(out)))
+            elastic = ok and _elastic(plan.modules[s.module], model)
+            allowance = allow[s.module] + max(0.0, bonus) if ok else 0.0
+            it = _Item(s, ok, allowance, len(out), elastic)
+            if elastic:
+                _options(it, problem, plan.modules[s.module])
+            out.append(it)
     return out
+
+
+def _options(it: _Item, problem: ProblemSpec, mp: ModulePlan) -> None:
+    """An elastic share's alternatives (Nexus picks each session's batch for the common duty cycle):
+    every profiled configuration on its hardware; it must carry the module's rate (a dispatch-realised
+    child: its required spread rate) and keep ``d + b / f`` at most what it is now."""
+    s = it.share
+    extra = mp.model_extra or {}
+    floor = max(problem.modules[s.module].rate, float(extra.get("rate", 0.0) or 0.0))
+    info = extra.get("dispatch")
+    need = info.get("required_rate") if isinstance(info, dict) else None
+    if isinstance(need, int | float) and isinstance(info, dict) and info.get("guaranteed", True):
+        floor = max(floor, float(need))
+    it.floor = floor
+    it.limit = s.duration_s + s.batch / s.rate
+    own = (s.batch, s.concurrency, s.duration_s)
+    opts = {
+        (e.batch, e.concurrency, e.duration_s)
+        for e in problem.modules[s.module].profile
+        if e.hardware == s.hardware
+    }
+    it.options = sorted(opts | {own}, key=lambda o: (o[2], o[0], o[1]))
 
 
 # --------------------------------------------------------------------------- packing
 
 
 def _best_fit(items: list[_Item], bins: list[_Bin]) -> None:
-    """Best-fit decreasing: each item (largest busy first) joins the feasible bin it fills most."""
+    """Best-fit decreasing: each item (largest busy first) joins the feasible FIFO bin it fills most."""
     by_hw: dict[str, list[_Bin]] = defaultdict(list)
     for b in bins:
-        if b.items and b.items[0].flexible:
+        if b.items and b.items[0].flexible and not b.aligned:
             by_hw[b.hw].append(b)
     for it in sorted(items, key=lambda i: (-i.share.busy, -i.share.duration_s, i.order)):
         best: _Bin | None = None
         if it.flexible:
             for b in by_hw[it.hw]:
-                if b.fits(it) and (best is None or b.busy > best.busy):
+                if b.fits(it) and (best is None or b.fill(it) > best.fill(it)):
                     best = b
         if best is None:
             best = _Bin(it.hw)
@@ -318,9 +449,43 @@ def _best_fit(items: list[_Item], bins: list[_Bin]) -> None:
         best.add(it)
 
 
-def _sticky_bins(previous: FleetPlan, items: list[_Item]) -> tuple[list[_Bin], list[_Item]]:
+def _align(items: list[_Item], bins: list[_Bin], guard: float) -> list[_Item]:
+    """Nexus's squishy bin packing of the elastic items into aligned bins (duty cycles): each item
+    (largest busy first) joins the feasible aligned bin it fills most, else opens one. Bins left with
+    one item are dissolved; returns the items that found no partner (and the non-elastic ones)."""
+    by_hw: dict[str, list[_Bin]] = defaultdict(list)
+    for b in bins:
+        if b.aligned:
+            by_hw[b.hw].append(b)
+    rest = [it for it in items if not it.elastic]
+    for it in sorted(
+        (i for i in items if i.elastic), key=lambda i: (-i.share.busy, -i.share.duration_s, i.order)
+    ):
+        best: _Bin | None = None
+        for b in by_hw[it.hw]:
+            if b.fits(it) and (best is None or b.fill(it) > best.fill(it)):
+                best = b
+        if best is None:
+            best = _Bin(it.hw, aligned=True, guard=guard)
+            bins.append(best)
+            by_hw[it.hw].append(best)
+        best.add(it)
+    for b in [b for b in bins if b.aligned and len(b.items) < 2]:
+        if b.slot is None or not b.items:
+            bins.remove(b)
+            rest.extend(b.items)
+        else:  # a previous slot keeps its one share, as a FIFO instance of its own
+            b.aligned, b.cycle = False, math.inf
+    rest.sort(key=lambda i: i.order)
+    return rest
+
+
+def _sticky_bins(
+    previous: FleetPlan, items: list[_Item], align: bool, guard: float
+) -> tuple[list[_Bin], list[_Item]]:
     """The previous instances, each keeping the shares whose key is unchanged (as long as they still fit
-    together); returns those bins and the items left to place."""
+    together; an aligned instance stays aligned when ``align``); returns those bins and the items left to
+    place."""
     free: dict[ShareKey, list[_Item]] = defaultdict(list)
     for it in items:
         free[it.share.key].append(it)
@@ -328,7 +493,7 @@ def _sticky_bins(previous: FleetPlan, items: list[_Item]) -> tuple[list[_Bin], l
         lst.sort(key=lambda i: i.order)
     bins: list[_Bin] = []
     for inst in sorted(previous.instances, key=lambda i: _slot_order(i.slot)):
-        b = _Bin(inst.hardware, slot=inst.slot)
+        b = _Bin(inst.hardware, slot=inst.slot, aligned=align and inst.aligned, guard=guard)
         for old in sorted(inst.shares, key=lambda s: (-s.busy, s.ident)):
             cands = free.get(old.key)
             if not cands:
@@ -402,13 +567,46 @@ def _slot_order(slot: str) -> tuple[str, int]:
 
 def _instance(b: _Bin) -> Instance:
     assert b.slot is not None
-    shares = []
     ordered = sorted(b.items, key=lambda i: i.order)
     total = sum(i.share.duration_s for i in ordered)
+    if b.aligned and len(ordered) > 1:
+        return _aligned_instance(b, ordered)
+    shares = []
     for it in ordered:
         wait = total - it.share.duration_s if len(ordered) > 1 else 0.0
-        shares.append(it.share.model_copy(update={"added_wait_s": wait}))
+        shares.append(it.share.model_copy(update={"added_wait_s": wait, "fifo_wait_s": wait}))
     return Instance(slot=b.slot, hardware=b.hw, shares=shares)
+
+
+def _aligned_instance(b: _Bin, ordered: list[_Item]) -> Instance:
+    """Shares taking turns in one duty cycle: share k's batches are ready at
+    ``sum_{j<k} (d_j + guard) + n * cycle``; every share runs one batch per cycle in its chosen
+    configuration (rate ``b / cycle``, the extra as dummy load), so no batch finds the device busy."""
+    assert b.slot is not None
+    cycle = b.cycle
+    total = sum(b.choice[it.order][2] for it in ordered)
+    shares = []
+    offset = 0.0
+    for it in ordered:
+        batch, conc, dur = b.choice[it.order]
+        rate = batch / cycle
+        shares.append(
+            it.share.model_copy(
+                update={
+                    "batch": batch,
+                    "concurrency": conc,
+                    "duration_s": dur,
+                    "rate": rate,
+                    "occupancy": dur / (conc * cycle),
+                    "busy": dur / cycle,
+                    "added_wait_s": 0.0,
+                    "fifo_wait_s": total - dur,
+                    "phase_s": offset,
+                }
+            )
+        )
+        offset += dur + b.guard
+    return Instance(slot=b.slot, hardware=b.hw, shares=shares, cycle_s=cycle)
 
 
 def pack(
@@ -416,23 +614,35 @@ def pack(
     *,
     previous: FleetPlan | None = None,
     repack_threshold: float = REPACK_THRESHOLD,
+    align: bool = False,
+    guard_s: float = ALIGN_GUARD_S,
 ) -> FleetPlan:
     """Place every planned machine of every app on a whole instance of its hardware type.
 
     Co-locatable partial shares (:func:`colocatable_groups`) share instances when the busy fractions sum
     to at most 1 and every share's added wait stays within its module's allowance (:func:`allowances`);
-    every other share gets its own instance. ``previous`` (the last epoch's fleet) keeps unchanged shares
-    on their slots so workers do not reload models, unless packing afresh bills ``repack_threshold``
-    less. Deterministic for equal inputs.
+    every other share gets its own instance. With ``align``, modules served by one machine of one
+    configuration are first packed into *aligned* instances (duty cycles, docs/packing.md): the shares
+    of an instance run one batch each per common cycle (the smallest of their batch intervals; their
+    rates are raised to ``b / cycle``, the extra as dummy load) at phases chosen here, so that
+    ``sum (d + guard_s) <= cycle`` and no share waits for another; the fleet's shares then differ from
+    the plans in rate and phase, and :func:`apply_phases` gives the plans that match. ``previous`` (the
+    last epoch's fleet) keeps unchanged shares on their slots so workers do not reload models, unless
+    packing afresh bills ``repack_threshold`` less. Deterministic for equal inputs.
     """
+    if guard_s < 0:
+        raise ValueError(f"guard_s must be >= 0, got {guard_s}")
     prices = _prices(apps)
     items = _items(apps)
+    if not align:
+        for it in items:
+            it.elastic = False
     fresh: list[_Bin] = []
-    _best_fit(items, fresh)
+    _best_fit(_align(items, fresh, guard_s), fresh)
     bins = fresh
     if previous is not None:
-        sticky, rest = _sticky_bins(previous, items)
-        _best_fit(rest, sticky)
+        sticky, rest = _sticky_bins(previous, items, align, guard_s)
+        _best_fit(_align(rest, sticky, guard_s), sticky)
         if _cost(sticky, prices) <= _cost(fresh, prices) * (1 + repack_threshold) + TOL:
             bins = sticky
         else:
@@ -444,9 +654,61 @@ def pack(
     return FleetPlan(
         instances=instances,
         prices=prices,
-        occupancy_per_hour=sum(prices[it.hw] * it.share.occupancy for it in items),
+        occupancy_per_hour=sum(prices[i.hardware] * i.occupancy for i in instances),
         dedicated_per_hour=sum(prices[it.hw] for it in items),
     )
+
+
+def apply_phases(apps: Mapping[str, tuple[ProblemSpec, Plan]], fleet: FleetPlan) -> dict[str, Plan]:
+    """The plans ``fleet`` runs: every module on an aligned instance with its share's configuration and
+    rate (the extra as dummy load), ``schedule_phase_s`` (the phase the front's routing and the workers
+    honour: ``planner.dispatch.schedule_origin``) and ``duty_cycle_s``; other plans unchanged. The
+    worst-case figures are kept (the packer never lets ``d + b / f`` grow)."""
+    aligned = {
+        (s.app, s.module): (s, inst.cycle_s)
+        for inst in fleet.instances
+        if inst.aligned and inst.cycle_s is not None
+        for s in inst.shares
+    }
+    out: dict[str, Plan] = {}
+    for name in sorted(apps):
+        problem, plan = apps[name]
+        mine = {m: v for (a, m), v in aligned.items() if a == name}
+        if not mine:
+            out[name] = plan
+            continue
+        modules = dict(plan.modules)
+        for m, (s, cycle) in mine.items():
+            mp = modules[m]
+            g = mp.groups[0].model_copy(
+                update={
+                    "batch": s.batch,
+                    "concurrency": s.concurrency,
+                    "duration_s": s.duration_s,
+                    "rate_per_machine": s.rate,
+                }
+            )
+            price = problem.hardware[g.hardware].price_per_hour
+            modules[m] = mp.model_copy(
+                update={
+                    "groups": [g],
+                    "dummy_rate": max(0.0, s.rate - problem.modules[m].rate),
+                    "occupancy_per_hour": price * s.occupancy,
+                    "schedule_phase_s": s.phase_s,
+                    "duty_cycle_s": cycle,
+                }
+            )
+        occ = sum(
+            g.machines
+            * problem.hardware[g.hardware].price_per_hour
+            * g.rate_per_machine
+            * g.duration_s
+            / (g.concurrency * g.batch)
+            for mp in modules.values()
+            for g in mp.groups
+        )
+        out[name] = plan.model_copy(update={"modules": modules, "cost_per_hour": occ})
+    return out
 
 
 # --------------------------------------------------------------------------- checker
@@ -512,6 +774,7 @@ def _check_shared(
     if shared and inst.busy > 1 + 1e-6:
         errors.append(f"{inst.slot}: busy fractions sum to {inst.busy:.4f}, above 1")
     total = sum(s.duration_s for s in inst.shares)
+    turns_ok = _check_turns(inst, apps, errors) if inst.aligned else False
     for s in inst.shares:
         if s.app not in apps or s.module not in apps[s.app][1].modules:
             continue
@@ -523,15 +786,57 @@ def _check_shared(
             if base is None:
                 errors.append(f"{_name(s)} on shared {inst.slot}: its module's windows are not periodic")
                 continue
-            if wait < total - s.duration_s - 1e-9:
+            floor = 0.0 if turns_ok else total - s.duration_s
+            if wait < floor - 1e-9:
                 errors.append(
                     f"{_name(s)} on {inst.slot}: added wait {wait:.6f} s below the others' "
-                    f"durations {total - s.duration_s:.6f} s"
+                    f"durations {floor:.6f} s"
                 )
-                wait = total - s.duration_s
+                wait = floor
         k = (s.app, s.module)
         own = base if base is not None else mp.worst_case_latency_s
         worst[k] = max(worst.get(k, 0.0), own + wait)
+
+
+def _check_turns(inst: Instance, apps: Mapping[str, tuple[ProblemSpec, Plan]], errors: list[str]) -> bool:
+    """An aligned instance: every share is its module's only machine, runs one batch per cycle (rate
+    ``b / cycle``), its plan carries the phase and cycle the data plane honours, and the turns
+    ``[phase, phase + d)`` (mod the cycle) do not overlap, so no batch waits. Also the FIFO bound
+    (``fifo_wait_s``) for when the phases are not honoured. True when all of it holds."""
+    cycle = inst.cycle_s
+    assert cycle is not None
+    ok = True
+    total = sum(s.duration_s for s in inst.shares)
+    for s in inst.shares:
+        mp = apps[s.app][1].modules.get(s.module) if s.app in apps else None
+        if mp is None:
+            return False
+        extra = mp.model_extra or {}
+        phase, plan_cycle = extra.get("schedule_phase_s"), extra.get("duty_cycle_s")
+        problems = []
+        if not _elastic(mp, _latency_model(apps[s.app][1])):
+            problems.append("its module is not one machine of one configuration")
+        if s.phase_s is None or not isinstance(phase, int | float) or abs(phase - s.phase_s) > 1e-9:
+            problems.append(f"the plan's schedule phase {phase} is not the share's {s.phase_s}")
+        if not isinstance(plan_cycle, int | float) or not math.isclose(plan_cycle, cycle, rel_tol=1e-9):
+            problems.append(f"the plan's duty cycle {plan_cycle} is not the instance's {cycle}")
+        if s.rate <= 0 or not math.isclose(s.batch / s.rate, cycle, rel_tol=1e-9):
+            problems.append(f"batch interval {s.batch / max(s.rate, 1e-300):.6g} s is not the cycle")
+        if s.fifo_wait_s < total - s.duration_s - 1e-9:
+            problems.append(f"fifo_wait_s {s.fifo_wait_s:.6f} s below the others' durations")
+        for msg in problems:
+            errors.append(f"{_name(s)} on aligned {inst.slot}: {msg}")
+        ok = ok and not problems
+    turns = sorted(((s.phase_s or 0.0) % cycle, s.duration_s, _name(s)) for s in inst.shares)
+    for (x, d, who), (y, _, nxt) in zip(
+        turns, [*turns[1:], (turns[0][0] + cycle, 0.0, turns[0][2])], strict=True
+    ):
+        if x + d > y + 1e-9:
+            errors.append(
+                f"{inst.slot}: {who}'s turn ends at {x + d:.6f} s, after {nxt}'s starts at {y:.6f} s"
+            )
+            ok = False
+    return ok
 
 
 def _same_share(ref: Share, s: Share) -> bool:
@@ -573,16 +878,23 @@ def simulate_instance(
     phases: Mapping[tuple[str, str, int, int], float] | None = None,
     periods: int = 200,
     seed: int = 0,
+    honour_phases: bool = True,
 ) -> list[ShareReplay]:
     """Replay one instance: each share's batches become ready at its machine's window ends in its module's
-    dispatch schedule (:func:`planner.dispatch.build_schedule`), shifted by the share's phase (random in
-    ``[0, period)`` unless given: apps have independent schedule origins); the device runs them one at a
-    time in ready order, each for its duration (the worst case of the worker's device, which lets
-    batches with concurrency > 1 overlap). ``periods`` of the longest schedule period are replayed."""
+    dispatch schedule (:func:`planner.dispatch.build_schedule`), shifted by the share's phase; the device
+    runs them one at a time in ready order, each for its duration (the worst case of the worker's device,
+    which lets batches with concurrency > 1 overlap). ``periods`` of the longest schedule period are
+    replayed. Phases: ``phases`` if given; else, on an aligned instance with ``honour_phases``, the
+    packer's (:func:`aligned_phases`), and the bound is the share's ``added_wait_s`` (0); else random in
+    ``[0, period)`` (independent schedule origins). Without the packer's phases the bound is the FIFO
+    one, ``fifo_wait_s`` (the sum of the other shares' durations)."""
     import numpy as np
 
     from planner.dispatch import build_schedule
 
+    own = phases is None and instance.aligned and honour_phases
+    if own:
+        phases = aligned_phases(instance)
     rng = np.random.default_rng(seed)
     ready_parts, dur_parts, who_parts, window_parts = [], [], [], []
     longest = 0.0
@@ -620,17 +932,25 @@ def simulate_instance(
         base = colocatable_groups(plan.modules[s.module], _latency_model(plan)).get(
             s.group, plan.modules[s.module].worst_case_latency_s
         )
+        allowed = s.added_wait_s if own or not instance.aligned else s.fifo_wait_s
         out.append(
             ShareReplay(
                 share=_name(s),
                 batches=int(mask.sum()),
                 measured_worst_s=float(np.max(window[mask] + wait[mask] + dur[mask])),
-                bound_s=base + s.added_wait_s,
+                bound_s=base + allowed,
                 max_wait_s=float(np.max(wait[mask])),
-                added_wait_s=s.added_wait_s,
+                added_wait_s=allowed,
             )
         )
     return out
+
+
+def aligned_phases(instance: Instance) -> dict[tuple[str, str, int, int], float]:
+    """The packer's phases of an aligned instance, for :func:`simulate_instance`: each share's module
+    schedule starts at its ``phase_s`` (a module with one machine has its window ends at multiples of
+    its period, so its batches are ready at ``phase_s + k * cycle_s``)."""
+    return {s.ident: s.phase_s for s in instance.shares if s.phase_s is not None}
 
 
 def adversarial_phases(

@@ -89,6 +89,7 @@ def one_fleet(problems: Mapping[str, ProblemSpec]) -> dict[str, Any]:
     cpu = time.process_time()
     res = plan_fleet(feasible)
     cpu_ms = (time.process_time() - cpu) * 1000
+    fifo = plan_fleet(feasible, align=False)
     apps = {a: (feasible[a], res.plans[a]) for a in res.plans}
     errors = check_fleet(res.fleet, apps) + [e for a, (p, plan) in apps.items() for e in check_plan(p, plan)]
     lb = sum(p.cost_per_hour for p in occ.values())
@@ -104,6 +105,8 @@ def one_fleet(problems: Mapping[str, ProblemSpec]) -> dict[str, Any]:
         "dedicated_billed_optimum": billed_opt,
         "latency_free": latency_free(occ, f.prices),
         "ratio": f.billed_per_hour / lb,
+        "fifo_only_ratio": fifo.fleet.billed_per_hour / lb,
+        "aligned_instances": sum(1 for i in f.instances if i.aligned),
         "dedicated_ratio": billed_opt / lb,
         "latency_free_ratio": latency_free(occ, f.prices) / lb,
         "instances": len(f.instances),
@@ -152,19 +155,28 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int) -> dict[str, 
 
 
 def verify(fleet: Any, problems: Mapping[str, ProblemSpec], seeds: int = 3) -> dict[str, Any]:
+    """Replay every shared instance. FIFO instances: random phases and, per share, the adversarial
+    phases, against planned + added wait. Aligned instances: the packer's phases (wait must be 0), then
+    random and adversarial phases against the FIFO bound (what holds if the phases are not honoured)."""
     apps = {a: (problems[a], fleet.plans[a]) for a in fleet.plans}
     checked = within = 0
     worst_excess = -math.inf
     tight = 0.0
+    aligned_runs = aligned_max_wait = 0.0
     for inst in fleet.fleet.instances:
         if len(inst.shares) < 2:
             continue
-        runs = [simulate_instance(inst, apps, seed=s, periods=100) for s in range(seeds)]
+        runs = [simulate_instance(inst, apps, seed=s, periods=100, honour_phases=False) for s in range(seeds)]
+        if inst.aligned:
+            own = simulate_instance(inst, apps, periods=100)
+            runs.append(own)
+            aligned_runs += len(own)
+            aligned_max_wait = max(aligned_max_wait, *(r.max_wait_s for r in own))
         for v in range(len(inst.shares)):
             adv = simulate_instance(inst, apps, phases=adversarial_phases(inst, apps, v), periods=20)[v]
             runs.append([adv])
-            if inst.shares[v].added_wait_s > 0:
-                tight = max(tight, adv.max_wait_s / inst.shares[v].added_wait_s)
+            if adv.added_wait_s > 0:
+                tight = max(tight, adv.max_wait_s / adv.added_wait_s)
         for run in runs:
             for r in run:
                 checked += 1
@@ -172,10 +184,13 @@ def verify(fleet: Any, problems: Mapping[str, ProblemSpec], seeds: int = 3) -> d
                 worst_excess = max(worst_excess, r.measured_worst_s - r.bound_s)
     return {
         "shared_instances": fleet.fleet.shared_instances,
+        "aligned_instances": sum(1 for i in fleet.fleet.instances if i.aligned),
         "share_runs": checked,
         "within": within,
         "max_excess_s": worst_excess if checked else 0.0,
         "max_adversarial_wait_over_added_wait": tight,
+        "aligned_share_runs": int(aligned_runs),
+        "aligned_max_wait_s": aligned_max_wait,
     }
 
 
@@ -348,6 +363,8 @@ def _by_size(fleets: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
             "ratio_min": min(ratio),
             "ratio_max": max(ratio),
             "dedicated_ratio_median": statistics.median(f["dedicated_ratio"] for f in rs),
+            "fifo_only_ratio_median": statistics.median(f["fifo_only_ratio"] for f in rs),
+            "aligned_instances_median": statistics.median(f["aligned_instances"] for f in rs),
             "latency_free_ratio_median": statistics.median(f["latency_free_ratio"] for f in rs),
             "shared_instances_median": statistics.median(f["shared_instances"] for f in rs),
             "errors": sum(f["error_count"] for f in rs),
@@ -406,7 +423,8 @@ def render(result: dict[str, Any]) -> None:
 
     console = Console(width=max(Console().width, 120))
     table = Table(title="billed cost after packing / occupancy lower bound (median, min-max over seeds)")
-    for col in ["apps", "fleets", "packed", "min-max", "dedicated", "latency-free", "shared inst.", "errors"]:
+    cols = ["apps", "fleets", "packed", "min-max", "FIFO only", "dedicated", "latency-free", "shared inst."]
+    for col in [*cols, "aligned inst.", "errors"]:
         table.add_column(col, justify="right")
     for size, s in result["by_size"].items():
         table.add_row(
@@ -414,9 +432,11 @@ def render(result: dict[str, Any]) -> None:
             str(s["fleets"]),
             f"{s['ratio_median']:.3f}",
             f"{s['ratio_min']:.3f}-{s['ratio_max']:.3f}",
+            f"{s['fifo_only_ratio_median']:.3f}",
             f"{s['dedicated_ratio_median']:.3f}",
             f"{s['latency_free_ratio_median']:.3f}",
             f"{s['shared_instances_median']:g}",
+            f"{s['aligned_instances_median']:g}",
             str(s["errors"]),
         )
     console.print(table)
@@ -433,7 +453,9 @@ def render(result: dict[str, Any]) -> None:
     console.print(
         f"replay of {v['shared_instances']} shared instances: {v['within']}/{v['share_runs']} share runs "
         f"within planned + added wait (max excess {v['max_excess_s'] * 1000:.4f} ms; the adversarial phases "
-        f"reach {v['max_adversarial_wait_over_added_wait']:.3f} of the added wait)"
+        f"reach {v['max_adversarial_wait_over_added_wait']:.3f} of the added wait); {v['aligned_instances']} "
+        f"aligned: {v['aligned_share_runs']} share runs at the packer's phases, largest wait "
+        f"{v['aligned_max_wait_s'] * 1e6:.3f} us (random/adversarial phases: within the FIFO bound above)"
     )
     st = result["steady"]
     table = Table(

@@ -91,3 +91,4 @@ def test_summary_counts_answered_dropped_lost_and_module_worst_cases():
     m = s["modules"]["det"]
     assert m["measured_worst_s"] == 0.12 and m["planned_worst_s"] == 0.15 and m["dropped"] == 1
     assert m["hardware"] == ["t4 (emulated)"] and m["emulated"]
+

@@ -70,3 +70,15 @@ def test_late_message_forms_a_batch_ready_at_once_and_drain_empties():
     asm.add(msg("2", 9, window_end=9.0), "h2", now=2.0)
     assert [p.receipts for p in asm.drain()] == [["h2"]]
     assert asm.next_close() is None
+
+
+def test_an_aligned_module_holds_a_full_batch_until_its_window_closes():
+    """On an instance whose shares take turns (aligned duty cycle) a full batch must not start early:
+    it would run during another share's turn."""
+    asm = BatchAssembler(batch=2, grace_s=0.02, hold_full=True)
+    asm.add(msg("1", 3, window_end=1.0), "h1", now=0.1)
+    asm.add(msg("2", 3, window_end=1.0), "h2", now=0.2)
+    assert asm.next_close() == 1.02
+    assert asm.take_ready(0.5) == []
+    ((bid, items),) = asm.take_ready(1.02)
+    assert bid == 3 and len(items) == 2

@@ -198,3 +198,15 @@ def test_rr_pattern_weights_machines_by_rate():
     # 3 : 3 : 2 requests per cycle for A, B, C
     assert len(pat) == 8
     assert sorted(pat.count(x) for x in {(0, 0), (0, 1), (1, 0)}) == [2, 3, 3]
+
+
+def test_schedule_origin_honours_a_module_phase():
+    from planner.dispatch import schedule_origin
+
+    g = MachineGroup(hardware="cpu", batch=2, machines=1, rate_per_machine=10.0, duration_s=0.02)
+    plain = ModulePlan(latency_budget_s=1.0, worst_case_latency_s=0.22, groups=[g])
+    phased = plain.model_copy(update={"schedule_phase_s": 0.05})
+    assert schedule_origin(1000.33, plain, 0.2) == 1000.33
+    # the latest time <= 1000.33 congruent to 0.05 mod 0.2: 1000.25
+    assert schedule_origin(1000.33, phased, 0.2) == pytest.approx(1000.25)
+    assert schedule_origin(1000.25, phased, 0.2) == pytest.approx(1000.25)

@@ -8,9 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.check import check_plan
+from planner.dispatch import build_schedule
 from planner.fleet import SPLIT_KEY, plan_fleet, restore_modules, shape_plan
 from planner.generate import generate_problem
-from planner.packing import check_fleet
+from planner.packing import check_fleet, simulate_instance
+from planner.robust import realise, solve_dispatchable
 from planner.solve import solve
 
 
@@ -35,7 +37,7 @@ def test_plans_and_packs_every_app():
     solved = sum(solve(p).billed_per_hour for p in problems.values())
     assert res.fleet.billed_per_hour <= solved + 1e-6
     assert res.fleet.billed_per_hour >= res.fleet.occupancy_per_hour - 1e-9
-    assert res.solve_ms >= 0 and res.pack_ms >= 0 and res.keep in (1.0, 0.5, 0.25)
+    assert res.solve_ms >= 0 and res.pack_ms >= 0 and res.keep in (1.0, 0.5, 0.25, 0.0)
 
 
 def test_infeasible_app_fails_alone():
@@ -179,3 +181,70 @@ def test_rates_beyond_the_plan_grow_it_when_that_is_cheap_enough():
     assert check_fleet(grown.fleet, {a: (up[a], grown.plans[a]) for a in up}) == []
     with pytest.raises(ValueError, match="stick"):
         plan_fleet(up, stick=-0.1)
+
+
+def _dispatch_figures_are_current(problem, plan):
+    """Every module's recorded dispatch figures are what realise() gives for its groups now."""
+    real = realise(problem, plan)
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    for m, mp in plan.modules.items():
+        info = mp.model_extra["dispatch"]
+        assert info["spread_rate"] == pytest.approx(real[m].spread_rate, rel=1e-9), m
+        assert info["period_s"] == pytest.approx(build_schedule(m, mp, prices).period_s, rel=1e-12), m
+        assert mp.worst_case_latency_s == pytest.approx(real[m].worst_case_s, rel=1e-9), m
+        assert real[m].collision_free or not real[m].guaranteed, m
+    for path in problem.paths():
+        assert sum(real[m].worst_case_s for m in path) <= problem.slo_s + 1e-9
+
+
+@pytest.mark.parametrize("seed", [3, 11, 24])
+def test_shaping_a_realised_plan_refreshes_its_dispatch_figures(seed):
+    # GIVEN a dispatch-aware plan (it records spread rates, periods and realised worst cases)
+    problem = generate_problem(seed)
+    plan = solve_dispatchable(problem)
+    for keep in (0.5, 0.0):
+        # WHEN shaping changes collection times and splits
+        shaped = shape_plan(problem, plan, keep=keep)
+        # THEN the shaped plan's dispatch figures are recomputed for its new groups (or it is the plan as
+        # solved, when the realised shaped plan would miss the SLO)
+        assert check_plan(problem, shaped) == []
+        _dispatch_figures_are_current(problem, shaped)
+        assert shaped.model_extra["dispatch_realised"] is True
+    # a plain plan gets no dispatch figures from shaping
+    assert (
+        "dispatch"
+        not in shape_plan(problem, solve(problem), keep=0.0).modules[problem.order()[0]].model_extra
+    )
+
+
+def test_plan_fleet_with_a_dispatch_aware_solver_keeps_figures_current():
+    problems = _problems(6, seed=1)
+    res = plan_fleet(problems, solver=solve_dispatchable)
+    apps = {a: (problems[a], res.plans[a]) for a in problems}
+    assert check_fleet(res.fleet, apps) == []
+    for a, plan in res.plans.items():
+        assert check_plan(problems[a], plan) == [], a
+        _dispatch_figures_are_current(problems[a], plan)
+
+
+def test_plan_fleet_aligns_one_machine_modules_and_records_their_phases():
+    problems = _problems(20, seed=4)
+    res = plan_fleet(problems)
+    fifo = plan_fleet(problems, align=False)
+    apps = {a: (problems[a], res.plans[a]) for a in problems}
+    assert check_fleet(res.fleet, apps) == []
+    assert not any(i.aligned for i in fifo.fleet.instances)
+    aligned = [i for i in res.fleet.instances if i.aligned]
+    assert aligned
+    for inst in aligned:
+        for s in inst.shares:
+            extra = res.plans[s.app].modules[s.module].model_extra
+            assert extra["schedule_phase_s"] == s.phase_s and extra["duty_cycle_s"] == inst.cycle_s
+        assert all(r.max_wait_s < 1e-9 for r in simulate_instance(inst, apps, periods=20))
+    for a, plan in res.plans.items():
+        assert check_plan(problems[a], plan) == [], a
+    # the same problems again reuse every plan and keep the fleet
+    again = plan_fleet(problems, previous=res.fleet, previous_plans=res.plans)
+    assert len(again.reused) == len(problems)
+    assert _content(again.fleet) == _content(res.fleet)
+    assert check_fleet(again.fleet, {a: (problems[a], again.plans[a]) for a in problems}) == []

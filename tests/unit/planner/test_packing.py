@@ -8,16 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.check import check_plan
 from planner.dispatch import build_schedule
 from planner.fleet import shape_plan
 from planner.generate import generate_problem
 from planner.models import MachineGroup, ModulePlan, Plan, ProblemSpec
 from planner.packing import (
+    ALIGN_GUARD_S,
     FleetPlan,
     Instance,
     PackingError,
     adversarial_phases,
     allowances,
+    apply_phases,
     check_fleet,
     colocatable_groups,
     pack,
@@ -366,3 +369,148 @@ def test_fresh_packing_replaces_a_fragmented_previous_fleet():
     assert len(fleet.instances) == 2
     assert {i.slot for i in fleet.instances} <= {f"cpu/{k}" for k in range(6)}  # names reused by overlap
     assert check_fleet(fleet, apps) == []
+
+
+# --------------------------------------------------------------------------- aligned duty cycles
+
+
+def _phased(apps: Apps, **kw) -> tuple[FleetPlan, Apps]:
+    fleet = pack(apps, align=True, **kw)
+    plans = apply_phases(apps, fleet)
+    return fleet, {a: (apps[a][0], plans[a]) for a in apps}
+
+
+def test_aligned_pair_takes_turns_and_waits_for_nothing():
+    # a: b 2 at 10 req/s -> one batch every 0.2 s, d 0.02; b: b 4 at 20 req/s -> every 0.2 s, d 0.05
+    # cycle 0.2 s: a's turn [0, 0.02), b's [0.0201, 0.0701): 0.0702 <= 0.2, nobody waits
+    apps = {"a": tiny_app("a", 10, 2, 0.02, 0.3), "b": tiny_app("b", 20, 4, 0.05, 0.3)}
+    fleet, phased = _phased(apps)
+    (inst,) = fleet.instances
+    assert inst.aligned and inst.cycle_s == pytest.approx(0.2)
+    by_app = {s.app: s for s in inst.shares}
+    assert by_app["a"].phase_s == 0.0 and by_app["b"].phase_s == pytest.approx(0.02 + ALIGN_GUARD_S)
+    assert [s.added_wait_s for s in inst.shares] == [0.0, 0.0]
+    assert by_app["a"].fifo_wait_s == pytest.approx(0.05) and by_app["b"].fifo_wait_s == pytest.approx(0.02)
+    assert phased["b"][1].modules["m"].model_extra["schedule_phase_s"] == by_app["b"].phase_s
+    assert check_fleet(fleet, phased) == []
+    # the plans as packed (no phases) do not describe this fleet
+    assert any("schedule phase" in e for e in check_fleet(fleet, apps))
+    # replay at the packer's phases: no batch waits
+    for r in simulate_instance(inst, phased):
+        assert r.within and r.max_wait_s < 1e-9 and r.added_wait_s == 0.0
+    # phases not honoured: the FIFO bound (the other's duration) still holds, and is reached
+    for seed in range(3):
+        assert all(r.within for r in simulate_instance(inst, phased, seed=seed, honour_phases=False))
+    a = next(i for i, s in enumerate(inst.shares) if s.app == "a")
+    r = simulate_instance(inst, phased, phases=adversarial_phases(inst, phased, a))[a]
+    assert r.within and r.max_wait_s == pytest.approx(0.05, abs=1e-6)
+
+
+def test_aligned_co_location_needs_no_slack():
+    # FIFO: b's slack 0.02 s < a's duration 0.03 s (two instances); aligned: turns of 0.03 and 0.05 s in
+    # a 0.2 s cycle, no added wait, one instance
+    apps = {"a": tiny_app("a", 10, 2, 0.03, 0.4), "b": tiny_app("b", 20, 4, 0.05, 0.27)}
+    assert len(pack(apps).instances) == 2
+    fleet, phased = _phased(apps)
+    assert len(fleet.instances) == 1 and fleet.instances[0].aligned
+    assert check_fleet(fleet, phased) == []
+
+
+def test_aligned_cycle_is_the_shortest_interval_and_the_others_speed_up():
+    # a every 0.2 s (d 0.02), c every 0.05 s (2 at 40 req/s, d 0.01): cycle 0.05 s, 0.03 + guards <= 0.05;
+    # a now runs a batch every 0.05 s: 2 / 0.05 = 40 req/s (30 of them dummy), worst case 0.02 + 0.05
+    apps = {"a": tiny_app("a", 10, 2, 0.02, 0.3), "c": tiny_app("c", 40, 2, 0.01, 0.3)}
+    fleet, phased = _phased(apps)
+    (inst,) = fleet.instances
+    assert inst.cycle_s == pytest.approx(0.05)
+    plan_a = phased["a"][1]
+    g = plan_a.modules["m"].groups[0]
+    assert g.rate_per_machine == pytest.approx(40.0) and plan_a.modules["m"].dummy_rate == pytest.approx(30)
+    assert check_plan(*phased["a"]) == [] and check_fleet(fleet, phased) == []
+    assert fleet.occupancy_per_hour == pytest.approx(40 * 0.02 / 2 + 40 * 0.01 / 2)
+    for r in simulate_instance(inst, phased):
+        assert r.within and r.max_wait_s < 1e-9
+
+
+def test_aligned_turns_must_fit_the_cycle():
+    # d 0.12 + 0.1 > 0.2: no common cycle; FIFO: busy 0.6 + 0.5 > 1 as well
+    apps = {"a": tiny_app("a", 10, 2, 0.12, 5.0), "b": tiny_app("b", 20, 4, 0.1, 5.0)}
+    fleet, phased = _phased(apps)
+    assert len(fleet.instances) == 2 and not any(i.aligned for i in fleet.instances)
+    assert check_fleet(fleet, phased) == []
+
+
+def test_checker_rejects_broken_turns():
+    apps = {"a": tiny_app("a", 10, 2, 0.02, 0.3), "b": tiny_app("b", 20, 4, 0.05, 0.3)}
+    fleet, phased = _phased(apps)
+    inst = fleet.instances[0]
+    # b's turn moved onto a's: the turns overlap (and b's plan no longer has the share's phase)
+    moved = [s.model_copy(update={"phase_s": 0.01}) if s.app == "b" else s for s in inst.shares]
+    bad = fleet.model_copy(update={"instances": [inst.model_copy(update={"shares": moved})]})
+    errors = check_fleet(bad, phased)
+    assert any("turn ends" in e for e in errors) and any("schedule phase" in e for e in errors)
+    # a cycle the shares do not run at
+    other = fleet.model_copy(update={"instances": [inst.model_copy(update={"cycle_s": 0.1})]})
+    assert any("batch interval" in e for e in check_fleet(other, phased))
+    # a FIFO bound understated
+    low = [s.model_copy(update={"fifo_wait_s": 0.0}) for s in inst.shares]
+    under = fleet.model_copy(update={"instances": [inst.model_copy(update={"shares": low})]})
+    assert any("fifo_wait_s" in e for e in check_fleet(under, phased))
+
+
+def test_aligned_generated_fleet_checks_and_replays():
+    # GIVEN generated apps shaped with no slack kept, packed with aligned duty cycles
+    apps = generated(30, seed=1, keep=0.0)
+    fleet, phased = _phased(apps)
+    aligned = [i for i in fleet.instances if i.aligned]
+    assert aligned, "some one-machine modules should take turns"
+    # THEN the fleet and every plan check, and never cost more than FIFO-only packing of the same plans
+    assert check_fleet(fleet, phased) == []
+    for a, (p, plan) in phased.items():
+        assert check_plan(p, plan) == [], a
+    assert fleet.billed_per_hour <= pack(apps).billed_per_hour + 1e-9
+    for inst in aligned[:4]:
+        # AND at the packer's phases no batch waits; at random phases the FIFO bound holds
+        for r in simulate_instance(inst, phased, periods=50):
+            assert r.within and r.max_wait_s < 1e-9, r
+        for r in simulate_instance(inst, phased, periods=50, seed=3, honour_phases=False):
+            assert r.within, r
+    # AND the same input gives the same fleet; the previous fleet is kept
+    assert content(pack(apps, align=True)) == content(fleet)
+    assert content(pack(apps, align=True, previous=fleet)) == content(fleet)
+    with pytest.raises(ValueError, match="guard_s"):
+        pack(apps, align=True, guard_s=-1.0)
+
+
+def test_aligned_share_picks_a_smaller_batch_for_a_shorter_cycle():
+    # a: 10 req/s planned at b 4 (d 0.09 s, every 0.4 s; worst case 0.49 s), also profiled at b 1 (d 0.03 s)
+    # c: every 0.1 s, d 0.05 s. Cycle 0.1 s: a at b 4 needs 0.09 + 0.05 > 0.1; at b 1 (>= 10 x 0.1 requests
+    # per batch) 0.03 + 0.05 + guards <= 0.1 and its worst case 0.03 + 0.1 <= 0.49 (Nexus's merge)
+    problem = ProblemSpec(
+        name="a",
+        slo_s=1.0,
+        hardware={"cpu": {"price_per_hour": 1.0}},
+        modules={
+            "m": {
+                "rate": 10,
+                "profile": [
+                    {"hardware": "cpu", "batch": 4, "duration_s": 0.09},
+                    {"hardware": "cpu", "batch": 1, "duration_s": 0.03},
+                ],
+            }
+        },
+    )
+    g = MachineGroup(hardware="cpu", batch=4, machines=1, rate_per_machine=10, duration_s=0.09)
+    mp = ModulePlan(latency_budget_s=1.0, worst_case_latency_s=0.49, groups=[g])
+    plan = Plan(objective="billed", cost_per_hour=0.225, billed_per_hour=1.0, solve_ms=0.0, modules={"m": mp})
+    apps = {"a": (problem, plan), "c": tiny_app("c", 20, 2, 0.05, 0.2)}
+    assert len(pack(apps).instances) == 2  # FIFO: busy 0.225 + 0.5, but c cannot wait 0.09 s
+    fleet, phased = _phased(apps)
+    (inst,) = fleet.instances
+    a = next(s for s in inst.shares if s.app == "a")
+    assert inst.cycle_s == pytest.approx(0.1) and (a.batch, a.duration_s) == (1, 0.03)
+    assert a.rate == pytest.approx(10.0) and a.busy == pytest.approx(0.3)
+    assert phased["a"][1].modules["m"].groups[0].batch == 1
+    assert check_fleet(fleet, phased) == [] and check_plan(*phased["a"]) == []
+    for r in simulate_instance(inst, phased):
+        assert r.within and r.max_wait_s < 1e-9
