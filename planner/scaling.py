@@ -1,8 +1,10 @@
-"""Plan-driven scaling: the rate to plan for (short trend + headroom, quantised) and hysteresis on the
-instance counts per hardware type, so noisy load neither re-plans every epoch nor flaps the fleet.
+"""Plan-driven scaling: the rate to plan for (short trend + headroom, quantised), hysteresis on the
+instance counts per hardware type, so noisy load neither re-plans every epoch nor flaps the fleet, and
+the backlog correction between epochs (:func:`backlog_boost`: which apps' task queues hold more than
+their plan allows, and by how much to raise their planned rate in an early re-plan).
 
-Pure: the caller passes the observed rates and the epoch number; the hysteresis state is a plain dict
-(:meth:`Hysteresis.to_dict`) because the planner Lambda keeps no memory between invocations.
+Pure: the caller passes the observed rates, queue depths and the epoch number; the hysteresis state is
+a plain dict (:meth:`Hysteresis.to_dict`) because the planner Lambda keeps no memory between invocations.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from planner.errors import PlannerError
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["Hysteresis", "ScalingError", "forecast_rate", "hold_rate", "quantise_up"]
+__all__ = [
+    "Hysteresis",
+    "QueueBacklog",
+    "ScalingError",
+    "backlog_boost",
+    "forecast_rate",
+    "hold_rate",
+    "quantise_up",
+]
 
 
 class ScalingError(PlannerError):
@@ -94,22 +104,28 @@ class _HwState:
 class Hysteresis:
     """Desired instance count per hardware type from the packed plan's counts.
 
-    Scale up at once (latency first). Scale down only after the target has stayed below the current
-    capacity for ``down_epochs`` consecutive epochs and at least ``min_gap_epochs`` after this type's last
-    change, and then only to the largest target of the last ``memory_epochs`` epochs (never below the
-    current target) plus ``spare`` instances (none when that largest target is 0), so that noise just
-    after a scale-down does not scale straight back up.
+    Scale up at once (latency first). A target less than ``floor(down_band * capacity)`` instances below
+    the capacity counts as the capacity (noise around a large group: a one-instance dip would scale down
+    and straight back up). Scale down only after the target has stayed below that band for
+    ``down_epochs`` consecutive epochs and at least ``min_gap_epochs`` after this type's last change,
+    and then only to the largest target of the last ``memory_epochs`` epochs (never below the current
+    target) plus ``spare`` instances (none when that largest target is 0), so that noise just after a
+    scale-down does not scale straight back up. docs/packing.md ("Steady load") has the figures behind
+    the defaults.
     """
 
     down_epochs: int = 2
     min_gap_epochs: int = 2
     memory_epochs: int = 4
     spare: int = 0
+    down_band: float = 0.05
     state: dict[str, _HwState] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.spare < 0:
             raise ScalingError(f"spare must be >= 0, got {self.spare}")
+        if not 0 <= self.down_band < 1:
+            raise ScalingError(f"down_band must be a fraction in [0, 1), got {self.down_band}")
         if min(self.down_epochs, self.min_gap_epochs, self.memory_epochs) < 1:
             raise ScalingError(
                 "down_epochs, min_gap_epochs and memory_epochs must be >= 1, got "
@@ -130,11 +146,12 @@ class Hysteresis:
         return out
 
     def _one(self, st: _HwState, want: int, have: int, epoch: int) -> int:
-        if want >= have:
+        band = math.floor(self.down_band * have + 1e-9)
+        if want >= have - band:  # at or above the capacity, or inside the band below it
             st.below_since = None
             if want > have:
                 st.last_change = epoch
-            return want
+            return max(want, have)
         if st.below_since is None:
             st.below_since = epoch
         held = epoch - st.below_since + 1 >= self.down_epochs
@@ -142,7 +159,7 @@ class Hysteresis:
         down = max(t for _, t in st.recent)
         if down > 0:
             down += self.spare
-        if held and spaced and down < have:
+        if held and spaced and down < have - band:
             st.last_change = epoch
             st.below_since = None
             return down
@@ -154,6 +171,7 @@ class Hysteresis:
             "min_gap_epochs": self.min_gap_epochs,
             "memory_epochs": self.memory_epochs,
             "spare": self.spare,
+            "down_band": self.down_band,
             "state": {
                 hw: {
                     "last_change": s.last_change,
@@ -180,7 +198,78 @@ class Hysteresis:
                 min_gap_epochs=int(data.get("min_gap_epochs", 2)),
                 memory_epochs=int(data.get("memory_epochs", 4)),
                 spare=int(data.get("spare", 0)),
+                down_band=float(data.get("down_band", cls.down_band)),
                 state=state,
             )
         except (TypeError, ValueError, AttributeError) as exc:
             raise ScalingError(f"bad hysteresis state: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- backlog between epochs
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """One planned machine's task queue, read between epochs.
+
+    In steady state under its plan a machine's queue holds at most one batch in hand plus what arrives
+    within the module's latency budget at the machine's planned rate: a request older than that has
+    missed its budget. ``allowed`` is that figure; the rest is the ``excess``."""
+
+    app: str
+    module: str
+    depth: int  # messages visible + in flight (SQS ApproximateNumberOfMessages + NotVisible)
+    rate: float  # the machine's planned rate, req/s (dummy included): its planned drain rate
+    batch: int
+    budget_s: float  # the module's latency budget in the plan, s
+    served: bool = True  # a live instance holds the slot of this machine
+    queue: str = ""  # which queue (a label for reports)
+
+    @property
+    def allowed(self) -> float:
+        return self.batch + self.rate * self.budget_s
+
+    @property
+    def excess(self) -> float:
+        return max(0.0, self.depth - self.allowed)
+
+    @property
+    def late(self) -> bool:
+        """The backlog over the planned drain rate exceeds the budget (beyond one batch in hand)."""
+        return self.excess > 0
+
+
+def backlog_boost(
+    queues: Sequence[QueueBacklog], *, horizon_s: float, min_boost: float = 0.1, max_boost: float = 1.0
+) -> dict[str, dict[str, float]]:
+    """App -> module -> the rate (req/s) to plan the module for, for the modules with a late queue that
+    an instance serves.
+
+    A module's planned rate ``W`` is its machines' rates summed over every queue read (dummy included:
+    what the plan can drain). It needs ``W * (1 + excess / (horizon_s * W))``, ``excess`` what its served
+    queues hold beyond ``allowed``: the capacity that would clear the excess within ``horizon_s`` (an
+    epoch) on top of the planned load, the factor bounded to ``[1 + min_boost, 1 + max_boost]`` (a
+    correction is a bounded step above what the plan can drain; the next epoch re-plans from observed
+    rates anyway). A late queue nobody serves (its slot unclaimed, its instance silent) is not a
+    capacity problem and asks for nothing: the Auto Scaling group and the claim garbage collector
+    replace the instance.
+    """
+    if horizon_s <= 0 or not 0 <= min_boost <= max_boost or not math.isfinite(max_boost):
+        raise ScalingError(
+            f"bad backlog parameters: horizon_s {horizon_s}, min_boost {min_boost}, max_boost {max_boost}"
+        )
+    planned: dict[tuple[str, str], float] = {}
+    excess: dict[tuple[str, str], float] = {}
+    for q in queues:
+        if q.depth < 0 or not 0 <= q.rate < math.inf or not 0 <= q.budget_s < math.inf:
+            raise ScalingError(f"{q.app}.{q.module}: bad queue reading {q}")
+        key = (q.app, q.module)
+        planned[key] = planned.get(key, 0.0) + q.rate
+        if q.served and q.late:
+            excess[key] = excess.get(key, 0.0) + q.excess
+    out: dict[str, dict[str, float]] = {}
+    for (app, module), extra in sorted(excess.items()):
+        w = planned[(app, module)]
+        factor = 1 + extra / (horizon_s * w) if w > 0 else 1 + max_boost
+        out.setdefault(app, {})[module] = w * min(max(factor, 1 + min_boost), 1 + max_boost)
+    return out

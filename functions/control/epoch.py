@@ -8,8 +8,9 @@
 3. registered apps and their observed frame rates over the last epoch (CloudWatch); the rate to plan
    for is ``forecast_rate`` (trend + headroom, quantised) of the history, never below the app's
    floor, and the registered rate until the app has been observed for a whole window;
-4. ``plan_fleet`` (an app whose problem is unchanged keeps its plan; an app that cannot be planned
-   keeps the plan in force); packing onto whole instances;
+4. ``plan_fleet`` with the dispatch-aware solve (``planner.robust.solve_dispatchable``: the plan's
+   worst cases are what the dispatch realises; an app whose problem is unchanged keeps its plan; an
+   app that cannot be planned keeps the plan in force); packing onto whole instances;
 5. when something changed: fresh queues for changed modules, a new version published with a
    conditional flip of the pointer, activating ``activate_lead_s`` later (workers preload);
    otherwise a no-op epoch;
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from functions.adapters.metrics import Metrics
     from functions.adapters.plan_store import Manifest, PlanStore
     from functions.adapters.rates import ObservedRates
+    from functions.control.backlog import BacklogSummary
     from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
     from functions.control.state import StateStore
     from functions.schema import Deployment
@@ -74,6 +76,19 @@ class ControlConfig:
     visibility_timeout_s: int = 30
     queue_workers: int = 1  # apps whose queues are created in parallel (moto's SQS is not thread-safe)
     policy: str = "skinflint"
+    child_headroom: float = 0.0  # extra planned rate of child modules (planner.robust, docs/dispatch.md)
+    backlog_cooldown_s: float = 60.0  # s: an app's backlog is corrected at most once this often
+    backlog_min_boost: float = 0.1  # a correction plans a late module for at least 1.1 x its capacity
+    backlog_max_boost: float = 1.0  # ... and at most 2 x
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.child_headroom < float("inf"):
+            raise ValueError(f"child_headroom must be a finite fraction >= 0, got {self.child_headroom}")
+        if not 0 <= self.backlog_min_boost <= self.backlog_max_boost < float("inf"):
+            raise ValueError(
+                f"backlog boosts must satisfy 0 <= min <= max < inf, got {self.backlog_min_boost}, "
+                f"{self.backlog_max_boost}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlConfig:
@@ -96,6 +111,9 @@ class ControlConfig:
                 dlq_arn=e.get("SKINFLINT_TASKS_DLQ_ARN") or None,
                 queue_prefix=e.get("SKINFLINT_QUEUE_PREFIX", d.queue_prefix),
                 queue_workers=max(1, int(e.get("SKINFLINT_QUEUE_WORKERS", d.queue_workers))),
+                child_headroom=float(e.get("SKINFLINT_CHILD_HEADROOM", d.child_headroom)),
+                backlog_cooldown_s=float(e.get("SKINFLINT_BACKLOG_COOLDOWN_S", d.backlog_cooldown_s)),
+                backlog_max_boost=float(e.get("SKINFLINT_BACKLOG_MAX_BOOST", d.backlog_max_boost)),
             )
         except (ValueError, TypeError) as exc:
             raise ControlError(f"bad planner setting in the environment: {exc}") from exc
@@ -190,6 +208,17 @@ class Controller:
             summary.warnings.append(f"state not saved: {exc}")
         self._emit(summary)
         return summary
+
+    def check_backlog(self, reason: str = "backlog check") -> BacklogSummary:
+        """Between epochs: correct the apps whose task queues hold more than their plan allows with
+        an early epoch at a higher rate (:mod:`functions.control.backlog`)."""
+        from functions.control.backlog import BacklogSummary, check_backlog
+
+        try:
+            return check_backlog(self, reason)
+        except Exception as exc:  # noqa: BLE001 - a failed check changes nothing; the epoch still runs
+            log.exception("backlog check failed")
+            return BacklogSummary(status="failed", error=f"{type(exc).__name__}: {exc}")
 
     def _plan(
         self, now: float, state: ControlState, previous_at: float | None, summary: EpochSummary
@@ -395,27 +424,34 @@ class Controller:
         rates: dict[str, float] = {}
         problems: dict[str, ProblemSpec] = {}
         failed: dict[str, str] = {}
+        fresh = state.observed_until is None or window.end > state.observed_until
+        boosts, state.boosts = dict(state.boosts), {}  # a backlog correction applies to this epoch only
         for name, (record, spec) in apps.items():
             hist = state.history.setdefault(name, [])
-            if record.registered_at <= window.start:
-                hist.append(round(observed[name], 6))
+            if record.registered_at <= window.start and (fresh or not hist):
+                hist.append(round(observed[name], 6))  # once per window: an early epoch adds nothing
                 del hist[: -self.config.history_len]
             rates[name] = self._planning_rate(spec, record, hist, window.start)
             summary.rates[name] = {
                 "observed": round(observed.get(name, 0.0), 4),
                 "planned": round(rates[name], 4),
             }
+            if boosts.get(name, 0.0) > rates[name]:
+                rates[name] = boosts[name]
+                summary.rates[name].update(planned=round(rates[name], 4), backlog=round(boosts[name], 4))
             try:
                 problems[name] = app_problem(
                     spec, rates[name], self.catalog, available, self.config.hop_overhead_s
                 )
             except ValueError as exc:
                 failed[name] = str(exc).splitlines()[0]
+        state.observed_until = max(window.end, state.observed_until or window.end)
         result = plan_fleet(
             problems,
             previous=cur_fleet,
-            previous_plans={a: d.plan for a, d in cur_deps.items()},
+            previous_plans={a: d.plan for a, d in cur_deps.items() if _realised(d.plan)},
             policy=self.config.policy,
+            solver=self._solver,
         )
         failed.update(result.failed)
         plans = dict(result.plans)
@@ -427,6 +463,17 @@ class Controller:
                 plans[a], rates[a] = dep.plan, dep.frame_rate
         rates = {a: rates[a] for a in plans}
         return _Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
+
+    def _solver(self, problem: ProblemSpec) -> Plan:
+        """The dispatch-aware solve (docs/dispatch.md): each module's worst case is what the
+        time-window dispatch realises (schedule bound, bursts of at most ``max_children_per_request``
+        children per parent request), children get the spread capacity their bursts need, and the
+        plan records ``dispatch.spread_rate`` for the data plane."""
+        from planner.robust import solve_dispatchable
+
+        return solve_dispatchable(
+            problem, policy=self.config.policy, objective="billed", child_headroom=self.config.child_headroom
+        )
 
     def _repack(
         self,
@@ -542,6 +589,11 @@ class Controller:
             m.put("PlannedInstances", n, Hardware=hw)
         for app in summary.failed_apps:
             m.put("PlanningFailures", 1, App=app)
+
+
+def _realised(plan: Plan) -> bool:
+    """A plan the dispatch-aware solve made (plans published before it are solved again)."""
+    return bool((plan.model_extra or {}).get("dispatch_realised"))
 
 
 def _standin_problem(dep: Deployment, catalog: Mapping[str, HardwareSpec]) -> ProblemSpec:

@@ -1,8 +1,10 @@
 """From a registered app to the planner's problem: the usable hardware, the profiles the stack will
-really see (p95 when measured, plus the per-hop overhead of the data plane)."""
+really see (p95 when measured, plus the per-hop overhead of the data plane), and the most children
+one parent request sends along each edge (the dispatch-aware solve sizes children for their bursts)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -11,7 +13,7 @@ if TYPE_CHECKING:
     from functions.control.registry import RegistrationSpec
     from planner.models import HardwareSpec, ProblemSpec
 
-__all__ = ["adjust_profiles", "app_problem", "usable_hardware"]
+__all__ = ["adjust_profiles", "app_problem", "max_children", "usable_hardware"]
 
 
 def adjust_profiles(problem: ProblemSpec, overhead_s: float) -> ProblemSpec:
@@ -26,6 +28,13 @@ def adjust_profiles(problem: ProblemSpec, overhead_s: float) -> ProblemSpec:
             entries.append(e.model_copy(update={"duration_s": d + overhead_s}))
         modules[name] = mod.model_copy(update={"profile": entries})
     return problem.model_copy(update={"modules": modules})
+
+
+def max_children(edges: Iterable[tuple[str, str, float]]) -> list[list[object]]:
+    """``[[parent, child, n], ...]``: the most children one parent request sends along each edge,
+    ``ceil`` of its fan-out factor (a data plane whose fan-out varies per request sends up to that;
+    the problem extra :data:`planner.robust.FAN_OUT_KEY`, as the local stack plans)."""
+    return [[src, dst, float(math.ceil(f - 1e-9))] for src, dst, f in edges]
 
 
 def usable_hardware(
@@ -51,8 +60,11 @@ def app_problem(
     available: Iterable[str] | None,
     overhead_s: float,
 ) -> ProblemSpec:
-    """The planner's problem for ``spec`` at ``frame_rate`` frames/s. Raises ``ValueError`` naming
-    the module that has no profile on the usable hardware."""
+    """The planner's problem for ``spec`` at ``frame_rate`` frames/s, with the extra
+    ``max_children_per_request`` (:func:`max_children`) when the app has edges. Raises ``ValueError``
+    naming the module that has no profile on the usable hardware."""
+    from planner.robust import FAN_OUT_KEY
+
     hw = usable_hardware(spec, catalog, available)
     problem = spec.app_spec().to_problem(frame_rate, spec.profiles, {h: catalog[h] for h in hw}, spec.slo_s)
     for name, mod in problem.modules.items():
@@ -64,7 +76,11 @@ def app_problem(
                 f"({', '.join(hw) or 'none'}), profiled on: {', '.join(have) or 'nothing'}"
             )
     used = {e.hardware for m in problem.modules.values() for e in m.profile}
-    problem = problem.model_copy(
-        update={"hardware": {h: s for h, s in problem.hardware.items() if h in used}, "name": spec.name}
-    )
+    update: dict[str, object] = {
+        "hardware": {h: s for h, s in problem.hardware.items() if h in used},
+        "name": spec.name,
+    }
+    if spec.edges:
+        update[FAN_OUT_KEY] = max_children(spec.edges)
+    problem = problem.model_copy(update=update)
     return adjust_profiles(problem, overhead_s)

@@ -1,6 +1,7 @@
 """The control loop's own state between epochs (the planner Lambda keeps no memory): epoch number
-and time, observed-rate history per app, the hysteresis state, hardware that could not be had, and
-the last epoch's summary (``skinflint status`` shows it). One item, ``control#state``, written
+and time, observed-rate history per app, the hysteresis state, hardware that could not be had, the
+backlog corrections waiting for the next epoch, and the last epoch's summary (``skinflint status``
+shows it). One item, ``control#state``, written
 with a condition on the epoch number read, so two planners never run one epoch twice."""
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ class ControlState(BaseModel):
     unavailable_why: dict[str, str] = Field(default_factory=dict)
     asg_names: dict[str, str] = Field(default_factory=dict)
     last: dict[str, Any] = Field(default_factory=dict)  # the last epoch's summary
+    observed_until: float | None = None  # end of the rate window last appended to ``history`` (epoch s)
+    # backlog correction between epochs (functions/control/epoch.py, Controller.check_backlog):
+    boosts: dict[str, float] = Field(default_factory=dict)  # app -> rate factor for the next epoch only
+    corrected_at: dict[str, float] = Field(default_factory=dict)  # app -> last correction (epoch s)
+    last_check: dict[str, Any] = Field(default_factory=dict)  # the last backlog check's summary
 
 
 class StateStore:

@@ -161,6 +161,13 @@ def test_registered_app_is_planned_published_and_the_groups_sized(env: Env) -> N
     assert env.desired() == {hw: fleet.counts().get(hw, 0) for hw in ASGS}
     assert out.desired == env.desired()
     assert env.metrics.total("PlanningFailures") == 0 and env.metrics.total("PlanVersionPublished") == 1
+    # the plan is dispatch-aware: realised worst cases within the SLO, the spread rate for the data plane
+    extra = dep.plan.model_extra or {}
+    assert extra["dispatch_realised"] is True
+    assert all(p["worst_case_latency_s"] <= SPEC["slo_s"] + 1e-9 for p in extra["paths"])
+    cls = (dep.plan.modules["cls"].model_extra or {})["dispatch"]
+    assert cls["burst"] == 2  # a det batch of one frame sends ceil(2.0) = 2 cls requests at once
+    assert cls["required_rate"] - 1e-9 <= cls["spread_rate"] <= cls["capacity_rate"] + 1e-9
 
 
 def test_the_ten_second_guard(env: Env) -> None:

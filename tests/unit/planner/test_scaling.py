@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.scaling import Hysteresis, ScalingError, forecast_rate, hold_rate, quantise_up
+from planner.scaling import (
+    Hysteresis,
+    QueueBacklog,
+    ScalingError,
+    backlog_boost,
+    forecast_rate,
+    hold_rate,
+    quantise_up,
+)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +150,14 @@ def test_state_round_trips_through_json():
 
 @pytest.mark.parametrize(
     "data",
-    [{"state": {"t4": {"recent": [["x", 1]]}}}, {"state": 3}, {"down_epochs": 0}, {"memory_epochs": -1}],
+    [
+        {"state": {"t4": {"recent": [["x", 1]]}}},
+        {"state": 3},
+        {"down_epochs": 0},
+        {"memory_epochs": -1},
+        {"down_band": 1.0},
+        {"down_band": "wide"},
+    ],
 )
 def test_bad_state_is_a_scaling_error(data):
     with pytest.raises(ScalingError):
@@ -223,3 +238,103 @@ def test_hold_rate_rejects_negative_tolerance():
 
 def test_hold_rate_boost_plans_beyond_a_rise():
     assert hold_rate(110.0, 100.0, boost=0.05) == pytest.approx(115.5)  # 110 * 1.05
+
+
+@pytest.mark.parametrize(
+    ("target", "held"),
+    [
+        (96, True),  # 100 - 96 = 4 <= floor(0.05 * 100) = 5: inside the band, counts as the capacity
+        (95, True),  # 5 <= 5
+        (94, False),  # 6 > 5: below the band; down after 2 epochs
+    ],
+)
+def test_down_band_holds_a_large_group_through_small_dips(target, held):
+    h = Hysteresis()  # down_band 0.05, down_epochs 2, min_gap_epochs 2, memory_epochs 4
+    cap, got = 100, []
+    for epoch, want in enumerate([100] + [target] * 5):
+        cap = h.desired({"t4": want}, {"t4": cap}, epoch)["t4"]
+        got.append(cap)
+    # below the band, the first scale-down waits until the memory (epochs 1-4) has forgotten the 100
+    assert got == ([100] * 6 if held else [100, 100, 100, 100, target, target])
+
+
+def test_down_band_is_relative_so_small_groups_still_scale_down():
+    # floor(0.05 * 4) = 0: no band, the old behaviour
+    h = Hysteresis(memory_epochs=2)
+    cap, got = 4, []
+    for epoch in range(3):
+        cap = h.desired({"p100": 3}, {"p100": cap}, epoch)["p100"]
+        got.append(cap)
+    assert got == [4, 3, 3]
+
+
+def test_down_band_scales_to_the_memory_not_into_the_band():
+    # 100 -> 90 (below the band of 5): down to the largest target remembered, 90
+    h = Hysteresis(memory_epochs=2)
+    cap, got = 100, []
+    for epoch in range(3):
+        cap = h.desired({"t4": 90}, {"t4": cap}, epoch)["t4"]
+        got.append(cap)
+    assert got == [100, 90, 90]
+
+
+def test_state_without_down_band_takes_the_default():
+    old = Hysteresis(down_band=0.0).to_dict()
+    del old["down_band"]
+    assert Hysteresis.from_dict(old).down_band == Hysteresis().down_band
+
+
+def q(depth: int, rate: float = 10.0, batch: int = 2, budget: float = 0.5, **kw: object) -> QueueBacklog:
+    return QueueBacklog(
+        app="a",
+        module=str(kw.pop("module", "det")),
+        depth=depth,
+        rate=rate,
+        batch=batch,
+        budget_s=budget,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("depth", "late", "excess"),
+    [
+        (7, False, 0.0),  # allowed = b + f * budget = 2 + 10 * 0.5 = 7: the plan's own queueing
+        (8, True, 1.0),
+        (0, False, 0.0),
+    ],
+)
+def test_queue_backlog_allowed_is_one_batch_plus_the_budget_at_the_planned_rate(depth, late, excess):
+    assert q(depth).late is late and q(depth).excess == pytest.approx(excess)
+
+
+def test_backlog_boost_clears_the_excess_within_the_horizon():
+    # det: two machines of 10 req/s, W = 20; queue 0 holds 7 + 600 -> 1 + 600 / (60 * 20) = 1.5 x W = 30
+    got = backlog_boost([q(607), q(3)], horizon_s=60)
+    assert got == {"a": {"det": pytest.approx(30.0)}}
+
+
+@pytest.mark.parametrize(
+    ("depth", "factor"),
+    [
+        (7 + 12, 1.1),  # 1 + 12 / 1200 = 1.01 < the 10 % minimum step
+        (7 + 6000, 2.0),  # 1 + 6000 / 1200 = 6 > the 2 x maximum
+    ],
+)
+def test_backlog_boost_is_bounded(depth, factor):
+    got = backlog_boost([q(depth), q(0)], horizon_s=60, min_boost=0.1, max_boost=1.0)
+    assert got["a"]["det"] == pytest.approx(20.0 * factor)
+
+
+def test_backlog_boost_ignores_quiet_and_unserved_queues():
+    assert backlog_boost([q(5), q(7)], horizon_s=60) == {}
+    assert backlog_boost([q(500, served=False), q(0)], horizon_s=60) == {}
+
+
+def test_backlog_boost_rejects_bad_input():
+    with pytest.raises(ScalingError):
+        backlog_boost([q(1)], horizon_s=0)
+    with pytest.raises(ScalingError):
+        backlog_boost([q(1)], horizon_s=60, min_boost=0.5, max_boost=0.1)
+    with pytest.raises(ScalingError):
+        backlog_boost([q(-1)], horizon_s=60)

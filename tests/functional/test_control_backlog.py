@@ -1,0 +1,143 @@
+# ruff: noqa: F811 - the fixtures imported from the epoch tests are the tests' parameters
+"""The backlog correction between epochs on moto: a served queue holding more than its plan allows
+triggers an early epoch at a higher rate (more machines, a larger group); a quiet queue, a queue
+nobody serves and a correction too soon after an epoch do not; the next epoch supersedes it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from functions.adapters.plan_store import InstanceStatus
+from functions.schema import queue_key
+from tests.functional.test_control_epoch import SPEC, clients, env  # noqa: F401 - the moto fixtures
+
+if TYPE_CHECKING:
+    from tests.functional.test_control_epoch import Env
+
+
+def publish_and_serve(env: Env, *, serve: bool = True) -> int:
+    """Register the app, publish its first version, let it activate and (``serve``) give every slot a
+    live instance. Returns the version."""
+    env.register(SPEC)
+    out = env.ctl.run_epoch()
+    assert out.status == "published" and out.version is not None
+    env.clock.t += 20  # past activate_at (15 s) and the 10 s minimum gap
+    v = out.version
+    fleet = env.ctl.plans.fleet(v)
+    assert fleet is not None
+    for k, inst in enumerate(fleet.instances if serve else []):
+        iid = f"i-{k:04d}"
+        assert env.ctl.plans.claim(v, iid, inst.hardware) is not None
+        env.ctl.plans.put_instance(
+            InstanceStatus(instance_id=iid, hardware=inst.hardware, version=v, slot=inst.slot, at=env.clock())
+        )
+    return v
+
+
+def fill(env: Env, version: int, module: str, extra: int) -> tuple[str, float]:
+    """Put ``extra`` messages more than the plan allows into the first queue of ``module``."""
+    dep = env.ctl.plans.deployment(version, "cams")
+    assert dep is not None
+    mp = dep.plan.modules[module]
+    g = mp.groups[0]
+    allowed = g.batch + g.rate_per_machine * mp.latency_budget_s
+    url = dep.queues[module][queue_key(0, 0)]
+    n = int(allowed) + extra
+    for i in range(0, n, 10):
+        entries = [{"Id": str(j), "MessageBody": "{}"} for j in range(min(10, n - i))]
+        env.clients["sqs"].send_message_batch(QueueUrl=url, Entries=entries)
+    return url, allowed
+
+
+def test_a_quiet_queue_changes_nothing(env: Env) -> None:
+    v = publish_and_serve(env)
+    out = env.ctl.check_backlog()
+    assert out.status == "quiet" and out.version == v and out.queues > 0, out.as_json()
+    assert not out.late and not out.boosts and not out.epoch
+    assert env.ctl.plans.current().version == v  # type: ignore[union-attr]
+    assert env.metrics.total("BacklogCorrections") == 0
+
+
+def test_a_backlog_triggers_an_early_replan_at_a_higher_rate(env: Env) -> None:
+    # GIVEN a served plan whose detector queue holds 40 messages more than its plan allows
+    v = publish_and_serve(env)
+    before = env.ctl.plans.deployment(v, "cams")
+    assert before is not None
+    desired = env.desired()
+    det_before = sum(g.machines * g.rate_per_machine for g in before.plan.modules["det"].groups)
+    fill(env, v, "det", extra=40)
+    # WHEN the check runs between epochs
+    out = env.ctl.check_backlog()
+    # THEN it asks for enough detector capacity to clear the excess within an epoch (bounded) and
+    # runs an early epoch that re-plans the app at that rate and grows the group at once
+    assert out.status == "corrected", out.as_json()
+    assert len(out.late) == 1 and out.late[0].startswith("cams.det 0/0")
+    # det: W = its machines' rates; 40+ excess over 60 s: at least the 10 % minimum step
+    assert out.boosts["cams"] >= before.frame_rate * 1.1 - 1e-9
+    epoch = out.epoch
+    assert epoch["status"] == "published" and epoch["reason"].startswith("backlog check: backlog of cams")
+    assert epoch["rates"]["cams"]["backlog"] == pytest.approx(out.boosts["cams"], rel=1e-6)
+    after = env.ctl.plans.deployment(epoch["version"], "cams")
+    assert after is not None and after.frame_rate == pytest.approx(out.boosts["cams"], rel=1e-6)
+    det_after = sum(g.machines * g.rate_per_machine for g in after.plan.modules["det"].groups)
+    assert det_after > det_before
+    assert sum(env.desired().values()) > sum(desired.values())
+    assert env.metrics.total("BacklogCorrections", App="cams") == 1
+    # the new version is activating: nothing is read until its queues are in use
+    env.clock.t += 5
+    assert env.ctl.check_backlog().status == "activating"
+    # the next scheduled epoch plans from observed rates again: the boost is gone
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    nxt = env.ctl.run_epoch()
+    assert "backlog" not in nxt.rates["cams"] and nxt.rates["cams"]["planned"] < out.boosts["cams"]
+    assert env.ctl.states.load().boosts == {}
+
+
+def test_a_correction_waits_for_the_minimum_gap_and_then_cools_down(env: Env) -> None:
+    v = publish_and_serve(env)
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "unchanged"  # a steady epoch: nothing new to activate
+    env.clock.t += 5  # only 5 s after it
+    fill(env, v, "det", extra=40)
+    out = env.ctl.check_backlog()
+    assert out.status == "deferred" and out.boosts and not out.epoch
+    assert env.ctl.states.load().boosts["cams"] == pytest.approx(out.boosts["cams"])
+    env.clock.t += 5  # 10 s after the epoch: the waiting boost runs, the app is cooling down
+    again = env.ctl.check_backlog()
+    assert again.status == "corrected" and again.cooling == ["cams"] and not again.boosts
+    assert again.epoch["status"] == "published"
+    assert again.epoch["rates"]["cams"]["backlog"] == pytest.approx(out.boosts["cams"], rel=1e-6)
+
+
+def test_a_backlog_nobody_serves_is_not_a_capacity_problem(env: Env) -> None:
+    v = publish_and_serve(env, serve=False)  # no instance holds any slot (they are still booting)
+    fill(env, v, "det", extra=40)
+    out = env.ctl.check_backlog()
+    assert out.status == "quiet" and len(out.unserved) == 1 and not out.late and not out.boosts
+    assert env.ctl.plans.current().version == v  # type: ignore[union-attr]
+
+
+def test_frames_for_inverts_the_fan_outs(env: Env) -> None:
+    from functions.control.backlog import frames_for
+
+    v = publish_and_serve(env)
+    dep = env.ctl.plans.deployment(v, "cams")
+    assert dep is not None
+    # det gets 1 request per frame, cls 2: cls at 60 req/s needs 30 frames/s, det at 25 needs 25
+    assert frames_for(dep, {"cls": 60.0}) == pytest.approx(30.0)
+    assert frames_for(dep, {"det": 25.0, "cls": 40.0}) == pytest.approx(25.0)
+
+
+def test_check_failure_is_reported_not_raised(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    publish_and_serve(env)
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("depth read exploded")
+
+    monkeypatch.setattr("functions.control.backlog.read_backlog", broken)
+    out = env.ctl.check_backlog()
+    assert out.status == "failed" and "exploded" in (out.error or "")

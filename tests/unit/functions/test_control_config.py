@@ -1,0 +1,40 @@
+"""The planner function's settings: the dispatch-aware solve and the backlog correction knobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.control.epoch import ControlConfig
+from functions.control.errors import ControlError
+
+
+def test_defaults_and_environment() -> None:
+    c = ControlConfig.from_env({})
+    assert (c.child_headroom, c.backlog_cooldown_s, c.backlog_min_boost, c.backlog_max_boost) == (
+        0.0,
+        60.0,
+        0.1,
+        1.0,
+    )
+    c = ControlConfig.from_env(
+        {
+            "SKINFLINT_CHILD_HEADROOM": "0.25",
+            "SKINFLINT_BACKLOG_COOLDOWN_S": "30",
+            "SKINFLINT_BACKLOG_MAX_BOOST": "0.5",
+        }
+    )
+    assert (c.child_headroom, c.backlog_cooldown_s, c.backlog_max_boost) == (0.25, 30.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SKINFLINT_CHILD_HEADROOM": "-0.1"},
+        {"SKINFLINT_CHILD_HEADROOM": "inf"},
+        {"SKINFLINT_BACKLOG_MAX_BOOST": "0.05"},  # below the 10 % minimum step
+        {"SKINFLINT_BACKLOG_MAX_BOOST": "lots"},
+    ],
+)
+def test_bad_settings_are_one_line_errors(env: dict[str, str]) -> None:
+    with pytest.raises(ControlError, match="bad planner setting"):
+        ControlConfig.from_env(env)
