@@ -68,9 +68,10 @@ PLANNER_MEMORY_MB = 1024  # MB
 PLANNER_TIMEOUT_S = 50  # s: below the 60 s epoch so two runs never overlap
 # Epochs serialise on the conditional write of control#state (a second concurrent epoch is skipped)
 # and the plan pointer flips conditionally, so concurrent invocations are safe. Room for the
-# schedule plus FLEET_EVENTS_CONCURRENCY fleet-event batches: with 1, fleet events are throttled
-# while an epoch runs and, after MAX_RECEIVE_COUNT throttles, land in the DLQ.
-PLANNER_RESERVED_CONCURRENCY = 3  # concurrent executions
+# epoch schedule, the backlog-check schedule and FLEET_EVENTS_CONCURRENCY fleet-event batches:
+# with less, fleet events are throttled while an epoch runs and, after MAX_RECEIVE_COUNT
+# throttles, land in the DLQ.
+PLANNER_RESERVED_CONCURRENCY = 4  # concurrent executions
 FLEET_EVENTS_CONCURRENCY = 2  # SQS event source maximum concurrency (2 is the minimum allowed)
 FLEET_EVENTS_BATCH = 10  # fleet-event records per invocation
 PLANNER_EPOCH_S = 60  # s: EventBridge schedule rate(1 minute)

@@ -15,6 +15,11 @@ It applies the planner's decisions; it decides nothing itself.
    forwards children with the new version's routing; an old share is served until the new
    version is active, ``retire_grace_s`` has passed and its queue is empty, then stopped. Nothing
    is deleted unprocessed: a stopping worker finishes its batch in hand and releases the rest.
+   The control loop moves ``activate_at`` earlier once every slot of the version is served: the
+   agent re-reads it on every poll (and heartbeats at once after adopting, which is what shows
+   its slot served). A version superseded before it activated (the new one's ``previous`` is older)
+   is never activated: the front keeps serving ``previous`` until the new one activates, and no old
+   share retires while an adopted version is still pending.
 3. **Drain** (SIGTERM, the Auto Scaling termination hook, a Spot notice; :mod:`gpu_fleet.lifecycle`):
    stop receiving, finish the batches in hand, release everything buffered, release the slot
    claims, complete the lifecycle action, log and report how long it took.
@@ -330,15 +335,18 @@ class InstanceAgent:
         except DataPlaneError as exc:
             log.warning("cannot read the plan pointer: %s", exc)
             manifest = None
+        adopted = False
         if manifest is not None and not self.draining:
             new = manifest.version != self.version
             if new or (self.slot is None and now >= self._next_claim):
                 self._adopt(manifest, now)
+                adopted = new
+            self._reschedule(manifest, now)
         self._activate(now)
         self._retire(now)
         self._revive()
-        if now - self._last_report >= self.report_s:
-            self.report(now)
+        if adopted or now - self._last_report >= self.report_s:
+            self.report(now)  # at once after adopting: the heartbeat is what shows the slot served
 
     def run(self) -> DrainReport:
         """Serve until a drain is requested; then drain and return the report."""
@@ -406,6 +414,10 @@ class InstanceAgent:
         if inst is None:
             self._next_claim = now + self.recheck_s
         if version != self.version:
+            previous = getattr(manifest, "previous", None)
+            for p in [p for p in self._pending if previous is None or p.version > previous]:
+                log.info("v%d superseded before it activated (v%d follows v%s)", p.version, version, previous)
+                self._pending.remove(p)
             self._pending.append(_Pending(version, activate_at, routers, kept))
         self.version, self.slot = version, inst.slot if inst is not None else None
         self.state = "serving" if inst is not None else "idle"
@@ -440,10 +452,24 @@ class InstanceAgent:
         thread.start()
         return _Runner(_runner_key(a), share, version, worker, thread)
 
+    def _reschedule(self, manifest: Any, now: float) -> None:
+        """Follow a moved activation of an adopted version (the control loop moves it earlier once
+        the version's slots are served)."""
+        at = float(getattr(manifest, "activate_at", 0.0) or 0.0)
+        for p in self._pending:
+            if p.version == manifest.version and p.activate_at != at:
+                log.info(
+                    "v%d: activation moved from %+.1f s to %+.1f s", p.version, p.activate_at - now, at - now
+                )
+                p.activate_at = at
+
     def _activate(self, now: float) -> None:
         """Versions whose ``activate_at`` has come, in order: kept workers take the new version's
-        windows and routing; retiring ones forward their children where the new version serves."""
+        windows and routing; retiring ones forward their children where the new version serves.
+        Once none is pending, retiring shares get ``retire_grace_s`` from now."""
+        activated = False
         while self._pending and now >= self._pending[0].activate_at:
+            activated = True
             p = self._pending.pop(0)
             for r in p.kept:
                 if r in self._runners and r.share.app in p.routers:
@@ -454,14 +480,18 @@ class InstanceAgent:
                     r.worker.forward_with(p.routers[r.share.app])
             log.info("v%d active", p.version)
             self._prune_routers()
+        if activated and not self._pending:
+            for r in self._runners:
+                if r.retiring:
+                    r.retire_after = now + self.retire_grace_s
 
     def _retire(self, now: float) -> None:
         """Stop old shares that are done: new version active, grace passed, nothing buffered or
         in hand, and the queue seen empty for ``retire_quiet_s``."""
         done: list[_Runner] = []
         for r in self._runners:
-            if not r.retiring or now < r.retire_after:
-                continue
+            if not r.retiring or now < r.retire_after or self._pending:
+                continue  # an adopted version not active yet: the front may still dispatch to it
             if not r.worker.idle() or self._depth(r.worker.assignment.queue_url) != 0:
                 r.empty_since = None
                 continue

@@ -1,5 +1,7 @@
-"""Control stack: the planner function, run every epoch by EventBridge and on every fleet event
-(drain lifecycle notices and Spot interruption warnings arrive on the fleet-events queue).
+"""Control stack: the planner function, run every epoch by EventBridge, every minute again for the
+backlog check between epochs (which also activates a new version once its slots are served), and
+on every fleet event (drain lifecycle notices and Spot interruption warnings arrive on the
+fleet-events queue).
 
 The role allows what ``functions/control`` and the adapters it wires call (functions/control/
 service.py ``build_controller``), nothing more; docs/deploy.md lists it."""
@@ -29,7 +31,10 @@ if TYPE_CHECKING:
     from aws_cdk import aws_sqs as sqs
     from constructs import Construct
 
-__all__ = ["ControlStack", "ControlStackProps"]
+__all__ = ["BACKLOG_EVENT", "ControlStack", "ControlStackProps"]
+
+# The event of the backlog-check rule (functions/control/service.py BACKLOG_CHECK routes it).
+BACKLOG_EVENT = {"source": "skinflint.backlog", "detail-type": "Backlog check"}
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ class ControlStackProps:
 
 
 class ControlStack(Stack):
-    """``planner`` (function), ``schedule`` (rule)."""
+    """``planner`` (function), ``schedule`` (the epoch's rule), ``backlog`` (the check's rule)."""
 
     def __init__(self, scope: Construct, construct_id: str, props: ControlStackProps, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -89,6 +94,24 @@ class ControlStack(Stack):
             targets=[
                 targets.LambdaFunction(
                     self.planner, retry_attempts=0, max_event_age=Duration.seconds(C.PLANNER_EPOCH_S)
+                )
+            ],
+        )
+        # EventBridge rules run at most once a minute and do not let a rule pick its second within
+        # the minute, so the check cannot be pinned half-way between epochs: it runs at its own
+        # offset, and when it lands next to an epoch the 10 s guard defers its correction to the
+        # next check (docs/deploy.md, "Schedules").
+        self.backlog = events.Rule(
+            self,
+            "BacklogCheck",
+            description="Between epochs: correct late task queues, activate a new version once it is served",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            targets=[
+                targets.LambdaFunction(
+                    self.planner,
+                    event=events.RuleTargetInput.from_object(BACKLOG_EVENT),
+                    retry_attempts=0,
+                    max_event_age=Duration.seconds(60),
                 )
             ],
         )

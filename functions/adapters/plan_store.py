@@ -8,7 +8,12 @@ A *version* is a set of immutable items, all written with ``attribute_not_exists
     plan#v00000007#claim#<slot>      which instance holds a slot (conditional write: one holder)
 
 then the *pointer* ``plan#current`` is flipped with a conditional write on the version the writer
-read (:class:`VersionConflict` when another writer won). Readers read the pointer, then the
+read (:class:`VersionConflict` when another writer won). The pointer carries the manifest; its
+``previous`` is the version the front was serving when the new one was published (not a version
+published earlier that never activated). The one thing that changes after publishing is the
+activation time: :meth:`PlanStore.set_activation` moves ``activate_at`` earlier once the version's
+slots are served (a conditional rewrite of the pointer on the manifest read; the version's items,
+and so every reader's view of the plan, are untouched). Readers read the pointer, then the
 version's items, with consistent reads: every item of a version exists before the pointer names
 it and none changes afterwards, so a reader never sees half a plan. ``plan#seq`` hands out
 version numbers (an atomic counter), so a writer that crashed half-way leaves an orphan, never a
@@ -87,7 +92,12 @@ class AppEntry(BaseModel):
 
 class Manifest(BaseModel):
     """The head of a version. ``activate_at``: the front dispatches on this version from that time
-    on (epoch s); until then it keeps dispatching on ``previous`` while workers preload."""
+    on (epoch s); until then it keeps dispatching on ``previous`` (the version served when this one
+    was published) while workers preload. A *gated* version (``activate_by`` set) is published with
+    ``activate_at = activate_by``, the latest activation; the control loop moves ``activate_at``
+    earlier once every slot is held by an instance that loaded the version (``activation``
+    ``"ready"``, ``ready_at``), or records at the deadline which slots were not ready
+    (``activation`` ``"deadline"``, ``unready``)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -101,6 +111,15 @@ class Manifest(BaseModel):
     billed_per_hour: float = 0.0
     occupancy_per_hour: float = 0.0
     fleet_sha256: str = ""
+    activate_by: float | None = None  # epoch s: the latest activation (None: ``activate_at`` is fixed)
+    activation: str | None = None  # how a gated version activated: "ready" | "deadline" (None: not yet)
+    ready_at: float | None = None  # epoch s: when every slot was first seen served by a loaded instance
+    unready: list[str] = Field(default_factory=list)  # slots not ready when it activated at the deadline
+
+    @property
+    def gated(self) -> bool:
+        """Activation waits for the slots to be served and nothing has decided it yet."""
+        return self.activate_by is not None and self.activation is None
 
     def serving(self, now: float) -> int:
         """The version the front dispatches on at ``now``."""
@@ -337,13 +356,17 @@ class PlanStore:
         extra: Mapping[str, Any] | None = None,
     ) -> Manifest:
         """Write a new version and flip the pointer to it, if the pointer still names ``expected``
-        (None: no version yet). Every Deployment is stamped with the version. Raises
-        :class:`VersionConflict` when another writer flipped first; this version's items are then
-        deleted (best effort; GC removes what is left)."""
+        (None: no version yet). Every Deployment is stamped with the version. The new version's
+        ``previous`` is the version the front serves at ``created_at``: ``expected`` once it has
+        activated, else ``expected``'s own ``previous`` (a version superseded before it activated is
+        never served). Raises :class:`VersionConflict` when another writer flipped first; this
+        version's items are then deleted (best effort; GC removes what is left)."""
         current = self.current()
         actual = current.version if current else None
         if actual != expected:
             raise VersionConflict(expected, actual)
+        created = time.time() if created_at is None else created_at
+        previous = current.serving(created) if current is not None else None
         v = version if version is not None else self.reserve_version()
         deps = list(deployments.values()) if isinstance(deployments, Mapping) else list(deployments)
         meta = app_meta or {}
@@ -358,10 +381,10 @@ class PlanStore:
         items += self._doc_items(_vkey(v, "fleet"), fleet_doc)
         manifest = Manifest(
             version=v,
-            created_at=time.time() if created_at is None else created_at,
+            created_at=created,
             activate_at=activate_at,
             reason=reason,
-            previous=expected,
+            previous=previous,
             apps=apps,
             counts=dict(sorted(fleet.counts().items())),
             billed_per_hour=float(fleet.billed_per_hour),
@@ -401,6 +424,65 @@ class PlanStore:
             except PlanStoreError:
                 pass  # GC removes the orphan later
             raise VersionConflict(expected, now.version if now else None) from exc
+
+    def set_activation(self, expected: Manifest, activate_at: float, **fields: Any) -> Manifest:
+        """Rewrite the current version's activation: ``activate_at`` (never later than the one
+        read) and the activation record (``activation``, ``ready_at``, ``unready``). Conditional on
+        the pointer still holding exactly the manifest ``expected`` (same version, same activation):
+        :class:`VersionConflict` when another version was published or another check rewrote it
+        first. Only the pointer's manifest and the version's manifest item change; the version's
+        deployments and fleet (what readers dispatch on) do not, so the flip stays atomic."""
+        if activate_at > expected.activate_at:
+            raise PlanStoreError(
+                f"v{expected.version}: activation can only move earlier "
+                f"({activate_at:.3f} > {expected.activate_at:.3f})",
+                key=POINTER,
+            )
+        item = self._get(POINTER)
+        actual = int(item["version"]["N"]) if item is not None else None
+        if item is None or actual != expected.version:
+            raise VersionConflict(expected.version, actual)
+        raw = str(item["doc"]["S"])
+        if Manifest.model_validate_json(raw) != expected:
+            raise VersionConflict(expected.version, expected.version)  # another check rewrote it
+        updated = expected.model_copy(update={"activate_at": activate_at, **fields})
+        doc = updated.model_dump_json()
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={"pk": {"S": POINTER}, "version": {"N": str(expected.version)}, "doc": {"S": doc}},
+                ConditionExpression="version = :v AND doc = :d",
+                ExpressionAttributeValues={":v": {"N": str(expected.version)}, ":d": {"S": raw}},
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise PlanStoreError(f"cannot rewrite the plan pointer: {exc}", key=POINTER) from exc
+            now = self.current()
+            raise VersionConflict(expected.version, now.version if now else None) from exc
+        self._rewrite_manifest_item(expected.version, doc)
+        return updated
+
+    def _rewrite_manifest_item(self, version: int, doc: str) -> None:
+        """The version's manifest item follows the pointer's activation (reports read it), best
+        effort: the pointer is what the front and the instances act on."""
+        pk = _vkey(version, "manifest")
+        head = self._get(pk)
+        if head is None or int(head.get("parts", {}).get("N", "0")) or len(doc.encode()) > INLINE_LIMIT:
+            return  # gone (GC) or chunked: the pointer alone carries the activation
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": {"S": pk},
+                    "doc": {"S": doc},
+                    "sha256": {"S": _sha(doc.encode())},
+                    "parts": {"N": "0"},
+                },
+                ConditionExpression="sha256 = :old",
+                ExpressionAttributeValues={":old": head["sha256"]},
+            )
+        except ClientError:
+            pass  # a concurrent rewrite or GC won; the pointer holds the truth
 
     def delete_version(self, version: int) -> None:
         """Delete every item of ``version`` (manifest first, so it stops being listed). Refuses the

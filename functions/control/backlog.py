@@ -11,6 +11,11 @@ the groups through the same hysteresis. It is a correction, not a second planner
 to that one epoch only, and the next scheduled epoch plans from observed rates again (the hysteresis
 keeps the instances for its memory). Extra instances without a plan would only idle (an instance
 serves the slots of the plan, nothing else), so the correction goes through a plan.
+
+While a new version waits for its slots to be served, a check first runs its activation check
+(:mod:`functions.control.activation`): the check is what activates a served version between epochs
+(the local stack's timer every few seconds, the ``skinflint.backlog`` rule every minute on AWS).
+Nothing is read while a version activates (its queues are not in use yet).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class BacklogSummary:
     cooling: list[str] = field(default_factory=list)  # late apps corrected less than cooldown_s ago
     boosts: dict[str, float] = field(default_factory=dict)  # app -> frames/s asked of the next epoch
     epoch: dict[str, Any] = field(default_factory=dict)  # the early epoch's summary
+    activation: dict[str, Any] = field(default_factory=dict)  # the new version's activation check
     error: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
 
@@ -147,8 +153,16 @@ def check_backlog(ctl: Controller, reason: str = "backlog check") -> BacklogSumm
     if cur is None:
         return BacklogSummary(status="no plan")
     out = BacklogSummary(status="quiet", version=cur.version)
+    if cur.gated:  # a new version waits for its slots: activate it when they are served
+        from functions.control.activation import check_activation
+
+        check = check_activation(ctl, cur)
+        out.activation = check.as_json()
+        if check.activate_at is not None:
+            cur = cur.model_copy(update={"activate_at": check.activate_at})
     if now < cur.activate_at:  # instances are preloading the new version: its queues are not in use yet
         out.status = "activating"
+        out.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
         return out
     cooling = {a for a, at in state.corrected_at.items() if now - at < c.backlog_cooldown_s}
     readings, unreadable = read_backlog(

@@ -12,10 +12,14 @@
    worst cases are what the dispatch realises; an app whose problem is unchanged keeps its plan; an
    app that cannot be planned keeps the plan in force); packing onto whole instances;
 5. when something changed: fresh queues for changed modules, a new version published with a
-   conditional flip of the pointer, activating ``activate_lead_s`` later (workers preload);
-   otherwise a no-op epoch;
-6. desired capacity per group from the version in force, through hysteresis;
+   conditional flip of the pointer; it activates once every slot is served by an instance that
+   loaded it, at the earliest ``activate_lead_s`` and at the latest ``activate_max_lead_s`` after
+   publishing (:mod:`functions.control.activation`); otherwise a no-op epoch;
+6. desired capacity per group from the version in force (never below what the version still being
+   served needs), through hysteresis;
 7. garbage collection of old versions, drained queues and dead instances' claims.
+
+Every epoch first checks the activation of a version still waiting for its slots.
 
 Any failure in steps 2-5 leaves the version in force untouched and emits ``PlanningFailures`` = 1
 (0 on success, so an alarm has data to watch); scaling and GC still run against the last good
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
     from functions.adapters.metrics import Metrics
     from functions.adapters.plan_store import Manifest, PlanStore
     from functions.adapters.rates import ObservedRates
+    from functions.control.activation import ActivationCheck
     from functions.control.backlog import BacklogSummary
     from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
     from functions.control.state import StateStore
@@ -65,7 +70,12 @@ class ControlConfig:
     headroom: float = 0.1  # planned rate = forecast * (1 + headroom)
     trend_epochs: int = 5  # observations the trend line is fitted to
     history_len: int = 20  # observations kept per app
-    activate_lead_s: float = 15.0  # s between publishing a version and the front switching to it
+    activate_lead_s: float = 15.0  # s: the earliest a version activates after publishing (preload)
+    activate_max_lead_s: float = 180.0  # s: the latest, served or not (<= activate_lead_s: no gating)
+    activate_notice_s: float = 3.0  # s between moving an activation earlier and the new time
+    activate_wait_s: float = 0.0  # s an epoch that published waits for the slots to be served
+    activate_poll_s: float = 2.0  # s between readiness reads while it waits
+    heartbeat_fresh_s: float = 30.0  # s: a heartbeat older than this does not show a slot served
     hop_overhead_s: float = 0.05  # s added to every profile duration (SQS hop, result write, grace)
     rate_period_s: int = 60  # s: CloudWatch period the observed rate is summed over
     unavailable_s: float = 600.0  # s a hardware type is left out after a failed launch
@@ -84,6 +94,10 @@ class ControlConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.child_headroom < float("inf"):
             raise ValueError(f"child_headroom must be a finite fraction >= 0, got {self.child_headroom}")
+        if self.activate_lead_s < 0 or self.activate_max_lead_s < 0:
+            raise ValueError("activation leads must be >= 0")
+        if self.activate_notice_s < 0 or self.activate_wait_s < 0 or self.activate_poll_s <= 0:
+            raise ValueError("activate_notice_s and activate_wait_s must be >= 0, activate_poll_s > 0")
         if not 0 <= self.backlog_min_boost <= self.backlog_max_boost < float("inf"):
             raise ValueError(
                 f"backlog boosts must satisfy 0 <= min <= max < inf, got {self.backlog_min_boost}, "
@@ -101,6 +115,10 @@ class ControlConfig:
                 min_gap_s=float(e.get("SKINFLINT_PLANNER_MIN_GAP_S", d.min_gap_s)),
                 headroom=float(e.get("SKINFLINT_PLANNER_HEADROOM", d.headroom)),
                 activate_lead_s=float(e.get("SKINFLINT_ACTIVATE_LEAD_S", d.activate_lead_s)),
+                activate_max_lead_s=float(e.get("SKINFLINT_ACTIVATE_MAX_LEAD_S", d.activate_max_lead_s)),
+                activate_notice_s=float(e.get("SKINFLINT_ACTIVATE_NOTICE_S", d.activate_notice_s)),
+                activate_wait_s=float(e.get("SKINFLINT_ACTIVATE_WAIT_S", d.activate_wait_s)),
+                heartbeat_fresh_s=float(e.get("SKINFLINT_HEARTBEAT_FRESH_S", d.heartbeat_fresh_s)),
                 hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
                 rate_period_s=int(e.get("SKINFLINT_RATE_PERIOD_S", d.rate_period_s)),
                 unavailable_s=float(e.get("SKINFLINT_UNAVAILABLE_S", d.unavailable_s)),
@@ -142,6 +160,7 @@ class EpochSummary:
     timings_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     gc: dict[str, Any] = field(default_factory=dict)
+    activation: dict[str, Any] = field(default_factory=dict)  # functions.control.activation.ActivationCheck
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -174,6 +193,7 @@ class Controller:
     metrics: Metrics
     catalog: Mapping[str, HardwareSpec]
     clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
 
     # -- the epoch ---------------------------------------------------------------------------------
     def run_epoch(self, reason: str = "schedule") -> EpochSummary:
@@ -199,6 +219,8 @@ class Controller:
         summary = EpochSummary(status="unchanged", epoch=state.epoch, reason=reason)
         current = self._plan(now, state, previous_at, summary)
         self._scale(state, current, summary)
+        if summary.status == "published" and self.config.activate_wait_s > 0:
+            self._await_activation(summary)
         self._collect(now, summary)
         summary.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
         state.last = summary.as_json() | {"at": now}
@@ -220,13 +242,58 @@ class Controller:
             log.exception("backlog check failed")
             return BacklogSummary(status="failed", error=f"{type(exc).__name__}: {exc}")
 
+    def check_activation(self) -> ActivationCheck:
+        """Move the current version's activation earlier once its slots are served, or record at
+        its deadline which were not (:mod:`functions.control.activation`)."""
+        from functions.control.activation import check_activation
+
+        return check_activation(self)
+
+    def _activation(self, current: Manifest | None, summary: EpochSummary) -> Manifest | None:
+        """The activation check of a version still waiting; returns the pointer's manifest after it."""
+        from functions.control.activation import check_activation
+        from functions.errors import DataPlaneError
+
+        if current is None or not current.gated:
+            return current
+        try:
+            check = check_activation(self, current)
+        except DataPlaneError as exc:  # reading claims or heartbeats failed: the next check retries
+            summary.warnings.append(f"activation check: {exc}")
+            return current
+        summary.activation = check.as_json()
+        return self.plans.current() if check.status in ("ready", "deadline", "conflict") else current
+
+    def _await_activation(self, summary: EpochSummary) -> None:
+        """After publishing: check the new version's slots every ``activate_poll_s`` for at most
+        ``activate_wait_s`` (the Lambda, whose next check is a minute away), so a version the running
+        instances serve activates ``activate_lead_s`` after publishing, as it would ungated."""
+        from functions.control.activation import check_activation
+        from functions.errors import DataPlaneError
+
+        end = time.monotonic() + self.config.activate_wait_s
+        while True:
+            try:
+                check = check_activation(self)
+            except DataPlaneError as exc:
+                summary.warnings.append(f"activation check: {exc}")
+                return
+            summary.activation = check.as_json()
+            if check.version != summary.version:
+                return  # another planner published meanwhile
+            if check.status != "waiting" or time.monotonic() + self.config.activate_poll_s > end:
+                break
+            self.sleep(self.config.activate_poll_s)
+        if check.activate_at is not None:
+            summary.activate_at = check.activate_at
+
     def _plan(
         self, now: float, state: ControlState, previous_at: float | None, summary: EpochSummary
     ) -> Manifest | None:
         """Steps 2-5. Returns the manifest in force afterwards."""
         current = None
         try:
-            current = self.plans.current()
+            current = self._activation(self.plans.current(), summary)
             summary.version = current.version if current else None
             return self._plan_and_publish(now, state, previous_at, current, summary)
         except Exception as exc:  # noqa: BLE001 - any failure must keep the last good version and alarm
@@ -309,12 +376,13 @@ class Controller:
             a: {"revision": apps[a][0].revision, "changed": changes[a].changed_modules} for a in planned.plans
         }
         why = self._reason(summary, requested)
+        activate_at, activate_by = self._activation_times(now, current)
         try:
             manifest = self.plans.publish(
                 deployments,
                 planned.fleet,
                 expected=current.version if current else None,
-                activate_at=now + self.config.activate_lead_s,
+                activate_at=activate_at,
                 reason=why,
                 version=version,
                 created_at=now,
@@ -323,6 +391,7 @@ class Controller:
                     "epoch": state.epoch,
                     "failed": planned.failed,
                     "excluded_hardware": summary.excluded_hardware,
+                    "activate_by": activate_by,
                 },
             )
         except VersionConflict as exc:
@@ -342,6 +411,20 @@ class Controller:
             manifest.occupancy_per_hour,
         )
         return manifest
+
+    def _activation_times(self, now: float, current: Manifest | None) -> tuple[float, float | None]:
+        """(activate_at, activate_by) of a version published at ``now``. The first version is served
+        at once (nothing else is). A later one is gated: published at its deadline, ``now +
+        activate_max_lead_s``, moved earlier when its slots are served; one that supersedes a version
+        still waiting keeps that version's deadline (at least ``activate_lead_s`` away), so a run of
+        epochs publishing while the fleet grows cannot hold the front on an old plan indefinitely."""
+        c = self.config
+        if current is None or c.activate_max_lead_s <= c.activate_lead_s:
+            return now + c.activate_lead_s, None
+        by = now + c.activate_max_lead_s
+        if current.activate_by is not None and now < current.activate_at:
+            by = min(by, max(current.activate_by, now + c.activate_lead_s))
+        return by, by
 
     @staticmethod
     def _reason(summary: EpochSummary, requested: set[str]) -> str:
@@ -529,6 +612,12 @@ class Controller:
             return
         hyst = Hysteresis.from_dict(state.hysteresis) if state.hysteresis else Hysteresis()
         target = {hw: n for hw, n in current.counts.items() if hw in groups}
+        served = current.serving(self.clock())
+        if served != current.version:  # not active yet: the instances of the version served stay
+            before = self.plans.manifest(served)
+            for hw, n in (before.counts if before is not None else {}).items():
+                if hw in groups:
+                    target[hw] = max(target.get(hw, 0), n)
         for hw, n in current.counts.items():
             if n and hw not in groups:
                 summary.warnings.append(f"the plan needs {n} {hw} instance(s) but there is no group for {hw}")

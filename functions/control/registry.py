@@ -39,6 +39,8 @@ __all__ = [
     "AppRecord",
     "AppRegistry",
     "RegistrationSpec",
+    "check_plannable",
+    "first_plan_rate",
     "parse_spec_text",
     "profile_lookup",
     "validate_spec",
@@ -300,9 +302,14 @@ def validate_spec(
     available: Iterable[str] | None = None,
     check_feasible: bool = True,
     overhead_s: float = 0.0,
+    headroom: float = 0.0,
+    child_headroom: float = 0.0,
+    policy: str = "skinflint",
 ) -> RegistrationSpec:
     """Check an app spec document and return it with every model's profile resolved. Raises
-    :class:`RegistrationError` listing every problem found (not only the first)."""
+    :class:`RegistrationError` listing every problem found (not only the first). Feasibility is
+    checked as the first epoch will plan the app (:func:`check_plannable`): at its registered rate
+    plus ``headroom`` (quantised as the forecast does), with the dispatch-aware solve."""
     if not isinstance(doc, dict):
         raise RegistrationError(["the spec must be a mapping (a YAML or JSON object)"])
     raw_name = doc.get("name")
@@ -339,19 +346,69 @@ def validate_spec(
         instance_types=types,
         profiles=profiles,
     )
-    _check_plannable(spec, catalog, avail, check_feasible, overhead_s)
+    _check_hardware_profiles(spec, catalog, avail)
+    if check_feasible:
+        check_plannable(
+            spec,
+            catalog,
+            avail,
+            overhead_s=overhead_s,
+            headroom=headroom,
+            child_headroom=child_headroom,
+            policy=policy,
+        )
     return spec
 
 
-def _check_plannable(
+def first_plan_rate(spec: RegistrationSpec, headroom: float) -> float:
+    """The frame rate the first epoch plans a new app for: its registered rate through the forecast
+    (``headroom``, quantised up), never below its floor (functions/control/epoch.py)."""
+    from planner.scaling import forecast_rate
+
+    return max(forecast_rate([spec.rate], headroom=headroom), spec.floor_rate)
+
+
+def check_plannable(
     spec: RegistrationSpec,
     catalog: Mapping[str, HardwareSpec],
-    available: set[str] | None,
-    check_feasible: bool,
+    available: Iterable[str] | None,
+    *,
     overhead_s: float,
+    headroom: float = 0.0,
+    child_headroom: float = 0.0,
+    policy: str = "skinflint",
 ) -> None:
-    from functions.control.problems import app_problem, usable_hardware
+    """Raise :class:`RegistrationError` unless the epoch can plan ``spec``: the same problem
+    (``app_problem``) at the same rate (:func:`first_plan_rate`) with the same solve
+    (``planner.robust.solve_dispatchable``, billed objective) the epoch uses, so an app accepted
+    here is not one the planner then reports as failed."""
+    from functions.control.problems import app_problem
     from planner.errors import PlannerError
+    from planner.robust import solve_dispatchable
+
+    rate = first_plan_rate(spec, headroom)
+    try:
+        solve_dispatchable(
+            app_problem(spec, rate, catalog, available, overhead_s),
+            policy=policy,
+            objective="billed",
+            child_headroom=child_headroom,
+        )
+    except (PlannerError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RegistrationError(
+            [
+                f"cannot be planned at {spec.rate:g} frames/s within slo_s {spec.slo_s:g}: {first} "
+                f"(checked as the planner plans it: {rate:.4g} frames/s with headroom, dispatch-aware)"
+            ],
+            spec.name,
+        ) from exc
+
+
+def _check_hardware_profiles(
+    spec: RegistrationSpec, catalog: Mapping[str, HardwareSpec], available: set[str] | None
+) -> None:
+    from functions.control.problems import usable_hardware
 
     hw = usable_hardware(spec, catalog, available)
     problems: list[str] = []
@@ -362,19 +419,8 @@ def _check_plannable(
                 f"module {name!r} (model {mod.model}) has no profile on the usable hardware "
                 f"({', '.join(hw) or 'none'}), profiled on: {', '.join(have) or 'nothing'}"
             )
-    if problems or not check_feasible:
-        if problems:
-            raise RegistrationError(problems, spec.name)
-        return
-    from planner.solve import solve
-
-    try:
-        solve(app_problem(spec, spec.rate, catalog, available, overhead_s))
-    except (PlannerError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise RegistrationError(
-            [f"cannot be planned at {spec.rate:g} frames/s within slo_s {spec.slo_s:g}: {first}"], spec.name
-        ) from exc
+    if problems:
+        raise RegistrationError(problems, spec.name)
 
 
 # -- storage ---------------------------------------------------------------------------------------

@@ -1,7 +1,12 @@
 """Wiring of the control plane: a :class:`~functions.control.epoch.Controller` from settings and
 boto3 clients, and the dispatch of the planner function's events (schedule, app change, fleet
 events). The Lambda handler (``functions/planner/handler.py``), the local stack's epoch timer and
-the tests all come through here."""
+the tests all come through here.
+
+Events: SQS ``Records`` (fleet events: lifecycle notices, Spot warnings); ``{"source":
+"skinflint.backlog"}`` (the backlog check between epochs, which also activates a new version whose
+slots are served); ``{"source": "skinflint.apps", "detail": {"app": ...}}`` (an app changed);
+anything else (the EventBridge schedule, the local stack's timer) runs an epoch."""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ if TYPE_CHECKING:
     from planner.models import HardwareSpec, ProfileEntry
 
 __all__ = [
+    "APP_CHANGED",
+    "BACKLOG_CHECK",
     "PROFILES_PREFIX",
     "Registrar",
     "build_controller",
@@ -33,6 +40,7 @@ log = logging.getLogger("skinflint.control")
 
 PROFILES_PREFIX = "profiles"  # S3 prefix of the profile store (catalog override, shared profiles)
 APP_CHANGED = "skinflint.apps"  # event source of "an app was registered or changed"
+BACKLOG_CHECK = "skinflint.backlog"  # event source of "check the task queues (and a waiting activation)"
 
 
 def profile_store(s3: Any, bucket: str, local: bool = False) -> Any:
@@ -102,13 +110,17 @@ def build_controller(
 
 
 def handle_event(controller: Controller, event: Mapping[str, Any]) -> dict[str, Any]:
-    """One invocation: SQS fleet events (``Records``) are recorded; anything else runs an epoch
-    (an EventBridge schedule, an app change, the local stack's timer). Metrics are flushed."""
+    """One invocation: SQS fleet events (``Records``) are recorded; a backlog-check event runs
+    :meth:`Controller.check_backlog`; anything else runs an epoch (an EventBridge schedule, an app
+    change, the local stack's timer). Metrics are flushed."""
     from functions.errors import MetricsError
 
     try:
         if "Records" in event:
             return _fleet_events(controller, event["Records"])
+        if event.get("source") == BACKLOG_CHECK:
+            why = str(event.get("detail-type") or "backlog check")
+            return controller.check_backlog(reason=why).as_json()
         if event.get("source") == APP_CHANGED:
             app = (event.get("detail") or {}).get("app", "?")
             return controller.run_epoch(reason=f"app changed: {app}").as_json()
@@ -176,8 +188,15 @@ class Registrar:
     stored_profile: Callable[[str], list[ProfileEntry] | None]
     overhead_s: float = 0.05
     invoke_planner: Callable[[str], None] | None = None
+    headroom: float = (
+        0.1  # the planner's (ControlConfig.headroom): an app is checked at the rate it is planned for
+    )
+    child_headroom: float = 0.0  # ControlConfig.child_headroom
+    policy: str = "skinflint"
 
     def validate(self, doc: Any) -> RegistrationSpec:
+        """Every problem of ``doc``; feasibility as the epoch plans it (same rate with headroom,
+        same dispatch-aware solve)."""
         from functions.control.registry import validate_spec
 
         available = list(self.states.load().asg_names) or None
@@ -187,6 +206,9 @@ class Registrar:
             stored_profile=self.stored_profile,
             available=available,
             overhead_s=self.overhead_s,
+            headroom=self.headroom,
+            child_headroom=self.child_headroom,
+            policy=self.policy,
         )
 
     def register(self, doc: Any, now: float | None = None) -> AppRecord:

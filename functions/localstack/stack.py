@@ -7,7 +7,9 @@
 - one Auto Scaling group per hardware class in moto (:mod:`functions.localstack.fleet`);
 - the planner's epoch (``functions.control.service.handle_event``, what the planner Lambda runs)
   is invoked in process on a timer (every ``epoch_s``, 10 s by default; 60 s when deployed): observed
-  rates from CloudWatch, plan, pack, publish a version, set each group's desired capacity;
+  rates from CloudWatch, plan, pack, publish a version, set each group's desired capacity; between
+  epochs the same timer runs the backlog check every ``check_s`` (which also activates a new
+  version once its slots are served);
 - the fleet emulator honours the desired capacity with ``python -m gpu_fleet.instance`` processes,
   one per moto instance, each claiming a slot of the current version; scale-in drains (SIGTERM);
 - the front reads the plan pointer and dispatches on the version serving now.
@@ -119,13 +121,16 @@ class StackConfig:
     """Timing of the local control loop (shorter than a deployment's: 60 s epochs, 15 s lead)."""
 
     epoch_s: float = 10.0  # s between planning epochs
-    activate_lead_s: float = 4.0  # s between publishing a version and the front switching to it
+    activate_lead_s: float = 4.0  # s: the earliest a version activates after publishing
+    activate_max_lead_s: float = 30.0  # s: the latest, whether its slots are served or not
+    check_s: float = 2.0  # s between backlog (and activation) checks between epochs
     rate_period_s: int = 5  # s: CloudWatch period of the observed rate (the front flushes every 5 s)
     hook_timeout_s: float = 60.0  # s a draining instance is given before it is killed
     agent_poll_s: float = 1.0  # s between an agent's reads of the plan pointer
     lifecycle_poll_s: float = 2.0  # s between an agent's IMDS reads (Spot notice: 120 s ahead)
     retire_grace_s: float = 2.0  # s old shares keep serving after a version activates
     max_instances: int = 16  # per hardware group (each instance is an agent process on this host)
+    timer: bool = True  # False: epochs (and checks) run only when called, e.g. by a fault-injection test
 
 
 @dataclass
@@ -231,8 +236,9 @@ class LocalStack:
         self._start_front(cfg)
         self._start_fleet(cfg, clients, groups)
         self._wait_serving(manifest, t0)
-        self._timer = threading.Thread(target=self._epoch_loop, name="epoch-timer", daemon=True)
-        self._timer.start()
+        if self.config.timer:
+            self._timer = threading.Thread(target=self._epoch_loop, name="epoch-timer", daemon=True)
+            self._timer.start()
         assert self.plan_store is not None
         deployments = self.plan_store.deployments(manifest.version)
         self.info = StackInfo(
@@ -287,6 +293,7 @@ class LocalStack:
             epoch_s=c.epoch_s,
             min_gap_s=0.8 * c.epoch_s,
             activate_lead_s=c.activate_lead_s,
+            activate_max_lead_s=c.activate_max_lead_s,
             hop_overhead_s=hop,
             rate_period_s=c.rate_period_s,
             stale_s=max(30.0, 3 * c.epoch_s),
@@ -361,6 +368,23 @@ class LocalStack:
         self._log(_epoch_line(out))
         return out
 
+    def check_backlog(self, reason: str = "local backlog timer") -> dict[str, Any]:
+        """One backlog check now (what the timer does every ``check_s`` between epochs): activates
+        a waiting version whose slots are served, corrects a late queue with an early epoch."""
+        from functions.control.service import BACKLOG_CHECK, handle_event
+
+        assert self.controller is not None
+        with self._epoch_lock:
+            out = handle_event(self.controller, {"source": BACKLOG_CHECK, "detail-type": reason})
+        if out.get("epoch"):  # a correction ran an early epoch: it counts as one
+            epoch = dict(out["epoch"]) | {"at": time.time()}
+            self.epochs.append(epoch)
+            self._log(f"backlog {out['status']} ({', '.join(out.get('late', []))}): {_epoch_line(epoch)}")
+        elif out.get("activation", {}).get("status") in ("ready", "deadline"):
+            a = out["activation"]
+            self._log(f"v{a['version']} {a['status']}: {a['ready']}/{a['slots']} slot(s) served")
+        return out
+
     def _first_epoch(self, hop_s: float) -> Manifest:
         out = self.run_epoch("start")
         assert self.plan_store is not None
@@ -378,14 +402,22 @@ class LocalStack:
         return m
 
     def _epoch_loop(self) -> None:
-        next_at = time.time() + self.config.epoch_s
-        while not self._stop.wait(max(0.0, next_at - time.time())):
-            next_at += self.config.epoch_s
+        """An epoch every ``epoch_s``; a backlog check every ``check_s`` in between."""
+        c = self.config
+        next_epoch = time.time() + c.epoch_s
+        next_check = time.time() + c.check_s
+        while not self._stop.wait(max(0.0, min(next_epoch, next_check) - time.time())):
+            epoch = time.time() >= next_epoch
             try:
-                self.run_epoch()
+                if epoch:
+                    next_epoch += c.epoch_s
+                    self.run_epoch()
+                else:
+                    self.check_backlog()
             except Exception as exc:  # noqa: BLE001 - the timer outlives a failed epoch, as the schedule does
-                log.exception("epoch failed")
-                self._log(f"epoch failed: {exc}")
+                log.exception("%s failed", "epoch" if epoch else "backlog check")
+                self._log(f"{'epoch' if epoch else 'backlog check'} failed: {exc}")
+            next_check = time.time() + c.check_s
 
     def _wait_serving(self, manifest: Manifest, t0: float) -> None:
         """Until every slot of ``manifest``'s fleet is claimed by a running instance serving it."""

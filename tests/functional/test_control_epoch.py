@@ -137,6 +137,31 @@ def env(clients: dict[str, Any]) -> Any:
         yield Env(cfg, clients, clock, ctl, metrics, registrar)
 
 
+def serve_every_slot(env: Env, version: int, at: float | None = None, skip: int = 0) -> list[str]:
+    """An instance claims each slot of ``version`` (but the last ``skip``) and heartbeats that it
+    serves it (what the agent does once it has loaded the slot's models). Returns the slots served."""
+    from functions.adapters.plan_store import InstanceStatus
+
+    fleet = env.ctl.plans.fleet(version)
+    assert fleet is not None
+    served = []
+    for inst in fleet.instances[: len(fleet.instances) - skip]:
+        iid = f"i-{version}-{inst.slot}".replace("/", "-").replace(".", "-")
+        got = env.ctl.plans.claim(version, iid, inst.hardware)
+        assert got is not None
+        env.ctl.plans.put_instance(
+            InstanceStatus(
+                instance_id=iid,
+                hardware=inst.hardware,
+                version=version,
+                slot=got.slot,
+                at=env.clock() if at is None else at,
+            )
+        )
+        served.append(str(got.slot))
+    return served
+
+
 def test_registered_app_is_planned_published_and_the_groups_sized(env: Env) -> None:
     # GIVEN the planner has run once (it records the worker groups registration checks against)
     assert env.ctl.run_epoch().status == "unchanged"
@@ -389,10 +414,13 @@ def test_gc_keeps_versions_workers_serve_and_deletes_drained_ones(env: Env) -> N
         env.clock.t += 60
         v2 = env.ctl.run_epoch().version
     assert v2 != v1
-    # the worker moves to v2; two steady epochs later v2 has been active for long
+    # the workers move to v2 (every slot served), so it activates at the lead, not its deadline;
+    # two steady epochs later v2 has been active for long
     env.ctl.plans.put_instance(
         InstanceStatus(instance_id="i-1", hardware="t4", version=v2, at=env.clock() + 120)
     )
+    serve_every_slot(env, v2, at=env.clock() + 120)
+    assert env.ctl.check_activation().status == "ready"
     for _ in range(2):
         env.frames("cams", 60.0)
         env.clock.t += 60

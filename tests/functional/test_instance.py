@@ -364,3 +364,53 @@ def test_version_change_keeps_serving_and_loses_nothing(env):
     print(f"version change: {len(ids)} frames, all answered; detector batch sizes seen {sorted(batches)}")
     a.request_drain(DrainNotice("sigterm", time.time()))
     ta.join(10)
+
+
+def test_a_superseded_version_is_skipped_and_a_moved_activation_is_followed(env):
+    # GIVEN v1 served by one instance, frames streaming
+    env.publish(plan(detector_batch=4), changed=["detector", "car"])
+    a = env.agent("i-a")
+    ta = run_in_thread(a)
+    wait_for(lambda: a.state == "serving", what="serving v1")
+    ids: list[str] = []
+    stop = threading.Event()
+
+    def stream() -> None:
+        start = time.time()
+        k = 0
+        while not stop.is_set():
+            time.sleep(max(0.0, start + k / 4.0 - time.time()))
+            ids.extend(env.send(1))
+            k += 1
+
+    streamer = threading.Thread(target=stream, daemon=True)
+    streamer.start()
+    time.sleep(1.0)
+    # WHEN v2 is published gated (active in a minute at the latest) and v3 supersedes it before it
+    # activates: v3's previous is v1, the version the front serves
+    m2 = env.publish(plan(detector_batch=2), changed=["detector"], activate_in=60.0)
+    wait_for(lambda: a.version == m2.version, what="v2 adopted")
+    m3 = env.publish(plan(detector_batch=1, detector_rate=4.0), changed=["detector"], activate_in=60.0)
+    assert m3.previous == 1 and m2.previous == 1
+    wait_for(lambda: a.version == m3.version, what="v3 adopted")
+    assert [p.version for p in a._pending] == [m3.version]  # v2 will never be served: dropped
+    # the agent heartbeats at once after adopting (what shows the control loop its slot is served)
+    wait_for(lambda: env.plans.instances()["i-a"].version == m3.version, timeout_s=2, what="heartbeat")
+    assert env.front.router("traffic").deployment.version == 1  # the front still serves v1
+    time.sleep(1.0)
+    assert {r.version for r in a._runners if r.share.module == "detector"} >= {1}  # v1 keeps serving
+    # and the control loop moves v3's activation earlier (its slot is served): the agent follows
+    cur = env.plans.current()
+    moved = env.plans.set_activation(cur, time.time() + 1.0, activation="ready", ready_at=time.time())
+    wait_for(lambda: not a._pending, timeout_s=3, what="v3 active on the agent")
+    assert time.time() >= moved.activate_at - 0.05 and time.time() < m3.activate_at
+    wait_for(lambda: all(r.version == m3.version for r in a._runners), timeout_s=8, what="old shares retired")
+    time.sleep(1.0)
+    stop.set()
+    streamer.join(5)
+    # THEN every frame is answered across both changes, and nothing of v1 or v2 is left
+    assert_all_done_once(env.wait_done(ids, 10), len(ids))
+    assert env.front.router("traffic").deployment.version == m3.version
+    assert env.plans.claims(1) == {} and env.plans.claims(m2.version) == {}
+    a.request_drain(DrainNotice("sigterm", time.time()))
+    ta.join(10)

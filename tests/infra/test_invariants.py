@@ -234,8 +234,8 @@ def test_planner_runs_every_minute_and_on_fleet_events(t: dict[str, Template]) -
             "ScalingConfig": {"MaximumConcurrency": C.FLEET_EVENTS_CONCURRENCY},
         },
     )
-    # the schedule's epoch and the fleet-event batches never throttle each other
-    assert C.PLANNER_RESERVED_CONCURRENCY >= C.FLEET_EVENTS_CONCURRENCY + 1
+    # the epoch, the backlog check and the fleet-event batches never throttle each other
+    assert C.PLANNER_RESERVED_CONCURRENCY >= C.FLEET_EVENTS_CONCURRENCY + 2
 
 
 # -- fleet -------------------------------------------------------------------------------------------
