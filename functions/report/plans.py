@@ -58,19 +58,26 @@ def _app_parts(fleet: Any) -> dict[str, float]:
 
 
 def _from_plan_store(ddb: Any, table: str) -> PlanHistory | None:
-    from functions.adapters.plan_store import PlanStore
+    from functions.adapters.plan_store import Manifest, PlanStore
 
     store = PlanStore(ddb, table)
     current = store.current()
     if current is None:
         return None
-    versions: list[PlannedVersion] = []
-    for v in store.versions():
-        if v > current.version:
-            continue  # reserved or orphaned: never served
-        m = store.manifest(v)
+    # the versions served: the chain of ``previous`` from the current one (each manifest names the
+    # version served when it was published, so a version superseded before it activated, reserved
+    # or orphaned versions, are not on it); a manifest already collected ends the chain
+    chain: list[Manifest] = [current]
+    seen = {current.version}
+    while (prev := chain[-1].previous) is not None and prev not in seen:
+        m = store.manifest(prev)
         if m is None:
-            continue
+            break
+        chain.append(m)
+        seen.add(prev)
+    versions: list[PlannedVersion] = []
+    for m in chain:
+        v = m.version
         fleet = store.fleet(v)
         versions.append(
             PlannedVersion(

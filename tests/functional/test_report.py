@@ -224,6 +224,29 @@ def test_report_follows_the_plan_versions_and_bills_the_fleets_instances(aws):
     assert r["apps"]["traffic"]["planned_billed_per_hour"] == pytest.approx(1.2)
 
 
+def test_a_version_superseded_before_it_activated_is_not_in_the_plan_history(aws):
+    cfg, ddb, sqs, _ = aws
+    from functions.localstack.provision import create_queues
+    from functions.report.plans import load_plan_history
+    from functions.schema import Deployment
+
+    start = float(int(time.time()) // P * P - 12 * P)
+    queues, _ = create_queues(sqs, "traffic", plan())
+    dep = Deployment(
+        app="traffic", version=1, origin_s=start, slo_s=0.5, frame_rate=10.0, roots=["detector"],
+        edges=[("detector", "car", 1.0)], plan=plan(), queues=queues,
+    )  # fmt: skip
+    store = PlanStore(ddb, cfg.config_table)
+    store.publish([dep], fleet(1), expected=None, activate_at=start, reason="first")
+    # GIVEN v2 waiting for its slots (its activation far ahead) when v3 replaces it
+    store.publish([dep], fleet(3), expected=1, activate_at=time.time() + 3600, reason="waiting")
+    v3 = store.publish([dep], fleet(2), expected=2, activate_at=start + 5 * P, reason="replaces v2")
+    # THEN v3 follows v1, and the report never bills v2's fleet
+    assert v3.previous == 1
+    history = load_plan_history(ddb, cfg.config_table, ["traffic"])
+    assert [v.version for v in history.versions] == [1, 3]
+
+
 def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys):
     import boto3
     from moto.server import ThreadedMotoServer
