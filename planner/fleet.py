@@ -35,13 +35,16 @@ from planner.solve import solve
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from planner.dispatch import DispatchSchedule
     from planner.models import ProblemSpec
 
 __all__ = [
     "KEEPS",
+    "REALISATIONS",
     "FleetPlan",
     "FleetResult",
     "Instance",
+    "RealisationCache",
     "Share",
     "plan_fleet",
     "problem_digest",
@@ -211,14 +214,23 @@ def _groups(mod: _Mod, split: tuple[int, int] | None) -> list[MachineGroup]:
     return [g.model_copy(update={"machines": n, "rate_per_machine": mod.load / n})]
 
 
-def shape_plan(problem: ProblemSpec, plan: Plan, *, keep: float = 0.5, split: bool = True) -> Plan:
+def shape_plan(
+    problem: ProblemSpec,
+    plan: Plan,
+    *,
+    keep: float = 0.5,
+    split: bool = True,
+    cache: RealisationCache | None = None,
+    schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
+) -> Plan:
     """A TC plan made packable: ``1 - keep`` of every path's slack spent on less dummy load (partial
     machines), then big modules split into full machines plus one periodic residual where the remaining
     slack pays for the split's longer worst case. Modules with several configurations are kept as planned.
     The solver's plan is recorded in the result so it can be reshaped (or restored) without solving.
     A dispatch-realised plan (:func:`planner.robust.solve_dispatchable`) gets its dispatch figures
     recomputed for the new rates (:func:`redispatch`); if the realised shaped plan no longer meets the
-    SLO (or a child's spread falls short), the plan comes back as solved."""
+    SLO (or a child's spread falls short), the plan comes back as solved. ``cache`` and ``schedules`` go
+    to :func:`redispatch` (they change nothing but the time taken)."""
     if not 0 <= keep <= 1:
         raise ValueError(f"keep must be a fraction in [0, 1], got {keep}")
     solved = _solved(plan)
@@ -247,7 +259,7 @@ def shape_plan(problem: ProblemSpec, plan: Plan, *, keep: float = 0.5, split: bo
     shaped = _assemble(problem, plan, modules, solved, keep)
     if not realised(plan):
         return shaped
-    out = redispatch(problem, shaped)
+    out = redispatch(problem, shaped, cache=cache, schedules=schedules)
     return out if out is not None else _assemble(problem, plan, dict(solved), solved, keep)
 
 
@@ -258,13 +270,39 @@ def realised(plan: Plan) -> bool:
     return any(isinstance((mp.model_extra or {}).get("dispatch"), dict) for mp in plan.modules.values())
 
 
-def redispatch(problem: ProblemSpec, plan: Plan) -> Plan | None:
+def redispatch(
+    problem: ProblemSpec,
+    plan: Plan,
+    *,
+    cache: RealisationCache | None = None,
+    schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
+) -> Plan | None:
     """``plan`` with its dispatch figures (``dispatch``, worst cases, paths) recomputed by
     :func:`planner.robust.realise` for its current groups, e.g. after shaping or after packing raised
     rates; each module's planned figure is its Theorem-1 bound. None when the realised plan misses the
     SLO on a path or a child's spread rate no longer covers its requirement. Fan-out comes from the
     problem (``max_children_per_request``, else the rate ratio), as in ``solve_dispatchable`` without
-    an explicit ``fan_out``."""
+    an explicit ``fan_out``. ``cache`` keeps the result for the same problem and module plans (a later
+    call, or a later epoch, gets it without realising again); ``schedules`` is passed to ``realise``
+    (schedules of one problem's prices only). Either gives the same result as none."""
+    key = cache.key(problem, plan) if cache is not None else None
+    if cache is not None and key is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return plan.model_copy(update=hit) if hit else None
+    out = _redispatch(problem, plan, schedules)
+    if cache is not None and key is not None:
+        cache.put(key, {} if out is None else {k: getattr(out, k) for k in _REALISED_FIELDS})
+    return out
+
+
+#: What :func:`planner.robust.annotate` sets on a plan: a cached realisation is these, applied to the plan.
+_REALISED_FIELDS = ("modules", "paths", "slo_s", "dispatch_realised", "guaranteed")
+
+
+def _redispatch(
+    problem: ProblemSpec, plan: Plan, schedules: dict[tuple[object, ...], DispatchSchedule] | None
+) -> Plan | None:
     from planner.dispatch import theorem1_latencies
     from planner.robust import annotate, realise
 
@@ -281,13 +319,57 @@ def redispatch(problem: ProblemSpec, plan: Plan) -> Plan | None:
         kept[m] = mp
         t1 = max(theorem1_latencies(mp, prices), default=0.0)
         modules[m] = mp.model_copy(update={"worst_case_latency_s": t1, "dispatch": {"theorem1_s": t1}})
-    real = realise(problem, plan.model_copy(update={"modules": modules}))
+    real = realise(problem, plan.model_copy(update={"modules": modules}), cache=schedules)
     for path in problem.paths():
         if sum(real[m].worst_case_s for m in path) > problem.slo_s + 1e-9:
             return None
     if any(r.guaranteed and not r.collision_free for r in real.values()):
         return None
     return annotate(problem, plan.model_copy(update={"modules": kept}), real)
+
+
+class RealisationCache:
+    """Dispatch-realised figures of plans (:func:`redispatch`), keyed by the problem and the module
+    plans (their full content: what ``realise`` and ``annotate`` read). What one epoch used (:meth:`rotate`
+    ends an epoch) is kept through the next and dropped at its end unless used again, so an epoch whose
+    plans are all reused realises nothing again (the shapes of the ``keep`` s it did not choose included);
+    the memory held is a few module plans per app and ``keep`` of the last two epochs."""
+
+    def __init__(self) -> None:
+        self._now: dict[str, dict[str, Any]] = {}
+        self._last: dict[str, dict[str, Any]] = {}
+        self._problems: dict[int, tuple[ProblemSpec, str]] = {}
+
+    def key(self, problem: ProblemSpec, plan: Plan) -> str:
+        held = self._problems.get(id(problem))
+        if held is None or held[0] is not problem:  # the digest of a problem object is computed once
+            held = (problem, hashlib.sha256(problem.model_dump_json().encode()).hexdigest())
+            self._problems[id(problem)] = held
+        blob = "|".join(f"{m}:{mp.model_dump_json()}" for m, mp in plan.modules.items())
+        return held[1] + hashlib.sha256(blob.encode()).hexdigest()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        hit = self._now.get(key)
+        if hit is None:
+            hit = self._last.pop(key, None)
+            if hit is not None:
+                self._now[key] = hit
+        return hit
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._now[key] = value
+
+    def rotate(self) -> None:
+        """End an epoch: what was not used since the previous rotation is dropped."""
+        self._last, self._now = self._now, {}
+        self._problems.clear()
+
+    def __len__(self) -> int:
+        return len(self._now) + len(self._last)
+
+
+#: The cache :func:`plan_fleet` uses by default (one per process: the control loop's epochs share it).
+REALISATIONS = RealisationCache()
 
 
 def restore_modules(problem: ProblemSpec, plan: Plan, modules: set[str]) -> Plan:
@@ -347,7 +429,10 @@ class _Planning:
 
 
 def _solve_all(
-    problems: Mapping[str, ProblemSpec], previous_plans: Mapping[str, Plan], how: _Planning
+    problems: Mapping[str, ProblemSpec],
+    previous_plans: Mapping[str, Plan],
+    how: _Planning,
+    cache: RealisationCache | None,
 ) -> tuple[dict[str, Plan], dict[str, str], list[str]]:
     plans: dict[str, Plan] = {}
     failed: dict[str, str] = {}
@@ -362,8 +447,13 @@ def _solve_all(
             reused.append(app)
             continue
         shape = problem_digest(_rateless(problem), how.policy, how.tighten)
-        if old is not None and extra.get(SHAPE_KEY) == shape and _holds(problem, old, how.hold):
-            plans[app] = _at_rates(problem, old, digest)
+        held = (
+            _at_rates(problem, old, digest, cache)
+            if old is not None and extra.get(SHAPE_KEY) == shape and _holds(problem, old, how.hold)
+            else None
+        )
+        if held is not None:
+            plans[app] = held
             reused.append(app)
             continue
         target = (
@@ -382,6 +472,8 @@ def _solve_all(
             continue
         if old is not None and extra.get(SHAPE_KEY) == shape and how.stick > 0:
             grown = _grown(problem, old, how.hold)
+            if grown is not None and realised(old):  # more machines change the bursts and spread rates
+                grown = redispatch(problem, grown, cache=cache)
             if grown is not None and grown.billed_per_hour <= plan.billed_per_hour * (1 + how.stick) + 1e-9:
                 plan = grown
         plan.model_extra[DIGEST_KEY] = digest  # type: ignore[index]
@@ -457,8 +549,11 @@ def _holds(problem: ProblemSpec, plan: Plan, hold: float) -> bool:
     return True
 
 
-def _at_rates(problem: ProblemSpec, plan: Plan, digest: str) -> Plan:
-    """``plan`` serving ``problem``'s rates: the same machines, the dummy load adjusted."""
+def _at_rates(problem: ProblemSpec, plan: Plan, digest: str, cache: RealisationCache | None) -> Plan | None:
+    """``plan`` serving ``problem``'s rates: the same machines, the dummy load adjusted. A
+    dispatch-realised plan is realised again at the new rates (its bursts and the spread rates its
+    children need depend on them), and so are the solver's modules it records (a later shape starts from
+    them); None when either no longer realises within the SLO (the app is then solved again)."""
 
     def adjust(m: str, mp: ModulePlan) -> ModulePlan:
         rate = problem.modules[m].rate
@@ -474,7 +569,20 @@ def _at_rates(problem: ProblemSpec, plan: Plan, digest: str) -> Plan:
         solved = {m: ModulePlan.model_validate(v) for m, v in extra[SOLVED_KEY].items()}
         extra[SOLVED_KEY] = {m: adjust(m, mp).model_dump() for m, mp in solved.items()}
     modules = {m: adjust(m, mp) for m, mp in plan.modules.items()}
-    return plan.model_copy(update={"modules": modules, **extra})
+    held = plan.model_copy(update={"modules": modules, **extra})
+    if not realised(plan):
+        return held
+    schedules: dict[tuple[object, ...], DispatchSchedule] = {}
+    again = redispatch(problem, held, cache=cache, schedules=schedules)
+    if again is None or not isinstance(extra.get(SOLVED_KEY), dict):
+        return again
+    base = redispatch(
+        problem, held.model_copy(update={"modules": _solved(held)}), cache=cache, schedules=schedules
+    )
+    if base is None:
+        return None
+    recorded = {m: mp.model_dump() for m, mp in base.modules.items()}
+    return again.model_copy(update={SOLVED_KEY: recorded})
 
 
 def _tc(plan: Plan) -> bool:
@@ -494,6 +602,7 @@ def plan_fleet(
     solver: Callable[[ProblemSpec], Plan] | None = None,
     align: bool = True,
     guard_s: float = ALIGN_GUARD_S,
+    cache: RealisationCache | bool = True,
 ) -> FleetResult:
     """Plan every app (an app that cannot be planned goes to ``failed`` with a one-line reason; the others
     still plan), shape the plans for packing and pack. ``previous_plans[app]`` is reused when that app's
@@ -507,7 +616,9 @@ def plan_fleet(
     ``solver`` replaces :func:`~planner.solve.solve` (e.g. a dispatch-aware planner). ``align`` packs
     modules of one machine into aligned duty cycles (:func:`~planner.packing.pack`; the returned plans
     carry the raised rates and the schedule phases, :func:`~planner.packing.apply_phases`), with
-    ``guard_s`` idle after every turn. Bad parameters raise ValueError."""
+    ``guard_s`` idle after every turn. ``cache``: where dispatch-realised shapes are kept between epochs
+    (True: the process's :data:`REALISATIONS`; False: nowhere, every shape realised afresh); it changes
+    only the time taken, never the result. Bad parameters raise ValueError."""
     if not 0 <= tighten < 1:
         raise ValueError(f"tighten must be a fraction in [0, 1), got {tighten}")
     started = time.perf_counter()
@@ -516,13 +627,16 @@ def plan_fleet(
     if stick < 0:
         raise ValueError(f"stick must be a fraction >= 0, got {stick}")
     how = _Planning(policy, tighten, hold, stick, solver)
-    solved, failed, reused = _solve_all(problems, previous_plans or {}, how)
+    memo = (REALISATIONS if cache else None) if isinstance(cache, bool) else cache
+    solved, failed, reused = _solve_all(problems, previous_plans or {}, how, memo)
     solved_at = time.perf_counter()
     last = _previous_keep(solved, reused)
-    packing = _Packing(problems, previous, align, guard_s)
+    packing = _Packing(problems, previous, align, guard_s, memo)
+    tried = sorted(set(keeps) | ({last} if last is not None else set()), reverse=True)
+    shapes = _shape_all(problems, solved, tried, set(reused), memo)
     best: tuple[float, float, dict[str, Plan], FleetPlan, dict[str, Plan]] | None = None
-    for keep in sorted(set(keeps) | ({last} if last is not None else set()), reverse=True):
-        shaped = {a: _shaped(problems[a], p, keep, a in reused) for a, p in solved.items()}
+    for keep in tried:
+        shaped = shapes[keep]
         fleet, plans = packing.pack(shaped)
         cost = fleet.billed_per_hour * (1 if keep == last else 1 + REPACK_THRESHOLD)
         if best is None or cost < best[0] - 1e-9:
@@ -530,12 +644,11 @@ def plan_fleet(
     assert best is not None
     _, keep, shaped, fleet, plans = best
     alone = _dedicated_modules(fleet)
-    restored = {
-        a: restore_modules(problems[a], p, alone[a]) if alone.get(a) and _tc(p) else p
-        for a, p in shaped.items()
-    }
+    restored = {a: _restored(problems[a], p, alone.get(a), memo) for a, p in shaped.items()}
     if restored != shaped:
         fleet, plans = packing.pack(restored)
+    if memo is not None:
+        memo.rotate()
     solve_ms = (solved_at - started) * 1000
     return FleetResult(plans, fleet, solve_ms, (time.perf_counter() - solved_at) * 1000, failed, reused, keep)
 
@@ -546,6 +659,7 @@ class _Packing:
     previous: FleetPlan | None
     align: bool
     guard_s: float
+    cache: RealisationCache | None
 
     def pack(self, plans: Mapping[str, Plan]) -> tuple[FleetPlan, dict[str, Plan]]:
         """The fleet and the plans it runs (aligned modules with their raised rates and phases; a
@@ -559,19 +673,57 @@ class _Packing:
         for a, plan in phased.items():
             if plan is plans[a] or not realised(plan):
                 continue
-            again = redispatch(self.problems[a], plan)
+            again = redispatch(self.problems[a], plan, cache=self.cache)
             if again is None:
                 return pack(apps, previous=self.previous), dict(plans)
             phased[a] = again
         return fleet, phased
 
 
-def _shaped(problem: ProblemSpec, plan: Plan, keep: float, reused: bool) -> Plan:
+def _shape_all(
+    problems: Mapping[str, ProblemSpec],
+    plans: Mapping[str, Plan],
+    keeps: Sequence[float],
+    reused: set[str],
+    cache: RealisationCache | None,
+) -> dict[float, dict[str, Plan]]:
+    """Every app's plan shaped with every ``keep``. An app's shapes share its module schedules (a module
+    the shaping leaves alone is scheduled once), dropped before the next app."""
+    out: dict[float, dict[str, Plan]] = {k: {} for k in keeps}
+    for a, plan in plans.items():
+        schedules: dict[tuple[object, ...], DispatchSchedule] | None = {} if cache is not None else None
+        for keep in keeps:
+            out[keep][a] = _shaped(problems[a], plan, keep, a in reused, cache, schedules)
+    return out
+
+
+def _shaped(
+    problem: ProblemSpec,
+    plan: Plan,
+    keep: float,
+    reused: bool,
+    cache: RealisationCache | None,
+    schedules: dict[tuple[object, ...], DispatchSchedule] | None,
+) -> Plan:
     if not _tc(plan):
         return plan
     if reused and (plan.model_extra or {}).get(KEEP_KEY) == keep:
         return plan
-    return shape_plan(problem, plan, keep=keep)
+    return shape_plan(problem, plan, keep=keep, cache=cache, schedules=schedules)
+
+
+def _restored(
+    problem: ProblemSpec, plan: Plan, modules: set[str] | None, cache: RealisationCache | None
+) -> Plan:
+    """``plan`` with ``modules`` as solved; a dispatch-realised plan is realised again (a restored parent
+    changes its children's bursts), and stays as shaped when that misses the SLO."""
+    if not modules or not _tc(plan):
+        return plan
+    out = restore_modules(problem, plan, modules)
+    if not realised(plan):
+        return out
+    again = redispatch(problem, out, cache=cache)
+    return again if again is not None else plan
 
 
 def _dedicated_modules(fleet: FleetPlan) -> dict[str, set[str]]:

@@ -4,11 +4,14 @@ Prints, measured at run time (nothing is hard-coded):
 
 - **cost**, per fleet size and seed: billed cost after packing over the occupancy lower bound (the sum of
   every app's occupancy-optimal plan, the fractional optimum no whole-instance fleet can beat), next to
-  the dedicated billed optimum (every app's billed-optimal plan, one instance per machine) and a
+  the dedicated billed plans (every app's plan from the solver, one instance per machine) and a
   latency-free packing of the occupancy plans (full machines alone, residuals bin-packed by occupancy with
   no latency condition; what packing could give if co-location cost no latency);
-- **time** of one epoch (plan + pack) for the largest fleet, cold and with every plan reused: CPU time of
-  this process (one core) and wall time, median and spread of repeats, with the load average;
+- **time** of one epoch (plan + pack) for the largest fleet, cold (a fresh process: nothing cached) and
+  with every plan reused, for both solvers (``plain``: :func:`~planner.solve.solve`; ``dispatchable``:
+  :func:`~planner.robust.solve_dispatchable`, what the control loop runs): CPU time of this process (one
+  core) and wall time, median and spread of repeats, with the load average, the bill over the bound and
+  the ``check_fleet`` / ``check_plan`` errors of the fleet timed;
 - **verification**: every shared instance replayed with its shares' window schedules (random phases and,
   per share, the phases that make it wait longest): measured worst case against planned + added wait;
 - **steady load**: epochs of noisy load (rates drawn +-noise around a fixed mean, then Poisson counts over
@@ -30,21 +33,60 @@ import numpy as np
 
 from planner.check import check_plan
 from planner.errors import PlannerError
-from planner.fleet import plan_fleet
+from planner.fleet import RealisationCache, plan_fleet
 from planner.generate import generate_problems
 from planner.packing import adversarial_phases, check_fleet, simulate_instance
+from planner.robust import DEFAULT_CHILD_HEADROOM, solve_dispatchable
 from planner.scaling import Hysteresis, forecast_rate, hold_rate
 from planner.solve import solve
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from planner.models import Plan, ProblemSpec
+
+    Solver = Callable[[ProblemSpec], Plan]
 
 TARGET_RATIO = 1.05
 TARGET_EPOCH_S = 1.0
 EPOCH_S = 60.0  # seconds of traffic behind one observed rate
 WARMUP = 5  # steady-load epochs before the forecast's trend window is full (not counted as steady)
+#: ``plain``: plan_fleet's own billed solve; ``dispatchable``: the control loop's solver
+#: (``functions/control/epoch.py``: ``solve_dispatchable``, billed, default child headroom).
+SOLVERS = ("dispatchable", "plain")
+
+
+def solver_for(name: str) -> Solver | None:
+    """The solver ``plan_fleet`` is given for ``name`` (None: its own plain solve)."""
+    if name == "plain":
+        return None
+    if name == "dispatchable":
+        return _dispatchable
+    raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {name!r}")
+
+
+def _dispatchable(problem: ProblemSpec) -> Plan:
+    return solve_dispatchable(
+        problem, policy="skinflint", objective="billed", child_headroom=DEFAULT_CHILD_HEADROOM
+    )
+
+
+class _Reuse:
+    """A solver that solves each distinct problem once (the FIFO-only comparison and the dedicated
+    figure use the same plans as the fleet, without solving again). Returns a copy: ``plan_fleet``
+    writes its digests into the plan."""
+
+    def __init__(self, solver: Solver | None) -> None:
+        self.solver = solver
+        self.plans: dict[str, Plan] = {}
+
+    def __call__(self, problem: ProblemSpec) -> Plan:
+        key = problem.model_dump_json()
+        if key not in self.plans:
+            self.plans[key] = (
+                self.solver(problem) if self.solver is not None else solve(problem, objective="billed")
+            )
+        return self.plans[key].model_copy(deep=True)
 
 
 # --------------------------------------------------------------------------- cost
@@ -75,23 +117,28 @@ def latency_free(plans: Mapping[str, Plan], prices: Mapping[str, float]) -> floa
     return sum(_ffd(v) * prices[h] for h, v in items.items())
 
 
-def one_fleet(problems: Mapping[str, ProblemSpec]) -> dict[str, Any]:
-    """Every figure of one generated fleet."""
+def _errors(problems: Mapping[str, ProblemSpec], res: Any) -> list[str]:
+    apps = {a: (problems[a], res.plans[a]) for a in res.plans}
+    return check_fleet(res.fleet, apps) + [e for a, (p, plan) in apps.items() for e in check_plan(p, plan)]
+
+
+def one_fleet(problems: Mapping[str, ProblemSpec], solver: str = "dispatchable") -> dict[str, Any]:
+    """Every figure of one generated fleet, planned with ``solver`` (:data:`SOLVERS`)."""
     occ: dict[str, Plan] = {}
+    plans = _Reuse(solver_for(solver))
     billed_opt = 0.0
     for app, p in problems.items():
         try:
-            occ[app] = solve(p, objective="occupancy")
-            billed_opt += solve(p).billed_per_hour
-        except PlannerError:
+            lower = solve(p, objective="occupancy")
+            billed = plans(p).billed_per_hour
+        except PlannerError:  # counted as failed: the bound is over the apps both solves plan
             continue
+        occ[app] = lower
+        billed_opt += billed
     feasible = {a: problems[a] for a in occ}
-    cpu = time.process_time()
-    res = plan_fleet(feasible)
-    cpu_ms = (time.process_time() - cpu) * 1000
-    fifo = plan_fleet(feasible, align=False)
-    apps = {a: (feasible[a], res.plans[a]) for a in res.plans}
-    errors = check_fleet(res.fleet, apps) + [e for a, (p, plan) in apps.items() for e in check_plan(p, plan)]
+    res = plan_fleet(feasible, solver=plans)
+    fifo = plan_fleet(feasible, align=False, solver=plans)
+    errors = _errors(feasible, res)
     lb = sum(p.cost_per_hour for p in occ.values())
     f = res.fleet
     return {
@@ -113,7 +160,6 @@ def one_fleet(problems: Mapping[str, ProblemSpec]) -> dict[str, Any]:
         "shared_instances": f.shared_instances,
         "shares_on_shared": sum(len(i.shares) for i in f.instances if len(i.shares) > 1),
         "keep": res.keep,
-        "epoch_cpu_ms": cpu_ms,
         "errors": errors[:5],
         "error_count": len(errors),
         "_fleet": res,
@@ -124,30 +170,60 @@ def one_fleet(problems: Mapping[str, ProblemSpec]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- time
 
 
-def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int) -> dict[str, Any]:
+def _summary(xs: list[float]) -> dict[str, float]:
+    return {"median_ms": statistics.median(xs), "min_ms": min(xs), "max_ms": max(xs)}
+
+
+def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) -> dict[str, Any]:
+    """One epoch of ``problems`` planned with ``solver``, ``repeats`` times: cold (no previous plans, an
+    empty realisation cache: a fresh control-loop process) and then with every plan reused (the next
+    epoch of the same process); CPU (this process) and wall time, the bill over the occupancy bound and
+    the errors ``check_fleet`` / ``check_plan`` find in the fleet."""
     cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
-    first = None
+    cold_solve, cold_pack, warm_pack = [], [], []
+    first = again = None
+    load = [os.getloadavg()]
     for _ in range(repeats):
+        cache = RealisationCache()
         c, w = time.process_time(), time.perf_counter()
-        first = plan_fleet(problems)
+        first = plan_fleet(problems, solver=solver_for(solver), cache=cache)
         cold_cpu.append((time.process_time() - c) * 1000)
         cold_wall.append((time.perf_counter() - w) * 1000)
+        cold_solve.append(first.solve_ms)
+        cold_pack.append(first.pack_ms)
         c, w = time.process_time(), time.perf_counter()
-        plan_fleet(problems, previous=first.fleet, previous_plans=first.plans)
+        again = plan_fleet(
+            problems, previous=first.fleet, previous_plans=first.plans, solver=solver_for(solver), cache=cache
+        )
         warm_cpu.append((time.process_time() - c) * 1000)
         warm_wall.append((time.perf_counter() - w) * 1000)
-
-    def summary(xs: list[float]) -> dict[str, float]:
-        return {"median_ms": statistics.median(xs), "min_ms": min(xs), "max_ms": max(xs)}
-
+        warm_pack.append(again.pack_ms)
+        load.append(os.getloadavg())
+    assert first is not None and again is not None
+    occ = 0.0
+    for p in problems.values():
+        try:
+            occ += solve(p, objective="occupancy").cost_per_hour
+        except PlannerError:
+            continue
     return {
+        "solver": solver,
         "apps": len(problems),
+        "planned": len(first.plans),
         "repeats": repeats,
-        "cold_cpu": summary(cold_cpu),
-        "cold_wall": summary(cold_wall),
-        "reused_cpu": summary(warm_cpu),
-        "reused_wall": summary(warm_wall),
-        "load_avg": os.getloadavg(),
+        "cold_cpu": _summary(cold_cpu),
+        "cold_wall": _summary(cold_wall),
+        "cold_solve_wall": _summary(cold_solve),
+        "cold_shape_pack_wall": _summary(cold_pack),
+        "reused_cpu": _summary(warm_cpu),
+        "reused_wall": _summary(warm_wall),
+        "reused_shape_pack_wall": _summary(warm_pack),
+        "reused_apps": len(again.reused),
+        "ratio": first.fleet.billed_per_hour / occ if occ > 0 else math.nan,
+        "errors": len(_errors(problems, first)),
+        "reused_errors": len(_errors(problems, again)),
+        "same_fleet_reused": first.fleet.instances == again.fleet.instances,
+        "load_avg": [min(x[0] for x in load), max(x[0] for x in load)],
     }
 
 
@@ -197,8 +273,11 @@ def verify(fleet: Any, problems: Mapping[str, ProblemSpec], seeds: int = 3) -> d
 # --------------------------------------------------------------------------- steady load
 
 
-def steady(problems: Mapping[str, ProblemSpec], epochs: int, noise: float, seed: int) -> dict[str, Any]:
-    """Noisy steady load: forecast, re-plan, pack and scale every epoch; count scale changes."""
+def steady(
+    problems: Mapping[str, ProblemSpec], epochs: int, noise: float, seed: int, solver: str = "dispatchable"
+) -> dict[str, Any]:
+    """Noisy steady load: forecast, re-plan (with ``solver``), pack and scale every epoch; count scale
+    changes and time every epoch (CPU)."""
     rng = np.random.default_rng(seed)
     history: dict[tuple[str, str], list[float]] = defaultdict(list)
     planned_rate: dict[tuple[str, str], float] = {}
@@ -218,11 +297,14 @@ def steady(problems: Mapping[str, ProblemSpec], epochs: int, noise: float, seed:
                 planned_rate[(app, m)] = rate
                 modules[m] = spec.model_copy(update={"rate": rate})
             planned[app] = p.model_copy(update={"modules": modules})
+        cpu = time.process_time()
         res = plan_fleet(
             planned,
             previous=prev.fleet if prev else None,
             previous_plans=prev.plans if prev else None,
+            solver=solver_for(solver),
         )
+        cpu_ms = (time.process_time() - cpu) * 1000
         target = res.fleet.counts()
         desired = hyst.desired(target, current, epoch)
         desired_spare = spare.desired(target, with_spare, epoch)
@@ -239,6 +321,7 @@ def steady(problems: Mapping[str, ProblemSpec], epochs: int, noise: float, seed:
                     h for h in target if prev is not None and target[h] != prev.fleet.counts().get(h, 0)
                 ),
                 "replanned": len(res.plans) - len(res.reused),
+                "cpu_ms": cpu_ms,
                 "moved_shares": moved,
                 "billed": res.fleet.billed_per_hour,
                 "prices": res.fleet.prices,
@@ -302,6 +385,7 @@ def _steady_summary(rows: list[dict[str, Any]], epochs: int, noise: float) -> di
         "capacity_over_target_spare": _overhead(rows, "desired_spare"),
         "mean_replanned_apps": statistics.fmean(r["replanned"] for r in after) if after else 0.0,
         "mean_moved_shares": statistics.fmean(r["moved_shares"] for r in after) if after else 0.0,
+        "epoch_cpu": _summary([r["cpu_ms"] for r in after]) if after else None,
         "_rows": rows,
     }
 
@@ -310,7 +394,14 @@ def _steady_summary(rows: list[dict[str, Any]], epochs: int, noise: float) -> di
 
 
 def run(
-    apps: int, seed: int, seeds: int, sizes: list[int], epochs: int, noise: float, progress: bool = True
+    apps: int,
+    seed: int,
+    seeds: int,
+    sizes: list[int],
+    epochs: int,
+    noise: float,
+    progress: bool = True,
+    solver: str = "dispatchable",
 ) -> dict[str, Any]:
     from rich.progress import Progress
 
@@ -318,27 +409,30 @@ def run(
     sizes = sorted(set(sizes) | {apps})
     fleets: list[dict[str, Any]] = []
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("fleets", total=len(sizes) * seeds + 3)
+        task = bar.add_task("fleets", total=len(sizes) * seeds + 2 + len(SOLVERS))
         for size in sizes:
             for s in range(seeds):
                 problems = {f"app{i}": p for i, p in enumerate(generate_problems(size, seed * 1000 + s))}
-                row = one_fleet(problems)
+                row = one_fleet(problems, solver)
                 row.update(size=size, seed=seed * 1000 + s)
                 fleets.append(row)
                 bar.advance(task)
         main = next(f for f in fleets if f["size"] == apps)
-        timing = epoch_times(main["_problems"], repeats=3)
-        bar.advance(task)
+        timing = []
+        for name in SOLVERS:
+            timing.append(epoch_times(main["_problems"], 3, name))
+            bar.advance(task)
         check = verify(main["_fleet"], main["_problems"])
         bar.advance(task)
         steady_apps = {a: main["_problems"][a] for a in sorted(main["_problems"])[: min(apps, 40)]}
-        load = steady(steady_apps, epochs, noise, seed)
+        load = steady(steady_apps, epochs, noise, seed, solver)
         bar.advance(task)
     for f in fleets:
         f.pop("_fleet")
         f.pop("_problems")
     return {
         "apps": apps,
+        "solver": solver,
         "seed": seed,
         "seeds": seeds,
         "fleets": fleets,
@@ -381,7 +475,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
     sizes = sorted(result["by_size"])
     for key, label, marker in [
-        ("dedicated_ratio", "dedicated billed optimum", "s"),
+        ("dedicated_ratio", "dedicated (solver's plans)", "s"),
         ("ratio", "packed fleet (this work)", "o"),
         ("latency_free_ratio", "latency-free packing (no SLO check)", "^"),
     ]:
@@ -417,12 +511,19 @@ def plot(result: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def _ms(x: dict[str, float]) -> str:
+    return f"{x['median_ms']:.0f} ({x['min_ms']:.0f}-{x['max_ms']:.0f})"
+
+
 def render(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=max(Console().width, 120))
-    table = Table(title="billed cost after packing / occupancy lower bound (median, min-max over seeds)")
+    table = Table(
+        title=f"billed cost after packing / occupancy lower bound (median, min-max over seeds; "
+        f"{result['solver']} solver)"
+    )
     cols = ["apps", "fleets", "packed", "min-max", "FIFO only", "dedicated", "latency-free", "shared inst."]
     for col in [*cols, "aligned inst.", "errors"]:
         table.add_column(col, justify="right")
@@ -440,15 +541,27 @@ def render(result: dict[str, Any]) -> None:
             str(s["errors"]),
         )
     console.print(table)
-    t = result["timing"]
-    load = ", ".join(f"{x:.2f}" for x in t["load_avg"])
-    cold, cwall = t["cold_cpu"], t["cold_wall"]
-    console.print(
-        f"epoch of {t['apps']} apps (plan + pack), {t['repeats']} runs: cold CPU {cold['median_ms']:.0f} ms "
-        f"({cold['min_ms']:.0f}-{cold['max_ms']:.0f}), wall {cwall['median_ms']:.0f} ms; plans reused: "
-        f"CPU {t['reused_cpu']['median_ms']:.0f} ms, wall {t['reused_wall']['median_ms']:.0f} ms; "
-        f"load avg {load} (target <= {TARGET_EPOCH_S * 1000:.0f} ms on one core)"
+    first = result["timing"][0]
+    table = Table(
+        title=f"one epoch of {first['apps']} apps (plan + pack), {first['repeats']} runs: median (min-max) "
+        f"ms; target <= {TARGET_EPOCH_S * 1000:.0f} ms on one core; dispatchable: the control loop's solver"
     )
+    cols = ["solver", "cold CPU", "cold wall", "solve wall", "reused CPU", "reused wall", "bill/bound"]
+    for col in [*cols, "errors", "load avg"]:
+        table.add_column(col, justify="right")
+    for t in result["timing"]:
+        table.add_row(
+            t["solver"],
+            _ms(t["cold_cpu"]),
+            _ms(t["cold_wall"]),
+            _ms(t["cold_solve_wall"]),
+            _ms(t["reused_cpu"]),
+            _ms(t["reused_wall"]),
+            f"{t['ratio']:.3f}",
+            f"{t['errors']} / {t['reused_errors']}",
+            f"{t['load_avg'][0]:.2f}-{t['load_avg'][1]:.2f}",
+        )
+    console.print(table)
     v = result["verification"]
     console.print(
         f"replay of {v['shared_instances']} shared instances: {v['within']}/{v['share_runs']} share runs "
@@ -483,9 +596,11 @@ def render(result: dict[str, Any]) -> None:
         f"capacity cost / packed target cost: {st['capacity_over_target']:.4f} (spare=1: "
         f"{st['capacity_over_target_spare']:.4f})"
     )
+    cpu = st["epoch_cpu"]
     console.print(
         f"apps re-planned per epoch: {st['mean_replanned_apps']:.1f}; shares moved to another slot per "
         f"epoch: {st['mean_moved_shares']:.1f}"
+        + (f"; epoch CPU {_ms(cpu)} ms ({result['solver']} solver)" if cpu else "")
     )
     hl = result["host"]["load_avg"]
     console.print(f"{result['wall_s']:.0f} s wall, load avg {hl[0]:.2f}, {hl[1]:.2f}, {hl[2]:.2f}")
@@ -501,8 +616,10 @@ def main(
     sizes: list[int] | None = None,
     epochs: int = 24,
     noise: float = 0.05,
+    solver: str = "dispatchable",
 ) -> int:
-    result = run(apps, seed, seeds, sizes or [10, 30], epochs, noise, progress=not as_json)
+    solver_for(solver)  # ValueError on an unknown name, before any work
+    result = run(apps, seed, seeds, sizes or [10, 30], epochs, noise, progress=not as_json, solver=solver)
     if plot_path:
         plot(result, plot_path)
         result["plot"] = plot_path

@@ -40,6 +40,13 @@ def register(sub: Any) -> None:
     fleet.add_argument(
         "--noise", type=float, default=0.05, help="steady-load noise, +- fraction (default 0.05)"
     )
+    fleet.add_argument(
+        "--solver",
+        choices=("dispatchable", "plain"),
+        default="dispatchable",
+        help="planner of the cost table and steady load: dispatchable (solve_dispatchable, what the control "
+        "loop runs; default) or plain (solve); the epoch timing reports both",
+    )
     fleet.add_argument("--plot", default="fleet_packing.png", help="PNG path (default fleet_packing.png)")
     fleet.add_argument("--json", action="store_true", help="print the figures as JSON")
     fleet.set_defaults(func=run_fleet)
@@ -83,6 +90,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         sizes=sizes,
         epochs=args.epochs,
         noise=args.noise,
+        solver=args.solver,
     )
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from planner.check import check_plan
 from planner.dispatch import build_schedule
-from planner.fleet import SPLIT_KEY, plan_fleet, restore_modules, shape_plan
+from planner.fleet import SPLIT_KEY, RealisationCache, plan_fleet, restore_modules, shape_plan
 from planner.generate import generate_problem
 from planner.packing import check_fleet, simulate_instance
 from planner.robust import realise, solve_dispatchable
@@ -248,3 +248,88 @@ def test_plan_fleet_aligns_one_machine_modules_and_records_their_phases():
     assert len(again.reused) == len(problems)
     assert _content(again.fleet) == _content(res.fleet)
     assert check_fleet(again.fleet, {a: (problems[a], again.plans[a]) for a in problems}) == []
+
+
+class _Solved:
+    """solve_dispatchable once per distinct problem (copies: plan_fleet writes its digests into a plan)."""
+
+    def __init__(self):
+        self.plans = {}
+
+    def __call__(self, problem):
+        key = problem.model_dump_json()
+        if key not in self.plans:
+            self.plans[key] = solve_dispatchable(problem)
+        return self.plans[key].model_copy(deep=True)
+
+
+def _dump(res):
+    return (
+        {a: p.model_dump_json() for a, p in sorted(res.plans.items())},
+        res.fleet.model_dump_json(),
+        res.keep,
+        sorted(res.reused),
+        res.failed,
+    )
+
+
+def _rates(problems, factor):
+    return {
+        a: p.model_copy(
+            update={
+                "modules": {m: s.model_copy(update={"rate": s.rate * factor}) for m, s in p.modules.items()}
+            }
+        )
+        for a, p in problems.items()
+    }
+
+
+@pytest.mark.parametrize("seed", [2, 7])
+def test_realisation_cache_changes_nothing_but_time(seed):
+    # GIVEN dispatch-aware plans (one solve per problem, so both runs see the same solver output)
+    problems = _problems(4, seed=seed)
+    solver = _Solved()
+    cache = RealisationCache()
+    # WHEN three epochs (cold, all reused, rates up 3 % so plans are held or grown) run with a cache that
+    # carries over between epochs, and again with no cache at all
+    runs = {}
+    for name, memo in (("cached", cache), ("none", False)):
+        cold = plan_fleet(problems, solver=solver, cache=memo)
+        same = plan_fleet(problems, previous=cold.fleet, previous_plans=cold.plans, solver=solver, cache=memo)
+        up = _rates(problems, 1.03)
+        moved = plan_fleet(up, previous=same.fleet, previous_plans=same.plans, solver=solver, cache=memo)
+        runs[name] = [_dump(cold), _dump(same), _dump(moved)]
+    # THEN the plans, fleets, keeps and reuse are identical
+    assert runs["cached"] == runs["none"]
+    assert len(cache) > 0
+
+
+def test_realisation_cache_keeps_only_what_the_last_epoch_used():
+    solver = _Solved()
+    first, other = _problems(3, seed=5), _problems(2, seed=6)
+    alone = RealisationCache()
+    plan_fleet(other, solver=solver, cache=alone)
+    cache = RealisationCache()
+    plan_fleet(first, solver=solver, cache=cache)
+    assert len(cache) > 0
+    # an epoch of other apps uses none of it: at its end only its own realisations are left
+    plan_fleet(other, solver=solver, cache=cache)
+    assert len(cache) == len(alone)
+
+
+def test_held_and_grown_realised_plans_are_realised_at_the_new_rates():
+    # GIVEN an epoch of dispatch-aware plans
+    problems = _problems(4, seed=1)
+    solver = _Solved()
+    first = plan_fleet(problems, solver=solver)
+    # WHEN every rate rises a little (plans held or grown, not solved again) or a lot
+    for factor in (1.02, 1.3):
+        up = _rates(problems, factor)
+        res = plan_fleet(up, previous=first.fleet, previous_plans=first.plans, solver=solver)
+        assert res.reused or factor > 1.1  # a small rise holds (or grows) the previous plans
+        # THEN every plan's dispatch figures (bursts, spread rates, worst cases) are those of the new rates
+        for a, plan in res.plans.items():
+            assert check_plan(up[a], plan) == [], a
+            _dispatch_figures_are_current(up[a], plan)
+        assert check_fleet(res.fleet, {a: (up[a], res.plans[a]) for a in up}) == []
+    assert set(res.reused) <= set(problems)
