@@ -6,20 +6,25 @@ arrivals, but not in general (docs/dispatch.md, "What the dispatch realises"):
 
 - **several configurations**: contiguous windows cannot always give every machine Theorem 1; the
   schedule's own exact steady-state bound (:attr:`DispatchSchedule.worst_case_latency_s`) can be larger;
-- **bursts**: the children of one parent batch appear at once and are dispatched ``1 / W_s`` apart
-  (``W_s`` = the child's spread rate, the smaller of its planned rate ``W`` and its schedule's effective
-  rate ``W'``), so the last of a burst of ``n`` waits ``(n - 1) / W_s`` more than a uniform arrival;
+- **bursts**: the children of one parent batch appear at once and are dispatched ``1 / rho_p`` apart
+  (``rho_p`` = the child's spread rate for that parent, at most its capacity rate ``min(W, W')``), so
+  the last of a burst of ``n`` waits ``(n - 1) / rho_p`` more than a uniform arrival;
 - **overlapping bursts**: a burst still being spread when the next parent batch completes makes the two
   share windows, a window then receives more than its batch and the machine falls behind. The spread is
-  stateless (any worker, no shared counter), so the only protection is capacity: a child whose spread
-  rate is at least :attr:`Realisation.required_rate` (the largest burst over the time to the next
-  parent completion, from the parent's exact periodic completion pattern) never has two bursts overlap.
+  stateless (any worker, no shared counter), so the only protection is capacity: a spread rate of at
+  least the parent's required rate (the largest burst over the time to the next parent completion,
+  from the parent's exact periodic completion pattern) keeps one parent's requests ``1 / rho_p`` apart;
+- **joins** (several parents): each parent's stream gets its own spread rate, a whole number ``a_p`` of
+  a window's ``b`` places (``rho_p <= capacity * a_p / b``, ``sum_p a_p <= b``), so whatever the phases
+  of the streams a window of ``b / W'`` seconds receives at most ``sum_p ceil(b rho_p / W') <= b``
+  requests (:func:`share_spread_rates`, :func:`required_capacity`).
 
-:func:`realise` computes all three for a plan. :func:`solve_dispatchable` solves, realises, and repairs
-until the realised plan is feasible: a child below its required spread rate is re-planned at that rate
+:func:`realise` computes all four for a plan. :func:`solve_dispatchable` solves, realises, and repairs
+until the realised plan is feasible: a child below its required capacity is re-planned at that rate
 (its headroom), and a path whose realised worst case exceeds the SLO makes the next round solve with
 the SLO seen by the splitter shrunk by that path's excess over its Theorem-1 figure. The returned plan's
-``worst_case_latency_s`` figures are the realised ones.
+``worst_case_latency_s`` figures are the realised ones; each module's ``dispatch.spread_rates`` maps a
+parent to the rate its workers spread this module's requests at (:func:`planned_spread_rates`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from planner.latency import EPS
 from planner.solve import solve
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from planner.models import ModulePlan, Objective, Plan, ProblemSpec
 
@@ -47,7 +52,10 @@ __all__ = [
     "Realisation",
     "annotate",
     "realise",
+    "planned_spread_rates",
+    "required_capacity",
     "required_spread_rate",
+    "share_spread_rates",
     "solve_dispatchable",
 ]
 
@@ -66,29 +74,43 @@ FAN_OUT_KEY = "max_children_per_request"
 
 @dataclass(frozen=True, slots=True)
 class Realisation:
-    """What the dispatch realises for one module of a plan (seconds, req/s)."""
+    """What the dispatch realises for one module of a plan (seconds, req/s).
+
+    A module's requests form one stream per parent (a root: its arrivals). Stream ``p`` is spread at
+    ``spread_rates[p]``; it needs ``required_rates[p]`` so that two of its bursts never overlap, and its
+    bursts are at most ``bursts[p]`` requests. ``required_rate`` is the capacity rate at which every
+    stream fits in the windows (:func:`required_capacity`; one parent: its required rate)."""
 
     planned_s: float  # the planner's own figure (Theorem 1 under TC)
     schedule_s: float  # the schedule's exact steady-state bound (uniform arrivals, constant durations)
     capacity_rate: float  # min(planned W, effective W'): a window of b / W' holds b requests this dense
     burst: int  # largest number of this module's requests that appear at once (1 for a root)
-    spread_rate: float  # rate at which a burst is dispatched (a root: its arrival rate)
-    burst_s: float  # (burst - 1) / spread_rate: the last request of a burst waits this much more
-    required_rate: float  # spread rate needed so that no two bursts overlap (a root: its arrival rate)
-    guaranteed: bool  # False for a join (several parents): bursts of different parents can overlap
+    spread_rate: float  # smallest spread rate over the parents (a root: its arrival rate)
+    burst_s: float  # max over parents of (burst - 1) / spread rate: the extra wait of a burst's last
+    required_rate: float  # capacity rate the streams need (a root: its arrival rate)
+    guaranteed: bool  # the bound is proven for this module (joins included: per-parent spread rates)
     worst_case_s: float  # max(planned, schedule) + burst_s
     schedule: DispatchSchedule = field(repr=False)
+    spread_rates: dict[str, float] = field(default_factory=dict)  # parent -> its stream's spread rate
+    required_rates: dict[str, float] = field(default_factory=dict)  # parent -> rate its bursts need
+    bursts: dict[str, int] = field(default_factory=dict)  # parent -> most requests of one burst
 
     @property
     def collision_free(self) -> bool:
-        """No window receives more than its batch: bursts do not overlap (spread rate >= required) and
-        a burst is no denser than the windows (spread rate <= capacity rate)."""
+        """No window receives more than its batch: each parent's bursts do not overlap (its spread rate
+        >= its required rate, so its requests are >= 1 / rho_p apart) and the streams' shares of a
+        window fit its batch, ``sum_p ceil(b rho_p / capacity) <= b`` for every batch size ``b`` (one
+        stream: ``rho <= capacity``)."""
         tol = 1e-9 * self.capacity_rate
-        return (
-            self.guaranteed
-            and self.spread_rate >= self.required_rate - tol
-            and self.spread_rate <= self.capacity_rate + tol
-        )
+        if self.spread_rates:
+            if any(self.spread_rates[p] < need - tol for p, need in self.required_rates.items()):
+                return False
+            streams = [self.spread_rates[p] for p, n in self.bursts.items() if n >= 1]
+        else:  # a root: its arrivals
+            if self.spread_rate < self.required_rate - tol:
+                return False
+            streams = [self.spread_rate]
+        return self.guaranteed and _fits(streams, _batches(self.schedule), self.capacity_rate)
 
     def as_extra(self) -> dict[str, Any]:
         return {
@@ -97,13 +119,103 @@ class Realisation:
             "capacity_rate": self.capacity_rate,
             "burst": self.burst,
             "spread_rate": self.spread_rate,
+            "spread_rates": dict(self.spread_rates),
             "burst_s": self.burst_s,
             "required_rate": self.required_rate,
+            "required_rates": dict(self.required_rates),
+            "bursts": dict(self.bursts),
             "guaranteed": self.guaranteed,
             "worst_case_latency_s": self.worst_case_s,
             "period_s": self.schedule.period_s,
             "effective_rate": self.schedule.effective_rate,
         }
+
+
+def _batches(sched: DispatchSchedule) -> list[int]:
+    """The batch sizes of the schedule's windows (groups with no window take no request)."""
+    return sorted({sched.groups[w.group].batch for w in sched.windows})
+
+
+def _fits(streams: Sequence[float], batches: Sequence[int], capacity: float) -> bool:
+    """Whether streams whose requests are ``1 / rate`` apart (each) never put more than ``b`` requests
+    in a window of ``b / capacity`` seconds: a stream puts at most ``ceil(b rate / capacity)`` in it."""
+    if not streams:
+        return True
+    if capacity <= 0:
+        return False
+    return all(sum(math.ceil(b * r / capacity - 1e-9) for r in streams) <= b for b in batches)
+
+
+def required_capacity(needs: Sequence[float], batches: Sequence[int]) -> float:
+    """Smallest capacity rate ``C`` at which streams spread at rates ``needs`` fit every window:
+    ``sum_p ceil(b need_p / C) <= b`` for every batch size ``b``. One stream: its rate. Two streams of
+    20 req/s and a batch of 3 need 60 req/s, not 40: a window of ``3 / C`` seconds can hold
+    ``ceil(60 / C)`` requests of each stream, so one stream must have a single place (``C >= 60``).
+    ``C`` is one of the points ``b need_p / a`` (``a = 1..b``), where a stream's count steps."""
+    busy = [x for x in needs if x > 0]
+    if not busy:
+        return 0.0
+    if not all(math.isfinite(x) for x in busy):
+        return math.inf
+    if any(b < len(busy) for b in batches):
+        return math.inf  # every stream takes at least one place of a window
+    out = 0.0
+    for b in batches:
+        cands = sorted({b * x / a for x in busy for a in range(1, b + 1)})
+        lo, hi = 0, len(cands) - 1  # the count is non-increasing in C, and <= b at the largest point
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sum(math.ceil(b * x / cands[mid] - 1e-9) for x in busy) <= b:
+                hi = mid
+            else:
+                lo = mid + 1
+        out = max(out, cands[lo])
+    return out
+
+
+def share_spread_rates(
+    needs: Mapping[str, float],
+    bursts: Mapping[str, int],
+    batches: Sequence[int],
+    capacity: float,
+    *,
+    leaf: bool,
+) -> dict[str, float] | None:
+    """Per-parent spread rates whose streams fit the windows (:func:`_fits`), each at least the
+    parent's ``needs`` rate; ``None`` when they do not fit (``capacity`` < :func:`required_capacity`).
+
+    For each batch size ``b``, parent ``p`` gets ``a_p`` of the window's ``b`` places, at least what its
+    need takes (``ceil(b need_p / capacity)``), and ``rho_p = capacity * a_p / b`` (a hair below, so
+    float rounding never puts ``b + 1`` requests in a window; the smallest over the batch sizes). A leaf
+    gives the spare places one at a time to the parent with the largest burst term ``(n_p - 1) / a_p``
+    (shortest bursts: the greedy minimises the largest term); a module with children keeps every stream
+    at its need (a sparser stream needs less of its own children's capacity, like one parent's). A
+    parent whose windows send no child (``bursts[p] == 0``) takes no place."""
+    top = capacity * (1 - _RATE_STEP)
+    busy = [p for p in needs if bursts[p] >= 1]
+    rates = dict.fromkeys(needs, top)
+    if not busy:
+        return rates
+    if top <= 0 or not all(math.isfinite(needs[p]) for p in busy):
+        return None
+    tol = 1e-9 * capacity
+    for b in batches:
+        units = {p: max(1, math.ceil(b * (needs[p] - tol) / top - 1e-9)) for p in busy}
+        spare = b - sum(units.values())
+        if spare < 0:
+            return None
+        if leaf and len(busy) == 1:
+            units[busy[0]] = b
+        elif leaf:
+            for _ in range(spare):
+                p = max(busy, key=lambda q: ((bursts[q] - 1) / units[q], needs[q] / units[q]))
+                units[p] += 1
+        for p in busy:
+            rates[p] = min(rates[p], top * units[p] / b)
+    if not leaf:
+        for p in busy:
+            rates[p] = min(rates[p], max(needs[p], 1e-9) * (1 + _RATE_STEP))
+    return rates
 
 
 def _children_per_request(
@@ -141,21 +253,30 @@ def _window_arrays(sched: DispatchSchedule) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def required_spread_rate(
-    parent: DispatchSchedule, per_request: float, parent_spacing_rate: float
+    parent: DispatchSchedule, per_request: float, parent_spacing_rate: float | Sequence[float]
 ) -> tuple[float, int]:
     """(spread rate a child needs so that no two of its bursts from ``parent`` overlap, largest burst).
 
-    ``parent_spacing_rate`` ``r``: the parent's own requests arrive at least ``1 / r`` apart (a root
-    under uniform arrivals: its rate; a child whose bursts do not overlap: its spread rate). The
-    parent's batches complete at ``end + wait + d`` of its windows, periodically (constant durations;
-    an empty window completes nothing, which only widens the gaps). Window ``k`` holds at most
-    ``A_k = min(b_k, ceil(r * length_k))`` requests and sends at most ``n_k = ceil(per_request * A_k)``
-    children, spread over ``n_k / W_s`` seconds, which must end before the next non-empty completion,
-    at least ``gap_k`` later: the next completion of the pattern and, with one configuration
-    (completion order = arrival order), also ``1 / r - length_k`` (the next request arrives ``1 / r``
-    after the last one of window ``k``). Returns ``max_k n_k / gap_k``."""
+    ``parent_spacing_rate``: the parent's own requests form streams whose requests are at least
+    ``1 / r`` apart each (a root under uniform arrivals: its rate; a child: its spread rate, one per
+    parent of its own). The parent's batches complete at ``end + wait + d`` of its windows,
+    periodically (constant durations; an empty window completes nothing, which only widens the gaps).
+    Window ``k`` holds at most ``A_k = min(b_k, sum_r ceil(r * length_k))`` requests and sends at most
+    ``n_k = ceil(per_request * A_k)`` children, spread over ``n_k / W_s`` seconds, which must end before
+    the next non-empty completion, at least ``gap_k`` later: the next completion of the pattern and,
+    with one configuration and one stream (completion order = arrival order), also
+    ``1 / r - length_k`` (the next request arrives ``1 / r`` after the last one of window ``k``).
+    Returns ``max_k n_k / gap_k``."""
+    streams = (
+        [float(parent_spacing_rate)]
+        if isinstance(parent_spacing_rate, int | float)
+        else [float(r) for r in parent_spacing_rate]
+    )
     length, offset, done, batch = _window_arrays(parent)
-    held = np.minimum(batch, np.ceil(parent_spacing_rate * length - 1e-9))
+    places = np.zeros_like(length)
+    for r in streams:
+        places += np.ceil(r * length - 1e-9)
+    held = np.minimum(batch, places)
     n = np.ceil(per_request * held - 1e-9)
     period = parent.period_s
     x = np.mod(done, period)
@@ -166,14 +287,26 @@ def required_spread_rate(
     gap_sorted[-1] = xs[0] + period - xs[-1]
     gap = np.empty_like(gap_sorted)
     gap[order] = gap_sorted
-    if len({w.group for w in parent.windows}) == 1:
-        gap = np.maximum(gap, 1.0 / parent_spacing_rate + float(np.min(offset - length)) - offset)
+    if len({w.group for w in parent.windows}) == 1 and len(streams) == 1:
+        gap = np.maximum(gap, 1.0 / streams[0] + float(np.min(offset - length)) - offset)
     busy = n >= 1
     if not np.any(busy):
         return 0.0, 0
     with np.errstate(divide="ignore"):
         need = np.where(gap[busy] > 1e-12, n[busy] / np.maximum(gap[busy], 1e-300), math.inf)
     return float(np.max(need)), int(np.max(n))
+
+
+def planned_spread_rates(module_plan: ModulePlan) -> dict[str, float]:
+    """Parent -> the rate at which that parent's workers spread a burst of this module's requests
+    (``k``-th at ``completion + k / rate``), as a dispatch-aware plan records it
+    (``dispatch.spread_rates``); empty for other plans (callers then use
+    :func:`planner.dispatch.planned_spread_rate`, one rate for every parent)."""
+    info = (module_plan.model_extra or {}).get("dispatch")
+    rates = info.get("spread_rates") if isinstance(info, dict) else None
+    if not isinstance(rates, dict):
+        return {}
+    return {str(p): float(r) for p, r in rates.items() if isinstance(r, int | float) and r > 0}
 
 
 def _planned_figure(mp: ModulePlan) -> float:
@@ -202,16 +335,17 @@ def realise(
 ) -> dict[str, Realisation]:
     """Each module's dispatch-realised worst case for ``plan`` (see the module doc).
 
-    A leaf spreads its bursts at its capacity rate (the shortest bursts); a child with children of
-    its own spreads them no faster than it must (its required rate), because a burst spread at the
-    capacity rate reaches the next module as densely as that module's windows pass it on.
-    ``fan_out`` maps an edge to the most children one parent request sends along it (the local stack
-    passes ``ceil`` of the app's fan-out factors); missing edges use the rate ratio. ``cache`` keeps
-    schedules between calls (a module plan that comes back is not scheduled again)."""
+    Each parent's stream of a child is spread at its own rate (:func:`share_spread_rates`): a leaf as
+    fast as its share of the capacity allows (the shortest bursts); a child with children of its own no
+    faster than it must (its required rates), because a burst spread at the capacity rate reaches the
+    next module as densely as that module's windows pass it on. ``fan_out`` maps an edge to the most
+    children one parent request sends along it (the local stack passes ``ceil`` of the app's fan-out
+    factors); missing edges use the rate ratio. ``cache`` keeps schedules between calls (a module plan
+    that comes back is not scheduled again)."""
     prices = {h: hw.price_per_hour for h, hw in problem.hardware.items()}
     per_request = _children_per_request(problem, fan_out)
     parents, children = problem.parents(), problem.children()
-    spacing: dict[str, float] = {}
+    streams: dict[str, list[float]] = {}  # module -> spacing rates of its request streams
     out: dict[str, Realisation] = {}
     for name in problem.order():
         mp = plan.modules[name]
@@ -222,31 +356,51 @@ def realise(
             if cache is not None:
                 cache[key] = sched
         capacity = min(sched.planned_rate, sched.effective_rate)
-        if not parents[name]:
-            burst, need = 1, problem.modules[name].rate
-            spread = need
-        else:
-            burst, need = 1, 0.0
-            for p in parents[name]:
-                rate, n = required_spread_rate(out[p].schedule, per_request[(p, name)], spacing[p])
-                burst, need = max(burst, n), max(need, rate)
-            # a hair below the windows' density, so float rounding never puts b + 1 points in a window
-            top = capacity * (1 - _RATE_STEP)
-            spread = top if not children[name] else min(top, max(need, 1e-9) * (1 + _RATE_STEP))
-        spacing[name] = spread
-        burst_s = (burst - 1) / spread if spread > 0 else math.inf
         planned_s = _planned_figure(mp)
+        if not parents[name]:
+            rate = problem.modules[name].rate
+            streams[name] = [rate]
+            out[name] = Realisation(
+                planned_s=planned_s,
+                schedule_s=sched.worst_case_latency_s,
+                capacity_rate=capacity,
+                burst=1,
+                spread_rate=rate,
+                burst_s=0.0,
+                required_rate=rate,
+                guaranteed=True,
+                worst_case_s=max(planned_s, sched.worst_case_latency_s),
+                schedule=sched,
+            )
+            continue
+        needs: dict[str, float] = {}
+        bursts: dict[str, int] = {}
+        for p in parents[name]:
+            needs[p], bursts[p] = required_spread_rate(out[p].schedule, per_request[(p, name)], streams[p])
+        batches = _batches(sched)
+        rates = share_spread_rates(needs, bursts, batches, capacity, leaf=not children[name])
+        if rates is None:  # the streams do not fit (the repair raises the capacity): share it by need
+            finite = all(math.isfinite(x) for x in needs.values()) and sum(needs.values()) > 0
+            total = sum(needs.values()) if finite else float(len(needs))
+            top = capacity * (1 - _RATE_STEP)
+            rates = {p: top * (needs[p] if finite else 1.0) / total for p in needs}
+        busy = [p for p in parents[name] if bursts[p] >= 1]
+        streams[name] = [rates[p] for p in busy]
+        burst_s = max(((bursts[p] - 1) / rates[p] if rates[p] > 0 else math.inf for p in busy), default=0.0)
         out[name] = Realisation(
             planned_s=planned_s,
             schedule_s=sched.worst_case_latency_s,
             capacity_rate=capacity,
-            burst=burst,
-            spread_rate=spread,
+            burst=max(1, *bursts.values()),
+            spread_rate=min(rates.values()),
             burst_s=burst_s,
-            required_rate=need,
-            guaranteed=len(parents[name]) <= 1,
+            required_rate=required_capacity([needs[p] for p in busy], batches),
+            guaranteed=True,
             worst_case_s=max(planned_s, sched.worst_case_latency_s) + burst_s,
             schedule=sched,
+            spread_rates=rates,
+            required_rates=needs,
+            bursts=bursts,
         )
     return out
 
@@ -296,15 +450,29 @@ class _Search:
         self.policy, self.objective, self.fan_out = policy, objective, fan_out
         self.attempts: list[_Attempt] = []
         self.schedules: dict[tuple[object, ...], DispatchSchedule] = {}
+        self.joins = {m: len(ps) for m, ps in problem.parents().items() if len(ps) > 1}
 
-    def attempt(self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key]) -> _Attempt:
+    def attempt(
+        self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key], *, plain: bool = False
+    ) -> _Attempt:
+        """Solve and realise one variant. Unless ``plain``, a join of ``k`` parents may only use
+        configurations whose batch has room for every parent's stream (``b >= k``: each stream takes
+        at least one place of a window, :func:`required_capacity`)."""
         modules = {}
         for m, mod in self.problem.modules.items():
             update: dict[str, Any] = {"rate": rates[m]}
-            if m in only:
-                update["profile"] = [
-                    e for e in mod.profile if (e.hardware, e.batch, e.concurrency) == only[m]
-                ]
+            profile = [
+                e for e in mod.profile if m not in only or (e.hardware, e.batch, e.concurrency) == only[m]
+            ]
+            if not plain and m in self.joins:
+                profile = [e for e in profile if e.batch >= self.joins[m]]
+                if not profile:
+                    raise InfeasibleError(
+                        f"infeasible: join {m!r} has no configuration with a batch of at least "
+                        f"{self.joins[m]} (one place per parent stream)"
+                    )
+            if len(profile) < len(mod.profile):
+                update["profile"] = profile
             modules[m] = mod.model_copy(update=update)
         spec = self.problem.model_copy(update={"slo_s": splitter_slo, "modules": modules})
         plan = solve(spec, self.policy, self.objective)
@@ -369,7 +537,7 @@ def _repair(attempts: list[_Attempt], problem: ProblemSpec) -> tuple[dict[str, f
             top = max(last.plan.modules[p].groups, key=lambda g: g.machines * g.rate_per_machine)
             only[p] = (top.hardware, top.batch, top.concurrency)
             changed.add(p)
-        if not multi:
+        if not multi and math.isfinite(last.short[child]):
             need = last.short[child]
             ratio = need / max(last.real[child].capacity_rate, 1e-12)
             again = sum(1 for a in attempts if child in a.short) - 1
@@ -377,6 +545,11 @@ def _repair(attempts: list[_Attempt], problem: ProblemSpec) -> tuple[dict[str, f
             rates[child] = max(rates[child] * ratio, need) * (1 + overshoot)
             changed.add(child)
     return rates, only
+
+
+def _small_join_batches(plan: Plan, joins: Mapping[str, int]) -> bool:
+    """Whether a join of ``k`` parents uses a configuration with a batch below ``k``."""
+    return any(g.batch < k for m, k in joins.items() for g in plan.modules[m].groups)
 
 
 def _relax(search: _Search, good: _Attempt, floor: Mapping[str, float], max_rounds: int) -> None:
@@ -429,15 +602,22 @@ def solve_dispatchable(
     parents = problem.parents()
     search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out)
     base = {m: s.rate for m, s in problem.modules.items()}
-    plain = search.attempt(problem.slo_s, base, {})  # raises InfeasibleError when Theorem 1 cannot
+    # raises InfeasibleError when Theorem 1 cannot
+    plain = search.attempt(problem.slo_s, base, {}, plain=True)
     rates = {m: r * (1 + child_headroom) if parents[m] else r for m, r in base.items()}
     floor = {m: r for m, r in rates.items() if parents[m]}
     only: dict[str, Key] = {}
-    last = plain if child_headroom == 0 else search.attempt(problem.slo_s, rates, only)
+    reuse = child_headroom == 0 and not _small_join_batches(plain.plan, search.joins)
+    try:
+        last = plain if reuse else search.attempt(problem.slo_s, rates, only)
+    except InfeasibleError:
+        last = plain
     while not last.ok and len(search.attempts) < max_rounds:
         nxt_slo = last.splitter_slo
         if last.short:
             rates, only = _repair(search.attempts, problem)
+            if (rates, only) == (last.rates, last.only):
+                break  # nothing a rate can fix (a requirement without bound)
         else:  # the same excess on a plan whose paths fit slo - excess fits the SLO
             nxt_slo = min(problem.slo_s - last.excess, last.splitter_slo - _SLO_STEP)
         try:

@@ -6,6 +6,9 @@ The simulation is vectorised per module and per chunk of simulated time:
   rate (the problem's rate, dummy load excluded); a parent's completed requests spawn the children's
   requests at the children's arrival times, ``rate(child) / sum(rate(parents))`` per completed request
   (deterministic fractional accumulation, so a child receives exactly its problem rate);
+- children of one parent batch appear at once; with TC the emitting worker spreads them (child ``k`` at
+  ``completion + k / rho``, ``rho`` the plan's spread rate for that parent: each parent of a join has
+  its own, docs/dispatch.md);
 - TC dispatch: each arrival finds its window with ``searchsorted`` on the schedule's offsets
   (:mod:`planner.dispatch`); the requests of a window form one batch that is ready at the window's end;
 - RR dispatch (the baselines): request ``j`` goes to machine ``pattern[j % len(pattern)]`` (smooth weighted
@@ -33,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.dispatch import DispatchSchedule, build_schedule, planned_spread_rate, rr_pattern
+from planner.robust import planned_spread_rates
 
 if TYPE_CHECKING:
     from planner.models import ModulePlan, Plan, ProblemSpec
@@ -438,6 +442,14 @@ def _spawn(
     return t, t + (idx - run_start) / spread_rate, o
 
 
+def _spread_rate(module_plan: ModulePlan, parent: str, module: _Module) -> float:
+    """Rate at which ``parent``'s batches spread their children of this module: the plan's per-parent
+    rate (``dispatch.spread_rates``, a join's share), else its one ``dispatch.spread_rate``, else the
+    schedule's effective rate W'."""
+    own = planned_spread_rates(module_plan).get(parent)
+    return own if own is not None else planned_spread_rate(module_plan, module.schedule.effective_rate)
+
+
 def simulate(  # noqa: PLR0917 -- the positional interface is the contract with the bench and callers
     problem: ProblemSpec,
     plan: Plan,
@@ -452,10 +464,10 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
 
     A parent batch's children arrive together. With ``children="spread"`` (TC only) the worker that
     emits them dispatches child ``k`` of the batch at ``completion + k / rate`` (a stateless, per-batch
-    spread; latency still counts from the real arrival), ``rate`` being the plan's
-    ``dispatch.spread_rate`` when it has one (:func:`planner.dispatch.planned_spread_rate`), else
-    ``W'_child``; ``"burst"`` dispatches them all at the completion time, which overflows the child's
-    windows."""
+    spread; latency still counts from the real arrival), ``rate`` being the plan's rate for that parent
+    (``dispatch.spread_rates[parent]``, :func:`planner.robust.planned_spread_rates`), else its
+    ``dispatch.spread_rate`` (:func:`planner.dispatch.planned_spread_rate`), else ``W'_child``;
+    ``"burst"`` dispatches them all at the completion time, which overflows the child's windows."""
     rng = np.random.default_rng(seed)
     prices = {name: hw.price_per_hour for name, hw in problem.hardware.items()}
     order = problem.order()
@@ -473,6 +485,7 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
         for p in parents[c]
     }
     acc = {edge: [0.0] for edge in ratio}
+    spread_rate = {(p, c): _spread_rate(plan.modules[c], p, modules[c]) if spread else 0.0 for p, c in ratio}
     e2e = _Hist()
     slo_ok = 0
     n_chunks = max(1, math.ceil(duration_s / CHUNK_S))
@@ -495,9 +508,7 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
                 e2e.add(lat)
                 slo_ok += int(np.sum(lat <= problem.slo_s + _TOL))
             for c in kids[m]:
-                w_eff = modules[c].schedule.effective_rate
-                rate = planned_spread_rate(plan.modules[c], w_eff) if spread else 0.0
-                inbox[c].append(_spawn(done, orig, ratio[(m, c)], acc[(m, c)], rate))
+                inbox[c].append(_spawn(done, orig, ratio[(m, c)], acc[(m, c)], spread_rate[(m, c)]))
     return _report(
         problem,
         plan,

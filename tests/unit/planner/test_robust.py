@@ -1,8 +1,9 @@
-"""Dispatch-aware planning: realised worst cases (schedule bound, bursts, overlapping bursts) and the
-solve that keeps them within the SLO, checked against the simulator under uniform arrivals."""
+"""Dispatch-aware planning: realised worst cases (schedule bound, bursts, overlapping bursts, joins) and
+the solve that keeps them within the SLO, checked against the simulator under uniform arrivals."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -14,7 +15,16 @@ from planner.dispatch import build_schedule, planned_spread_rate
 from planner.errors import InfeasibleError
 from planner.generate import generate_problem
 from planner.models import MachineGroup, ModulePlan, Plan, ProblemSpec
-from planner.robust import FAN_OUT_KEY, annotate, realise, required_spread_rate, solve_dispatchable
+from planner.robust import (
+    FAN_OUT_KEY,
+    annotate,
+    planned_spread_rates,
+    realise,
+    required_capacity,
+    required_spread_rate,
+    share_spread_rates,
+    solve_dispatchable,
+)
 from planner.simulator import simulate
 
 HW = {"gpu": {"price_per_hour": 1.0}}
@@ -148,13 +158,132 @@ def test_multi_config_schedule_bound_replaces_theorem1():
     assert m.within_plan
 
 
-def test_join_is_not_guaranteed():
-    problem = generate_problem(7)  # random DAG whose m3 has two parents
-    assert any(len(ps) > 1 for ps in problem.parents().values())
-    plan = solve_dispatchable(problem)
+# --------------------------------------------------------------------------- joins
+
+
+def join(c_plan: ModulePlan) -> tuple[ProblemSpec, Plan]:
+    """Roots a1 (40 req/s: one full batch-4 machine, d = 0.1, windows 0.1 s) and a2 (40 req/s: one full
+    batch-2 machine, d = 0.05, windows 0.05 s) -> join c (30 req/s: 30 / 80 = 0.375 per parent request)."""
+    problem = ProblemSpec(
+        slo_s=1.0,
+        hardware=HW,
+        modules={
+            "a1": {"rate": 40.0, "profile": [{"hardware": "gpu", "batch": 4, "duration_s": 0.1}]},
+            "a2": {"rate": 40.0, "profile": [{"hardware": "gpu", "batch": 2, "duration_s": 0.05}]},
+            "c": {"rate": 30.0, "profile": [{"hardware": "gpu", "batch": 4, "duration_s": 0.04}]},
+        },
+        edges=[("a1", "c"), ("a2", "c")],
+    )
+    mods = {
+        "a1": module_plan((4, 1, 0.1, 1, 40.0), wcl=0.2),
+        "a2": module_plan((2, 1, 0.05, 1, 40.0), wcl=0.1),
+        "c": c_plan,
+    }
+    plan = Plan(objective="billed", cost_per_hour=0.0, billed_per_hour=3.0, solve_ms=0.0, modules=mods)
+    return problem, plan
+
+
+def test_required_capacity_counts_whole_places_per_stream():
+    # a stream spread at x puts up to ceil(b x / C) requests in a window of b / C seconds, whatever its
+    # phase against the other streams: the streams need whole places of the window's b
+    assert required_capacity([20.0], [4]) == pytest.approx(20.0)  # one stream: its own rate
+    assert required_capacity([20.0, 20.0], [4]) == pytest.approx(40.0)  # 2 + 2 places of 4
+    assert required_capacity([20.0, 10.0], [3]) == pytest.approx(30.0)  # 2 + 1 places of 3
+    assert required_capacity([20.0, 20.0], [3]) == pytest.approx(60.0)  # 1 + 2: not 40 (2 + 2 > 3)
+    assert required_capacity([20.0, 20.0], [3, 4]) == pytest.approx(60.0)  # every batch size must fit
+    assert math.isinf(required_capacity([20.0, 20.0], [1]))  # a batch of 1 cannot take two streams
+    assert required_capacity([], [4]) == 0.0
+
+
+def test_shares_of_a_join():
+    needs, bursts = {"a1": 20.0, "a2": 20.0}, {"a1": 2, "a2": 1}
+    # a leaf: each needs ceil(4 * 20 / 100) = 1 place of 4; the two spare places go to the stream with
+    # the larger burst term (n - 1) / a: a1 gets 3 places (75 req/s), a2 keeps 1 (25 req/s)
+    leaf = share_spread_rates(needs, bursts, [4], 100.0, leaf=True)
+    assert leaf == pytest.approx({"a1": 75.0, "a2": 25.0}, rel=1e-5)
+    # a module with children keeps its streams as sparse as allowed: at their needs
+    inner = share_spread_rates(needs, bursts, [4], 100.0, leaf=False)
+    assert inner == pytest.approx({"a1": 20.0, "a2": 20.0}, rel=1e-5)
+    # below the required capacity (40) the streams do not fit
+    assert share_spread_rates(needs, bursts, [4], 39.0, leaf=True) is None
+
+
+def test_join_gets_per_parent_spread_rates():
+    # c: one batch-4 machine, d = 0.04, at 100 req/s (W = W' = 100, windows 0.04 s). Theorem 1: 0.08 s.
+    # a1's batch (4) sends ceil(0.375 * 4) = 2 c's every 0.1 s: 20 req/s; a2's (2) sends 1 every 0.05 s:
+    # 20 req/s. Shares of the 4 places: a1 3 (75 req/s), a2 1 (25 req/s); the last of a1's burst of 2
+    # waits 1/75 s more: 0.08 + 0.01333 = 0.09333 s. A window of 0.04 s then receives at most
+    # ceil(4 * 75 / 100) + ceil(4 * 25 / 100) = 3 + 1 = 4 requests, whatever the phases of a1 and a2.
+    problem, plan = join(module_plan((4, 1, 0.04, 1, 100.0), wcl=0.08))
+    c = realise(problem, plan)["c"]
+    assert c.guaranteed and c.collision_free
+    assert c.required_rates == pytest.approx({"a1": 20.0, "a2": 20.0})
+    assert c.bursts == {"a1": 2, "a2": 1} and c.burst == 2
+    assert c.spread_rates == pytest.approx({"a1": 75.0, "a2": 25.0}, rel=1e-5)
+    assert c.required_rate == pytest.approx(40.0)  # 2 + 2 of the 4 places at their needs
+    assert c.worst_case_s == pytest.approx(0.08 + 1 / 75, rel=1e-5)
+    # splitting the capacity by rate alone is not enough: 60 + 40 = 100 req/s, but a window of 0.04 s can
+    # hold ceil(2.4) = 3 of a1's requests (0, 1/60, 2/60) and ceil(1.6) = 2 of a2's (0.001, 0.026): 5 > 4
+    assert not dataclasses.replace(c, spread_rates={"a1": 60.0, "a2": 40.0}).collision_free
+    # the plan records the per-parent rates; the simulator spreads each parent's children at its own
+    annotated = annotate(problem, plan, realise(problem, plan))
+    assert annotated.guaranteed is True
+    assert planned_spread_rates(annotated.modules["c"]) == pytest.approx({"a1": 75.0, "a2": 25.0}, rel=1e-5)
+    assert planned_spread_rate(annotated.modules["c"], 1.0) == pytest.approx(25.0, rel=1e-5)  # the smallest
+    m = simulate(problem, annotated, 20.0).modules["c"]
+    assert m.overflow_batches == 0 and m.within_plan
+    assert m.measured_worst_case_s <= 0.08 + 1 / 75 + 1e-9
+
+
+def test_join_below_its_required_capacity_is_repaired():
+    # c at 30 req/s on one batch-4 machine (d = 0.04, t = 100): capacity 30 < 40 required (2 + 2 places)
+    problem, plan = join(module_plan((4, 1, 0.04, 1, 30.0), wcl=0.173))
+    c = realise(problem, plan)["c"]
+    assert c.required_rate == pytest.approx(40.0) and not c.collision_free
+    # the dispatch-aware solve plans c for its required capacity (40 req/s: 33 % above its rate)
+    solved = solve_dispatchable(problem)
+    mp = solved.modules["c"]
+    assert mp.dispatch["guaranteed"] is True and solved.guaranteed is True
+    planned = sum(g.machines * g.rate_per_machine for g in mp.groups)
+    assert planned >= 40.0
+    assert mp.dispatch["required_rate"] - 1e-9 <= mp.dispatch["capacity_rate"]
+    assert set(mp.dispatch["spread_rates"]) == {"a1", "a2"}
+    report = simulate(problem, solved, 20.0)
+    assert all(s.overflow_batches == 0 and s.within_plan for s in report.modules.values())
+
+
+def test_generated_join_is_guaranteed_and_within_its_figure():
+    problem = generate_problem(7)  # random DAG whose m3 has two parents (m2 and m0)
     joins = [m for m, ps in problem.parents().items() if len(ps) > 1]
-    assert plan.guaranteed is False
-    assert all(plan.modules[m].dispatch["guaranteed"] is False for m in joins)
+    assert joins == ["m3"]
+    plan = solve_dispatchable(problem)
+    assert plan.guaranteed is True
+    info = plan.modules["m3"].dispatch
+    assert set(info["spread_rates"]) == {"m2", "m0"}
+    assert all(info["spread_rates"][p] >= info["required_rates"][p] * (1 - 1e-9) for p in ("m2", "m0"))
+    report = simulate(problem, plan, 8.0)
+    m3 = report.modules["m3"]
+    assert m3.overflow_batches == 0
+    assert m3.measured_worst_case_s <= plan.modules["m3"].worst_case_latency_s + 1e-9
+
+
+def test_router_spreads_each_parent_at_its_own_rate():
+    from functions.routing import Router
+    from functions.schema import Deployment
+
+    problem, plan = join(module_plan((4, 1, 0.04, 1, 100.0), wcl=0.08))
+    annotated = annotate(problem, plan, realise(problem, plan))
+    dep = Deployment(
+        app="x", version=1, origin_s=0.0, slo_s=1.0, frame_rate=40.0, roots=["a1", "a2"],
+        edges=[("a1", "c", 0.375), ("a2", "c", 0.375)], plan=annotated,
+        queues={m: {"0/0": f"q-{m}"} for m in ("a1", "a2", "c")},
+    )  # fmt: skip
+    router = Router.for_deployment(dep)
+    # windows of c close every 0.04 s; a1's 3 requests are 1/75 s apart (0, .0133, .0267: one window),
+    # a2's 1/25 s apart (0, .04, .08: three windows); without a parent, the smallest rate (a2's)
+    assert [r.batch_id for r in router.route_burst("c", 0.001, 3, parent="a1")] == [0, 0, 0]
+    assert [r.batch_id for r in router.route_burst("c", 0.001, 3, parent="a2")] == [0, 1, 2]
+    assert [r.batch_id for r in router.route_burst("c", 0.001, 3)] == [0, 1, 2]
 
 
 # --------------------------------------------------------------------------- dispatch-aware solve
@@ -213,9 +342,8 @@ def test_spread_rate_reaches_the_data_plane():
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 100_000), st.sampled_from(["billed", "occupancy"]))
 def test_simulated_worst_case_within_the_realised_plan(seed, objective):
-    # GIVEN a generated problem without joins (bursts of two parents can overlap: not guaranteed)
+    # GIVEN a generated problem (joins included: each parent's stream has its own spread rate)
     problem = generate_problem(seed)
-    assume(all(len(ps) <= 1 for ps in problem.parents().values()))
     try:
         plan = solve_dispatchable(problem, objective=objective)
     except InfeasibleError:
@@ -227,5 +355,32 @@ def test_simulated_worst_case_within_the_realised_plan(seed, objective):
         assert m.overflow_batches == 0, name
         assert m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9, name
     assert all(p["worst_case_latency_s"] <= problem.slo_s + 1e-9 for p in plan.paths)
+    assert report.end_to_end.latency.max_s <= problem.slo_s + 1e-9
+    assert report.end_to_end.slo_attainment == 1.0
+
+
+def _next_join(seed: int) -> int:
+    """The first generated problem at or after ``seed`` that has a join (about 1 in 20 has one)."""
+    while not any(len(ps) > 1 for ps in generate_problem(seed).parents().values()):
+        seed += 1
+    return seed
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 100_000).map(_next_join), st.sampled_from(["billed", "occupancy"]))
+def test_simulated_joins_within_the_realised_plan(seed, objective):
+    # GIVEN a generated problem with a join, solved dispatch-aware
+    problem = generate_problem(seed)
+    try:
+        plan = solve_dispatchable(problem, objective=objective)
+    except InfeasibleError:
+        assume(False)
+    assert plan.guaranteed is True
+    # WHEN it is simulated under uniform arrivals, each parent spreading at its own rate
+    report = simulate(problem, plan, 8.0)
+    # THEN no window of any module (the join included) overflows and every figure holds
+    for name, m in report.modules.items():
+        assert m.overflow_batches == 0, name
+        assert m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9, name
     assert report.end_to_end.latency.max_s <= problem.slo_s + 1e-9
     assert report.end_to_end.slo_attainment == 1.0

@@ -149,3 +149,30 @@ def test_rejects_nothing_silently_for_zero_rate_group():
 
     with pytest.raises(DispatchError):
         build_schedule("m", mp)
+
+
+def test_join_children_are_spread_at_their_parents_rates():
+    # tests/unit/planner/test_robust.py's join: c spreads a1's children at 75 req/s and a2's at 25 req/s
+    # (dispatch.spread_rates), worst case 0.08 + 1/75 s. Spreading a1's bursts of 2 at the one smallest
+    # rate instead (dispatch.spread_rate, 25 req/s) puts the second 1/25 s later, in the next window:
+    # measured above the plan's figure, so the simulator must use the per-parent rates.
+    from planner.robust import annotate, realise
+    from tests.unit.planner.test_robust import join
+    from tests.unit.planner.test_robust import module_plan as robust_module_plan
+
+    problem, plan = join(robust_module_plan((4, 1, 0.04, 1, 100.0), wcl=0.08))
+    annotated = annotate(problem, plan, realise(problem, plan))
+    figure = annotated.modules["c"].worst_case_latency_s
+    assert figure == pytest.approx(0.08 + 1 / 75, rel=1e-5)
+    per_parent = simulate(problem, annotated, 20.0).modules["c"]
+    assert per_parent.overflow_batches == 0 and per_parent.measured_worst_case_s <= figure + 1e-9
+    info = {k: v for k, v in annotated.modules["c"].dispatch.items() if k != "spread_rates"}
+    one_rate = annotated.model_copy(
+        update={
+            "modules": {
+                **annotated.modules,
+                "c": annotated.modules["c"].model_copy(update={"dispatch": info}),
+            }
+        }
+    )
+    assert simulate(problem, one_rate, 20.0).modules["c"].measured_worst_case_s > figure + 1e-3
