@@ -168,10 +168,10 @@ class FleetStack(Stack):
                 resources=[p.config_table.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.WORKER_CONFIG_KEYS)}},
             ),
-            # task records and frame outcomes (conditional puts), a frame read back (query)
+            # task records and frame outcomes (conditional puts), a frame read back (by key)
             iam.PolicyStatement(
                 sid="Results",
-                actions=["dynamodb:PutItem", "dynamodb:Query"],
+                actions=["dynamodb:PutItem", "dynamodb:BatchGetItem"],
                 resources=[p.results_table.table_arn],
             ),
             iam.PolicyStatement(

@@ -244,10 +244,10 @@ class FrontStack(Stack):
                 resources=[props.config_table.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.FRONT_CONFIG_KEYS)}},
             ),
-            # frame records (batch write) and a request's results (query)
+            # frame records (batch write) and a request's results (its items by key)
             iam.PolicyStatement(
                 sid="Results",
-                actions=["dynamodb:BatchWriteItem", "dynamodb:Query"],
+                actions=["dynamodb:BatchWriteItem", "dynamodb:BatchGetItem"],
                 resources=[props.results_table.table_arn],
             ),
             # dispatch (SendMessageBatch) and the admission backlog check (queue depth)

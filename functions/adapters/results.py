@@ -144,26 +144,26 @@ class ResultStore:
 
     # -- readers -----------------------------------------------------------------------------------
     def get_request(self, request_id: str) -> ResultOut | None:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "pk = :p",
-            "ExpressionAttributeValues": {":p": {"S": request_id}},
-            "ConsistentRead": True,
-        }
-        items: list[dict[str, Any]] = []
-        try:
-            while True:
-                page = self._ddb.query(**kwargs)
-                items.extend(from_item(i) for i in page.get("Items", []))
-                if "LastEvaluatedKey" not in page:
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        except ClientError as exc:
-            raise ResultStoreError(f"cannot read request {request_id}: {exc}") from exc
-        frame = next((i for i in items if i["sk"] == _FRAME_SK), None)
+        """The request's frame and every recorded task reachable from its roots; None when the
+        frame item does not exist.
+
+        Read by key, level by level (frame item -> root tasks -> their children ..., one
+        consistent ``BatchGetItem`` per level): the task ids of a level are listed in the items of
+        the level above. Not one ``Query`` of the partition: moto answers a Query by scanning the
+        whole table, so GET /v1/requests/{id} slowed as the local results table grew (see
+        ``FrameOutcomes._read``, which reads the same way). A task that is not recorded yet ends
+        its branch (the frame reads ``queued``); its siblings are still read. Only reachable tasks
+        are listed: a worker records a task before forwarding its children, whose ids it lists."""
+        frame = self._read_items([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
         if frame is None:
             return None
-        tasks = {i["sk"].removeprefix("task#"): i for i in items if i["sk"].startswith("task#")}
+        tasks: dict[str, dict[str, Any]] = {}
+        level = _split(frame.get("roots"))
+        while level:
+            got = self._read_items([(request_id, f"task#{t}") for t in level])
+            found = {sk.removeprefix("task#"): item for (_, sk), item in got.items()}
+            tasks.update(found)
+            level = [c for item in found.values() for c in _split(item.get("children")) if c not in tasks]
         status, finished = _completion(frame, tasks)
         return ResultOut(
             request_id=request_id,
@@ -175,6 +175,34 @@ class ResultStore:
             latency_s=(finished - frame["accepted_at"]) if finished is not None else None,
             tasks=sorted((_task_out(i) for i in tasks.values()), key=lambda t: (t.started_at, t.task_id)),
         )
+
+    def _read_items(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """The items of ``keys`` ((pk, sk) pairs) that exist, by key: consistent ``BatchGetItem``
+        calls of at most 100 keys, unprocessed keys retried with backoff."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        unique = list(dict.fromkeys(keys))  # BatchGetItem refuses duplicate keys
+        for i in range(0, len(unique), 100):
+            want: dict[str, Any] = {
+                self._table: {
+                    "Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in unique[i : i + 100]],
+                    "ConsistentRead": True,
+                }
+            }
+            for attempt in range(6):
+                try:
+                    page = self._ddb.batch_get_item(RequestItems=want)
+                except ClientError as exc:
+                    raise ResultStoreError(f"cannot read request {unique[i][0]}: {exc}") from exc
+                for item in page.get("Responses", {}).get(self._table, []):
+                    doc = from_item(item)
+                    out[(doc["pk"], doc["sk"])] = doc
+                want = page.get("UnprocessedKeys") or {}
+                if not want:
+                    break
+                time.sleep(0.02 * 2**attempt)
+            if want:
+                raise ResultStoreError("DynamoDB left result items unread after 6 tries")
+        return out
 
 
 def _split(csv: str | None) -> list[str]:

@@ -70,7 +70,7 @@ _EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVi
 FRONT_ACTIONS = _OWN_LOGS | {
     "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan",  # keys, plan in force, apps
     "dynamodb:PutItem", "dynamodb:UpdateItem",  # admin.py: appspec#<app>, control#replan
-    "dynamodb:BatchWriteItem", "dynamodb:Query",  # adapters/results.py: frame records, results
+    "dynamodb:BatchWriteItem",  # adapters/results.py: frame records (results read by BatchGetItem)
     "sqs:SendMessage",  # adapters/queues.py send (SendMessageBatch)
     "sqs:GetQueueAttributes",  # front/admission.py backlog check (TaskQueues.depth)
     "s3:PutObject",  # frames/ (service.py), registry/ (admin registration)
@@ -79,10 +79,9 @@ FRONT_ACTIONS = _OWN_LOGS | {
     "cloudwatch:PutMetricData",
 }  # fmt: skip
 WORKER_ACTIONS = {
-    "dynamodb:GetItem", "dynamodb:BatchGetItem",  # plan_store.py reads, registry.py record
+    "dynamodb:GetItem", "dynamodb:BatchGetItem",  # plan_store.py reads, registry.py; outcomes.py read-back
     "dynamodb:PutItem",  # claims, heartbeats (config); task records, outcomes (results)
     "dynamodb:DeleteItem",  # plan_store.py release (conditional)
-    "dynamodb:Query",  # results.py get_request (outcomes.py reads a frame back)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage",
     "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires
     "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver)
