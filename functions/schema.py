@@ -20,6 +20,7 @@ from planner.models import Plan  # noqa: TC001 - pydantic resolves it at run tim
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SERVICE_CORRECTION_KEY",
     "Assignment",
     "Deployment",
     "ErrorOut",
@@ -87,6 +88,11 @@ class TaskMessage(BaseModel):
         return cls.model_validate_json(body)
 
 
+#: Module-plan extra: the service-time correction (hardware -> s) its batch durations include
+#: (functions/control/calibration.py); an emulating worker sleeps the duration without it.
+SERVICE_CORRECTION_KEY = "service_correction_s"
+
+
 class Assignment(BaseModel):
     """What one worker process serves: a machine of a module's config group and its queue."""
 
@@ -100,6 +106,7 @@ class Assignment(BaseModel):
     concurrency: int = 1
     duration_s: float  # the planned batch duration (what the plan assumed, overheads included)
     model_s: float | None = None  # the profile's own batch duration (what emulation sleeps)
+    added_wait_s: float = 0.0  # the most its batches may wait for co-located shares (fleet packing)
     queue_url: str
     runtime: Literal["onnx", "emulated"]
     model: str = ""

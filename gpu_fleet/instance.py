@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from functions.errors import DataPlaneError, QueueError
-from functions.schema import Assignment, queue_key
+from functions.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
 from gpu_fleet.lifecycle import DrainNotice, LifecycleError
 from gpu_fleet.worker import Device, Worker
 
@@ -159,6 +159,9 @@ def assignment_for(
             f"{share.module} group {share.group} machine {share.machine}"
         )
     runtime, model, path, threads = resolve(deployment, share)
+    mp = deployment.plan.modules.get(share.module)
+    corrections = (mp.model_extra or {}).get(SERVICE_CORRECTION_KEY) if mp is not None else None
+    correction = float((corrections or {}).get(share.hardware, 0.0))
     return Assignment(
         worker_id=f"{instance_id}:{share.app}.{share.module}.g{share.group}.m{share.machine}",
         app=share.app,
@@ -169,7 +172,10 @@ def assignment_for(
         batch=share.batch,
         concurrency=share.concurrency,
         duration_s=share.duration_s,
-        model_s=max(share.duration_s - deployment.overhead_s, 0.0),
+        # what emulation sleeps: the profile's duration, without the hop overhead and without the
+        # service-time correction the plan learned (functions/control/calibration.py)
+        model_s=max(share.duration_s - deployment.overhead_s - correction, 0.0),
+        added_wait_s=share.added_wait_s,
         queue_url=url,
         runtime="onnx" if runtime == "onnx" else "emulated",
         model=model,

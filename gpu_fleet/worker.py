@@ -411,6 +411,14 @@ class Worker:
         if run:
             put("BatchFill", len(run) / self.assignment.batch, "None", **dims)
             put("BatchMs", (done - start) * 1e3, "Milliseconds", **dims)
+            # how much later than planned the batch finished, from its window end: the planned batch
+            # duration covers the hop (SQS, grace, decode) and the run, the packing's added wait the
+            # co-located shares; the control loop adds a module's positive maximum to its profile
+            # (functions/control/calibration.py)
+            a = self.assignment
+            close_at = min(p.message.window_end for p in run)
+            overrun = (done - close_at - a.duration_s - a.added_wait_s) * 1e3
+            put("ServiceOverrunMs", overrun, "Milliseconds", **dims)
         put("Drops", out.dropped, **dims)
         put("Duplicates", out.duplicates, **dims)
 

@@ -15,7 +15,7 @@ from functions.errors import MetricsError
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["SHED_REASONS", "ObservedRates", "RateWindow"]
+__all__ = ["SHED_REASONS", "ObservedRates", "RateWindow", "ServiceOverruns"]
 
 _MAX_QUERIES = 500  # GetMetricData's limit per call
 #: FrontRejected reasons that mean "no planned capacity for this frame" (functions/front/admission.py)
@@ -99,3 +99,61 @@ class ObservedRates:
             except ClientError as exc:
                 raise MetricsError(f"GetMetricData failed: {exc}") from exc
         return {app: total / window.seconds for app, total in out.items()}
+
+
+class ServiceOverruns:
+    """The workers' ``ServiceOverrunMs`` (per batch: window end to done, minus the planned batch
+    duration; gpu_fleet/worker.py), its ``Maximum`` per (app, module, hardware) over a window, in
+    seconds. A key with no data is left out (not run in the window)."""
+
+    def __init__(self, client: Any, namespace: str, metric: str = "ServiceOverrunMs"):
+        self._cw = client
+        self.namespace = namespace
+        self.metric = metric
+
+    def maxima(
+        self, keys: Iterable[tuple[str, str, str]], window: RateWindow
+    ) -> dict[tuple[str, str, str], float]:
+        series = sorted(set(keys))
+        out: dict[tuple[str, str, str], float] = {}
+        start = dt.datetime.fromtimestamp(window.start, dt.UTC)
+        end = dt.datetime.fromtimestamp(window.end, dt.UTC)
+        for i in range(0, len(series), _MAX_QUERIES):
+            chunk = series[i : i + _MAX_QUERIES]
+            queries = [
+                {
+                    "Id": f"m{k}",
+                    "MetricStat": {
+                        "Metric": {
+                            "Namespace": self.namespace,
+                            "MetricName": self.metric,
+                            # in name order, as the workers' metrics put them (moto matches
+                            # dimensions as a list; CloudWatch as a set)
+                            "Dimensions": [
+                                {"Name": "App", "Value": app},
+                                {"Name": "Hardware", "Value": hw},
+                                {"Name": "Module", "Value": module},
+                            ],
+                        },
+                        "Period": window.period_s,
+                        "Stat": "Maximum",
+                    },
+                    "ReturnData": True,
+                }
+                for k, (app, module, hw) in enumerate(chunk)
+            ]
+            kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
+            try:
+                while True:
+                    page = self._cw.get_metric_data(**kwargs)
+                    for res in page.get("MetricDataResults", []):
+                        values = [float(v) for v in res.get("Values", [])]
+                        if values:
+                            key = chunk[int(res["Id"][1:])]
+                            out[key] = max(out.get(key, -math.inf), max(values) / 1e3)
+                    if not page.get("NextToken"):
+                        break
+                    kwargs["NextToken"] = page["NextToken"]
+            except ClientError as exc:
+                raise MetricsError(f"GetMetricData failed: {exc}") from exc
+        return out

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from functions.schema import SERVICE_CORRECTION_KEY as CORRECTION_KEY
 from functions.schema import Deployment
 
 if TYPE_CHECKING:
@@ -101,9 +102,14 @@ def build_deployment(
     make_queues: Callable[[str, ModulePlan], dict[str, str]],
     emulated: list[str],
     overhead_s: float,
+    corrections: Mapping[str, float] | None = None,
 ) -> Deployment:
     """The app's deployment in ``version``: unchanged modules keep their module plan (exactly) and
-    queues; ``make_queues(module, module_plan)`` creates the changed modules' queues."""
+    queues; ``make_queues(module, module_plan)`` creates the changed modules' queues. A changed
+    module's plan records the service-time corrections its durations include
+    (``service_correction_s``: hardware -> s; ``"module@hardware"`` keys of ``corrections``), so a
+    worker emulating the hardware sleeps the profile's duration, not the correction."""
+    corr = corrections or {}
     modules: dict[str, Any] = {}
     queues: dict[str, dict[str, str]] = {}
     for m, mp in plan.modules.items():
@@ -111,7 +117,8 @@ def build_deployment(
             modules[m] = previous.plan.modules[m]
             queues[m] = dict(previous.queues[m])
         else:
-            modules[m] = mp
+            mine = {k.split("@", 1)[1]: v for k, v in corr.items() if k.split("@", 1)[0] == m}
+            modules[m] = mp.model_copy(update={CORRECTION_KEY: mine}) if mine else mp
             queues[m] = make_queues(m, mp)
     has_parent = {d for _, d, _ in spec.edges}
     return Deployment(

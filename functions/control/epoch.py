@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from functions.control.deployments import AppChange, app_change, build_deployment, changed_apps
 from functions.control.errors import ControlError
 from functions.control.state import ControlState, EpochTaken
+from functions.errors import MetricsError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from functions.adapters.autoscaling import FleetGroups, GroupState
     from functions.adapters.metrics import Metrics
     from functions.adapters.plan_store import Manifest, PlanStore
-    from functions.adapters.rates import ObservedRates
+    from functions.adapters.rates import ObservedRates, RateWindow, ServiceOverruns
     from functions.control.activation import ActivationCheck
     from functions.control.backlog import BacklogSummary
     from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
@@ -77,6 +78,7 @@ class ControlConfig:
     activate_poll_s: float = 2.0  # s between readiness reads while it waits
     heartbeat_fresh_s: float = 30.0  # s: a heartbeat older than this does not show a slot served
     hop_overhead_s: float = 0.05  # s added to every profile duration (SQS hop, result write, grace)
+    calibrate: bool = False  # opt-in: learn service-time corrections from ServiceOverrunMs (calibration.py)
     rate_period_s: int = 60  # s: CloudWatch period the observed rate is summed over
     unavailable_s: float = 600.0  # s a hardware type is left out after a failed launch
     stale_s: float = 180.0  # s: an instance whose heartbeat is older is gone
@@ -120,6 +122,7 @@ class ControlConfig:
                 activate_wait_s=float(e.get("SKINFLINT_ACTIVATE_WAIT_S", d.activate_wait_s)),
                 heartbeat_fresh_s=float(e.get("SKINFLINT_HEARTBEAT_FRESH_S", d.heartbeat_fresh_s)),
                 hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
+                calibrate=(e.get("SKINFLINT_CALIBRATE", "0").strip().lower() in ("1", "true", "yes")),
                 rate_period_s=int(e.get("SKINFLINT_RATE_PERIOD_S", d.rate_period_s)),
                 unavailable_s=float(e.get("SKINFLINT_UNAVAILABLE_S", d.unavailable_s)),
                 stale_s=float(e.get("SKINFLINT_INSTANCE_STALE_S", d.stale_s)),
@@ -161,6 +164,7 @@ class EpochSummary:
     error: str | None = None
     gc: dict[str, Any] = field(default_factory=dict)
     activation: dict[str, Any] = field(default_factory=dict)  # functions.control.activation.ActivationCheck
+    corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -194,6 +198,7 @@ class Controller:
     catalog: Mapping[str, HardwareSpec]
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    overruns: ServiceOverruns | None = None  # the workers' ServiceOverrunMs (None: no calibration)
 
     # -- the epoch ---------------------------------------------------------------------------------
     def run_epoch(self, reason: str = "schedule") -> EpochSummary:
@@ -368,6 +373,7 @@ class Controller:
                 make_queues=self._queue_factory(a, version),
                 emulated=emulated[a],
                 overhead_s=self.config.hop_overhead_s,
+                corrections=state.corrections.get(a),
             )
 
         with ThreadPoolExecutor(max_workers=self.config.queue_workers) as pool:  # CreateQueue dominates
@@ -504,6 +510,7 @@ class Controller:
         observed = self.rates.frame_rates(apps, window) if apps else {}
         for gone in set(state.history) - set(apps):
             del state.history[gone]
+        self._calibrate(state, apps, cur_deps, window, summary)
         rates: dict[str, float] = {}
         problems: dict[str, ProblemSpec] = {}
         failed: dict[str, str] = {}
@@ -524,7 +531,12 @@ class Controller:
                 summary.rates[name].update(planned=round(rates[name], 4), backlog=round(boosts[name], 4))
             try:
                 problems[name] = app_problem(
-                    spec, rates[name], self.catalog, available, self.config.hop_overhead_s
+                    spec,
+                    rates[name],
+                    self.catalog,
+                    available,
+                    self.config.hop_overhead_s,
+                    state.corrections.get(name),
                 )
             except ValueError as exc:
                 failed[name] = str(exc).splitlines()[0]
@@ -546,6 +558,43 @@ class Controller:
                 plans[a], rates[a] = dep.plan, dep.frame_rate
         rates = {a: rates[a] for a in plans}
         return _Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
+
+    def _calibrate(
+        self,
+        state: ControlState,
+        apps: Mapping[str, Any],
+        cur_deps: Mapping[str, Deployment],
+        window: RateWindow,
+        summary: EpochSummary,
+    ) -> None:
+        """Update each app's service-time corrections from the largest ``ServiceOverrunMs`` of its
+        modules in the window (functions/control/calibration.py). A failed read keeps them."""
+        from functions.control.calibration import correction_keys, in_force, update_corrections
+
+        for gone in set(state.corrections) - set(apps):
+            del state.corrections[gone]
+        for gone in set(state.corrections_low) - set(apps):
+            del state.corrections_low[gone]
+        if self.overruns is None or not self.config.calibrate:
+            return
+        deps = [d for a, d in cur_deps.items() if a in apps]
+        try:
+            maxima = self.overruns.maxima(correction_keys(deps), window) if deps else {}
+        except MetricsError as exc:
+            summary.warnings.append(f"service overruns not read, corrections kept: {exc}")
+            return
+        for dep in deps:
+            app = dep.app
+            seen = {(m, hw): v for (a, m, hw), v in maxima.items() if a == app}
+            low = state.corrections_low.setdefault(app, {})
+            new = update_corrections(state.corrections.get(app, {}), seen, in_force(dep), low=low)
+            if not low:
+                state.corrections_low.pop(app, None)
+            if new:
+                state.corrections[app] = new
+            else:
+                state.corrections.pop(app, None)
+        summary.corrections = {a: dict(c) for a, c in state.corrections.items()}
 
     def _solver(self, problem: ProblemSpec) -> Plan:
         """The dispatch-aware solve (docs/dispatch.md): each module's worst case is what the

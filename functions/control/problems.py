@@ -16,16 +16,21 @@ if TYPE_CHECKING:
 __all__ = ["adjust_profiles", "app_problem", "max_children", "usable_hardware"]
 
 
-def adjust_profiles(problem: ProblemSpec, overhead_s: float) -> ProblemSpec:
+def adjust_profiles(
+    problem: ProblemSpec, overhead_s: float, corrections: Mapping[str, float] | None = None
+) -> ProblemSpec:
     """Every profile entry's duration becomes its p95 (``p95_s``, when measured) plus ``overhead_s``:
-    what one hop of the data plane really takes around the model (SQS, result write, grace)."""
+    what one hop of the data plane really takes around the model (SQS, result write, grace), plus
+    the service-time correction learned for the module on that hardware (``"module@hardware"`` -> s,
+    :mod:`functions.control.calibration`)."""
+    corr = corrections or {}
     modules = {}
     for name, mod in problem.modules.items():
         entries = []
         for e in mod.profile:
             extra = e.model_extra or {}
-            d = float(extra.get("p95_s") or e.duration_s)
-            entries.append(e.model_copy(update={"duration_s": d + overhead_s}))
+            d = float(extra.get("p95_s") or e.duration_s) + overhead_s + corr.get(f"{name}@{e.hardware}", 0.0)
+            entries.append(e.model_copy(update={"duration_s": d}))
         modules[name] = mod.model_copy(update={"profile": entries})
     return problem.model_copy(update={"modules": modules})
 
@@ -59,10 +64,12 @@ def app_problem(
     catalog: Mapping[str, HardwareSpec],
     available: Iterable[str] | None,
     overhead_s: float,
+    corrections: Mapping[str, float] | None = None,
 ) -> ProblemSpec:
     """The planner's problem for ``spec`` at ``frame_rate`` frames/s, with the extra
-    ``max_children_per_request`` (:func:`max_children`) when the app has edges. Raises ``ValueError``
-    naming the module that has no profile on the usable hardware."""
+    ``max_children_per_request`` (:func:`max_children`) when the app has edges and the app's
+    service-time ``corrections`` added to its profiles (:func:`adjust_profiles`). Raises
+    ``ValueError`` naming the module that has no profile on the usable hardware."""
     from planner.robust import FAN_OUT_KEY
 
     hw = usable_hardware(spec, catalog, available)
@@ -83,4 +90,4 @@ def app_problem(
     if spec.edges:
         update[FAN_OUT_KEY] = max_children(spec.edges)
     problem = problem.model_copy(update=update)
-    return adjust_profiles(problem, overhead_s)
+    return adjust_profiles(problem, overhead_s, corrections)

@@ -80,7 +80,7 @@ def build_controller(
     from functions.adapters.metrics import CloudWatchMetrics
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
-    from functions.adapters.rates import ObservedRates
+    from functions.adapters.rates import ObservedRates, ServiceOverruns
     from functions.control.epoch import Controller
     from functions.control.registry import AppRegistry
     from functions.control.state import StateStore
@@ -100,6 +100,7 @@ def build_controller(
         registry=AppRegistry(ddb, data.config_table, s3, data.bucket),
         states=StateStore(ddb, data.config_table),
         rates=ObservedRates(cw, data.metrics_namespace),
+        overruns=ServiceOverruns(cw, data.metrics_namespace),
         groups=FleetGroups(client("autoscaling"), control.asg_names),
         sqs=sqs,
         depth=TaskQueues(sqs).depth,

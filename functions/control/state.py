@@ -36,6 +36,9 @@ class ControlState(BaseModel):
     boosts: dict[str, float] = Field(default_factory=dict)  # app -> rate factor for the next epoch only
     corrected_at: dict[str, float] = Field(default_factory=dict)  # app -> last correction (epoch s)
     last_check: dict[str, Any] = Field(default_factory=dict)  # the last backlog check's summary
+    # service-time corrections (functions/control/calibration.py): app -> "module@hardware" -> s
+    corrections: dict[str, dict[str, float]] = Field(default_factory=dict)
+    corrections_low: dict[str, dict[str, list[float]]] = Field(default_factory=dict)  # shrink streaks
 
 
 class StateStore:

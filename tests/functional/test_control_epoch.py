@@ -439,3 +439,59 @@ def test_gc_keeps_versions_workers_serve_and_deletes_drained_ones(env: Env) -> N
     assert v1 not in env.ctl.plans.versions() and out.gc["deleted_versions"] == [v1]
     alive = set(env.clients["sqs"].list_queues().get("QueueUrls", []))
     assert not (only_old & alive) and new_queues <= alive
+
+
+def test_service_overruns_are_learned_into_the_next_plan(env: Env) -> None:
+    """The workers report batches finishing 40 ms later than planned on one module: the next epoch
+    adds a 40 ms correction to that module's profile on that hardware and re-plans with it."""
+    from dataclasses import replace
+
+    env.ctl.config = replace(env.ctl.config, calibrate=True)  # opt-in (SKINFLINT_CALIBRATE=1)
+    env.register(SPEC)
+    first = env.ctl.run_epoch()
+    assert first.status == "published" and not first.corrections
+    dep = env.ctl.plans.deployment(first.version, "cams")
+    assert dep is not None
+    hw = dep.plan.modules["det"].groups[0].hardware
+    before = dep.plan.modules["det"].groups[0].duration_s
+    start = math.floor((env.clock.t + 60) / 60) * 60 - 60
+    dims = [
+        {"Name": "App", "Value": "cams"},
+        {"Name": "Hardware", "Value": hw},
+        {"Name": "Module", "Value": "det"},
+    ]
+    env.clients["cloudwatch"].put_metric_data(
+        Namespace=env.cfg.metrics_namespace,
+        MetricData=[
+            {
+                "MetricName": "ServiceOverrunMs",
+                "Dimensions": dims,
+                "Timestamp": start + 5,
+                "StatisticValues": {"SampleCount": 30, "Sum": -300.0, "Minimum": -20.0, "Maximum": 38.0},
+                "Unit": "Milliseconds",
+            }
+        ],
+    )
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.corrections == {"cams": {f"det@{hw}": pytest.approx(0.04)}}, out.as_json()
+    assert out.status == "published"
+    after = env.ctl.plans.deployment(out.version, "cams")
+    assert after is not None
+    det = [g for g in after.plan.modules["det"].groups if g.hardware == hw]
+    assert det and det[0].batch == dep.plan.modules["det"].groups[0].batch
+    assert det[0].duration_s == pytest.approx(before + 0.04, abs=1e-6)
+    # the module plan says what its durations include, so an emulating worker sleeps the profile's
+    from gpu_fleet.instance import assignment_for
+
+    assert (after.plan.modules["det"].model_extra or {})["service_correction_s"] == {hw: 0.04}
+    share = next(s for i in env.ctl.plans.fleet(out.version).instances for s in i.shares if s.module == "det")
+    a = assignment_for(share, after, "i-1", lambda _d, _s: ("emulated", "det-net", None, 1))
+    assert a.model_s == pytest.approx(share.duration_s - after.overhead_s - 0.04)
+    assert a.duration_s == pytest.approx(share.duration_s)
+    # the correction is state: a quiet window keeps it (the plan in force already carries it)
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    again = env.ctl.run_epoch()
+    assert again.status == "unchanged" and again.corrections == out.corrections
