@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from functions.schema import ResultOut
     from planner.models import ModulePlan, Plan
@@ -42,14 +42,28 @@ def _dispatch_figures(mp: ModulePlan) -> dict[str, Any]:
     }
 
 
+def _bound(
+    planned_at: Callable[[str, float], float | None] | None, module: str, t0: float, t1: float
+) -> float | None:
+    if planned_at is None:
+        return None
+    figures = [x for x in (planned_at(module, t0), planned_at(module, t1)) if x is not None]
+    return max(figures) if figures else None
+
+
 def summarise(
     sent: int,
     results: Sequence[ResultOut | None],
     plan: Plan,
     slo_s: float,
     emulated_hardware: Sequence[str],
+    planned_at: Callable[[str, float], float | None] | None = None,
 ) -> dict[str, Any]:
-    """``results[i]`` is the last answer for frame i (None when the front never accepted it)."""
+    """``results[i]`` is the last answer for frame i (None when the front never accepted it).
+    ``planned_at(module, t)``: the module's planned worst case in the plan version serving at ``t``;
+    a task is *over plan* when it took longer than that at both its enqueue and its finish time
+    (a task that straddles a version change is held to the looser of the two). Without it, every
+    task is held to ``plan``'s figure."""
     extra = plan.model_extra or {}
     answered = [r for r in results if r is not None and r.status == "done"]
     dropped = [r for r in results if r is not None and r.status == "dropped"]
@@ -68,6 +82,7 @@ def summarise(
             "measured_p99_s": None,
             "wait_worst_s": None,
             "run_worst_s": None,
+            "over_plan": 0,
             "tasks": 0,
             "dropped": 0,
             "emulated": any(h in emulated_hardware for h in hw),
@@ -83,7 +98,11 @@ def summarise(
             if t.status == "dropped":
                 modules[t.module]["dropped"] += 1
                 continue
-            per_module[t.module].append(t.finished_at - t.enqueued_at)
+            took = t.finished_at - t.enqueued_at
+            per_module[t.module].append(took)
+            bound = _bound(planned_at, t.module, t.enqueued_at, t.finished_at)
+            if took > (modules[t.module]["planned_worst_s"] if bound is None else bound) + 1e-9:
+                modules[t.module]["over_plan"] += 1
             waits[t.module].append(t.started_at - t.enqueued_at)
             runs[t.module].append(t.finished_at - t.started_at)
     for m, xs in per_module.items():
