@@ -91,4 +91,17 @@ def test_summary_counts_answered_dropped_lost_and_module_worst_cases():
     m = s["modules"]["det"]
     assert m["measured_worst_s"] == 0.12 and m["planned_worst_s"] == 0.15 and m["dropped"] == 1
     assert m["hardware"] == ["t4 (emulated)"] and m["emulated"]
-
+    assert m["over_plan"] == 0
+    # held to the version serving at the time: 0.11 s allowed until t = 0.05, 0.2 s from then on;
+    # the 0.12 s task straddles the change (held to the looser figure), the 0.1 s one is within
+    s = summarise(
+        5,
+        [ok, slow],
+        plan,
+        slo_s=0.25,
+        emulated_hardware=["t4"],
+        planned_at=lambda _m, t: 0.11 if t < 0.05 else 0.2,
+    )
+    assert s["modules"]["det"]["over_plan"] == 0
+    s = summarise(5, [ok, slow], plan, slo_s=0.25, emulated_hardware=["t4"], planned_at=lambda _m, t: 0.11)
+    assert s["modules"]["det"]["over_plan"] == 1
