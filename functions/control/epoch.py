@@ -89,6 +89,9 @@ class ControlConfig:
     queue_workers: int = 1  # apps whose queues are created in parallel (moto's SQS is not thread-safe)
     policy: str = "skinflint"
     child_headroom: float = 0.0  # extra planned rate of child modules (planner.robust, docs/dispatch.md)
+    # hardware -> the most machines of it one app's plan may use (the local stack: this host's real
+    # CPU runs at most one); a module over it is planned without that class (problems.solve_within_caps)
+    machine_caps: dict[str, int] = field(default_factory=dict)
     backlog_cooldown_s: float = 60.0  # s: an app's backlog is corrected at most once this often
     backlog_min_boost: float = 0.1  # a correction plans a late module for at least 1.1 x its capacity
     backlog_max_boost: float = 1.0  # ... and at most 2 x
@@ -133,6 +136,9 @@ class ControlConfig:
                 queue_prefix=e.get("SKINFLINT_QUEUE_PREFIX", d.queue_prefix),
                 queue_workers=max(1, int(e.get("SKINFLINT_QUEUE_WORKERS", d.queue_workers))),
                 child_headroom=float(e.get("SKINFLINT_CHILD_HEADROOM", d.child_headroom)),
+                machine_caps={
+                    k: int(v) for k, v in json.loads(e.get("SKINFLINT_MACHINE_CAPS") or "{}").items()
+                },
                 backlog_cooldown_s=float(e.get("SKINFLINT_BACKLOG_COOLDOWN_S", d.backlog_cooldown_s)),
                 backlog_max_boost=float(e.get("SKINFLINT_BACKLOG_MAX_BOOST", d.backlog_max_boost)),
             )
@@ -548,6 +554,17 @@ class Controller:
             policy=self.config.policy,
             solver=self._solver,
         )
+        over = self._over_caps(result.plans)
+        if over:  # a held or grown plan (not solved this epoch) uses more than a cap allows
+            result = plan_fleet(
+                problems,
+                previous=cur_fleet,
+                previous_plans={
+                    a: d.plan for a, d in cur_deps.items() if _realised(d.plan) and a not in over
+                },
+                policy=self.config.policy,
+                solver=self._solver,
+            )
         failed.update(result.failed)
         plans = dict(result.plans)
         fleet = result.fleet
@@ -596,6 +613,17 @@ class Controller:
                 state.corrections.pop(app, None)
         summary.corrections = {a: dict(c) for a, c in state.corrections.items()}
 
+    def _over_caps(self, plans: Mapping[str, Plan]) -> set[str]:
+        from functions.control.problems import machine_count
+
+        caps = self.config.machine_caps
+        return {
+            a
+            for a, p in plans.items()
+            for hw, cap in caps.items()
+            if sum(machine_count(p, hw).values()) > cap
+        }
+
     def _solver(self, problem: ProblemSpec) -> Plan:
         """The dispatch-aware solve (docs/dispatch.md): each module's worst case is what the
         time-window dispatch realises (schedule bound, bursts of at most ``max_children_per_request``
@@ -603,9 +631,16 @@ class Controller:
         plan records ``dispatch.spread_rate`` for the data plane."""
         from planner.robust import solve_dispatchable
 
-        return solve_dispatchable(
-            problem, policy=self.config.policy, objective="billed", child_headroom=self.config.child_headroom
-        )
+        def solve(p: ProblemSpec) -> Plan:
+            return solve_dispatchable(
+                p, policy=self.config.policy, objective="billed", child_headroom=self.config.child_headroom
+            )
+
+        if not self.config.machine_caps:
+            return solve(problem)
+        from functions.control.problems import solve_within_caps
+
+        return solve_within_caps(problem, solve, self.config.machine_caps)[0]  # the plan
 
     def _repack(
         self,

@@ -8,12 +8,19 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from functions.control.registry import RegistrationSpec
-    from planner.models import HardwareSpec, ProblemSpec
+    from planner.models import HardwareSpec, Plan, ProblemSpec
 
-__all__ = ["adjust_profiles", "app_problem", "max_children", "usable_hardware"]
+__all__ = [
+    "adjust_profiles",
+    "app_problem",
+    "machine_count",
+    "max_children",
+    "solve_within_caps",
+    "usable_hardware",
+]
 
 
 def adjust_profiles(
@@ -91,3 +98,36 @@ def app_problem(
         update[FAN_OUT_KEY] = max_children(spec.edges)
     problem = problem.model_copy(update=update)
     return adjust_profiles(problem, overhead_s, corrections)
+
+
+def machine_count(plan: Plan, hardware: str) -> dict[str, int]:
+    """Machines of ``hardware`` per module of ``plan``."""
+    return {m: sum(g.machines for g in mp.groups if g.hardware == hardware) for m, mp in plan.modules.items()}
+
+
+def solve_within_caps(
+    problem: ProblemSpec, solve: Callable[[ProblemSpec], Plan], caps: Mapping[str, int]
+) -> tuple[Plan, ProblemSpec, list[str]]:
+    """Solve, then, while the plan uses more machines of a capped hardware class than ``caps``
+    allows (e.g. the local stack's real CPU: this host's cores run at most one such machine), take
+    that class away from the module with the most machines on it and solve again. Returns the plan,
+    the problem it solves (moved modules without the class) and one note per module moved. When no
+    module can move (the class is its only one) the last plan is returned: the caller decides."""
+    notes: list[str] = []
+    while True:
+        plan = solve(problem)
+        counts = {hw: machine_count(plan, hw) for hw in sorted(caps)}
+        over = [hw for hw, per in counts.items() if sum(per.values()) > caps[hw]]
+        if not over:
+            return plan, problem, notes
+        hw = over[0]
+        per = counts[hw]
+        worst = max(per, key=lambda m: (per[m], m))
+        mod = problem.modules[worst]
+        keep = [e for e in mod.profile if e.hardware != hw]
+        if not keep:
+            return plan, problem, notes
+        notes.append(f"{worst}: moved off {hw} (at most {caps[hw]} machine(s) of it)")
+        problem = problem.model_copy(
+            update={"modules": {**problem.modules, worst: mod.model_copy(update={"profile": keep})}}
+        )

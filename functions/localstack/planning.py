@@ -51,6 +51,8 @@ class LocalPlan:
     model_dir: Path
     overhead_s: float
     notes: list[str] = field(default_factory=list)
+    # the most machines of each real CPU class (this host's cores): the control loop plans within it
+    machine_caps: dict[str, int] = field(default_factory=dict)
 
     def threads(self, module: str, group: MachineGroup) -> int:
         """onnxruntime threads of a group's machine: those of the profile entry the plan chose."""
@@ -149,7 +151,7 @@ def plan_local(
     calibrate: bool = True,
 ) -> LocalPlan:
     """Plan ``app_name`` at ``frame_rate`` for the local stack (see the module doc)."""
-    from functions.control.problems import adjust_profiles
+    from functions.control.problems import adjust_profiles, solve_within_caps
     from profiles.build import detect_gpu
     from profiles.hardware import cpu_hardware, gpu_hardware
     from profiles.store import cache_dir, default_store, load_problem
@@ -184,26 +186,9 @@ def plan_local(
         f"stack share x{CPU_SHARE_FACTOR:g})"
         for m, f in factors.items()
     ]
-    while True:
-        plan = solve_fn(problem)
-        per_module = {
-            m: sum(g.machines for g in mp.groups if _is_real_cpu(g.hardware, catalog, gpu_here))
-            for m, mp in plan.modules.items()
-        }
-        if sum(per_module.values()) <= max_real_cpu_machines:
-            break
-        worst = max(per_module, key=lambda m: per_module[m])
-        mod = problem.modules[worst]
-        keep = [e for e in mod.profile if not _is_real_cpu(e.hardware, catalog, gpu_here)]
-        if not keep:
-            break
-        notes.append(
-            f"{worst}: moved off the local CPU "
-            f"(this host runs at most {max_real_cpu_machines} real CPU machine(s))"
-        )
-        problem = problem.model_copy(
-            update={"modules": {**problem.modules, worst: mod.model_copy(update={"profile": keep})}}
-        )
+    caps = {h: max_real_cpu_machines for h in problem.hardware if _is_real_cpu(h, catalog, gpu_here)}
+    plan, problem, moved = solve_within_caps(problem, solve_fn, caps)
+    notes += [f"{n}: this host's cores run the real CPU machines" for n in moved]
     used = {g.hardware for mp in plan.modules.values() for g in mp.groups}
     emulated = sorted(h for h in used if not _is_real_cpu(h, catalog, gpu_here))
     return LocalPlan(
@@ -216,6 +201,7 @@ def plan_local(
         model_dir=model_dir,
         overhead_s=hop,
         notes=notes,
+        machine_caps=caps,
     )
 
 

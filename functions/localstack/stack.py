@@ -88,18 +88,15 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes], name: 
 def registration_doc(lp: LocalPlan) -> dict[str, Any]:
     """The app registration document of a locally planned app: its DAG, SLO, rate (also the floor:
     the local stack plans for at least the rate it was started with) and, inline, each module's
-    profile entries on the hardware classes the local plan chose for it (measured here, or derived
-    for the emulated GPU classes). Pinning the classes keeps the control loop's plans within what
-    this host can run: the local plan allows at most one real CPU machine, a re-plan by the control
-    loop must not put more modules on the CPU. Durations are given back without the hop overhead
-    the local planning added; the control loop adds its own (``hop_overhead_s``)."""
+    profile entries as the local planning left them (measured here, or derived for the emulated GPU
+    classes; a module it moved off the local CPU has no CPU entries). The control loop keeps the
+    real CPU machines within what this host runs through its ``machine_caps`` (``lp.machine_caps``),
+    the same rule. Durations are given back without the hop overhead the local planning added; the
+    control loop adds its own (``hop_overhead_s``)."""
     profiles: dict[str, list[dict[str, Any]]] = {}
     for name, mod in lp.app.modules.items():
         entries = profiles.setdefault(mod.model, [])
-        chosen = {g.hardware for g in lp.plan.modules[name].groups}
         for e in lp.problem.modules[name].profile:
-            if chosen and e.hardware not in chosen:
-                continue
             raw = {**e.model_dump(), **(e.model_extra or {})}
             raw["duration_s"] = max(e.duration_s - lp.overhead_s, 1e-6)
             if raw not in entries:
@@ -298,6 +295,7 @@ class LocalStack:
             rate_period_s=c.rate_period_s,
             stale_s=max(30.0, 3 * c.epoch_s),
             emulated_hardware=tuple(sorted({h for lp in plans.values() for h in lp.emulated_hardware})),
+            machine_caps={h: n for lp in plans.values() for h, n in lp.machine_caps.items()},
         )
         self.controller = build_controller(cfg, control, clients=clients)
         self.plan_store = PlanStore(ddb, cfg.config_table)

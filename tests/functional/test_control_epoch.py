@@ -495,3 +495,29 @@ def test_service_overruns_are_learned_into_the_next_plan(env: Env) -> None:
     env.clock.t += 60
     again = env.ctl.run_epoch()
     assert again.status == "unchanged" and again.corrections == out.corrections
+
+
+def test_machine_caps_keep_a_class_within_what_it_can_run(env: Env) -> None:
+    """The local stack's real CPU runs at most one machine: a plan that would put more on it moves
+    the module with the most machines there to another class, and re-planning keeps to it."""
+    from dataclasses import replace
+
+    from functions.control.problems import machine_count
+
+    doc = copy.deepcopy(SPEC)
+    doc["hardware"] = ["c6i.large", "t4"]
+    doc["rate"] = 60.0  # more than one c6i.large machine's worth of det or cls
+    env.register(doc)
+    uncapped = env.ctl.run_epoch()
+    assert uncapped.status == "published"
+    plan = env.ctl.plans.deployment(uncapped.version, "cams").plan
+    assert sum(machine_count(plan, "c6i.large").values()) > 1  # the premise
+    env.ctl.config = replace(env.ctl.config, machine_caps={"c6i.large": 1})
+    env.register({**doc, "slo_s": 0.51})  # a new problem: solved again, now within the cap
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published", out.as_json()
+    plan = env.ctl.plans.deployment(out.version, "cams").plan
+    assert sum(machine_count(plan, "c6i.large").values()) <= 1
+    for p in (plan.model_extra or {})["paths"]:
+        assert p["worst_case_latency_s"] <= 0.51 + 1e-9
