@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import json
 import math
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner import dispatch
 from planner.dispatch import DispatchSchedule, build_schedule, build_schedules, rr_pattern, theorem1_latencies
 from planner.models import MachineGroup, ModulePlan, Plan
 
@@ -210,3 +216,135 @@ def test_schedule_origin_honours_a_module_phase():
     # the latest time <= 1000.33 congruent to 0.05 mod 0.2: 1000.25
     assert schedule_origin(1000.33, phased, 0.2) == pytest.approx(1000.25)
     assert schedule_origin(1000.25, phased, 0.2) == pytest.approx(1000.25)
+
+
+# --------------------------------------------------------------------------- frozen schedules (speed-ups)
+
+FROZEN = Path(__file__).parent / "data" / "dispatch_frozen.json"
+
+
+def frozen_plan(groups: list[list[object]]) -> ModulePlan:
+    gs = [
+        MachineGroup(hardware=h, batch=b, concurrency=c, duration_s=d, machines=n, rate_per_machine=f)
+        for h, b, c, d, n, f in groups
+    ]
+    return ModulePlan(latency_budget_s=10.0, worst_case_latency_s=10.0, groups=gs)
+
+
+def frozen_figures(case: dict[str, object]) -> dict[str, object]:
+    s = build_schedule(case["module"], frozen_plan(case["groups"]), case["prices"])
+    return {
+        "windows": len(s.windows),
+        "period_s": s.period_s,
+        "effective_rate": s.effective_rate,
+        "worst_case_latency_s": s.worst_case_latency_s,
+        "sha256": hashlib.sha256(s.model_dump_json().encode()).hexdigest(),
+    }
+
+
+def test_schedules_are_bit_identical_to_the_frozen_ones():
+    # 334 module plans (a cold 100-app epoch's, the largest up to 45,437 windows, and seeded random ones with
+    # non-rational rates and binding caps), built before the speed-up: every window, wait, period, rate and
+    # worst case is the same float (the digest covers the whole schedule's JSON).
+    cases = json.loads(FROZEN.read_text())["cases"]
+    assert len(cases) > 300
+    assert max(c["windows"] for c in cases) > 40_000
+    assert sum(1 for c in cases if len(c["groups"]) > 1) > 150
+    mismatched = []
+    for case in cases:
+        got = frozen_figures(case)
+        want = {k: case[k] for k in got}
+        if got != want:
+            mismatched.append((case["module"], case["origin"], got, want))
+    assert not mismatched, mismatched[:3]
+
+
+def exhaustive_period(lam, cap, machines, batch):
+    """The period search without its early stop: every candidate evaluated, the smallest key kept (sums of
+    floats through ``dispatch._sum``, numpy's order, which the module uses)."""
+    p_min = max(1.0 / x for x in lam)
+    candidates = [p_min * m for m in range(1, dispatch._PERIOD_MULTIPLES + 1)]
+    exact = dispatch._rational_period(lam)
+    if (
+        exact is not None
+        and exact * dispatch._sum([x * m for x, m in zip(lam, machines, strict=True)]) <= dispatch.MAX_WINDOWS
+    ):
+        candidates.insert(0, exact)
+    best = None
+    for period in candidates:
+        counts, _ = dispatch._counts(lam, cap, machines, batch, period)
+        total = sum(n * m for n, m in zip(counts, machines, strict=True))
+        if total > dispatch.MAX_WINDOWS and best is not None:
+            continue
+        ideal = [x * period for x in lam]
+        served = sum(n * m * b for n, m, b in zip(counts, machines, batch, strict=True))
+        planned = dispatch._sum([i * m * b for i, m, b in zip(ideal, machines, batch, strict=True)])
+        shortfall = max(0.0, 1.0 - served / planned)
+        err = max(abs(n - i) / i for n, i in zip(counts, ideal, strict=True))
+        key = (round(shortfall, 12), round(err, 9), total)
+        if best is None or key < best[0]:
+            best = (key, period, counts)
+    return best[1], best[2]
+
+
+@st.composite
+def period_inputs(draw):
+    n = draw(st.integers(1, 4))
+    lam, cap, machines, batch = [], [], [], []
+    for _ in range(n):
+        d = draw(st.one_of(st.sampled_from([0.01, 0.02, 0.025, 0.05, 0.125]), st.floats(0.003, 0.5)))
+        c = draw(st.sampled_from([1, 2, 3]))
+        b = draw(st.sampled_from([1, 2, 4, 8, 32]))
+        load = draw(st.sampled_from([1.0, 1.0, 0.5, 0.3]) | st.floats(0.05, 1.0))
+        lam.append(c / d * load)
+        cap.append(c / d)
+        machines.append(draw(st.integers(1, 600)))
+        batch.append(b)
+    return lam, cap, machines, batch
+
+
+@settings(max_examples=200, deadline=None)
+@given(period_inputs())
+def test_period_search_stops_early_without_changing_the_choice(args):
+    # the stop relies on the windows before the shortfall move never decreasing with the period
+    assert dispatch._choose_period(*args) == exhaustive_period(*args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(1e-6, 1e6) | st.integers(1, 10**6).map(float), min_size=1, max_size=20))
+def test_small_sums_are_numpys(xs):
+    assert dispatch._sum(xs) == float(np.sum(np.array(xs)))
+
+
+def test_eligibility_passes_join_the_previous_one_exactly(monkeypatch):
+    # The largest frozen plan (two full groups, 45,437 windows per exact hyperperiod): its second pass is
+    # the first shifted by a step, the third joins the second within a few snapshots and copies the rest.
+    # Copying gives what computing every step gives (and the frozen schedule).
+    case = max(json.loads(FROZEN.read_text())["cases"], key=lambda c: c["windows"])
+    joined = []
+    finish_as = dispatch._Pass.finish_as
+
+    def spy(self, other):
+        joined.append(len(self.seq))
+        finish_as(self, other)
+
+    monkeypatch.setattr(dispatch._Pass, "finish_as", spy)
+    fast = frozen_figures(case)
+    assert joined and joined[0] < case["windows"] // 10
+    monkeypatch.setattr(dispatch, "_SNAP", 10**9)  # never checks: every pass computed step by step
+    joined.clear()
+    assert frozen_figures(case) == fast == {k: case[k] for k in fast}
+    assert not joined
+
+
+def refreeze() -> None:
+    """Rewrite the frozen figures with the current code (only after an intended change of schedules)."""
+    doc = json.loads(FROZEN.read_text())
+    for case in doc["cases"]:
+        case.update(frozen_figures(case))
+    lines = ",\n".join("  " + json.dumps(c, separators=(",", ":")) for c in doc["cases"])
+    FROZEN.write_text('{"about": ' + json.dumps(doc["about"]) + ',\n "cases": [\n' + lines + "\n ]}\n")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--refreeze"]:
+    refreeze()
