@@ -122,7 +122,7 @@ def solve_within_caps(
             return plan, problem, notes
         hw = over[0]
         per = counts[hw]
-        worst = max(per, key=lambda m: (per[m], m))
+        worst = max(per, key=lambda m: per[m])  # the first in module order among equals
         mod = problem.modules[worst]
         keep = [e for e in mod.profile if e.hardware != hw]
         if not keep:
