@@ -39,16 +39,27 @@ def register(sub: Any) -> None:
 
 
 def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: bool) -> list[str | None]:
-    """POST every frame at its time (k / rate); returns the request ids (None: refused)."""
+    """POST every frame at its time (k / rate), open loop: each POST is sent on time from a pool of
+    senders whatever the previous ones take, so a slow answer never bunches the frames after it
+    (a closed loop would send them back to back: bursts the plan's uniform arrivals do not have).
+    Returns the request ids in frame order (None: refused)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import httpx
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    ids: list[str | None] = []
     headers = {"x-api-key": info.api_key, "content-type": "image/jpeg"}
+    refused = 0
+
+    def post(client: httpx.Client, frame: bytes) -> str | None:
+        r = client.post(f"/v1/apps/{app}/frames", content=frame, headers=headers)
+        return str(r.json()["accepted"][0]["request_id"]) if r.status_code == 202 else None
+
     with (
-        httpx.Client(base_url=info.url, timeout=30) as client,
+        httpx.Client(base_url=info.url, timeout=30, limits=httpx.Limits(max_connections=16)) as client,
+        ThreadPoolExecutor(max_workers=16, thread_name_prefix="sender") as pool,
         Progress(
             TextColumn("[bold]streaming"),
             BarColumn(),
@@ -62,18 +73,16 @@ def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: 
     ):
         task = prog.add_task("frames", total=len(frames), note="")
         start = time.time() + 0.2
-        refused = 0
+        futures = []
         for k, frame in enumerate(frames):
             delay = start + k / rate - time.time()
             if delay > 0:
                 time.sleep(delay)
-            r = client.post(f"/v1/apps/{app}/frames", content=frame, headers=headers)
-            if r.status_code == 202:
-                ids.append(r.json()["accepted"][0]["request_id"])
-            else:
-                ids.append(None)
-                refused += 1
-            prog.update(task, advance=1, note=f"{refused} refused" if refused else "")
+            futures.append(pool.submit(post, client, frame))
+            done = [f for f in futures if f.done()]
+            refused = sum(1 for f in done if f.exception() is None and f.result() is None)
+            prog.update(task, completed=len(done), note=f"{refused} refused" if refused else "")
+        ids = [f.result() for f in futures]
     return ids
 
 
