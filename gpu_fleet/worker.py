@@ -453,7 +453,12 @@ class Worker:
         receiver.start()
         if heartbeat:
             heartbeat({"ready": True, "at": self.clock(), "emulated": self.runtime.emulated, **self.totals})
-        last_report = self.clock()
+        # reports (heartbeat write, empty-slot count) on their own thread: in this loop they would
+        # hold back the batches that become ready meanwhile
+        reporter = threading.Thread(
+            target=self._report_loop, args=(heartbeat, report_s), name="reporter", daemon=True
+        )
+        reporter.start()
         # ``concurrency`` copies of the model run at once (``_model_slots``); the extra threads do the
         # I/O of finished batches (result writes, forwarding, deletes) while the model runs the next
         threads = self.assignment.concurrency + self.io_threads
@@ -468,10 +473,7 @@ class Worker:
                     self._in_hand += len(ready)
                 for bid, items in ready:
                     pool.submit(self._process_logged, bid, items)
-                now = self.clock()
-                if now - last_report >= report_s:
-                    self._report(last_report, now - self.grace_s, heartbeat)
-                    last_report = now
+        reporter.join(timeout=3)
         self._shutdown(receiver)
 
     def _process_logged(self, batch_id: int, items: list[Pending]) -> None:
@@ -483,6 +485,13 @@ class Worker:
         except Exception as exc:  # a model or decode failure: same, and the DLQ catches a poison request
             log.exception("batch %d failed, left for redelivery", batch_id)
             self._batch_failed(batch_id, items, exc)
+
+    def _report_loop(self, heartbeat: Callable[[dict[str, Any]], None] | None, report_s: float) -> None:
+        last = self.clock()
+        while not self._stopping.wait(report_s):
+            now = self.clock()
+            self._report(last, now - self.grace_s, heartbeat)
+            last = now
 
     def _report(self, t_from: float, t_to: float, heartbeat: Callable[[dict[str, Any]], None] | None) -> None:
         self.metrics.put("InstanceSeconds", t_to - t_from, "Seconds", **self._dims)
