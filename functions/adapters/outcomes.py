@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from functions.adapters._ddb import from_item
-from functions.adapters.results import _completion, _split  # the same completion rule as GET
+from functions.adapters.results import _completion, _split, read_items  # the same rules as GET
 from functions.errors import DataPlaneError, ResultStoreError
 
 if TYPE_CHECKING:
@@ -174,29 +173,7 @@ class FrameOutcomes:
         return frame["app"], status, float(frame["deadline"]), float(frame["accepted_at"]), finished
 
     def _get(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for i in range(0, len(keys), 100):
-            want: dict[str, Any] = {
-                self._table: {
-                    "Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in keys[i : i + 100]],
-                    "ConsistentRead": True,
-                }
-            }
-            for attempt in range(6):
-                try:
-                    page = self._ddb.batch_get_item(RequestItems=want)
-                except ClientError as exc:
-                    raise ResultStoreError(f"cannot read frame items: {exc}") from exc
-                for item in page.get("Responses", {}).get(self._table, []):
-                    doc = from_item(item)
-                    out[(doc["pk"], doc["sk"])] = doc
-                want = page.get("UnprocessedKeys") or {}
-                if not want:
-                    break
-                time.sleep(0.02 * 2**attempt)
-            if want:
-                raise ResultStoreError("DynamoDB left frame items unprocessed after 6 tries")
-        return out
+        return read_items(self._ddb, self._table, keys)
 
     def _claim(self, request_id: str, status: str, latency_s: float | None) -> bool:
         item: dict[str, Any] = {

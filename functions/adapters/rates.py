@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from functions.errors import MetricsError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 __all__ = ["SHED_REASONS", "ObservedRates", "RateWindow", "ServiceOverruns"]
 
@@ -34,6 +34,43 @@ class RateWindow:
     @property
     def seconds(self) -> float:
         return float(self.end - self.start)
+
+
+def _metric_values(
+    cw: Any,
+    namespace: str,
+    series: list[tuple[str, list[dict[str, str]]]],
+    stat: str,
+    window: RateWindow,
+) -> Iterator[tuple[int, list[float]]]:
+    """(index into ``series``, values) for each (metric name, dimensions) of ``series`` over
+    ``window`` at its period: GetMetricData in chunks of 500 queries, every page followed."""
+    start = dt.datetime.fromtimestamp(window.start, dt.UTC)
+    end = dt.datetime.fromtimestamp(window.end, dt.UTC)
+    for i in range(0, len(series), _MAX_QUERIES):
+        queries = [
+            {
+                "Id": f"m{i + k}",
+                "MetricStat": {
+                    "Metric": {"Namespace": namespace, "MetricName": metric, "Dimensions": dims},
+                    "Period": window.period_s,
+                    "Stat": stat,
+                },
+                "ReturnData": True,
+            }
+            for k, (metric, dims) in enumerate(series[i : i + _MAX_QUERIES])
+        ]
+        kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
+        try:
+            while True:
+                page = cw.get_metric_data(**kwargs)
+                for res in page.get("MetricDataResults", []):
+                    yield int(res["Id"][1:]), [float(v) for v in res.get("Values", [])]
+                if not page.get("NextToken"):
+                    break
+                kwargs["NextToken"] = page["NextToken"]
+        except ClientError as exc:
+            raise MetricsError(f"GetMetricData failed: {exc}") from exc
 
 
 class ObservedRates:
@@ -70,34 +107,10 @@ class ObservedRates:
         names = sorted(set(apps))
         out = dict.fromkeys(names, 0.0)
         series = self._series(names)
-        start = dt.datetime.fromtimestamp(window.start, dt.UTC)
-        end = dt.datetime.fromtimestamp(window.end, dt.UTC)
-        for i in range(0, len(series), _MAX_QUERIES):
-            chunk = series[i : i + _MAX_QUERIES]
-            queries = [
-                {
-                    "Id": f"m{k}",
-                    "MetricStat": {
-                        "Metric": {"Namespace": self.namespace, "MetricName": metric, "Dimensions": dims},
-                        "Period": window.period_s,
-                        "Stat": "Sum",
-                    },
-                    "ReturnData": True,
-                }
-                for k, (_, metric, dims) in enumerate(chunk)
-            ]
-            kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
-            try:
-                while True:
-                    page = self._cw.get_metric_data(**kwargs)
-                    for res in page.get("MetricDataResults", []):
-                        app = chunk[int(res["Id"][1:])][0]
-                        out[app] += sum(float(v) for v in res.get("Values", []))
-                    if not page.get("NextToken"):
-                        break
-                    kwargs["NextToken"] = page["NextToken"]
-            except ClientError as exc:
-                raise MetricsError(f"GetMetricData failed: {exc}") from exc
+        for k, values in _metric_values(
+            self._cw, self.namespace, [(m, d) for _, m, d in series], "Sum", window
+        ):
+            out[series[k][0]] += sum(values)
         return {app: total / window.seconds for app, total in out.items()}
 
 
@@ -116,44 +129,20 @@ class ServiceOverruns:
     ) -> dict[tuple[str, str, str], float]:
         series = sorted(set(keys))
         out: dict[tuple[str, str, str], float] = {}
-        start = dt.datetime.fromtimestamp(window.start, dt.UTC)
-        end = dt.datetime.fromtimestamp(window.end, dt.UTC)
-        for i in range(0, len(series), _MAX_QUERIES):
-            chunk = series[i : i + _MAX_QUERIES]
-            queries = [
-                {
-                    "Id": f"m{k}",
-                    "MetricStat": {
-                        "Metric": {
-                            "Namespace": self.namespace,
-                            "MetricName": self.metric,
-                            # in name order, as the workers' metrics put them (moto matches
-                            # dimensions as a list; CloudWatch as a set)
-                            "Dimensions": [
-                                {"Name": "App", "Value": app},
-                                {"Name": "Hardware", "Value": hw},
-                                {"Name": "Module", "Value": module},
-                            ],
-                        },
-                        "Period": window.period_s,
-                        "Stat": "Maximum",
-                    },
-                    "ReturnData": True,
-                }
-                for k, (app, module, hw) in enumerate(chunk)
-            ]
-            kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
-            try:
-                while True:
-                    page = self._cw.get_metric_data(**kwargs)
-                    for res in page.get("MetricDataResults", []):
-                        values = [float(v) for v in res.get("Values", [])]
-                        if values:
-                            key = chunk[int(res["Id"][1:])]
-                            out[key] = max(out.get(key, -math.inf), max(values) / 1e3)
-                    if not page.get("NextToken"):
-                        break
-                    kwargs["NextToken"] = page["NextToken"]
-            except ClientError as exc:
-                raise MetricsError(f"GetMetricData failed: {exc}") from exc
+        # dimensions in name order, as the workers' metrics put them (moto matches dimensions as a
+        # list; CloudWatch as a set)
+        queries = [
+            (
+                self.metric,
+                [
+                    {"Name": "App", "Value": a},
+                    {"Name": "Hardware", "Value": hw},
+                    {"Name": "Module", "Value": m},
+                ],
+            )
+            for a, m, hw in series
+        ]
+        for k, values in _metric_values(self._cw, self.namespace, queries, "Maximum", window):
+            if values:
+                out[series[k]] = max(out.get(series[k], -math.inf), max(values) / 1e3)
         return out

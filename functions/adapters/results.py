@@ -27,7 +27,7 @@ from functions.adapters._ddb import from_item, to_item
 from functions.errors import ResultStoreError
 from functions.schema import ResultOut, TaskOut
 
-__all__ = ["FrameRecord", "ResultStore", "TaskRecord"]
+__all__ = ["FrameRecord", "ResultStore", "TaskRecord", "read_items"]
 
 _FRAME_SK = "frame"
 
@@ -177,32 +177,36 @@ class ResultStore:
         )
 
     def _read_items(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
-        """The items of ``keys`` ((pk, sk) pairs) that exist, by key: consistent ``BatchGetItem``
-        calls of at most 100 keys, unprocessed keys retried with backoff."""
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        unique = list(dict.fromkeys(keys))  # BatchGetItem refuses duplicate keys
-        for i in range(0, len(unique), 100):
-            want: dict[str, Any] = {
-                self._table: {
-                    "Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in unique[i : i + 100]],
-                    "ConsistentRead": True,
-                }
+        return read_items(self._ddb, self._table, keys)
+
+
+def read_items(ddb: Any, table: str, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The items of ``keys`` ((pk, sk) pairs) of the results table that exist, by key: consistent
+    ``BatchGetItem`` calls of at most 100 keys, unprocessed keys retried with backoff."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    unique = list(dict.fromkeys(keys))  # BatchGetItem refuses duplicate keys
+    for i in range(0, len(unique), 100):
+        want: dict[str, Any] = {
+            table: {
+                "Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in unique[i : i + 100]],
+                "ConsistentRead": True,
             }
-            for attempt in range(6):
-                try:
-                    page = self._ddb.batch_get_item(RequestItems=want)
-                except ClientError as exc:
-                    raise ResultStoreError(f"cannot read request {unique[i][0]}: {exc}") from exc
-                for item in page.get("Responses", {}).get(self._table, []):
-                    doc = from_item(item)
-                    out[(doc["pk"], doc["sk"])] = doc
-                want = page.get("UnprocessedKeys") or {}
-                if not want:
-                    break
-                time.sleep(0.02 * 2**attempt)
-            if want:
-                raise ResultStoreError("DynamoDB left result items unread after 6 tries")
-        return out
+        }
+        for attempt in range(6):
+            try:
+                page = ddb.batch_get_item(RequestItems=want)
+            except ClientError as exc:
+                raise ResultStoreError(f"cannot read request {unique[i][0]}: {exc}") from exc
+            for item in page.get("Responses", {}).get(table, []):
+                doc = from_item(item)
+                out[(doc["pk"], doc["sk"])] = doc
+            want = page.get("UnprocessedKeys") or {}
+            if not want:
+                break
+            time.sleep(0.02 * 2**attempt)
+        if want:
+            raise ResultStoreError("DynamoDB left result items unread after 6 tries")
+    return out
 
 
 def _split(csv: str | None) -> list[str]:
