@@ -22,10 +22,11 @@ machines: the same bill, a shorter worst case) and the fleet is packed once more
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from planner.errors import PlannerError
 from planner.models import MachineGroup, ModulePlan, Plan
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from planner.dispatch import DispatchSchedule
     from planner.models import ProblemSpec
 
+    #: Module schedules by :func:`planner.robust.realise`'s cache key (module, groups, prices).
+    Schedules = dict[tuple[object, ...], DispatchSchedule]
+
 __all__ = [
     "KEEPS",
     "REALISATIONS",
@@ -45,6 +49,7 @@ __all__ = [
     "FleetResult",
     "Instance",
     "RealisationCache",
+    "ScheduleSharingSolver",
     "Share",
     "plan_fleet",
     "problem_digest",
@@ -221,7 +226,7 @@ def shape_plan(
     keep: float = 0.5,
     split: bool = True,
     cache: RealisationCache | None = None,
-    schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
+    schedules: Schedules | None = None,
 ) -> Plan:
     """A TC plan made packable: ``1 - keep`` of every path's slack spent on less dummy load (partial
     machines), then big modules split into full machines plus one periodic residual where the remaining
@@ -275,7 +280,7 @@ def redispatch(
     plan: Plan,
     *,
     cache: RealisationCache | None = None,
-    schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
+    schedules: Schedules | None = None,
 ) -> Plan | None:
     """``plan`` with its dispatch figures (``dispatch``, worst cases, paths) recomputed by
     :func:`planner.robust.realise` for its current groups, e.g. after shaping or after packing raised
@@ -283,8 +288,8 @@ def redispatch(
     SLO on a path or a child's spread rate no longer covers its requirement. Fan-out comes from the
     problem (``max_children_per_request``, else the rate ratio), as in ``solve_dispatchable`` without
     an explicit ``fan_out``. ``cache`` keeps the result for the same problem and module plans (a later
-    call, or a later epoch, gets it without realising again); ``schedules`` is passed to ``realise``
-    (schedules of one problem's prices only). Either gives the same result as none."""
+    call, or a later epoch, gets it without realising again); ``schedules`` is passed to ``realise`` (its
+    keys hold everything a schedule depends on, prices included). Either gives the same result as none."""
     key = cache.key(problem, plan) if cache is not None else None
     if cache is not None and key is not None:
         hit = cache.get(key)
@@ -300,9 +305,7 @@ def redispatch(
 _REALISED_FIELDS = ("modules", "paths", "slo_s", "dispatch_realised", "guaranteed")
 
 
-def _redispatch(
-    problem: ProblemSpec, plan: Plan, schedules: dict[tuple[object, ...], DispatchSchedule] | None
-) -> Plan | None:
+def _redispatch(problem: ProblemSpec, plan: Plan, schedules: Schedules | None) -> Plan | None:
     from planner.dispatch import theorem1_latencies
     from planner.robust import annotate, realise
 
@@ -426,19 +429,61 @@ class _Planning:
     hold: float
     stick: float
     solver: Callable[[ProblemSpec], Plan] | None
+    shares: bool = False  # the solver takes a ``schedules`` keyword (:class:`ScheduleSharingSolver`)
+
+    def plan(self, problem: ProblemSpec, schedules: Schedules | None) -> Plan:
+        if self.solver is None:
+            return solve(problem, policy=self.policy, objective="billed")
+        if self.shares and schedules is not None:
+            return cast("ScheduleSharingSolver", self.solver)(problem, schedules=schedules)
+        return self.solver(problem)
+
+
+class ScheduleSharingSolver(Protocol):
+    """A solver that keeps the module schedules it builds in ``schedules`` (a dict keyed as
+    :func:`planner.robust.realise`'s cache), e.g. :func:`planner.robust.solve_dispatchable`.
+    :func:`plan_fleet` gives such a solver one dict per app and realises the app's shapes with the same
+    dict, so a module the shaping or packing leaves as solved is not scheduled again."""
+
+    def __call__(self, problem: ProblemSpec, /, *, schedules: Schedules | None = None) -> Plan: ...
+
+
+def _takes_schedules(solver: Callable[..., Plan] | None) -> bool:
+    """Whether ``solver`` takes a ``schedules`` keyword (a :class:`ScheduleSharingSolver`)."""
+    if solver is None:
+        return False
+    try:
+        param = inspect.signature(solver).parameters.get("schedules")
+    except (TypeError, ValueError):  # no signature to read (some builtins): call it plainly
+        return False
+    return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
+
+
+@dataclass(frozen=True)
+class _Memo:
+    """What one :func:`plan_fleet` call reuses: the realisation cache and, per app, the module schedules
+    its solve and its realisations build (none when ``cache`` is None: everything is computed afresh)."""
+
+    cache: RealisationCache | None
+    schedules: dict[str, Schedules] = field(default_factory=dict)
+
+    def of(self, app: str) -> Schedules | None:
+        return None if self.cache is None else self.schedules.setdefault(app, {})
 
 
 def _solve_all(
     problems: Mapping[str, ProblemSpec],
     previous_plans: Mapping[str, Plan],
     how: _Planning,
-    cache: RealisationCache | None,
+    memo: _Memo,
 ) -> tuple[dict[str, Plan], dict[str, str], list[str]]:
+    cache = memo.cache
     plans: dict[str, Plan] = {}
     failed: dict[str, str] = {}
     reused: list[str] = []
     for app in sorted(problems):
         problem = problems[app]
+        schedules = memo.of(app)
         digest = problem_digest(problem, how.policy, how.tighten)
         old = previous_plans.get(app)
         extra = (old.model_extra or {}) if old is not None else {}
@@ -448,7 +493,7 @@ def _solve_all(
             continue
         shape = problem_digest(_rateless(problem), how.policy, how.tighten)
         held = (
-            _at_rates(problem, old, digest, cache)
+            _at_rates(problem, old, digest, cache, schedules)
             if old is not None and extra.get(SHAPE_KEY) == shape and _holds(problem, old, how.hold)
             else None
         )
@@ -462,18 +507,16 @@ def _solve_all(
             else problem.model_copy(update={"slo_s": problem.slo_s * (1 - how.tighten)})
         )
         try:
-            plan = (
-                how.solver(target)
-                if how.solver is not None
-                else solve(target, policy=how.policy, objective="billed")
-            )
+            plan = how.plan(target, schedules)
         except PlannerError as exc:
             failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
             continue
+        if schedules:
+            _keep_planned(schedules, problem, plan)
         if old is not None and extra.get(SHAPE_KEY) == shape and how.stick > 0:
             grown = _grown(problem, old, how.hold)
             if grown is not None and realised(old):  # more machines change the bursts and spread rates
-                grown = redispatch(problem, grown, cache=cache)
+                grown = redispatch(problem, grown, cache=cache, schedules=schedules)
             if grown is not None and grown.billed_per_hour <= plan.billed_per_hour * (1 + how.stick) + 1e-9:
                 plan = grown
         plan.model_extra[DIGEST_KEY] = digest  # type: ignore[index]
@@ -481,6 +524,18 @@ def _solve_all(
         plan.model_extra[RATES_KEY] = {m: spec.rate for m, spec in problem.modules.items()}  # type: ignore[index]
         plans[app] = plan
     return plans, failed, reused
+
+
+def _keep_planned(schedules: Schedules, problem: ProblemSpec, plan: Plan) -> None:
+    """Keep only the schedules of ``plan``'s modules (in place): the app's shapes and realisations reuse
+    those (a module they leave as solved); the solver's other rounds' would only be held through the
+    epoch, which costs memory and garbage-collector time."""
+    from planner.robust import schedule_key
+
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    used = {schedule_key(m, mp, prices) for m, mp in plan.modules.items()}
+    for key in [k for k in schedules if k not in used]:
+        del schedules[key]
 
 
 def _grown(problem: ProblemSpec, plan: Plan, hold: float) -> Plan | None:
@@ -549,7 +604,13 @@ def _holds(problem: ProblemSpec, plan: Plan, hold: float) -> bool:
     return True
 
 
-def _at_rates(problem: ProblemSpec, plan: Plan, digest: str, cache: RealisationCache | None) -> Plan | None:
+def _at_rates(
+    problem: ProblemSpec,
+    plan: Plan,
+    digest: str,
+    cache: RealisationCache | None,
+    schedules: Schedules | None,
+) -> Plan | None:
     """``plan`` serving ``problem``'s rates: the same machines, the dummy load adjusted. A
     dispatch-realised plan is realised again at the new rates (its bursts and the spread rates its
     children need depend on them), and so are the solver's modules it records (a later shape starts from
@@ -572,7 +633,7 @@ def _at_rates(problem: ProblemSpec, plan: Plan, digest: str, cache: RealisationC
     held = plan.model_copy(update={"modules": modules, **extra})
     if not realised(plan):
         return held
-    schedules: dict[tuple[object, ...], DispatchSchedule] = {}
+    schedules = {} if schedules is None else schedules  # the two realisations share their schedules
     again = redispatch(problem, held, cache=cache, schedules=schedules)
     if again is None or not isinstance(extra.get(SOLVED_KEY), dict):
         return again
@@ -613,7 +674,9 @@ def plan_fleet(
     same configurations is kept if it bills at most ``stick`` (a fraction) more than a fresh plan: fewer
     instances change hardware type. ``previous`` keeps unchanged shares on their slots. ``tighten`` plans
     every app for an SLO that much shorter (a fraction), leaving the difference as slack for co-location;
-    ``solver`` replaces :func:`~planner.solve.solve` (e.g. a dispatch-aware planner). ``align`` packs
+    ``solver`` replaces :func:`~planner.solve.solve` (e.g. a dispatch-aware planner); one that takes a
+    ``schedules`` keyword (:class:`ScheduleSharingSolver`) gets one dict per app, which the app's shapes are
+    then realised with (unless ``cache`` is False). ``align`` packs
     modules of one machine into aligned duty cycles (:func:`~planner.packing.pack`; the returned plans
     carry the raised rates and the schedule phases, :func:`~planner.packing.apply_phases`), with
     ``guard_s`` idle after every turn. ``cache``: where dispatch-realised shapes are kept between epochs
@@ -626,8 +689,8 @@ def plan_fleet(
         raise ValueError(f"hold must be a fraction >= 0, got {hold}")
     if stick < 0:
         raise ValueError(f"stick must be a fraction >= 0, got {stick}")
-    how = _Planning(policy, tighten, hold, stick, solver)
-    memo = (REALISATIONS if cache else None) if isinstance(cache, bool) else cache
+    how = _Planning(policy, tighten, hold, stick, solver, _takes_schedules(solver))
+    memo = _Memo((REALISATIONS if cache else None) if isinstance(cache, bool) else cache)
     solved, failed, reused = _solve_all(problems, previous_plans or {}, how, memo)
     solved_at = time.perf_counter()
     last = _previous_keep(solved, reused)
@@ -644,11 +707,11 @@ def plan_fleet(
     assert best is not None
     _, keep, shaped, fleet, plans = best
     alone = _dedicated_modules(fleet)
-    restored = {a: _restored(problems[a], p, alone.get(a), memo) for a, p in shaped.items()}
+    restored = {a: _restored(problems[a], p, alone.get(a), memo.cache, memo.of(a)) for a, p in shaped.items()}
     if restored != shaped:
         fleet, plans = packing.pack(restored)
-    if memo is not None:
-        memo.rotate()
+    if memo.cache is not None:
+        memo.cache.rotate()
     solve_ms = (solved_at - started) * 1000
     return FleetResult(plans, fleet, solve_ms, (time.perf_counter() - solved_at) * 1000, failed, reused, keep)
 
@@ -659,7 +722,7 @@ class _Packing:
     previous: FleetPlan | None
     align: bool
     guard_s: float
-    cache: RealisationCache | None
+    memo: _Memo
 
     def pack(self, plans: Mapping[str, Plan]) -> tuple[FleetPlan, dict[str, Plan]]:
         """The fleet and the plans it runs (aligned modules with their raised rates and phases; a
@@ -673,7 +736,7 @@ class _Packing:
         for a, plan in phased.items():
             if plan is plans[a] or not realised(plan):
                 continue
-            again = redispatch(self.problems[a], plan, cache=self.cache)
+            again = redispatch(self.problems[a], plan, cache=self.memo.cache, schedules=self.memo.of(a))
             if again is None:
                 return pack(apps, previous=self.previous), dict(plans)
             phased[a] = again
@@ -685,15 +748,15 @@ def _shape_all(
     plans: Mapping[str, Plan],
     keeps: Sequence[float],
     reused: set[str],
-    cache: RealisationCache | None,
+    memo: _Memo,
 ) -> dict[float, dict[str, Plan]]:
-    """Every app's plan shaped with every ``keep``. An app's shapes share its module schedules (a module
-    the shaping leaves alone is scheduled once), dropped before the next app."""
+    """Every app's plan shaped with every ``keep``. An app's shapes share its module schedules with its
+    solve and its later realisations (a module the shaping leaves alone is not scheduled again)."""
     out: dict[float, dict[str, Plan]] = {k: {} for k in keeps}
     for a, plan in plans.items():
-        schedules: dict[tuple[object, ...], DispatchSchedule] | None = {} if cache is not None else None
+        schedules = memo.of(a)
         for keep in keeps:
-            out[keep][a] = _shaped(problems[a], plan, keep, a in reused, cache, schedules)
+            out[keep][a] = _shaped(problems[a], plan, keep, a in reused, memo.cache, schedules)
     return out
 
 
@@ -703,7 +766,7 @@ def _shaped(
     keep: float,
     reused: bool,
     cache: RealisationCache | None,
-    schedules: dict[tuple[object, ...], DispatchSchedule] | None,
+    schedules: Schedules | None,
 ) -> Plan:
     if not _tc(plan):
         return plan
@@ -713,7 +776,11 @@ def _shaped(
 
 
 def _restored(
-    problem: ProblemSpec, plan: Plan, modules: set[str] | None, cache: RealisationCache | None
+    problem: ProblemSpec,
+    plan: Plan,
+    modules: set[str] | None,
+    cache: RealisationCache | None,
+    schedules: Schedules | None,
 ) -> Plan:
     """``plan`` with ``modules`` as solved; a dispatch-realised plan is realised again (a restored parent
     changes its children's bursts), and stays as shaped when that misses the SLO."""
@@ -722,7 +789,7 @@ def _restored(
     out = restore_modules(problem, plan, modules)
     if not realised(plan):
         return out
-    again = redispatch(problem, out, cache=cache)
+    again = redispatch(problem, out, cache=cache, schedules=schedules)
     return again if again is not None else plan
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "planned_spread_rates",
     "required_capacity",
     "required_spread_rate",
+    "schedule_key",
     "share_spread_rates",
     "solve_dispatchable",
 ]
@@ -316,11 +317,23 @@ def _planned_figure(mp: ModulePlan) -> float:
     return float(t1) if isinstance(t1, int | float) else mp.worst_case_latency_s
 
 
-def _schedule_key(name: str, mp: ModulePlan) -> tuple[object, ...]:
+def schedule_key(name: str, mp: ModulePlan, prices: Mapping[str, float]) -> tuple[object, ...]:
+    """The key of a module's schedule in :func:`realise`'s ``cache``: everything
+    :func:`~planner.dispatch.build_schedule` reads (the module's name, its groups in order and their
+    hardware prices, which set Theorem 1's throughput-cost order), so a cache may be shared by plans and
+    problems with other prices."""
     return (
         name,
         *(
-            (g.hardware, g.batch, g.concurrency, g.machines, g.rate_per_machine, g.duration_s)
+            (
+                g.hardware,
+                g.batch,
+                g.concurrency,
+                g.machines,
+                g.rate_per_machine,
+                g.duration_s,
+                prices[g.hardware],
+            )
             for g in mp.groups
         ),
     )
@@ -341,7 +354,8 @@ def realise(
     next module as densely as that module's windows pass it on. ``fan_out`` maps an edge to the most
     children one parent request sends along it (the local stack passes ``ceil`` of the app's fan-out
     factors); missing edges use the rate ratio. ``cache`` keeps schedules between calls (a module plan
-    that comes back is not scheduled again)."""
+    that comes back is not scheduled again); its keys hold all a schedule depends on (the module's name,
+    groups and their prices), so one dict may serve several calls, plans and problems."""
     prices = {h: hw.price_per_hour for h, hw in problem.hardware.items()}
     per_request = _children_per_request(problem, fan_out)
     parents, children = problem.parents(), problem.children()
@@ -349,7 +363,7 @@ def realise(
     out: dict[str, Realisation] = {}
     for name in problem.order():
         mp = plan.modules[name]
-        key = _schedule_key(name, mp)
+        key = schedule_key(name, mp, prices)
         sched = cache.get(key) if cache is not None else None
         if sched is None:
             sched = build_schedule(name, mp, prices)
@@ -445,11 +459,12 @@ class _Search:
         policy: str,
         objective: Objective,
         fan_out: Mapping[tuple[str, str], float] | None,
+        schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
     ) -> None:
         self.problem = problem
         self.policy, self.objective, self.fan_out = policy, objective, fan_out
         self.attempts: list[_Attempt] = []
-        self.schedules: dict[tuple[object, ...], DispatchSchedule] = {}
+        self.schedules: dict[tuple[object, ...], DispatchSchedule] = {} if schedules is None else schedules
         self.joins = {m: len(ps) for m, ps in problem.parents().items() if len(ps) > 1}
 
     def attempt(
@@ -582,6 +597,7 @@ def solve_dispatchable(
     child_headroom: float = DEFAULT_CHILD_HEADROOM,
     fan_out: Mapping[tuple[str, str], float] | None = None,
     max_rounds: int = 12,
+    schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
 ) -> Plan:
     """The cheapest plan found whose dispatch-realised worst cases (:func:`realise`) meet the SLO.
 
@@ -593,6 +609,11 @@ def solve_dispatchable(
     cheaper one. The plan records the plain optimum (``solve`` on the unchanged problem) and the
     price of realisability. Raises :class:`~planner.errors.InfeasibleError` when ``max_rounds``
     solves find no realisable plan (or the plain problem is infeasible).
+
+    ``schedules``: where the module schedules the rounds build are kept (:func:`realise`'s ``cache``;
+    default a dict of this call's own). A caller that passes one dict gets them back, e.g. to realise
+    the plan again after shaping it (:func:`planner.fleet.plan_fleet`) without building them again; it
+    changes only the time taken, never the plan.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -600,7 +621,7 @@ def solve_dispatchable(
         raise ValueError(f"child_headroom must be a finite fraction >= 0, got {child_headroom}")
     started, cpu_started = time.perf_counter(), time.process_time()
     parents = problem.parents()
-    search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out)
+    search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out, schedules=schedules)
     base = {m: s.rate for m, s in problem.modules.items()}
     # raises InfeasibleError when Theorem 1 cannot
     plain = search.attempt(problem.slo_s, base, {}, plain=True)

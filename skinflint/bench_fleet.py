@@ -65,9 +65,15 @@ def solver_for(name: str) -> Solver | None:
     raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {name!r}")
 
 
-def _dispatchable(problem: ProblemSpec) -> Plan:
+def _dispatchable(problem: ProblemSpec, *, schedules: dict[Any, Any] | None = None) -> Plan:
+    """What the control loop runs (``functions/control/epoch.py`` ``_solver``), sharing the fleet's
+    schedule cache."""
     return solve_dispatchable(
-        problem, policy="skinflint", objective="billed", child_headroom=DEFAULT_CHILD_HEADROOM
+        problem,
+        policy="skinflint",
+        objective="billed",
+        child_headroom=DEFAULT_CHILD_HEADROOM,
+        schedules=schedules,
     )
 
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
     from functions.control.state import StateStore
     from functions.schema import Deployment
+    from planner.dispatch import DispatchSchedule
     from planner.models import HardwareSpec, Plan, ProblemSpec
     from planner.packing import FleetPlan
 
@@ -624,16 +625,23 @@ class Controller:
             if sum(machine_count(p, hw).values()) > cap
         }
 
-    def _solver(self, problem: ProblemSpec) -> Plan:
+    def _solver(
+        self, problem: ProblemSpec, *, schedules: dict[tuple[object, ...], DispatchSchedule] | None = None
+    ) -> Plan:
         """The dispatch-aware solve (docs/dispatch.md): each module's worst case is what the
         time-window dispatch realises (schedule bound, bursts of at most ``max_children_per_request``
         children per parent request), children get the spread capacity their bursts need, and the
-        plan records ``dispatch.spread_rate`` for the data plane."""
+        plan records ``dispatch.spread_rate`` for the data plane. ``schedules``: plan_fleet's dict for
+        this app (the schedules the solve builds are reused when its shapes are realised)."""
         from planner.robust import solve_dispatchable
 
         def solve(p: ProblemSpec) -> Plan:
             return solve_dispatchable(
-                p, policy=self.config.policy, objective="billed", child_headroom=self.config.child_headroom
+                p,
+                policy=self.config.policy,
+                objective="billed",
+                child_headroom=self.config.child_headroom,
+                schedules=schedules,
             )
 
         if not self.config.machine_caps:

@@ -3,10 +3,13 @@ unchanged apps reuse their plans and slots."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import planner.robust
 from planner.check import check_plan
 from planner.dispatch import build_schedule
 from planner.fleet import SPLIT_KEY, RealisationCache, plan_fleet, restore_modules, shape_plan
@@ -302,6 +305,53 @@ def test_realisation_cache_changes_nothing_but_time(seed):
     # THEN the plans, fleets, keeps and reuse are identical
     assert runs["cached"] == runs["none"]
     assert len(cache) > 0
+
+
+def _untimed(res):
+    """``_dump`` with the solver's timings left out (plans solved twice differ only in those)."""
+    plans = {a: p.model_copy(update={"solve_ms": 0.0, "solve_cpu_ms": 0.0}) for a, p in res.plans.items()}
+    return _dump(dataclasses.replace(res, plans=plans))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 7])
+def test_shared_schedules_change_nothing_but_time(seed, monkeypatch):
+    # GIVEN a solver that takes plan_fleet's per-app schedule dict, and one that builds its own
+    built = []
+    real_build = planner.robust.build_schedule
+
+    def counted(*args, **kwargs):
+        built.append(args[0])
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(planner.robust, "build_schedule", counted)
+    given = []
+
+    def sharing(problem, *, schedules=None):
+        given.append(schedules)
+        return solve_dispatchable(problem, schedules=schedules)
+
+    def own(problem):
+        return solve_dispatchable(problem)
+
+    problems = _problems(4, seed=seed)
+    up = _rates(problems, 1.03)
+    # WHEN a cold epoch and one with rates up 3 % (plans held or grown, realised at the new rates) run
+    # with each, a fresh realisation cache per run
+    runs, builds = {}, {}
+    for name, solver in (("sharing", sharing), ("own", own)):
+        memo = RealisationCache()
+        start = len(built)
+        cold = plan_fleet(problems, solver=solver, cache=memo)
+        moved = plan_fleet(up, previous=cold.fleet, previous_plans=cold.plans, solver=solver, cache=memo)
+        runs[name], builds[name] = [_untimed(cold), _untimed(moved)], len(built) - start
+    # THEN the plans, fleets, keeps and reuse are identical, and sharing built fewer schedules
+    assert runs["sharing"] == runs["own"]
+    assert given and all(isinstance(d, dict) for d in given)
+    assert builds["sharing"] < builds["own"]
+    # without a realisation cache nothing is shared (every shape realised afresh)
+    given.clear()
+    plan_fleet(problems, solver=sharing, cache=False)
+    assert given == [None] * len(given) and given
 
 
 def test_realisation_cache_keeps_only_what_the_last_epoch_used():

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import planner.robust
 from planner.check import check_plan
 from planner.dispatch import build_schedule, planned_spread_rate
 from planner.errors import InfeasibleError
@@ -22,6 +23,7 @@ from planner.robust import (
     realise,
     required_capacity,
     required_spread_rate,
+    schedule_key,
     share_spread_rates,
     solve_dispatchable,
 )
@@ -327,6 +329,64 @@ def test_bad_parameters_and_infeasible_problems():
     tight = problem.model_copy(update={"slo_s": 1e-4})
     with pytest.raises(InfeasibleError):
         solve_dispatchable(tight)
+
+
+def _untimed(plan: Plan) -> str:
+    return plan.model_copy(update={"solve_ms": 0.0, "solve_cpu_ms": 0.0}).model_dump_json()
+
+
+@pytest.mark.parametrize("seed", [2, 11])
+def test_given_schedules_are_filled_and_change_nothing_but_time(seed, monkeypatch):
+    built = []
+    real_build = planner.robust.build_schedule
+
+    def counted(*args, **kwargs):
+        built.append(args[0])
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(planner.robust, "build_schedule", counted)
+    problem = generate_problem(seed)
+    # GIVEN a plan solved with the solver's own schedules
+    own = solve_dispatchable(problem)
+    alone = len(built)
+    # WHEN it is solved with a given dict, then again with the same dict
+    schedules: dict = {}
+    shared = solve_dispatchable(problem, schedules=schedules)
+    again = solve_dispatchable(problem, schedules=schedules)
+    # THEN the plans are the same, the dict holds the plan's schedules, and the second solve builds none
+    assert _untimed(shared) == _untimed(own) == _untimed(again)
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    assert {schedule_key(m, mp, prices) for m, mp in shared.modules.items()} <= set(schedules)
+    assert len(built) == 2 * alone
+
+
+def test_schedule_cache_key_covers_the_prices():
+    # two groups whose throughput-cost order (and so Theorem 1, the slack and the schedule) depends on
+    # the hardware prices: t = 10 req/s on gpu and on cpu
+    profile = [
+        {"hardware": "gpu", "batch": 10, "duration_s": 1.0},
+        {"hardware": "cpu", "batch": 3, "duration_s": 0.3},
+    ]
+    mp = ModulePlan(
+        latency_budget_s=1.5,
+        worst_case_latency_s=1.5,
+        groups=[
+            MachineGroup(hardware="gpu", batch=10, duration_s=1.0, machines=1, rate_per_machine=10.0),
+            MachineGroup(hardware="cpu", batch=3, duration_s=0.3, machines=1, rate_per_machine=10.0),
+        ],
+    )
+    plan = Plan(objective="billed", cost_per_hour=2.0, billed_per_hour=2.0, solve_ms=0.0, modules={"m": mp})
+
+    def problem(cpu_price: float) -> ProblemSpec:
+        hw = {"gpu": {"price_per_hour": 1.0}, "cpu": {"price_per_hour": cpu_price}}
+        return ProblemSpec(slo_s=3.0, hardware=hw, modules={"m": {"rate": 20.0, "profile": profile}})
+
+    cheap, dear = problem(1.0), problem(2.0)
+    assert realise(cheap, plan)["m"].schedule != realise(dear, plan)["m"].schedule  # the prices matter
+    shared: dict = {}
+    for p in (cheap, dear):
+        assert realise(p, plan, cache=shared)["m"].schedule == realise(p, plan)["m"].schedule
+    assert len(shared) == 2
 
 
 def test_spread_rate_reaches_the_data_plane():
