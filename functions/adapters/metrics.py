@@ -1,10 +1,21 @@
 """Metrics: aggregated in process, flushed as CloudWatch ``StatisticValues`` (one PutMetricData per
 20 series), so a hot path only takes a lock and adds to a sum. ``MemoryMetrics`` keeps every value
 for tests. Metrics are best effort: a failed flush is reported to the caller, never raised into a
-request."""
+request.
+
+Values are aggregated per ``resolution_s`` bucket of the time they were put, and each bucket is
+flushed with its own start as the timestamp: a reader summing whole periods then counts every value
+in the period it happened in, whatever the flush interval (stamped at flush time instead, a flush
+just before or after a period boundary moved a whole flush interval's worth of counts into the
+neighbouring period: +-10 % jitter of the observed rate at 5 s periods). A bucket still open when
+it is flushed is flushed again later with the rest of its values; CloudWatch adds data points of
+equal timestamp. A reader must therefore lag by the writers' flush interval
+(``functions.adapters.rates.RateWindow``'s ``lag_s``)."""
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 import time
 from collections import defaultdict
@@ -15,7 +26,20 @@ from functions.errors import MetricsError
 
 __all__ = ["CloudWatchMetrics", "MemoryMetrics", "Metrics"]
 
-_Key = tuple[str, str, tuple[tuple[str, str], ...]]
+_Key = tuple[str, str, tuple[tuple[str, str], ...], float]  # name, unit, dimensions, bucket start
+
+DEFAULT_RESOLUTION_S = 1.0
+DEFAULT_FLUSH_S = 5.0
+
+
+def resolution_from_env() -> float:
+    """``SKINFLINT_METRICS_RESOLUTION_S`` (default 1 s): the event-time bucket of every value."""
+    return float(os.environ.get("SKINFLINT_METRICS_RESOLUTION_S", DEFAULT_RESOLUTION_S))
+
+
+def flush_interval_from_env() -> float:
+    """``SKINFLINT_METRICS_FLUSH_S`` (default 5 s): how often a long-running process flushes."""
+    return float(os.environ.get("SKINFLINT_METRICS_FLUSH_S", DEFAULT_FLUSH_S))
 
 
 @dataclass
@@ -38,9 +62,21 @@ class Metrics:
 
     _stats: dict[_Key, _Stat] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    resolution_s: float = field(default_factory=resolution_from_env)
 
-    def put(self, name: str, value: float, unit: str = "Count", **dims: str) -> None:
-        key = (name, unit, tuple(sorted(dims.items())))
+    def __post_init__(self) -> None:
+        if not (0 < self.resolution_s < math.inf):
+            raise ValueError(
+                f"metrics resolution must be a positive number of seconds, got {self.resolution_s}"
+            )
+
+    def _bucket(self, at: float | None) -> float:
+        t = time.time() if at is None else at
+        return math.floor(t / self.resolution_s) * self.resolution_s
+
+    def put(self, name: str, value: float, unit: str = "Count", at: float | None = None, **dims: str) -> None:
+        """Add ``value`` to the series (name, unit, dims) in the bucket of ``at`` (default: now)."""
+        key = (name, unit, tuple(sorted(dims.items())), self._bucket(at))
         with self._lock:
             stat = self._stats.get(key)
             if stat is None:
@@ -63,8 +99,8 @@ class MemoryMetrics(Metrics):
         super().__init__()
         self.raw: dict[str, list[tuple[float, dict[str, str]]]] = defaultdict(list)
 
-    def put(self, name: str, value: float, unit: str = "Count", **dims: str) -> None:
-        super().put(name, value, unit, **dims)
+    def put(self, name: str, value: float, unit: str = "Count", at: float | None = None, **dims: str) -> None:
+        super().put(name, value, unit, at, **dims)
         with self._lock:
             self.raw[name].append((float(value), dict(dims)))
 
@@ -78,8 +114,8 @@ class MemoryMetrics(Metrics):
 class CloudWatchMetrics(Metrics):
     """Flushes to CloudWatch PutMetricData (moto's locally)."""
 
-    def __init__(self, client: Any, namespace: str):
-        super().__init__()
+    def __init__(self, client: Any, namespace: str, resolution_s: float | None = None):
+        super().__init__(resolution_s=resolution_s if resolution_s is not None else resolution_from_env())
         self._cw = client
         self.namespace = namespace
         self._stop = threading.Event()
@@ -94,7 +130,7 @@ class CloudWatchMetrics(Metrics):
                 "MetricName": name,
                 "Dimensions": [{"Name": k, "Value": v} for k, v in dims],
                 "Unit": unit,
-                "Timestamp": time.time(),
+                "Timestamp": bucket,
                 "StatisticValues": {
                     "SampleCount": s.count,
                     "Sum": s.total,
@@ -102,7 +138,7 @@ class CloudWatchMetrics(Metrics):
                     "Maximum": s.high,
                 },
             }
-            for (name, unit, dims), s in stats.items()
+            for (name, unit, dims, bucket), s in stats.items()
         ]
         for i in range(0, len(data), 20):
             try:
@@ -110,8 +146,10 @@ class CloudWatchMetrics(Metrics):
             except ClientError as exc:
                 raise MetricsError(f"PutMetricData failed: {exc}") from exc
 
-    def start(self, interval_s: float = 5.0) -> None:
-        """Flush every ``interval_s`` seconds from a daemon thread until :meth:`stop`."""
+    def start(self, interval_s: float | None = None) -> None:
+        """Flush every ``interval_s`` seconds (default ``SKINFLINT_METRICS_FLUSH_S``, 5 s) from a
+        daemon thread until :meth:`stop`."""
+        interval_s = flush_interval_from_env() if interval_s is None else interval_s
 
         def loop() -> None:
             while not self._stop.wait(interval_s):

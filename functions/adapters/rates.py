@@ -24,11 +24,17 @@ SHED_REASONS = ("over_planned_rate", "slot_full", "queue_backlog", "deadline")
 
 class RateWindow:
     """``[start, end)``: the last ``ceil(window_s / period_s)`` whole periods (at least one) that
-    ended by ``now``. CloudWatch sums per period, so a partial period would be under-counted."""
+    ended by ``now - lag_s``. CloudWatch sums per period, so a partial period would be under-counted;
+    writers stamp values with the time they happened (``functions.adapters.metrics``) and flush them
+    later, so a period is complete only once every writer has flushed after its end: ``lag_s`` is
+    the writers' flush interval (plus delivery)."""
 
-    def __init__(self, now: float, window_s: float, period_s: int):
+    def __init__(self, now: float, window_s: float, period_s: int, lag_s: float = 0.0):
+        if period_s < 1 or lag_s < 0 or window_s < 0:
+            raise ValueError(f"bad rate window: window {window_s} s, period {period_s} s, lag {lag_s} s")
         self.period_s = int(period_s)
-        self.end = math.floor(now / period_s) * period_s
+        self.lag_s = float(lag_s)
+        self.end = math.floor((now - lag_s) / period_s) * period_s
         self.start = self.end - period_s * max(1, math.ceil(window_s / period_s - 1e-9))
 
     @property

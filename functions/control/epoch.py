@@ -81,6 +81,9 @@ class ControlConfig:
     hop_overhead_s: float = 0.05  # s added to every profile duration (SQS hop, result write, grace)
     calibrate: bool = False  # opt-in: learn service-time corrections from ServiceOverrunMs (calibration.py)
     rate_period_s: int = 60  # s: CloudWatch period the observed rate is summed over
+    # s: the rate window ends this long before now, so every writer (front, workers) has flushed the
+    # values of its last period (they are stamped with the time they happened: adapters/metrics.py)
+    rate_lag_s: float = 5.0
     unavailable_s: float = 600.0  # s a hardware type is left out after a failed launch
     stale_s: float = 180.0  # s: an instance whose heartbeat is older is gone
     emulated_hardware: tuple[str, ...] = ()  # local stack: GPU classes emulated from profiles
@@ -100,6 +103,8 @@ class ControlConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.child_headroom < float("inf"):
             raise ValueError(f"child_headroom must be a finite fraction >= 0, got {self.child_headroom}")
+        if not 0 <= self.rate_lag_s < float("inf"):
+            raise ValueError(f"rate_lag_s must be a finite number of seconds >= 0, got {self.rate_lag_s}")
         if self.activate_lead_s < 0 or self.activate_max_lead_s < 0:
             raise ValueError("activation leads must be >= 0")
         if self.activate_notice_s < 0 or self.activate_wait_s < 0 or self.activate_poll_s <= 0:
@@ -128,6 +133,7 @@ class ControlConfig:
                 hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
                 calibrate=(e.get("SKINFLINT_CALIBRATE", "0").strip().lower() in ("1", "true", "yes")),
                 rate_period_s=int(e.get("SKINFLINT_RATE_PERIOD_S", d.rate_period_s)),
+                rate_lag_s=float(e.get("SKINFLINT_RATE_LAG_S", d.rate_lag_s)),
                 unavailable_s=float(e.get("SKINFLINT_UNAVAILABLE_S", d.unavailable_s)),
                 stale_s=float(e.get("SKINFLINT_INSTANCE_STALE_S", d.stale_s)),
                 emulated_hardware=tuple(
@@ -513,7 +519,9 @@ class Controller:
         from planner.fleet import plan_fleet
 
         span = now - previous_at if previous_at is not None else self.config.epoch_s
-        window = RateWindow(now, max(span, self.config.epoch_s), self.config.rate_period_s)
+        window = RateWindow(
+            now, max(span, self.config.epoch_s), self.config.rate_period_s, self.config.rate_lag_s
+        )
         observed = self.rates.frame_rates(apps, window) if apps else {}
         for gone in set(state.history) - set(apps):
             del state.history[gone]

@@ -121,7 +121,9 @@ class StackConfig:
     activate_lead_s: float = 4.0  # s: the earliest a version activates after publishing
     activate_max_lead_s: float = 30.0  # s: the latest, whether its slots are served or not
     check_s: float = 2.0  # s between backlog (and activation) checks between epochs
-    rate_period_s: int = 5  # s: CloudWatch period of the observed rate (the front flushes every 5 s)
+    rate_period_s: int = 5  # s: CloudWatch period of the observed rate
+    front_flush_s: float = 1.0  # s between the front's metric flushes (values stamped at 1 s buckets)
+    rate_lag_s: float = 2.5  # s the rate window ends before now: the front's last bucket is flushed
     hook_timeout_s: float = 60.0  # s a draining instance is given before it is killed
     agent_poll_s: float = 1.0  # s between an agent's reads of the plan pointer
     lifecycle_poll_s: float = 2.0  # s between an agent's IMDS reads (Spot notice: 120 s ahead)
@@ -142,9 +144,18 @@ class StackInfo:
     version: int
     groups: dict[str, str] = field(default_factory=dict)  # hardware -> Auto Scaling group
     dlqs: dict[str, str] = field(default_factory=dict)
+    region: str = "us-east-1"  # region of the local AWS resources (moto at endpoint_url)
 
     def as_json(self) -> dict[str, Any]:
-        return {"url": self.url, "api_key": self.api_key, "apps": self.apps}
+        """What ``skinflint up --json`` prints: the front, its key, the apps and the local AWS
+        endpoint (moto) with its region, for programs that inspect the tables, queues and bucket."""
+        return {
+            "url": self.url,
+            "api_key": self.api_key,
+            "apps": self.apps,
+            "aws_endpoint": self.endpoint_url,
+            "region": self.region,
+        }
 
 
 class LocalStack:
@@ -249,6 +260,7 @@ class LocalStack:
             version=manifest.version,
             groups=groups,
             dlqs=self._dlqs(clients["sqs"]),
+            region=cfg.region,
         )
         return self.info
 
@@ -293,6 +305,7 @@ class LocalStack:
             activate_max_lead_s=c.activate_max_lead_s,
             hop_overhead_s=hop,
             rate_period_s=c.rate_period_s,
+            rate_lag_s=c.rate_lag_s,
             stale_s=max(30.0, 3 * c.epoch_s),
             emulated_hardware=tuple(sorted({h for lp in plans.values() for h in lp.emulated_hardware})),
             machine_caps={h: n for lp in plans.values() for h, n in lp.machine_caps.items()},
@@ -314,7 +327,7 @@ class LocalStack:
                 sys.executable, "-m", "uvicorn", "functions.front.local:app",
                 "--host", "127.0.0.1", "--port", str(front_port), "--log-level", "warning", "--no-access-log",
             ],
-            self._env(cfg),
+            {**self._env(cfg), "SKINFLINT_METRICS_FLUSH_S": str(self.config.front_flush_s)},
         )  # fmt: skip
         self._front_url = f"http://127.0.0.1:{front_port}"
         _wait_http(f"{self._front_url}/healthz", 60, front, "front", self.log_dir / "front.log")

@@ -45,6 +45,7 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
     from functions.adapters.autoscaling import FleetGroups
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.rates import ObservedRates, RateWindow
+    from functions.control.epoch import ControlConfig
     from functions.control.state import StateStore
     from functions.settings import make_client
 
@@ -60,7 +61,7 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
     serving = cur.serving(now)
     period = int(max(1, min(60, window_s)))
     observed = ObservedRates(make_client("cloudwatch", cfg), cfg.metrics_namespace).frame_rates(
-        cur.apps, RateWindow(now, window_s, period)
+        cur.apps, RateWindow(now, window_s, period, ControlConfig.from_env().rate_lag_s)
     )
     out.update(
         version=cur.version,

@@ -164,3 +164,22 @@ def test_rate_windows_cover_whole_periods(
 ) -> None:
     w = RateWindow(now, window, period)
     assert (w.start, w.end, w.seconds) == (start, end, end - start)
+
+
+@pytest.mark.parametrize(
+    ("now", "lag", "start", "end"),
+    [
+        (1001.0, 2.5, 985, 995),  # 1001 - 2.5 = 998.5: the periods that ended by 995
+        (1003.0, 2.5, 990, 1000),  # 1000.5: 1000 is whole and flushed
+        (1000.0, 0.0, 990, 1000),
+    ],
+)
+def test_rate_windows_end_a_flush_lag_before_now(now: float, lag: float, start: int, end: int) -> None:
+    w = RateWindow(now, 10, 5, lag)
+    assert (w.start, w.end, w.lag_s) == (start, end, lag)
+
+
+@pytest.mark.parametrize(("window", "period", "lag"), [(10, 0, 0.0), (10, 5, -1.0), (-1, 5, 0.0)])
+def test_rate_windows_refuse_bad_settings(window: float, period: int, lag: float) -> None:
+    with pytest.raises(ValueError, match="bad rate window"):
+        RateWindow(1000.0, window, period, lag)

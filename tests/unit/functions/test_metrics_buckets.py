@@ -1,0 +1,59 @@
+"""Metric values are stamped with the time they happened (their bucket), not the flush time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from functions.adapters.metrics import CloudWatchMetrics, MemoryMetrics
+from functions.adapters.rates import RateWindow
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.data: list[dict[str, Any]] = []
+
+    def put_metric_data(self, Namespace: str, MetricData: list[dict[str, Any]]) -> None:  # noqa: N803
+        self.data += MetricData
+
+
+def _by_time(data: list[dict[str, Any]]) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for d in data:
+        out[d["Timestamp"]] = out.get(d["Timestamp"], 0.0) + d["StatisticValues"]["Sum"]
+    return out
+
+
+def test_values_are_flushed_with_the_start_of_their_bucket() -> None:
+    cw = _Recorder()
+    m = CloudWatchMetrics(cw, "ns", resolution_s=1.0)
+    for at in (100.2, 100.9, 101.0, 104.99):
+        m.put("FramesAccepted", 1, at=at, App="a")
+    m.flush()
+    assert _by_time(cw.data) == {100.0: 2.0, 101.0: 1.0, 104.0: 1.0}
+    stats = {d["Timestamp"]: d["StatisticValues"] for d in cw.data}
+    assert stats[100.0] == {"SampleCount": 2, "Sum": 2.0, "Minimum": 1.0, "Maximum": 1.0}
+
+
+def test_a_late_flush_still_counts_every_value_in_its_own_period() -> None:
+    """Two flushes straddle a period boundary: summed per 5 s period the counts are exact, which a
+    flush-time stamp would not give (the old +-10 % jitter of the observed rate)."""
+    cw = _Recorder()
+    m = CloudWatchMetrics(cw, "ns", resolution_s=1.0)
+    for k in range(40):  # 4 frames/s over [990, 1000)
+        m.put("FramesAccepted", 1, at=990.0 + k / 4, App="a")
+        if k == 37:
+            m.flush()  # a flush in the middle of the last bucket; the rest of it comes later
+    m.flush()
+    w = RateWindow(1003.0, 10, 5, lag_s=2.5)
+    total = sum(v for t, v in _by_time(cw.data).items() if w.start <= t < w.end)
+    assert total / w.seconds == pytest.approx(4.0)
+
+
+def test_memory_metrics_keep_values_and_resolution_is_checked() -> None:
+    m = MemoryMetrics()
+    m.put("X", 2.0, at=5.5, Module="m")
+    assert m.total("X", Module="m") == 2.0
+    with pytest.raises(ValueError, match="resolution"):
+        CloudWatchMetrics(_Recorder(), "ns", resolution_s=0.0)
