@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from functions.schema import ResultOut
     from planner.models import ModulePlan, Plan
 
-__all__ = ["percentile", "summarise"]
+__all__ = ["percentile", "summarise", "task_rows"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -132,3 +132,41 @@ def summarise(
         "price_of_realisability": extra.get("price_of_realisability"),
         "emulated_hardware": list(emulated_hardware),
     }
+
+
+def task_rows(
+    results: Sequence[ResultOut | None],
+    planned_at: Callable[[str, float], float | None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per task of every answered or dropped frame (what ``skinflint demo`` writes to
+    ``tasks.jsonl`` in its log directory): the request, module, hardware, batch size, enqueue /
+    start / finish times, queue wait, run time, the planned worst case it was held to and whether it
+    was over it."""
+    rows: list[dict[str, Any]] = []
+    for r in results:
+        if r is None or r.status == "queued":
+            continue
+        for t in r.tasks:
+            row: dict[str, Any] = {
+                "request_id": r.request_id,
+                "module": t.module,
+                "status": t.status,
+                "hardware": t.hardware,
+                "emulated": t.emulated,
+                "batch_size": t.batch_size,
+                "enqueued_at": t.enqueued_at,
+                "started_at": t.started_at,
+                "finished_at": t.finished_at,
+            }
+            if t.status == "done":
+                took = t.finished_at - t.enqueued_at
+                bound = _bound(planned_at, t.module, t.enqueued_at, t.finished_at)
+                row.update(
+                    took_s=took,
+                    wait_s=t.started_at - t.enqueued_at,
+                    run_s=t.finished_at - t.started_at,
+                    planned_worst_s=bound,
+                    over_plan=bound is not None and took > bound + 1e-9,
+                )
+            rows.append(row)
+    return rows

@@ -263,8 +263,10 @@ def _print_table(s: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from functions.errors import DataPlaneError
-    from functions.localstack.summary import summarise
+    from functions.localstack.summary import summarise, task_rows
     from functions.localstack.video import synthetic_frames
     from skinflint.commands.up import _log_to_stderr
 
@@ -295,6 +297,8 @@ def run(args: argparse.Namespace) -> int:
     slo_s = deployments[-1].slo_s if deployments else lp.slo_s
     s = summarise(len(ids), results, plan, slo_s, emulated, planned_at)
     # a frame the front refused (admission control: 429/503 with Retry-After) was answered, not lost
+    tasks_file = Path(info.log_dir) / "tasks.jsonl"
+    tasks_file.write_text("".join(json.dumps(row) + "\n" for row in task_rows(results, planned_at)))
     s["refused"] = sum(1 for rid in ids if rid is None)
     s["lost"] -= s["refused"]
     s.update(
@@ -306,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
         fleet=fleet,
         wall_s=time.time() - t0,
         log_dir=info.log_dir,
+        tasks_file=str(tasks_file),
     )
     if args.json:
         print(json.dumps(s, indent=1, default=str))

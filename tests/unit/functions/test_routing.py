@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from functions.localstack.summary import percentile, summarise
+from functions.localstack.summary import percentile, summarise, task_rows
 from functions.routing import child_count, child_region
 from functions.schema import ResultOut, TaskOut
 from planner.models import MachineGroup, ModulePlan, Plan
@@ -105,3 +105,11 @@ def test_summary_counts_answered_dropped_lost_and_module_worst_cases():
     assert s["modules"]["det"]["over_plan"] == 0
     s = summarise(5, [ok, slow], plan, slo_s=0.25, emulated_hardware=["t4"], planned_at=lambda _m, t: 0.11)
     assert s["modules"]["det"]["over_plan"] == 1
+    # the per-task rows the demo writes agree with the summary (queued and never-accepted: no rows)
+    rows = task_rows([ok, slow, dropped, queued, None], planned_at=lambda _m, t: 0.11)
+    assert [(r["request_id"], r["status"], r.get("over_plan")) for r in rows] == [
+        ("a", "done", False),
+        ("b", "done", True),
+        ("c", "dropped", None),
+    ]
+    assert rows[1]["took_s"] == 0.12 and rows[1]["planned_worst_s"] == 0.11
