@@ -24,6 +24,8 @@ def test_defaults_and_environment() -> None:
         }
     )
     assert (c.child_headroom, c.backlog_cooldown_s, c.backlog_max_boost) == (0.25, 30.0, 0.5)
+    assert ControlConfig.from_env({}).rate_lag_s == 5.0
+    assert ControlConfig.from_env({"SKINFLINT_RATE_LAG_S": "2.5"}).rate_lag_s == 2.5
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,7 @@ def test_defaults_and_environment() -> None:
         {"SKINFLINT_CHILD_HEADROOM": "inf"},
         {"SKINFLINT_BACKLOG_MAX_BOOST": "0.05"},  # below the 10 % minimum step
         {"SKINFLINT_BACKLOG_MAX_BOOST": "lots"},
+        {"SKINFLINT_RATE_LAG_S": "-1"},
     ],
 )
 def test_bad_settings_are_one_line_errors(env: dict[str, str]) -> None:
