@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdk import constants as C
 from cdk.config import DeployConfig, InfraConfigError
 
-__all__ = ["build_app", "cdk_json_context", "main"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["build_app", "cdk_json_context", "deploy_config", "main"]
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -34,11 +37,16 @@ def _context_getter(context: dict[str, Any]) -> Any:
     return merged.get
 
 
+def deploy_config(context: dict[str, Any] | None = None) -> DeployConfig:
+    """The validated settings of ``context`` over cdk.json (the CLI's ``-c`` values win)."""
+    return DeployConfig.from_context(_context_getter({**cdk_json_context(), **(context or {})}))
+
+
 def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, nag: bool = True) -> Any:
     """Validate ``context`` (default: cdk.json + CLI), then build every stack. Raises
     :class:`InfraConfigError` before importing aws_cdk when the context cannot be deployed."""
     ctx = {**cdk_json_context(), **(context or {})}
-    config = DeployConfig.from_context(_context_getter(ctx))
+    config = deploy_config(context)
 
     from aws_cdk import App, Environment, Tags
 
@@ -71,6 +79,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
             results_table=stateful.results_table,
             bucket=stateful.bucket,
             fleet_events=stateful.fleet_events,
+            models_dir=config.models_dir,
         ),
         env=env,
         description="Skinflint workers: isolated VPC, endpoints, one Auto Scaling group per hardware class",
@@ -129,11 +138,42 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
     return app
 
 
-def main() -> int:
+def _argv_context(argv: list[str]) -> dict[str, str]:
+    """``python app.py -c key=value ...``: the CDK CLI's ``-c`` for offline synthesis."""
+    out: dict[str, str] = {}
+    it = iter(argv)
+    for arg in it:
+        if arg in ("-c", "--context"):
+            pair = next(it, "")
+        elif arg.startswith("--context="):
+            pair = arg.removeprefix("--context=")
+        else:
+            pair = ""
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InfraConfigError(f"expected -c KEY=VALUE arguments (as the CDK CLI takes), got {arg!r}")
+        out[key] = value
+    return out
+
+
+def _models_line(models_dir: Path | None) -> str:
+    from cdk.assets import model_files
+
+    if models_dir is None:
+        return "models: none shipped (-c models=none): every share runs emulated"
+    files = model_files(models_dir)
+    size = sum(p.stat().st_size for p in files) / 1e6
+    return f"models: {len(files)} shipped from {models_dir} ({size:.0f} MB before compression)"
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        app = build_app()
+        context = _argv_context(sys.argv[1:] if argv is None else argv)
+        config = deploy_config(context)
+        app = build_app(context)
     except InfraConfigError as exc:
         print(f"skinflint cdk: {exc}", file=sys.stderr)
         return 2
+    print(f"skinflint cdk: {_models_line(config.models_dir)}", file=sys.stderr)
     app.synth()
     return 0

@@ -4,7 +4,8 @@ The Lambda code asset is a copy of the project's source packages (``functions/``
 third-party dependencies ride in a layer built beforehand by ``python -m cdk.deps lambda`` (pip,
 once, with network). The worker asset is a copy of the packages the worker imports; its wheels come
 from ``python -m cdk.deps worker``. When a dependency directory is missing, synthesis still works
-and the app adds a warning saying which command fills it.
+and the app adds a warning saying which command fills it. The models asset is the directory
+``skinflint models build`` writes, its ``<model>.onnx`` files only (``-c models``, cdk/config.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from cdk import constants as C
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["dependency_dir", "stage_packages"]
+__all__ = ["MODEL_ASSET_EXCLUDE", "dependency_dir", "model_files", "missing_demo_models", "stage_packages"]
 
 _IGNORE = shutil.ignore_patterns(
     "__pycache__", "*.pyc", "*.pyo", ".mypy_cache", ".pytest_cache", "*.egg-info"
@@ -44,6 +45,28 @@ def stage_packages(name: str, packages: Iterable[str], extra_files: dict[str, st
     for rel, text in (extra_files or {}).items():
         (root / rel).write_text(text)
     return root
+
+
+# CDK asset exclude globs (gitignore style): every file but the ONNX models themselves (no half-written
+# ``.onnx.tmp`` of an interrupted build, no profiles, nothing in subdirectories).
+MODEL_ASSET_EXCLUDE = ("*", f"!*{C.MODEL_SUFFIX}", "*/")
+
+
+def model_files(models_dir: Path) -> list[Path]:
+    """The files of the models asset: ``<model>.onnx`` directly in ``models_dir``."""
+    return sorted(p for p in models_dir.glob(f"*{C.MODEL_SUFFIX}") if p.is_file())
+
+
+def missing_demo_models(models_dir: Path) -> list[str]:
+    """DNN models of the packaged demo apps that ``models_dir`` lacks (their shares run emulated)."""
+    from profiles.store import PACKAGE_ROOT, LocalStore
+
+    store = LocalStore(PACKAGE_ROOT)
+    have = {p.name.removesuffix(C.MODEL_SUFFIX) for p in model_files(models_dir)}
+    wanted = {
+        m.model for app in store.list_apps() for m in store.load_app(app).modules.values() if m.kind == "dnn"
+    }
+    return sorted(wanted - have)
 
 
 def dependency_dir(path: Path, marker: str) -> Path | None:

@@ -12,6 +12,9 @@ Context keys (``-c key=value`` or ``cdk.json``):
 - ``front_concurrency``: reserved concurrency of the front function.
 - ``powertools_layer_version``: version of the public Powertools layer.
 - ``alarm_email``: optional address subscribed to the alarm topic.
+- ``models``: the directory of ONNX models shipped to the instances (default: the build cache of
+  ``skinflint models build``, ``$SKINFLINT_CACHE/models`` or ``~/.cache/skinflint/models``); it must
+  hold at least one ``<model>.onnx``. ``none`` deploys without models: every share runs emulated.
 """
 
 from __future__ import annotations
@@ -19,20 +22,22 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdk import constants as C
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from pathlib import Path
 
 __all__ = [
     "CONTEXT_KEYS",
     "DeployConfig",
     "HardwareClass",
+    "MODELS_NONE",
     "InfraConfigError",
     "load_catalog",
+    "models_dir",
     "validate_instance_type",
 ]
 
@@ -44,8 +49,9 @@ _GPU_PREFIXES = ("p", "g")  # NVIDIA GPU families (p2-p5, g3-g6); g4ad is AMD (r
 # Context keys the app reads (plus "<class>_instance_type" for every catalog class).
 CONTEXT_KEYS = (
     "account", "region", "hardware", "instance_types", "spot", "front_concurrency",
-    "powertools_layer_version", "alarm_email",
+    "powertools_layer_version", "alarm_email", "models",
 )  # fmt: skip
+MODELS_NONE = "none"  # -c models=none: no models shipped, every share runs emulated
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -82,6 +88,7 @@ class DeployConfig:
     front_concurrency: int = C.FRONT_RESERVED_CONCURRENCY
     powertools_layer_version: int = C.POWERTOOLS_LAYER_VERSION
     alarm_email: str | None = None
+    models_dir: Path | None = None  # ONNX models shipped to the instances; None: -c models=none
 
     @classmethod
     def from_context(
@@ -112,7 +119,33 @@ class DeployConfig:
                 get("powertools_layer_version"), "powertools_layer_version", C.POWERTOOLS_LAYER_VERSION
             ),
             alarm_email=str(get("alarm_email")) if get("alarm_email") else None,
+            models_dir=models_dir(get("models")),
         )
+
+
+def models_dir(value: Any) -> Path | None:
+    """The directory whose ``*.onnx`` files ship to the instances, or None for ``-c models=none``.
+
+    Default: where ``skinflint models build`` writes them. Synthesis never builds them (that takes
+    minutes of CPU): a directory without models stops it with one line saying what to run."""
+    text = "" if value is None else str(value).strip()
+    if text.lower() == MODELS_NONE:
+        return None
+    if text:
+        path = Path(text).expanduser()
+    else:
+        from profiles.store import cache_dir
+
+        path = cache_dir() / "models"
+    if text and path.exists() and not path.is_dir():
+        raise InfraConfigError(f"-c models={text}: {path} is not a directory of <model>.onnx files")
+    if not path.is_dir() or not any(path.glob(f"*{C.MODEL_SUFFIX}")):
+        raise InfraConfigError(
+            f"no built models in {path}: run `skinflint models build` first "
+            f"(or pass -c models=DIR, or -c models={MODELS_NONE} to deploy without models: "
+            "every share then runs emulated)"
+        )
+    return path
 
 
 def load_catalog(path: Path = C.CATALOG_PATH) -> dict[str, dict[str, Any]]:

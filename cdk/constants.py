@@ -107,6 +107,8 @@ DRAIN_POLL_S = 5  # s between IMDS target-lifecycle-state reads on the instance
 WORKER_LOG_GROUP = "/skinflint/workers"
 WORKER_PYTHON = "3.11"  # python3.11 from the AL2023 repositories (project requires >= 3.11)
 WORKER_USER = "skinflint"
+WORKER_MODEL_DIR = "/opt/skinflint/models"  # the models archive, unzipped (SKINFLINT_MODEL_DIR)
+MODEL_SUFFIX = ".onnx"  # only these files of the models directory ship (the agent loads <model>.onnx)
 # Public SSM parameters of the AMIs (resolved by CloudFormation at deploy time, no synth-time lookup)
 GPU_AMI_PARAMETER = (
     "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"

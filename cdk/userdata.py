@@ -1,4 +1,4 @@
-"""The worker's boot script: install the code and its wheels, then run the instance agent
+"""The worker's boot script: install the code, its wheels and the ONNX models, then run the instance agent
 (``python -m gpu_fleet.instance``: claims a slot of the current plan version and runs its shares)
 as a systemd service. The agent watches IMDS itself for the termination lifecycle hook and Spot
 interruption notices, drains, and completes the lifecycle action. Values may be CloudFormation
@@ -23,6 +23,7 @@ class WorkerBoot:
     asg_name: str
     code_zip: str  # local path the code archive was downloaded to
     wheels_zip: str | None  # local path of the wheelhouse archive, None when not built
+    models_zip: str | None  # local path of the models archive, None with -c models=none
     config_table: str
     results_table: str
     bucket: str
@@ -38,6 +39,8 @@ def _env_lines(b: WorkerBoot) -> list[str]:
         "SKINFLINT_HARDWARE": b.hardware,
         "SKINFLINT_ASG_NAME": b.asg_name,
         "SKINFLINT_DRAIN_HOOK": C.DRAIN_HOOK_NAME,
+        # <model>.onnx; a share whose model file is not there runs emulated (its results say so)
+        "SKINFLINT_MODEL_DIR": C.WORKER_MODEL_DIR,
         "PYTHONPATH": "/opt/skinflint/app",
         "PYTHONUNBUFFERED": "1",
     }
@@ -55,15 +58,23 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
         ]
     else:  # no wheelhouse was built: PyPI must be reachable (it is not from the isolated subnets)
         install = [f"/opt/skinflint/venv/bin/pip install -r {req}"]
+    # the archive is downloaded beside its directory (not to /tmp, a tmpfs on AL2023) and removed once
+    # unpacked; a re-run of the script replaces the models (unzip -o)
+    models = (
+        [f"unzip -q -o {b.models_zip} -d {C.WORKER_MODEL_DIR}", f"rm -f {b.models_zip}"]
+        if b.models_zip
+        else []
+    )
     token = f'TOKEN=$(curl -sS -X PUT {_IMDS}/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")'
     return [
         "set -euo pipefail",
         "exec > >(tee -a /var/log/skinflint-boot.log) 2>&1",
         f"dnf install -y {py} {py}-pip unzip amazon-cloudwatch-agent",
         f"id -u {C.WORKER_USER} >/dev/null 2>&1 || useradd --system -d /opt/skinflint {C.WORKER_USER}",
-        "install -d -m 0755 /opt/skinflint /opt/skinflint/app /etc/skinflint",
+        f"install -d -m 0755 /opt/skinflint /opt/skinflint/app {C.WORKER_MODEL_DIR} /etc/skinflint",
         f"install -d -m 0755 -o {C.WORKER_USER} /var/log/skinflint",
         f"unzip -q -o {b.code_zip} -d /opt/skinflint/app",
+        *models,
         f"{py} -m venv /opt/skinflint/venv",
         *install,
         ": > /etc/skinflint/worker.env",

@@ -3,7 +3,9 @@ and one Auto Scaling group per hardware class, each with its own launch template
 
 The planner owns the desired capacity (the template sets only min 0 / max), so a deploy never
 resets a running fleet. Each instance runs the instance agent (``python -m gpu_fleet.instance``,
-cdk/userdata.py); its role allows what the agent and the workers it runs call, nothing more. A
+cdk/userdata.py) with the ONNX models built by ``skinflint models build`` (an S3 asset unpacked to
+``/opt/skinflint/models``); its role allows what the agent and the workers it runs call and reading
+its own code, wheel and model archives, nothing more. A
 scale-in holds the instance in Terminating:Wait (lifecycle hook) until the agent has drained and
 completed the action, or until the hook's heartbeat timeout."""
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_autoscaling_hooktargets as hooktargets
 from aws_cdk import aws_ec2 as ec2
@@ -21,12 +23,20 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 
 from cdk import constants as C
-from cdk.assets import dependency_dir, stage_packages
+from cdk.assets import (
+    MODEL_ASSET_EXCLUDE,
+    dependency_dir,
+    missing_demo_models,
+    model_files,
+    stage_packages,
+)
 from cdk.nag import acknowledge
 from cdk.policies import cdk_queue_arns, metrics_statement, queues_arn
 from cdk.userdata import WorkerBoot, worker_boot_commands
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from aws_cdk import aws_dynamodb as ddb
     from aws_cdk import aws_s3 as s3
     from aws_cdk import aws_sqs as sqs
@@ -45,10 +55,12 @@ class FleetStackProps:
     results_table: ddb.ITable
     bucket: s3.IBucket
     fleet_events: sqs.IQueue
+    models_dir: Path | None = None  # ``<model>.onnx`` files shipped to every instance; None: emulated
 
 
 class FleetStack(Stack):
-    """``vpc``, ``groups`` (hardware class -> Auto Scaling group), ``worker_sg``."""
+    """``vpc``, ``groups`` (hardware class -> Auto Scaling group), ``worker_sg``, ``models`` (the
+    models asset, None without models)."""
 
     def __init__(self, scope: Construct, construct_id: str, props: FleetStackProps, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -89,9 +101,35 @@ class FleetStack(Stack):
             if wheels is not None and any(wheels.glob("*.whl"))
             else None
         )
+        self.models = self._models(props.models_dir)
         self.groups: dict[str, autoscaling.AutoScalingGroup] = {}
         for hw in props.hardware:
             self.groups[hw.name] = self._group(hw)
+
+    def _models(self, models_dir: Path | None) -> s3_assets.Asset | None:
+        """The models archive (``-c models``), and an output and a synth message saying what ships."""
+        if models_dir is None:
+            Annotations.of(self).add_warning_v2(
+                "skinflint:models",
+                "deploying without models (-c models=none): every share runs emulated (its results say "
+                '"emulated": true); run `skinflint models build` and deploy again to serve for real',
+            )
+            CfnOutput(
+                self, "Models", value="none: every share runs emulated", description="ONNX models shipped"
+            )
+            return None
+        files = model_files(models_dir)
+        asset = s3_assets.Asset(self, "WorkerModels", path=str(models_dir), exclude=list(MODEL_ASSET_EXCLUDE))
+        missing = missing_demo_models(models_dir)
+        if missing:
+            Annotations.of(self).add_warning_v2(
+                "skinflint:models-missing",
+                f"{models_dir} lacks {', '.join(missing)} (demo models not built): shares of those run "
+                "emulated; `skinflint models build` builds every demo app's models",
+            )
+        names = ",".join(p.name.removesuffix(C.MODEL_SUFFIX) for p in files)
+        CfnOutput(self, "Models", value=names, description=f"ONNX models shipped to {C.WORKER_MODEL_DIR}")
+        return asset
 
     # -- network ---------------------------------------------------------------------------------
     def _vpc(self) -> ec2.Vpc:
@@ -215,6 +253,14 @@ class FleetStack(Stack):
                 ],
             ),
         ]
+        if self.models is not None:  # the models archive only, not the rest of the assets bucket
+            statements.append(
+                iam.PolicyStatement(
+                    sid="Models",
+                    actions=["s3:GetObject"],
+                    resources=[self.models.bucket.arn_for_objects(self.models.s3_object_key)],
+                )
+            )
         policy = iam.Policy(self, f"Policy-{hw.slug}", statements=statements)
         role.attach_inline_policy(policy)
         self._acknowledge_policy(policy, hw)
@@ -262,6 +308,15 @@ class FleetStack(Stack):
             if self.wheels
             else None
         )
+        models_zip = (
+            user_data.add_s3_download_command(
+                bucket=self.models.bucket,
+                bucket_key=self.models.s3_object_key,
+                local_file=f"{C.WORKER_MODEL_DIR}.zip",
+            )
+            if self.models
+            else None
+        )
         boot = WorkerBoot(
             hardware=hw.name,
             kind=hw.kind,
@@ -269,6 +324,7 @@ class FleetStack(Stack):
             asg_name=hw.asg_name,
             code_zip=code_zip,
             wheels_zip=wheels_zip,
+            models_zip=models_zip,
             config_table=p.config_table.table_name,
             results_table=p.results_table.table_name,
             bucket=p.bucket.bucket_name,

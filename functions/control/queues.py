@@ -1,4 +1,7 @@
 """Task queues: one standard SQS queue per planned machine, each with a redrive policy to a DLQ.
+Every queue created here (task queues and the local DLQ) is encrypted at rest with SQS-managed
+keys (SSE-SQS), like the stack's own queues; it is asked for explicitly rather than left to the
+account's default.
 
 Per machine (not per config group) because a time-window batch belongs to one machine
 (docs/dataplane.md). A module whose plan changed in a version gets fresh queues whose names carry
@@ -24,12 +27,15 @@ __all__ = [
     "DEFAULT_PREFIX",
     "create_module_queues",
     "delete_queue",
+    "SSE_ATTRIBUTES",
     "ensure_app_dlq",
     "queue_name",
 ]
 
 DEFAULT_PREFIX = "skinflint-"  # cdk/constants.py QUEUE_NAME_PREFIX (the IAM policies' scope)
 _MAX_NAME = 80  # SQS queue name limit (characters)
+# Server-side encryption with SQS-managed keys (no KMS key to grant the writers and readers).
+SSE_ATTRIBUTES = {"SqsManagedSseEnabled": "true"}
 
 
 def queue_name(
@@ -50,7 +56,7 @@ def ensure_app_dlq(sqs: Any, app: str, prefix: str = DEFAULT_PREFIX) -> tuple[st
     """The app's dead-letter queue (created if missing): (url, arn). The deployed stack passes its
     shared DLQ's ARN instead (``SKINFLINT_TASKS_DLQ_ARN``)."""
     try:
-        url = sqs.create_queue(QueueName=f"{prefix}{app}-dlq")["QueueUrl"]
+        url = sqs.create_queue(QueueName=f"{prefix}{app}-dlq", Attributes=dict(SSE_ATTRIBUTES))["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     except ClientError as exc:
         raise ConfigError(f"cannot create the dead-letter queue of {app}: {exc}") from exc
@@ -83,6 +89,7 @@ def create_module_queues(
                         "VisibilityTimeout": str(visibility_timeout_s),
                         "RedrivePolicy": redrive,
                         "MessageRetentionPeriod": str(retention_s),
+                        **SSE_ATTRIBUTES,
                     },
                     tags={"skinflint:app": app, "skinflint:module": module},
                 )["QueueUrl"]

@@ -3,7 +3,9 @@ Scaling), the apps registered with the profiles planned for this machine's hardw
 (the planner's epoch every ``--epoch`` seconds: observed rates, plan, pack, publish a version, size
 one Auto Scaling group per hardware class), an emulated fleet (one instance-agent process per
 instance of those groups) and the front API under uvicorn. Prints one line when ready (``--json``:
-url, api_key, apps) and runs until SIGINT/SIGTERM, then drains and stops every process it started."""
+url, api_key, apps, aws_endpoint, region; ``aws_endpoint`` is moto's server, where any credentials
+read the stack's tables, queues, bucket, metrics and groups) and runs until SIGINT/SIGTERM, then
+drains and stops every process it started."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from skinflint.errors import UsageError
 if TYPE_CHECKING:
     import argparse
 
-    from functions.localstack.stack import LocalStack
+    from functions.localstack.stack import LocalStack, StackInfo
 
 DEFAULT_APP = "traffic"
 DEFAULT_RATE = 4.0  # frames/s: what this 2-core machine drains with room to spare
@@ -135,6 +137,17 @@ def _log_to_stderr(quiet: bool) -> Any:
     return log
 
 
+def ready_line(info: StackInfo, as_json: bool) -> str:
+    """The line printed once the stack serves: the front's URL and key, the apps, and the local AWS
+    endpoint (moto) with its region."""
+    if as_json:
+        return json.dumps(info.as_json())
+    return (
+        f"Skinflint is up at {info.url}  api key {info.api_key}  apps {', '.join(info.apps)}  "
+        f"AWS (moto) at {info.endpoint_url} region {info.region}  (Ctrl-C stops)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from functions.errors import DataPlaneError
 
@@ -147,14 +160,7 @@ def run(args: argparse.Namespace) -> int:
             info = stack.start()
         except DataPlaneError as exc:
             raise UsageError(f"local stack failed to start: {exc}") from exc
-        if args.json:
-            print(json.dumps(info.as_json()), flush=True)
-        else:
-            print(
-                f"Skinflint is up at {info.url}  api key {info.api_key}  "
-                f"apps {', '.join(info.apps)}  (Ctrl-C stops)",
-                flush=True,
-            )
+        print(ready_line(info, args.json), flush=True)
         while not stop.wait(1.0):
             dead = [n for n in ("front", "moto") if n not in stack.alive()]
             if dead:

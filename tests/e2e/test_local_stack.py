@@ -6,11 +6,13 @@ Uses hand-made profiles on emulated hardware (no model build needed) so it runs 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 
+import boto3
 import httpx
 import pytest
 
@@ -20,6 +22,7 @@ from functions.localstack.summary import summarise
 from functions.localstack.video import synthetic_frames
 from functions.schema import ResultOut
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan, ProblemSpec
+from skinflint.commands.up import ready_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -83,6 +86,22 @@ def test_frames_flow_through_the_local_stack_and_every_process_stops(tmp_path):
     stack = LocalStack(["traffic"], stub_plan, log_dir=str(tmp_path))
     with stack as info:
         assert info.api_key and info.url.startswith("http://127.0.0.1:")
+        # `skinflint up --json` prints the local AWS endpoint (moto) too, and other programs can read
+        # the stack's resources through it with any credentials
+        line = json.loads(ready_line(info, as_json=True))
+        assert set(line) == {"url", "api_key", "apps", "aws_endpoint", "region"}
+        assert (line["url"], line["api_key"], line["apps"]) == (info.url, info.api_key, ["traffic"])
+        assert line["aws_endpoint"].startswith("http://127.0.0.1:") and line["region"] == "us-east-1"
+        assert f"AWS (moto) at {line['aws_endpoint']} region us-east-1" in ready_line(info, as_json=False)
+        aws = {"endpoint_url": line["aws_endpoint"], "region_name": line["region"]}
+        creds = {"aws_access_key_id": "other-program", "aws_secret_access_key": "other-program"}
+        assert "skinflint-config" in boto3.client("dynamodb", **aws, **creds).list_tables()["TableNames"]
+        sqs = boto3.client("sqs", **aws, **creds)
+        task_queues = sqs.list_queues(QueueNamePrefix="skinflint-traffic-")["QueueUrls"]
+        assert task_queues
+        for url in task_queues:  # the task queues and the DLQ, encrypted at rest
+            attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["SqsManagedSseEnabled"])
+            assert attrs["Attributes"]["SqsManagedSseEnabled"] == "true", url
         pids = stack.pids()
         instances = sum(len(g["running"]) for g in stack.fleet.snapshot().values())
         assert instances >= 1 and len(pids) == 1 + 1 + instances  # moto, front, the instance agents

@@ -13,8 +13,18 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-# Explicit, so the tests do not depend on cdk.json's defaults changing.
-CONTEXT: dict[str, Any] = {"account": "123456789012", "region": "us-east-1", "hardware": "t4,v100,cpu"}
+# Explicit, so the tests do not depend on cdk.json's defaults changing. "models": the session's
+# assembly ships the fixture models below; other syntheses deploy without (no build cache needed).
+CONTEXT: dict[str, Any] = {
+    "account": "123456789012",
+    "region": "us-east-1",
+    "hardware": "t4,v100,cpu",
+    "models": "none",
+}
+# What the fixture models directory holds: two models, plus what must not ship (an interrupted
+# build's temporary file, a note, a subdirectory).
+FIXTURE_MODELS = {"ssdlite_mnv2.onnx": b"onnx-detector", "resnet18_vehicle.onnx": b"onnx-vehicle"}
+FIXTURE_JUNK = {"resnet18_face.onnx.tmp": b"half", "README.txt": b"note", "old/landmark_net.onnx": b"x"}
 SYNTH_BUDGET_S = 30.0  # s: synthesis of every stack, cdk-nag included (issue #6)
 _FIGURES: dict[str, float] = {}
 
@@ -35,6 +45,14 @@ class Assembly:
 
     def manifest(self) -> dict[str, Any]:
         return json.loads((self.outdir / "manifest.json").read_text())
+
+    def warnings(self, stack: str) -> list[str]:
+        """The stack's warning annotations (in the manifest or its additional metadata file)."""
+        artifact = self.manifest()["artifacts"][stack]
+        meta = dict(artifact.get("metadata", {}))
+        if artifact.get("additionalMetadataFile"):
+            meta.update(json.loads((self.outdir / artifact["additionalMetadataFile"]).read_text()))
+        return [e["data"] for entries in meta.values() for e in entries if e["type"] == "aws:cdk:warning"]
 
 
 def _cpu_s() -> float:
@@ -57,14 +75,25 @@ def _cpu_s() -> float:
 
 
 @pytest.fixture(scope="session")
-def assembly(tmp_path_factory: pytest.TempPathFactory) -> Assembly:
-    """GIVEN the default deployment (t4, v100 and every CPU class, on-demand) WHEN synthesized with
-    cdk-nag's AwsSolutions pack THEN synthesis succeeds (a single unacknowledged finding would raise)."""
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for the build cache's models directory (``skinflint models build`` writes it)."""
+    root = tmp_path_factory.mktemp("models")
+    for rel, data in {**FIXTURE_MODELS, **FIXTURE_JUNK}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+@pytest.fixture(scope="session")
+def assembly(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Assembly:
+    """GIVEN the default deployment (t4, v100 and every CPU class, on-demand, built models) WHEN
+    synthesized with cdk-nag's AwsSolutions pack THEN synthesis succeeds (a single unacknowledged
+    finding would raise)."""
     from cdk.app import build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
     t0, c0 = time.perf_counter(), _cpu_s()
-    build_app(CONTEXT, outdir=str(outdir), nag=True).synth()
+    build_app({**CONTEXT, "models": str(models_dir)}, outdir=str(outdir), nag=True).synth()
     _FIGURES["synth_s"] = time.perf_counter() - t0
     _FIGURES["cpu_s"] = _cpu_s() - c0
     _FIGURES["load"] = os.getloadavg()[0]

@@ -14,7 +14,7 @@ from cdk.constants import REPO_ROOT
 
 pytestmark = pytest.mark.infra
 
-BASE = {"account": "123456789012", "region": "us-east-1"}
+BASE = {"account": "123456789012", "region": "us-east-1", "models": "none"}
 
 
 def config(**ctx: str) -> DeployConfig:

@@ -170,6 +170,124 @@ def test_role_allows_exactly_what_its_code_calls(
     assert not never_called, f"{role} is granted actions its code never names: {sorted(never_called)}"
 
 
+# -- IAM: DynamoDB actions per table -----------------------------------------------------------------
+# Which table each module that makes DynamoDB calls works on (its docstring says so). A new module
+# naming a DynamoDB operation must be added here, so its calls are checked against the right table.
+TABLE_OF_MODULE = {
+    "functions/adapters/config_store.py": "config",  # deployments, hashed keys
+    "functions/adapters/plan_store.py": "config",  # plan pointer, versions, claims, heartbeats
+    "functions/control/registry.py": "config",  # app index, replan request
+    "functions/control/state.py": "config",  # control#state
+    "functions/adapters/results.py": "results",  # frame records, task records, read_items
+    "functions/adapters/outcomes.py": "results",  # frame outcomes (read back with results.read_items)
+}
+TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
+    "planner": {
+        "config": {a for a in PLANNER_ACTIONS if a.startswith("dynamodb:")},
+        "results": set(),
+    },
+    "front": {
+        "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan", "dynamodb:PutItem",
+                   "dynamodb:UpdateItem"},
+        "results": {"dynamodb:BatchWriteItem", "dynamodb:BatchGetItem"},  # frame records; GET /v1/requests
+    },
+    "worker": {
+        "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
+        "results": {"dynamodb:PutItem", "dynamodb:BatchGetItem"},  # task records, outcomes; read-back
+    },
+}  # fmt: skip
+# Operations a module in the role's import closure names on a table but the role never reaches there,
+# each with the code path that does reach it. Exact: an entry that stops applying fails the test too.
+NOT_REACHED = {
+    "planner": {},
+    "front": {
+        ("config", "dynamodb:BatchWriteItem"): "plan_store.py publish/GC: the planner",
+        ("config", "dynamodb:DeleteItem"): "plan_store.py claims and GC, registry.py remove: planner, CLI",
+        ("results", "dynamodb:PutItem"): "results.py put_task: the workers' task records",
+    },
+    "worker": {
+        ("config", "dynamodb:Scan"): "config_store.py/registry.py listings: front, planner, CLI",
+        ("config", "dynamodb:BatchWriteItem"): "plan_store.py publish/GC: the planner",
+        ("config", "dynamodb:UpdateItem"): "plan_store.py pointer flip, registry.py: planner, front",
+        ("results", "dynamodb:BatchWriteItem"): "results.py put_frames: the front's frame records",
+    },
+}
+_ROLE_OF = {
+    "planner": (C.CONTROL_STACK, "PlannerRole"),
+    "front": (C.FRONT_STACK, "FrontRole"),
+    "worker": (C.FLEET_STACK, "Rolet4"),
+}
+
+
+def _dynamodb_named(path: Path) -> set[str]:
+    text = path.read_text()
+    named = set(re.findall(r"\.([a-z][a-z0-9_]+)\(", text)) | set(
+        re.findall(r"[\"']([a-z][a-z0-9_]+)[\"']", text)
+    )
+    return {a for n in named if (a := _operations().get(n, "")).startswith("dynamodb:")}
+
+
+def called_per_table(entry: Path) -> dict[str, set[str]]:
+    """table -> DynamoDB actions the modules of ``entry``'s closure name on it."""
+    out: dict[str, set[str]] = {"config": set(), "results": set()}
+    for path in closure(entry):
+        named = _dynamodb_named(path)
+        if not named:
+            continue
+        rel = path.relative_to(ROOT).as_posix()
+        assert rel in TABLE_OF_MODULE, f"{rel} names {sorted(named)}: which table? (TABLE_OF_MODULE)"
+        out[TABLE_OF_MODULE[rel]] |= named
+    return out
+
+
+def granted_per_table(assembly: Assembly, stack: str, role: str) -> dict[str, set[str]]:
+    """table -> DynamoDB actions the role's Allow statements grant on that table (and nothing else)."""
+    tables = {
+        r["Properties"]["TableName"]: lid
+        for lid, r in resources(assembly.template(C.STATEFUL_STACK), "AWS::DynamoDB::Table").items()
+    }
+    lids = {"config": tables[C.CONFIG_TABLE_NAME], "results": tables[C.RESULTS_TABLE_NAME]}
+    out: dict[str, set[str]] = {"config": set(), "results": set()}
+    for st in _allowed(assembly.template(stack), role):
+        acts = {a for a in _actions([st]) if a.startswith("dynamodb:")}
+        if not acts:
+            continue
+        targets = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+        for target in targets:
+            text = json.dumps(target)
+            (table,) = [t for t, lid in lids.items() if lid in text] or [None]
+            assert table is not None, f"{role}: {sorted(acts)} on {text}, not one of the two tables"
+            assert "/index" not in text and "*" not in text, f"{role}: {text} is wider than the table"
+            out[table] |= acts
+    return out
+
+
+@pytest.mark.parametrize("who", ["planner", "front", "worker"])
+def test_dynamodb_grants_per_table_match_the_code(assembly: Assembly, who: str) -> None:
+    """Each role holds exactly its DynamoDB actions on each table; every action its code names on a
+    table is granted on that table (or listed, with the code path that reaches it, in NOT_REACHED);
+    and nothing is granted on a table that no module of its code works on with that action."""
+    stack, role = _ROLE_OF[who]
+    granted = granted_per_table(assembly, stack, role)
+    assert granted == TABLE_GRANTS[who], {t: (sorted(granted[t] ^ TABLE_GRANTS[who][t])) for t in granted}
+    called = called_per_table(ENTRY[who])
+    for table in ("config", "results"):
+        missing = called[table] - granted[table]
+        assert missing == {a for t, a in NOT_REACHED[who] if t == table}, (
+            f"{who} code names {sorted(missing)} on the {table} table without a grant there"
+        )
+        unused = granted[table] - called[table]
+        assert not unused, f"{who} is granted {sorted(unused)} on the {table} table; no code calls it there"
+
+
+def test_worker_roles_hold_the_same_table_grants(assembly: Assembly) -> None:
+    doc = assembly.template(C.FLEET_STACK)
+    roles = [lid for lid in resources(doc, "AWS::IAM::Role") if lid.startswith("Role")]
+    assert len(roles) >= 3
+    for lid in roles:
+        assert granted_per_table(assembly, C.FLEET_STACK, lid) == TABLE_GRANTS["worker"], lid
+
+
 def test_queues_are_created_with_tags() -> None:
     """Why the planner holds sqs:TagQueue."""
     assert "tags=" in (ROOT / "functions" / "control" / "queues.py").read_text()
@@ -360,11 +478,16 @@ def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
 
 
 # -- the instances ---------------------------------------------------------------------------------------
-def _user_data(assembly: Assembly) -> str:
-    lts = resources(assembly.template(C.FLEET_STACK), "AWS::EC2::LaunchTemplate")
-    t4 = next(lt for lt in lts.values() if "SKINFLINT_HARDWARE=t4'" in json.dumps(lt))
-    parts = t4["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+def user_data_text(fleet: dict[str, Any], hardware: str) -> str:
+    """The boot script of ``hardware``'s launch template in the fleet template (tokens as ``<token>``)."""
+    lts = resources(fleet, "AWS::EC2::LaunchTemplate")
+    lt = next(lt for lt in lts.values() if f"SKINFLINT_HARDWARE={hardware}'" in json.dumps(lt))
+    parts = lt["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
     return "".join(p if isinstance(p, str) else "<token>" for p in parts)
+
+
+def _user_data(assembly: Assembly) -> str:
+    return user_data_text(assembly.template(C.FLEET_STACK), "t4")
 
 
 def test_user_data_starts_the_agent_with_its_environment(assembly: Assembly) -> None:
