@@ -15,6 +15,9 @@ It applies the planner's decisions; it decides nothing itself.
    forwards children with the new version's routing; an old share is served until the new
    version is active, ``retire_grace_s`` has passed and its queue is empty, then stopped. Nothing
    is deleted unprocessed: a stopping worker finishes its batch in hand and releases the rest.
+   A share whose queue was deleted under it (the worker logs it and stops) is accounted for, not
+   restarted: a retiring one counts as retired, one of the version in force is reported
+   (``lost_shares`` in the heartbeat) until a new version gives its slot a queue again.
    The control loop moves ``activate_at`` earlier once every slot of the version is served: the
    agent re-reads it on every poll (and heartbeats at once after adopting, which is what shows
    its slot served). A version superseded before it activated (the new one's ``previous`` is older)
@@ -26,8 +29,9 @@ It applies the planner's decisions; it decides nothing itself.
 
 Heartbeats (plan store, ``instance#<id>``, an ``InstanceStatus``): instance id, hardware, state
 (``starting``, ``idle``, ``serving``, ``draining``, ``gone``), slot, newest version adopted and every
-version still served (``serving_versions``: old shares retire after the change), per-share totals,
-and the drain's figures once it has drained.
+version still served (``serving_versions``: old shares retire after the change; the garbage
+collector keeps each of them and their queues), per-share totals, shares whose queue was deleted
+under them (``lost_shares``), and the drain's figures once it has drained.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from functions.control.gc import queue_gone
 from functions.errors import DataPlaneError, QueueError
 from functions.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
 from gpu_fleet.lifecycle import DrainNotice, LifecycleError
@@ -319,6 +324,7 @@ class InstanceAgent:
         self._last_report = 0.0
         self._routers: dict[tuple[str, int], Router] = {}
         self._notice: DrainNotice | None = None
+        self._lost: dict[str, dict[str, Any]] = {}  # share -> version, queue, when its queue vanished
         self._wake = threading.Event()
         self.drain_report: DrainReport | None = None
 
@@ -349,6 +355,7 @@ class InstanceAgent:
                 adopted = new
             self._reschedule(manifest, now)
         self._activate(now)
+        self._reap_lost(now)
         self._retire(now)
         self._revive()
         if adopted or now - self._last_report >= self.report_s:
@@ -412,6 +419,8 @@ class InstanceAgent:
                 kept.append(r)
             else:
                 started.append(self._start(share, a, routers[share.app], version))
+        for share, _ in planned:  # a share the new version plans again is no longer lost
+            self._lost.pop(f"{share.app}.{share.module}.g{share.group}.m{share.machine}", None)
         for r in current.values():  # shares this instance no longer serves: until empty and active
             if not r.retiring:
                 r.retiring = True
@@ -516,11 +525,39 @@ class InstanceAgent:
             self._prune_routers()
         self._release_old_claims()
 
+    def _reap_lost(self, now: float) -> None:
+        """Remove the shares whose worker stopped because its queue was deleted under it. A retiring
+        share is simply done; a share of a version still served is reported (``lost_shares``) and
+        not restarted on a queue that does not exist (a new version starts it on its queue)."""
+        lost = [r for r in self._runners if r.worker.queue_gone and not r.thread.is_alive()]
+        for r in lost:
+            a = r.worker.assignment
+            self._runners.remove(r)
+            for p in self._pending:
+                p.kept = [k for k in p.kept if k is not r]
+            if r.retiring:
+                log.info(
+                    "retired %s (v%d): its queue was deleted; %s", a.worker_id, r.version, r.worker.totals
+                )
+                continue
+            name = f"{a.app}.{a.module}.g{a.group}.m{a.machine}"
+            self._lost[name] = {"version": r.version, "queue_url": a.queue_url, "at": now}
+            log.error(
+                "%s (v%d) stopped: its queue %s was deleted while the share is planned; it stays "
+                "unserved until a new plan version",
+                a.worker_id,
+                r.version,
+                a.queue_url,
+            )
+        if lost:
+            self.runtimes.keep_only([r.worker.assignment for r in self._runners])
+            self._prune_routers()
+
     def _revive(self) -> None:
         """A share whose worker thread died (a bug, not a stop) gets a fresh worker on its queue."""
         for i, r in enumerate(self._runners):
-            if r.thread.is_alive() or r.retiring:
-                continue
+            if r.thread.is_alive() or r.retiring or r.worker.queue_gone:
+                continue  # a stopped share whose queue was deleted is reaped, never restarted
             log.error("%s stopped unexpectedly; restarting it", r.worker.assignment.worker_id)
             r.worker.release_buffered()
             fresh = self._start(r.share, r.worker.assignment, r.worker.router, r.version)
@@ -543,7 +580,7 @@ class InstanceAgent:
         try:
             return int(self.services.queues.depth(url))
         except QueueError as exc:
-            if "NonExistentQueue" in str(exc):
+            if queue_gone(exc):
                 return 0
             log.warning("cannot read the depth of %s: %s", url, exc)
             return None
@@ -643,6 +680,7 @@ class InstanceAgent:
             "version": self.version,
             "serving_versions": sorted({r.version for r in self._runners}),
             "shares": shares,
+            "lost_shares": sorted(self._lost),
             "device_busy_s": round(self.device.busy_s, 3),
             "models_loaded": self.runtimes.loads,
         }

@@ -6,7 +6,9 @@ batches per the dispatch schedule (:mod:`gpu_fleet.batching`), drops early what 
 its deadline, runs the batch (:mod:`gpu_fleet.runtimes`), records results idempotently, forwards
 each result to the downstream modules through the same dispatch library as the front, and emits
 metrics. SIGTERM: the batch in hand is finished, everything still buffered is released
-(ChangeMessageVisibility 0).
+(ChangeMessageVisibility 0). A queue deleted under the worker (the control loop's garbage
+collector removes a superseded version's queues) is logged once: the worker stops receiving, runs
+what it already holds and stops (``queue_gone``); it neither retries nor restarts on it.
 
 On a fleet instance (:mod:`gpu_fleet.instance`) several workers, one per share of the instance's
 slot, run in one process and share one :class:`Device`: their batches take the device in the
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from functions.adapters.results import TaskRecord
-from functions.errors import DataPlaneError
+from functions.errors import DataPlaneError, QueueError
 from functions.routing import child_count, child_region
 from functions.schema import TaskMessage
 from gpu_fleet.batching import BatchAssembler, Pending
@@ -133,6 +135,7 @@ class Worker:
         self.assembler = BatchAssembler(a.batch, self.grace_s, hold_full=aligned)
         self._lock = threading.Condition()
         self._stopping = threading.Event()
+        self._gone = threading.Event()  # the queue was deleted under the worker: stop once idle
         self._dims = {"App": a.app, "Module": a.module, "Hardware": a.hardware}
         self._forward_router = self.router
         dep = self.router.deployment
@@ -169,6 +172,36 @@ class Worker:
         slots) and its routing both come from ``router`` from now on."""
         self.router = router
         self.forward_with(router)
+
+    @property
+    def queue_gone(self) -> bool:
+        """The worker's queue no longer exists: it stopped (or stops once what it holds has run)."""
+        return self._gone.is_set()
+
+    def _check_gone(self, exc: DataPlaneError, op: str) -> bool:
+        """Whether ``exc`` says the worker's queue was deleted; the first time, log it and stop
+        receiving. Its messages went with it: nothing can be received, deleted or released there."""
+        from functions.control.gc import queue_gone
+
+        if not isinstance(exc, QueueError) or exc.queue_url != self.assignment.queue_url:
+            return False
+        if not queue_gone(exc):
+            return False
+        with self._lock:  # the receiver and a batch thread may both find it out: log once
+            first = not self._gone.is_set()
+            self._gone.set()
+            held = len(self.assembler)
+            self._lock.notify_all()
+        if first:
+            log.warning(
+                "%s: queue %s no longer exists (%s failed); stopping this share once the %d "
+                "request(s) it holds have run",
+                self.assignment.worker_id,
+                self.assignment.queue_url,
+                op,
+                held,
+            )
+        return True
 
     def idle(self) -> bool:
         """Nothing buffered and no batch in hand (the queue itself may still hold messages)."""
@@ -316,7 +349,7 @@ class Worker:
         out.forwarded = self._forward(children, enqueued_at=done)
         if self.crash_after_record:
             raise SystemExit("crash injected after recording")
-        self.queues.delete(a.queue_url, [r for p in items for r in p.receipts])
+        self._delete([r for p in items for r in p.receipts])
         self._metrics(items, run, records, out, start, done)
         self._observe_outcomes(records)
         with self._lock:
@@ -324,6 +357,17 @@ class Worker:
             for k in ("ran", "dropped", "duplicates", "forwarded"):
                 self.totals[k] += getattr(out, k)
         return out
+
+    def _delete(self, receipts: list[str]) -> None:
+        """Delete processed messages; a queue deleted meanwhile took them with it (their results are
+        recorded: the batch succeeded)."""
+        if self._gone.is_set():
+            return
+        try:
+            self.queues.delete(self.assignment.queue_url, receipts)
+        except DataPlaneError as exc:
+            if not self._check_gone(exc, "delete"):
+                raise
 
     def _payload(self, m: TaskMessage) -> bytes:
         if m.payload.inline_b64 is not None:
@@ -440,10 +484,12 @@ class Worker:
             self._lock.notify_all()
 
     def _receive_loop(self) -> None:
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not self._gone.is_set():
             try:
                 self.poll_once(wait_s=1)
             except DataPlaneError as exc:
+                if self._check_gone(exc, "receive"):
+                    return
                 log.warning("receive failed: %s", exc)
                 time.sleep(0.5)
 
@@ -463,7 +509,7 @@ class Worker:
         # I/O of finished batches (result writes, forwarding, deletes) while the model runs the next
         threads = self.assignment.concurrency + self.io_threads
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="batch") as pool:
-            while not self._stopping.is_set():
+            while not self._stopping.is_set() and not (self._gone.is_set() and self.idle()):
                 with self._lock:
                     nxt = self.assembler.next_close()
                     delay = 0.25 if nxt is None else max(0.0, nxt - self.clock())
@@ -473,6 +519,7 @@ class Worker:
                     self._in_hand += len(ready)
                 for bid, items in ready:
                     pool.submit(self._process_logged, bid, items)
+        self._stopping.set()  # also when the queue went away: the reporter and late receives stop
         reporter.join(timeout=3)
         self._shutdown(receiver)
 
@@ -521,10 +568,14 @@ class Worker:
         return self._release([r for p in left for r in p.receipts])
 
     def _release(self, receipts: list[str]) -> int:
+        if receipts and self._gone.is_set():
+            return 0  # the queue and its messages are gone: nothing to give back
         if receipts:
             try:
                 self.queues.release(self.assignment.queue_url, receipts)
             except DataPlaneError as exc:  # they come back after the visibility timeout instead
+                if self._check_gone(exc, "release"):
+                    return 0
                 log.warning("release of %d message(s) failed: %s", len(receipts), exc)
                 return 0
             self.metrics.put("Released", len(receipts), **self._dims)

@@ -23,8 +23,9 @@ Documents larger than :data:`INLINE_LIMIT` bytes (a 100-app fleet plan) are spli
 (``<key>#p<i>``, binary) under a head item that carries their count and the SHA-256 of the whole;
 a reader checks the checksum. DynamoDB's item limit is 400 KB.
 
-Instances report what they serve with :meth:`PlanStore.put_instance` (``instance#<id>``); the
-control loop's garbage collector deletes a version once no live instance serves it.
+Instances report what they serve with :meth:`PlanStore.put_instance` (``instance#<id>``: every
+version whose shares they still run, :class:`InstanceStatus`); the control loop's garbage collector
+deletes a version once no live instance serves it.
 """
 
 from __future__ import annotations
@@ -136,17 +137,29 @@ class Claim(BaseModel):
 
 
 class InstanceStatus(BaseModel):
-    """An instance's heartbeat: the version and slot it serves (``state``: starting, serving,
-    draining, gone)."""
+    """An instance's heartbeat (``state``: starting, idle, serving, draining, gone): the slot it
+    holds, ``version`` the newest version it adopted, and ``serving_versions`` every version whose
+    shares it still runs (during a version change the superseded version's shares drain after the
+    new one's have started, so an instance serves two or more at once). A heartbeat written before
+    ``serving_versions`` existed carries ``version`` alone: :meth:`served_versions` reads both."""
 
     model_config = ConfigDict(extra="allow")
 
     instance_id: str
     hardware: str
     version: int | None = None
+    serving_versions: list[int] = Field(default_factory=list)
     slot: str | None = None
     state: str = "serving"
     at: float
+
+    def served_versions(self) -> set[int]:
+        """Every version this instance may still poll a queue of: ``serving_versions`` and
+        ``version`` (the only one an old heartbeat records)."""
+        out = set(self.serving_versions)
+        if self.version is not None:
+            out.add(self.version)
+        return out
 
 
 def slot_content(instance: Instance) -> tuple[tuple[Any, ...], ...]:

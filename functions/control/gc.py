@@ -1,7 +1,9 @@
 """Garbage collection of plan versions, their queues and dead instances' claims.
 
 A version is kept while it is current, while it is the previous one and the current one has not
-activated yet (plus ``keep_previous_s``), while a live instance reports serving it, and while it is
+activated yet (plus ``keep_previous_s``), while a live instance reports serving it (any of the
+versions its heartbeat lists: during a version change an instance still drains the shares of the
+superseded version after it adopted the new one), and while it is
 newer than the current one (a writer may be publishing it; older than ``orphan_s`` it is an
 orphan). Any other version is deleted once the queues only it references are empty (deleted
 first); a queue still holding messages keeps its version for the next epoch. A claim of an
@@ -23,7 +25,11 @@ if TYPE_CHECKING:
 
     from functions.adapters.plan_store import Manifest, PlanStore
 
-__all__ = ["GcConfig", "GcReport", "collect"]
+__all__ = ["GcConfig", "GcReport", "collect", "queue_gone"]
+
+#: SQS's error codes for a queue that does not exist (the query protocol's and moto's legacy code,
+#: the JSON protocol's exception name)
+_GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ def _kept(store: PlanStore, cur: Manifest, versions: list[int], now: float, cfg:
     if cur.previous is not None and now < cur.activate_at + cfg.keep_previous_s:
         keep.add(cur.previous)
     live = [s for s in store.instances().values() if s.at >= now - cfg.stale_s and s.state != "gone"]
-    keep |= {s.version for s in live if s.version is not None}
+    keep |= {v for s in live for v in s.served_versions()}
     for v in versions:
         if v > cur.version:
             m = store.manifest(v)
@@ -66,10 +72,13 @@ def _kept(store: PlanStore, cur: Manifest, versions: list[int], now: float, cfg:
     return keep
 
 
-def _gone(exc: QueueError) -> bool:
-    cause = exc.__cause__
-    code = getattr(cause, "response", {}).get("Error", {}).get("Code", "") if cause is not None else ""
-    return "NonExistentQueue" in str(code)
+def queue_gone(exc: BaseException) -> bool:
+    """Whether an SQS failure (a :class:`QueueError` wrapping botocore's ``ClientError``, or the
+    ``ClientError`` itself) says the queue does not exist: it was deleted (by this collector)."""
+    cause = exc.__cause__ if isinstance(exc, QueueError) else exc
+    response = getattr(cause, "response", None)
+    code = response.get("Error", {}).get("Code", "") if isinstance(response, dict) else ""
+    return str(code) in _GONE_CODES
 
 
 def _depth(depth: Callable[[str], int], url: str) -> int | None:
@@ -77,7 +86,7 @@ def _depth(depth: Callable[[str], int], url: str) -> int | None:
     try:
         return depth(url)
     except QueueError as exc:
-        if _gone(exc):
+        if queue_gone(exc):
             return None
         raise
 

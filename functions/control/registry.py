@@ -33,6 +33,7 @@ from planner.models import AppModuleSpec, AppSpec, ProfileEntry, topological_ord
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
+    from functions.control.epoch import ControlConfig
     from planner.models import HardwareSpec
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "check_plannable",
     "first_plan_rate",
     "parse_spec_text",
+    "planner_settings",
     "profile_lookup",
     "validate_spec",
 ]
@@ -358,6 +360,25 @@ def validate_spec(
             policy=policy,
         )
     return spec
+
+
+def planner_settings(control: ControlConfig | None = None) -> dict[str, Any]:
+    """The planner settings a registration's feasibility check shares with the epoch, as keyword
+    arguments of ``functions.control.service.Registrar`` (and :func:`validate_spec`): the hop
+    overhead, the forecast headroom, the child headroom and the solver policy. Read through
+    :meth:`ControlConfig.from_env` (``SKINFLINT_HOP_OVERHEAD_S``, ``SKINFLINT_PLANNER_HEADROOM``,
+    ``SKINFLINT_CHILD_HEADROOM``), the same parser the planner uses, unless ``control`` is given;
+    a bad value raises ``ControlError`` as it does in the planner."""
+    if control is None:
+        from functions.control.epoch import ControlConfig
+
+        control = ControlConfig.from_env()
+    return {
+        "overhead_s": control.hop_overhead_s,
+        "headroom": control.headroom,
+        "child_headroom": control.child_headroom,
+        "policy": control.policy,
+    }
 
 
 def first_plan_rate(spec: RegistrationSpec, headroom: float) -> float:

@@ -104,8 +104,7 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
     import time
 
     from functions.adapters.config_store import ConfigStore
-    from functions.control.epoch import ControlConfig
-    from functions.control.registry import AppRegistry, profile_lookup
+    from functions.control.registry import AppRegistry, planner_settings, profile_lookup
     from functions.control.service import Registrar, load_catalog, profile_store
     from functions.control.state import StateStore
     from functions.settings import make_client
@@ -118,8 +117,8 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
         states=StateStore(ddb, config.config_table),
         catalog=load_catalog(s3, config.bucket),
         stored_profile=profile_lookup(profile_store(s3, config.bucket)),
-        overhead_s=ControlConfig.from_env().hop_overhead_s,
         invoke_planner=invoke,
+        **planner_settings(),  # the planner's headrooms and overhead: checked as the epoch plans
     )
     return AdminService(ConfigStore(ddb, config.config_table), registrar, clock or time.time)
 

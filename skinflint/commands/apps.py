@@ -109,8 +109,10 @@ def _clients(cfg: DataPlaneConfig) -> tuple[Any, Any]:
 
 
 def _registrar(cfg: DataPlaneConfig) -> Any:
-    from functions.control.epoch import ControlConfig
-    from functions.control.registry import AppRegistry, profile_lookup
+    """The registrar, checking feasibility with the planner's settings from the environment
+    (``SKINFLINT_PLANNER_HEADROOM``, ``SKINFLINT_CHILD_HEADROOM``, ``SKINFLINT_HOP_OVERHEAD_S``), so a
+    spec accepted here is one the epoch plans."""
+    from functions.control.registry import AppRegistry, planner_settings, profile_lookup
     from functions.control.service import Registrar, load_catalog, profile_store
     from functions.control.state import StateStore
 
@@ -120,7 +122,7 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
         states=StateStore(ddb, cfg.config_table),
         catalog=load_catalog(s3, cfg.bucket),
         stored_profile=profile_lookup(profile_store(s3, cfg.bucket, local=True)),
-        overhead_s=ControlConfig.from_env().hop_overhead_s,
+        **planner_settings(),
     )
 
 

@@ -1,0 +1,100 @@
+"""Registration checks feasibility with the planner's own settings: the CLI and the admin API read
+SKINFLINT_PLANNER_HEADROOM, SKINFLINT_CHILD_HEADROOM and SKINFLINT_HOP_OVERHEAD_S through
+``ControlConfig.from_env``, as the epoch does, so the rate and solve they check are the epoch's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import planner.robust
+from functions.control.epoch import ControlConfig
+from functions.control.errors import ControlError
+from functions.control.registry import first_plan_rate, planner_settings, validate_spec
+from planner.scaling import forecast_rate
+from profiles.hardware import load_catalog
+
+SPEC: dict[str, Any] = {
+    "name": "cams",
+    "slo_s": 0.5,
+    "rate": 20.0,
+    "modules": {"det": {"model": "det-net"}, "cls": {"model": "cls-net"}},
+    "edges": [["det", "cls", 2.0]],
+    "hardware": ["t4"],
+    "profiles": {
+        "det-net": [{"hardware": "t4", "batch": 4, "duration_s": 0.02}],
+        "cls-net": [{"hardware": "t4", "batch": 4, "duration_s": 0.01}],
+    },
+}
+ENV = {
+    "SKINFLINT_PLANNER_HEADROOM": "0.5",
+    "SKINFLINT_CHILD_HEADROOM": "0.25",
+    "SKINFLINT_HOP_OVERHEAD_S": "0.03",
+}
+
+
+@pytest.fixture
+def planner_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+
+
+def test_settings_come_from_the_planners_parser(planner_env: None) -> None:
+    want = {"overhead_s": 0.03, "headroom": 0.5, "child_headroom": 0.25, "policy": "skinflint"}
+    assert planner_settings() == want
+    assert planner_settings(ControlConfig.from_env(ENV)) == want
+    assert planner_settings(ControlConfig()) == {
+        "overhead_s": 0.05,
+        "headroom": 0.1,
+        "child_headroom": 0.0,
+        "policy": "skinflint",
+    }
+
+
+def test_a_bad_setting_fails_registration_as_it_fails_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKINFLINT_CHILD_HEADROOM", "-1")
+    with pytest.raises(ControlError, match="bad planner setting"):
+        planner_settings()
+
+
+def test_registration_solves_at_the_rate_and_child_headroom_the_epoch_uses(
+    planner_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[float, float, float]] = []
+    real = planner.robust.solve_dispatchable
+
+    def spy(problem: Any, **kw: Any) -> Any:
+        seen.append(
+            (problem.modules["det"].rate, kw["child_headroom"], problem.modules["det"].profile[0].duration_s)
+        )
+        return real(problem, **kw)
+
+    monkeypatch.setattr(planner.robust, "solve_dispatchable", spy)
+    spec = validate_spec(SPEC, catalog=load_catalog(), stored_profile=lambda _m: None, **planner_settings())
+    # the epoch plans a new app at forecast_rate([rate], headroom) (functions/control/epoch.py)
+    epoch_rate = max(forecast_rate([spec.rate], headroom=ControlConfig.from_env().headroom), spec.floor_rate)
+    assert first_plan_rate(spec, 0.5) == epoch_rate >= 20.0 * 1.5
+    ((rate, child, duration),) = seen
+    assert rate == pytest.approx(epoch_rate) and child == 0.25
+    assert duration == pytest.approx(0.02 + 0.03)  # the profile plus the planner's hop overhead
+
+
+def test_the_cli_and_the_admin_api_build_their_registrar_with_those_settings(
+    planner_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functions.settings
+    from functions.control import service
+    from functions.front.admin import admin_from_config
+    from functions.settings import DataPlaneConfig
+    from skinflint.commands import apps
+
+    # no AWS here: clients, the catalog and the profile store are stubbed, the wiring is real
+    monkeypatch.setattr(functions.settings, "make_client", lambda *_a, **_k: None)
+    monkeypatch.setattr(service, "load_catalog", lambda *_a: load_catalog())
+    monkeypatch.setattr(service, "profile_store", lambda *_a, **_k: None)
+    monkeypatch.delenv("SKINFLINT_PLANNER_FUNCTION", raising=False)
+    cfg = DataPlaneConfig()
+    for registrar in (apps._registrar(cfg), admin_from_config(cfg).registrar):
+        got = (registrar.headroom, registrar.child_headroom, registrar.overhead_s, registrar.policy)
+        assert got == (0.5, 0.25, 0.03, "skinflint")
