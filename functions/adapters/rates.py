@@ -51,6 +51,18 @@ def _metric_values(
 ) -> Iterator[tuple[int, list[float]]]:
     """(index into ``series``, values) for each (metric name, dimensions) of ``series`` over
     ``window`` at its period: GetMetricData in chunks of 500 queries, every page followed."""
+    for k, _, values in _metric_points(cw, namespace, series, stat, window):
+        yield k, values
+
+
+def _metric_points(
+    cw: Any,
+    namespace: str,
+    series: list[tuple[str, list[dict[str, str]]]],
+    stat: str,
+    window: RateWindow,
+) -> Iterator[tuple[int, list[float], list[float]]]:
+    """As :func:`_metric_values`, with each value's period start (epoch seconds)."""
     start = dt.datetime.fromtimestamp(window.start, dt.UTC)
     end = dt.datetime.fromtimestamp(window.end, dt.UTC)
     for i in range(0, len(series), _MAX_QUERIES):
@@ -71,12 +83,17 @@ def _metric_values(
             while True:
                 page = cw.get_metric_data(**kwargs)
                 for res in page.get("MetricDataResults", []):
-                    yield int(res["Id"][1:]), [float(v) for v in res.get("Values", [])]
+                    stamps = [_epoch_s(t) for t in res.get("Timestamps", [])]
+                    yield int(res["Id"][1:]), stamps, [float(v) for v in res.get("Values", [])]
                 if not page.get("NextToken"):
                     break
                 kwargs["NextToken"] = page["NextToken"]
         except ClientError as exc:
             raise MetricsError(f"GetMetricData failed: {exc}") from exc
+
+
+def _epoch_s(t: Any) -> float:
+    return t.timestamp() if isinstance(t, dt.datetime) else float(t)
 
 
 class ObservedRates:
@@ -110,14 +127,26 @@ class ObservedRates:
 
     def frame_rates(self, apps: Iterable[str], window: RateWindow) -> dict[str, float]:
         """Frames/s demanded per app over ``window`` (0.0 for an app with no data)."""
+        return {app: rate for app, (rate, _) in self.observe(apps, window).items()}
+
+    def observe(self, apps: Iterable[str], window: RateWindow) -> dict[str, tuple[float, float | None]]:
+        """Per app: (frames/s demanded over ``window``, the start of the first period of the window
+        with any frames, None when none). A window whose frames start after its first period may
+        hold the app's first frames: the rate over the whole window under-counts it."""
         names = sorted(set(apps))
-        out = dict.fromkeys(names, 0.0)
+        total = dict.fromkeys(names, 0.0)
+        first: dict[str, float | None] = dict.fromkeys(names)
         series = self._series(names)
-        for k, values in _metric_values(
+        for k, stamps, values in _metric_points(
             self._cw, self.namespace, [(m, d) for _, m, d in series], "Sum", window
         ):
-            out[series[k][0]] += sum(values)
-        return {app: total / window.seconds for app, total in out.items()}
+            app = series[k][0]
+            total[app] += sum(values)
+            seen = [t for t, v in zip(stamps, values, strict=False) if v > 0]
+            if seen:
+                cur = first[app]
+                first[app] = min(seen) if cur is None else min(cur, *seen)
+        return {app: (total[app] / window.seconds, first[app]) for app in names}
 
 
 class ServiceOverruns:

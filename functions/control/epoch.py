@@ -522,7 +522,8 @@ class Controller:
         window = RateWindow(
             now, max(span, self.config.epoch_s), self.config.rate_period_s, self.config.rate_lag_s
         )
-        observed = self.rates.frame_rates(apps, window) if apps else {}
+        seen = self.rates.observe(apps, window) if apps else {}
+        observed = {a: rate for a, (rate, _) in seen.items()}
         for gone in set(state.history) - set(apps):
             del state.history[gone]
         self._calibrate(state, apps, cur_deps, window, summary)
@@ -533,7 +534,11 @@ class Controller:
         boosts, state.boosts = dict(state.boosts), {}  # a backlog correction applies to this epoch only
         for name, (record, spec) in apps.items():
             hist = state.history.setdefault(name, [])
-            if record.registered_at <= window.start and (fresh or not hist):
+            first = seen[name][1]
+            # the app's first frames came after the window began: a partial window, not a rate (the
+            # registered rate holds until a whole window has been observed)
+            starting = not hist and first is not None and first > window.start
+            if record.registered_at <= window.start and (fresh or not hist) and not starting:
                 hist.append(round(observed[name], 6))  # once per window: an early epoch adds nothing
                 del hist[: -self.config.history_len]
             rates[name] = self._planning_rate(spec, record, hist, window.start)
@@ -541,6 +546,8 @@ class Controller:
                 "observed": round(observed.get(name, 0.0), 4),
                 "planned": round(rates[name], 4),
             }
+            if starting and first is not None:  # the seconds of the window before the first frames
+                summary.rates[name]["first_frames_after_s"] = round(first - window.start, 3)
             if boosts.get(name, 0.0) > rates[name]:
                 rates[name] = boosts[name]
                 summary.rates[name].update(planned=round(rates[name], 4), backlog=round(boosts[name], 4))

@@ -164,12 +164,30 @@ def _planned_at(stack: Any, deployments: list[Any]) -> Any:
     return planned_at
 
 
-def _fleet_figures(stack: Any, app: str) -> dict[str, Any]:
-    """What the control loop ran: epochs, versions, instances and billed cost of the last version."""
+def _timeline(epochs: list[dict[str, Any]], app: str, t0: float) -> list[dict[str, Any]]:
+    """Each epoch of the run, ``t_s`` seconds after the first frame was sent: what it did, the
+    app's observed and planned rate, and how long it took (``timings_ms``)."""
+    out = []
+    for e in epochs:
+        row: dict[str, Any] = {"t_s": round(e.get("at", t0) - t0, 2), "status": e.get("status")}
+        if e.get("version") is not None:
+            row["version"] = e["version"]
+        if app in e.get("rates", {}):
+            row["rates"] = e["rates"][app]
+        if e.get("timings_ms"):
+            row["timings_ms"] = e["timings_ms"]
+        out.append(row)
+    return out
+
+
+def _fleet_figures(stack: Any, app: str, t0: float) -> dict[str, Any]:
+    """What the control loop ran: epochs (and their timeline from ``t0``, the first frame), versions,
+    instances and billed cost of the last version."""
     store = stack.plan_store
     current = store.current() if store is not None else None
     return {
         "epochs": len(stack.epochs),
+        "timeline": _timeline(stack.epochs, app, t0),
         "epoch_s": stack.config.epoch_s,
         "versions": stack.versions(),
         "instances": dict(current.counts) if current else {},
@@ -284,12 +302,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         lp = info.plans[args.app]
         log(f"streaming {n} frames at {args.rate:g} frames/s to {info.url}")
+        streamed_at = time.time()
         ids = _stream(info, args.app, frames, args.rate, args.json)
         log("waiting for results")
         results = _collect(info, ids, timeout_s=lp.slo_s + 30.0)
         deployments = stack.deployments(args.app)
         planned_at = _planned_at(stack, deployments)
-        fleet = _fleet_figures(stack, args.app)
+        fleet = _fleet_figures(stack, args.app, streamed_at)
     finally:
         stack.stop()
     plan, plan_notes = _served_plan(deployments, lp.plan)

@@ -521,3 +521,34 @@ def test_machine_caps_keep_a_class_within_what_it_can_run(env: Env) -> None:
     assert sum(machine_count(plan, "c6i.large").values()) <= 1
     for p in (plan.model_extra or {})["paths"]:
         assert p["worst_case_latency_s"] <= 0.51 + 1e-9
+
+
+def test_a_window_the_first_frames_arrive_in_part_way_is_not_a_rate(env: Env) -> None:
+    """An app that starts sending after the window began: the window's rate under-counts it; the
+    registered rate holds until a whole window is observed (no re-plan down, then up again)."""
+    env.register(SPEC)
+    first = env.ctl.run_epoch()
+    assert first.status == "published"
+    env.clock.t += 120  # the next epoch reads two whole minutes; frames only in the second
+    start = math.floor(env.clock.t / 60) * 60 - 60
+    env.clients["cloudwatch"].put_metric_data(
+        Namespace=env.cfg.metrics_namespace,
+        MetricData=[
+            {
+                "MetricName": "FramesAccepted",
+                "Dimensions": [{"Name": "App", "Value": "cams"}],
+                "Timestamp": start + 5,
+                "StatisticValues": {"SampleCount": 1, "Sum": 20.0 * 60, "Minimum": 0, "Maximum": 1},
+            }
+        ],
+    )
+    out = env.ctl.run_epoch()
+    assert out.status == "unchanged", out.as_json()
+    assert out.rates["cams"]["observed"] == pytest.approx(10.0)
+    assert out.rates["cams"]["first_frames_after_s"] == pytest.approx(60.0)
+    assert out.rates["cams"]["planned"] == first.rates["cams"]["planned"]
+    env.frames("cams", 20.0)  # a whole window at the registered rate: observed from now on
+    env.clock.t += 60
+    steady = env.ctl.run_epoch()
+    assert steady.status == "unchanged" and "first_frames_after_s" not in steady.rates["cams"]
+    assert steady.rates["cams"]["observed"] == pytest.approx(20.0)
