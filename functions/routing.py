@@ -53,7 +53,8 @@ class Router:
     def for_deployment(cls, deployment: Deployment) -> Router:
         from planner.dispatch import build_schedules
 
-        return cls(deployment, build_schedules(deployment.plan))
+        # lookup tables now: the first request routed must not pay for them
+        return cls(deployment, {m: s.prepare() for m, s in build_schedules(deployment.plan).items()})
 
     def schedule(self, module: str) -> Any:
         return self._schedules.get(module)

@@ -113,8 +113,38 @@ class GroupDispatch(BaseModel):
     worst_case_latency_s: float = Field(description="exact steady state: max window + wait + d")
 
 
+class _Lookup:
+    """A schedule's derived tables, each built on its first use (the planner builds thousands of schedules
+    per epoch, most only for their figures): the window ends and, per machine, its window ends and
+    indices (:meth:`DispatchSchedule.slot_at`), the groups that have windows and per-window arrays. Each
+    is rebuilt when the schedule's lists are not the ones it was built from. Derived data, so it never
+    makes two schedules unequal."""
+
+    __slots__ = ("arrays", "by_machine", "ends", "source", "used")
+
+    def __init__(self) -> None:
+        self.source: tuple[list[Window], list[GroupDispatch]] | None = None
+        self.ends: list[float] | None = None
+        self.by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] | None = None
+        self.used: list[int] | None = None
+        self.arrays: tuple[np.ndarray, ...] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Lookup)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def of(self, windows: list[Window], groups: list[GroupDispatch]) -> _Lookup:
+        src = self.source
+        if src is None or src[0] is not windows or src[1] is not groups:
+            self.source = (windows, groups)
+            self.ends = self.by_machine = self.used = self.arrays = None
+        return self
+
+
 class DispatchSchedule(BaseModel):
-    """A module's periodic window schedule. JSON-serialisable; the lookup tables are rebuilt on load."""
+    """A module's periodic window schedule. JSON-serialisable; the lookup tables are built on first use."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -127,17 +157,50 @@ class DispatchSchedule(BaseModel):
     worst_case_latency_s: float = Field(description="exact steady-state bound: window + wait + duration")
     theorem1_s: float = Field(description="max over groups of d + b / w (Theorem 1)")
 
-    _ends: list[float] = PrivateAttr(default_factory=list)
-    _by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] = PrivateAttr(default_factory=dict)
+    _lookup: _Lookup = PrivateAttr(default_factory=_Lookup)
 
-    def model_post_init(self, context: object, /) -> None:
-        self._ends = [w.end_s for w in self.windows]
-        by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
-        for k, w in enumerate(self.windows):
-            ends, idx = by_machine.setdefault((w.group, w.machine), ([], []))
-            ends.append(w.end_s)
-            idx.append(k)
-        self._by_machine = by_machine
+    def _tables(self) -> tuple[list[float], dict[tuple[int, int], tuple[list[float], list[int]]]]:
+        lk = self._lookup.of(self.windows, self.groups)
+        if lk.ends is None or lk.by_machine is None:
+            by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
+            for k, w in enumerate(self.windows):
+                ends, idx = by_machine.setdefault((w.group, w.machine), ([], []))
+                ends.append(w.end_s)
+                idx.append(k)
+            lk.ends, lk.by_machine = [w.end_s for w in self.windows], by_machine
+        return lk.ends, lk.by_machine
+
+    def prepare(self) -> DispatchSchedule:
+        """Build the slot lookup tables now (they are built on first use otherwise): a router does
+        this when it loads a plan, so its first request does not pay for them."""
+        self._tables()
+        return self
+
+    def window_groups(self) -> list[int]:
+        """Indices of the groups that have windows, ascending (computed once)."""
+        lk = self._lookup.of(self.windows, self.groups)
+        if lk.used is None:
+            lk.used = sorted({w.group for w in self.windows})
+        return list(lk.used)
+
+    def window_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per window of one period: start, end, queue wait, its group's duration and batch size (float
+        arrays, read-only; computed once)."""
+        lk = self._lookup.of(self.windows, self.groups)
+        if lk.arrays is None:
+            ws, gs = self.windows, self.groups
+            arrays = (
+                np.array([w.start_s for w in ws]),
+                np.array([w.end_s for w in ws]),
+                np.array([w.wait_s for w in ws]),
+                np.array([gs[w.group].duration_s for w in ws]),
+                np.array([gs[w.group].batch for w in ws], dtype=np.float64),
+            )
+            for a in arrays:
+                a.setflags(write=False)
+            lk.arrays = arrays
+        start, end, wait, dur, batch = lk.arrays
+        return start, end, wait, dur, batch
 
     def _slot(self, cycle: int, k: int) -> Slot:
         w = self.windows[k]
@@ -161,14 +224,15 @@ class DispatchSchedule(BaseModel):
         if t < 0 or not math.isfinite(t):
             raise ValueError(f"t must be a finite time since the origin, got {t}")
         cycle = int(t // self.period_s)
-        k = bisect.bisect_right(self._ends, t - cycle * self.period_s)
-        if k >= len(self._ends):  # float rounding at the period boundary
+        ends = self._tables()[0]
+        k = bisect.bisect_right(ends, t - cycle * self.period_s)
+        if k >= len(ends):  # float rounding at the period boundary
             cycle, k = cycle + 1, 0
         return self._slot(cycle, k)
 
     def slots_for_machine(self, group: int, machine: int, t_from: float, t_to: float) -> list[Slot]:
         """The batches machine ``(group, machine)`` runs: slots whose window closes in ``[t_from, t_to)``."""
-        ends, idx = self._by_machine.get((group, machine), ([], []))
+        ends, idx = self._tables()[1].get((group, machine), ([], []))
         out: list[Slot] = []
         if not ends or t_to <= t_from:
             return out

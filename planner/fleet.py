@@ -21,9 +21,12 @@ machines: the same bill, a shorter worst case) and the fleet is packed once more
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import inspect
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -34,7 +37,7 @@ from planner.packing import ALIGN_GUARD_S, REPACK_THRESHOLD, FleetPlan, Instance
 from planner.solve import solve
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from planner.dispatch import DispatchSchedule
     from planner.models import ProblemSpec
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     Schedules = dict[tuple[object, ...], DispatchSchedule]
 
 __all__ = [
+    "EPOCH_GC_THRESHOLDS",
     "KEEPS",
     "REALISATIONS",
     "FleetPlan",
@@ -67,6 +71,13 @@ SOLVED_KEY = "solved_modules"
 KEEP_KEY = "packing_keep"
 #: Module extra key of a residual split: the extra worst case of its full machines, b / W (s).
 SPLIT_KEY = "split_penalty_s"
+#: Garbage-collector thresholds during an epoch (at least these; restored after it). An epoch allocates
+#: millions of short-lived objects and keeps tens of thousands (dispatch windows, plans): at the default
+#: thresholds (700, 10, 10) the collector makes about 2,000 young and 15 full passes over them, about 1 s
+#: of CPU on 100 apps; at these, about 20 young passes and no full one (0.2 s). Cyclic garbage still goes
+#: with the young passes, so memory stays bounded.
+EPOCH_GC_THRESHOLDS: tuple[int, int, int] = (50_000, 10, 100)
+
 #: Fractions of the path slack kept for co-location waits that an epoch tries (1.0: plans as solved; 0.0:
 #: all of it spent on partial machines, for aligned duty cycles, which need no slack).
 KEEPS: tuple[float, ...] = (1.0, 0.5, 0.25, 0.0)
@@ -650,6 +661,29 @@ def _tc(plan: Plan) -> bool:
     return bool((plan.model_extra or {}).get("latency_model", "tc") == "tc")
 
 
+_GC_LOCK = threading.Lock()
+_gc_state: dict[str, Any] = {"depth": 0, "saved": None}
+
+
+@contextlib.contextmanager
+def _eased_collector() -> Iterator[None]:
+    """Raise the garbage-collector thresholds to at least :data:`EPOCH_GC_THRESHOLDS` for the block and
+    restore the previous ones after it (the outermost of concurrent or nested blocks restores)."""
+    with _GC_LOCK:
+        if _gc_state["depth"] == 0:
+            saved = gc.get_threshold()
+            _gc_state["saved"] = saved
+            gc.set_threshold(*(max(a, b) for a, b in zip(saved, EPOCH_GC_THRESHOLDS, strict=True)))
+        _gc_state["depth"] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_state["depth"] -= 1
+            if _gc_state["depth"] == 0:
+                gc.set_threshold(*_gc_state["saved"])
+
+
 def plan_fleet(
     problems: Mapping[str, ProblemSpec],
     *,
@@ -681,7 +715,40 @@ def plan_fleet(
     carry the raised rates and the schedule phases, :func:`~planner.packing.apply_phases`), with
     ``guard_s`` idle after every turn. ``cache``: where dispatch-realised shapes are kept between epochs
     (True: the process's :data:`REALISATIONS`; False: nowhere, every shape realised afresh); it changes
-    only the time taken, never the result. Bad parameters raise ValueError."""
+    only the time taken, never the result. While it runs the garbage collector's thresholds are raised
+    to :data:`EPOCH_GC_THRESHOLDS` (restored on return). Bad parameters raise ValueError."""
+    with _eased_collector():
+        return _plan_fleet(
+            problems,
+            previous=previous,
+            previous_plans=previous_plans,
+            policy=policy,
+            keeps=keeps,
+            tighten=tighten,
+            hold=hold,
+            stick=stick,
+            solver=solver,
+            align=align,
+            guard_s=guard_s,
+            cache=cache,
+        )
+
+
+def _plan_fleet(
+    problems: Mapping[str, ProblemSpec],
+    *,
+    previous: FleetPlan | None,
+    previous_plans: Mapping[str, Plan] | None,
+    policy: str,
+    keeps: Sequence[float],
+    tighten: float,
+    hold: float,
+    stick: float,
+    solver: Callable[[ProblemSpec], Plan] | None,
+    align: bool,
+    guard_s: float,
+    cache: RealisationCache | bool,
+) -> FleetResult:
     if not 0 <= tighten < 1:
         raise ValueError(f"tighten must be a fraction in [0, 1), got {tighten}")
     started = time.perf_counter()

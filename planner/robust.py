@@ -39,7 +39,7 @@ import numpy as np
 from planner.dispatch import DispatchSchedule, build_schedule
 from planner.errors import InfeasibleError
 from planner.latency import EPS
-from planner.solve import solve
+from planner.solve import BilledCache, solve
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -134,7 +134,7 @@ class Realisation:
 
 def _batches(sched: DispatchSchedule) -> list[int]:
     """The batch sizes of the schedule's windows (groups with no window take no request)."""
-    return sorted({sched.groups[w.group].batch for w in sched.windows})
+    return sorted({sched.groups[g].batch for g in sched.window_groups()})
 
 
 def _fits(streams: Sequence[float], batches: Sequence[int], capacity: float) -> bool:
@@ -244,11 +244,7 @@ def _children_per_request(
 def _window_arrays(sched: DispatchSchedule) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per window of one period: length, completion offset after the window's start (length + wait +
     duration), completion time, batch size."""
-    start = np.array([w.start_s for w in sched.windows])
-    end = np.array([w.end_s for w in sched.windows])
-    wait = np.array([w.wait_s for w in sched.windows])
-    dur = np.array([sched.groups[w.group].duration_s for w in sched.windows])
-    batch = np.array([sched.groups[w.group].batch for w in sched.windows], dtype=np.float64)
+    start, end, wait, dur, batch = sched.window_arrays()
     length = end - start
     return length, length + wait + dur, end + wait + dur, batch
 
@@ -288,7 +284,7 @@ def required_spread_rate(
     gap_sorted[-1] = xs[0] + period - xs[-1]
     gap = np.empty_like(gap_sorted)
     gap[order] = gap_sorted
-    if len({w.group for w in parent.windows}) == 1 and len(streams) == 1:
+    if len(parent.window_groups()) == 1 and len(streams) == 1:
         gap = np.maximum(gap, 1.0 / streams[0] + float(np.min(offset - length)) - offset)
     busy = n >= 1
     if not np.any(busy):
@@ -466,6 +462,8 @@ class _Search:
         self.attempts: list[_Attempt] = []
         self.schedules: dict[tuple[object, ...], DispatchSchedule] = {} if schedules is None else schedules
         self.joins = {m: len(ps) for m, ps in problem.parents().items() if len(ps) > 1}
+        # the rounds solve variants of one problem: most modules' billed optima come back unchanged
+        self.billed = BilledCache()
 
     def attempt(
         self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key], *, plain: bool = False
@@ -490,7 +488,7 @@ class _Search:
                 update["profile"] = profile
             modules[m] = mod.model_copy(update=update)
         spec = self.problem.model_copy(update={"slo_s": splitter_slo, "modules": modules})
-        plan = solve(spec, self.policy, self.objective)
+        plan = solve(spec, self.policy, self.objective, cache=self.billed)
         real = realise(self.problem, plan, fan_out=self.fan_out, cache=self.schedules)
         over, excess = -math.inf, 0.0
         for path in self.problem.paths():

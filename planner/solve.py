@@ -36,11 +36,47 @@ from planner.split import ListSource, Option, combine, even_split, iterative_spl
 if TYPE_CHECKING:
     from planner.models import Objective, ProblemSpec
 
-__all__ = ["solve"]
+__all__ = ["BilledCache", "solve"]
 
 T = TypeVar("T")
 
 STAIRCASE_LIMIT = 400  # staircase points per module before the exact search gives up
+
+_Billed = tuple[ModuleSchedule | None, bool]
+
+
+class BilledCache:
+    """Results of :func:`~planner.module.billed_optimal` kept between :func:`solve` calls (e.g. the rounds
+    of :func:`planner.robust.solve_dispatchable`, which solve variants of one problem and ask for the same
+    module optima again). Keyed on every argument the search reads: the module's configurations (hardware,
+    batch, concurrency, duration and price of each, in order), its rate and the budget, all exact; a hit is
+    the result a fresh search returns, so a cache never changes a plan. Holds at most ``max_entries``
+    results (then it starts again empty)."""
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self._by_configs: dict[tuple[Config, ...], dict[tuple[float, float], _Billed]] = {}
+        self._size = 0
+        self.hits = self.misses = 0
+
+    def table(self, configs: list[Config]) -> dict[tuple[float, float], _Billed]:
+        """The (rate, budget) -> result table of one module's configurations (looked up once per solve:
+        hashing the configurations costs more than the inner lookups)."""
+        return self._by_configs.setdefault(tuple(configs), {})
+
+    def put(
+        self, table: dict[tuple[float, float], _Billed], key: tuple[float, float], value: _Billed
+    ) -> None:
+        if self._size >= self.max_entries:  # start again (a table already handed out serves only its solve)
+            self._by_configs = {}
+            self._size = 0
+        table[key] = value
+        self._size += 1
+
+    def __len__(self) -> int:
+        return self._size
 
 
 @dataclass
@@ -57,6 +93,8 @@ class _Ctx:
     cache: dict[tuple[int, float], ModuleSchedule | None] = field(default_factory=dict)
     billed: dict[int, list[tuple[float, float, ModuleSchedule | None]]] = field(default_factory=dict)
     proven: bool = True
+    memo: BilledCache | None = None  # billed_optimal results shared with other solves
+    tables: dict[int, dict[tuple[float, float], _Billed]] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -177,12 +215,30 @@ def _billed_optimal(ctx: _Ctx, i: int, budget: float) -> ModuleSchedule | None:
     for lo, hi, sched in ctx.billed.get(i, []):
         if lo - 1e-12 <= budget <= hi + 1e-12:
             return sched
-    sched, proven = billed_optimal(ctx.configs[i], ctx.rate[i], budget)
+    sched, proven = _billed_search(ctx, i, budget)
     ctx.proven &= proven
     if proven:
         lo = sched.wcl if sched is not None else -math.inf
         ctx.billed.setdefault(i, []).append((lo, budget, sched))
     return sched
+
+
+def _billed_search(ctx: _Ctx, i: int, budget: float) -> _Billed:
+    """:func:`billed_optimal` of module i, through the shared :class:`BilledCache` if there is one."""
+    if ctx.memo is None:
+        return billed_optimal(ctx.configs[i], ctx.rate[i], budget)
+    table = ctx.tables.get(i)
+    if table is None:
+        table = ctx.tables[i] = ctx.memo.table(ctx.configs[i])
+    key = (ctx.rate[i], budget)
+    found = table.get(key)
+    if found is not None:
+        ctx.memo.hits += 1
+        return found
+    ctx.memo.misses += 1
+    result = billed_optimal(ctx.configs[i], ctx.rate[i], budget)
+    ctx.memo.put(table, key, result)
+    return result
 
 
 def _harpagon_dummy(ctx: _Ctx, i: int, sched: ModuleSchedule | None, budget: float) -> ModuleSchedule | None:
@@ -524,11 +580,18 @@ def _plan_ctx(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
     return _heuristic(ctx)
 
 
-def solve(problem: ProblemSpec, policy: str = "skinflint", objective: Objective = "billed") -> Plan:
+def solve(
+    problem: ProblemSpec,
+    policy: str = "skinflint",
+    objective: Objective = "billed",
+    *,
+    cache: BilledCache | None = None,
+) -> Plan:
     """Plan ``problem``: the cheapest plan the policy finds that meets the SLO on every path.
 
     Raises :class:`~planner.errors.InfeasibleError` (with the tightest path and its minimum
-    latency) when the policy's latency model cannot meet the SLO.
+    latency) when the policy's latency model cannot meet the SLO. ``cache``: per-module billed optima
+    shared with other solves (:class:`BilledCache`); it changes only the time taken, never the plan.
     """
     started, cpu_started = time.perf_counter(), time.process_time()
     pol = get_policy(policy)
@@ -539,6 +602,7 @@ def solve(problem: ProblemSpec, policy: str = "skinflint", objective: Objective 
     error: InfeasibleError | None = None
     for hw in hw_choices:
         ctx = _context(problem, pol, objective, hw)
+        ctx.memo = cache
         try:
             _check_feasible(ctx)
         except InfeasibleError as exc:

@@ -1,0 +1,145 @@
+"""What makes a cold epoch cheaper must never change a result: the billed-optimum cache shared by the
+rounds of the dispatch-aware solve, the schedule's lazily built lookup tables, and the garbage-collector
+thresholds an epoch runs with."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import planner.robust
+from planner.dispatch import DispatchSchedule, build_schedule
+from planner.fleet import EPOCH_GC_THRESHOLDS, RealisationCache, plan_fleet
+from planner.generate import generate_problem
+from planner.models import MachineGroup, ModulePlan
+from planner.robust import solve_dispatchable
+from planner.solve import BilledCache, solve
+
+SEEDS = (0, 3, 7)
+
+
+def _dump(plan: object) -> dict[str, object]:
+    out = plan.model_dump(mode="json")  # type: ignore[attr-defined]
+    out.pop("solve_ms", None)
+    out.pop("solve_cpu_ms", None)
+    return out  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_solve_with_a_billed_cache_is_the_solve_without(seed: int) -> None:
+    problem = generate_problem(seed)
+    cache = BilledCache()
+    first = solve(problem, cache=cache)
+    assert cache.misses > 0
+    again = solve(problem, cache=cache)
+    assert cache.hits > 0  # the second solve asks the same questions
+    plain = solve(problem)
+    assert _dump(first) == _dump(plain) == _dump(again)
+
+
+def test_billed_cache_is_keyed_on_prices_and_rates() -> None:
+    """A cache filled for one price list and rate must not answer for another (no stale optimum)."""
+    problem = generate_problem(1)
+    cache = BilledCache()
+    solve(problem, cache=cache)
+    hw = {
+        h: spec.model_copy(update={"price_per_hour": spec.price_per_hour * (1.5 if i % 2 else 0.6)})
+        for i, (h, spec) in enumerate(problem.hardware.items())
+    }
+    repriced = problem.model_copy(update={"hardware": hw})
+    root = problem.order()[0]
+    mods = dict(problem.modules)
+    mods[root] = mods[root].model_copy(update={"rate": mods[root].rate * 1.37})
+    rerated = problem.model_copy(update={"modules": mods})
+    for variant in (repriced, rerated):
+        assert _dump(solve(variant, cache=cache)) == _dump(solve(variant))
+
+
+def test_billed_cache_stays_within_its_bound() -> None:
+    cache = BilledCache(max_entries=5)
+    for seed in SEEDS:
+        solve(generate_problem(seed), cache=cache)
+        assert len(cache) <= 5
+    assert _dump(solve(generate_problem(0), cache=cache)) == _dump(solve(generate_problem(0)))
+    with pytest.raises(ValueError, match="max_entries"):
+        BilledCache(max_entries=0)
+
+
+def test_dispatchable_solve_unchanged_by_its_round_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """solve_dispatchable shares one BilledCache across its rounds; without it (every round searching
+    afresh) the plan is the same."""
+    problem = generate_problem(4)
+    cached = solve_dispatchable(problem)
+
+    class _NoCache(BilledCache):
+        def put(self, table: dict, key: tuple[float, float], value: object) -> None:  # type: ignore[override]
+            """Keep nothing: every lookup misses."""
+
+    monkeypatch.setattr(planner.robust, "BilledCache", _NoCache)
+    fresh = solve_dispatchable(problem)
+    assert _dump(cached) == _dump(fresh)
+
+
+def _schedule() -> DispatchSchedule:
+    mp = ModulePlan(
+        latency_budget_s=1.0,
+        worst_case_latency_s=1.0,
+        groups=[
+            MachineGroup(
+                hardware="gpu", batch=4, concurrency=1, duration_s=0.1, machines=2, rate_per_machine=40
+            ),
+            MachineGroup(
+                hardware="gpu", batch=2, concurrency=1, duration_s=0.07, machines=1, rate_per_machine=25
+            ),
+        ],
+    )
+    return build_schedule("m", mp)
+
+
+def test_schedule_lookups_are_derived_data() -> None:
+    a, b = _schedule(), _schedule()
+    a.slot_at(0.3)
+    a.window_arrays()
+    assert a == b  # a built lookup table never makes two schedules unequal
+    start, end, wait, dur, batch = a.window_arrays()
+    assert start.tolist() == [w.start_s for w in a.windows]
+    assert end.tolist() == [w.end_s for w in a.windows]
+    assert wait.tolist() == [w.wait_s for w in a.windows]
+    assert dur.tolist() == [a.groups[w.group].duration_s for w in a.windows]
+    assert batch.tolist() == [float(a.groups[w.group].batch) for w in a.windows]
+    assert a.window_groups() == sorted({w.group for w in a.windows})
+    with pytest.raises(ValueError):
+        start[0] = 1.0  # the cached arrays are read-only
+    again = DispatchSchedule.model_validate_json(a.model_dump_json())
+    assert again == a and again.slot_at(0.3) == a.slot_at(0.3)
+
+
+def test_schedule_lookups_follow_replaced_windows() -> None:
+    a = _schedule()
+    t = a.windows[1].start_s
+    assert a.slot_at(t).batch_id == 1
+    shifted = [w.model_copy(update={"start_s": w.start_s / 2, "end_s": w.end_s / 2}) for w in a.windows]
+    b = a.model_copy(update={"windows": shifted})  # shares a's private state
+    assert b.slot_at(t / 2).batch_id == 1
+    assert b.window_arrays()[0][1] == pytest.approx(t / 2)
+    assert a.slot_at(t).batch_id == 1 and a.window_arrays()[0][1] == t
+
+
+def test_plan_fleet_restores_the_collector_thresholds() -> None:
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+
+    def solver(problem):  # type: ignore[no-untyped-def]
+        seen.append(gc.get_threshold())
+        return solve(problem)
+
+    res = plan_fleet({"a": generate_problem(2)}, solver=solver, cache=RealisationCache())
+    assert res.plans and seen
+    assert all(t >= e for t, e in zip(seen[0], EPOCH_GC_THRESHOLDS, strict=True))
+    assert gc.get_threshold() == before
+    with pytest.raises(ValueError):
+        plan_fleet({"a": generate_problem(2)}, tighten=2.0)
+    assert gc.get_threshold() == before
+    assert np.isfinite(res.fleet.billed_per_hour)
