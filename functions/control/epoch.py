@@ -167,6 +167,7 @@ class EpochSummary:
     removed: list[str] = field(default_factory=list)
     failed_apps: dict[str, str] = field(default_factory=dict)
     rates: dict[str, dict[str, float]] = field(default_factory=dict)
+    rate_window: list[float] = field(default_factory=list)  # [start, end) the observed rates cover
     counts: dict[str, int] = field(default_factory=dict)
     desired: dict[str, int] = field(default_factory=dict)
     scaled: dict[str, list[int]] = field(default_factory=dict)  # hardware -> [from, to]
@@ -522,6 +523,7 @@ class Controller:
         window = RateWindow(
             now, max(span, self.config.epoch_s), self.config.rate_period_s, self.config.rate_lag_s
         )
+        summary.rate_window = [float(window.start), float(window.end)]
         seen = self.rates.observe(apps, window) if apps else {}
         observed = {a: rate for a, (rate, _) in seen.items()}
         for gone in set(state.history) - set(apps):

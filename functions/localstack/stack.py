@@ -223,7 +223,9 @@ class LocalStack:
         t0 = time.time()
         port = free_port()
         moto = self._spawn(
-            "moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], self._env()
+            "moto",
+            [sys.executable, "-m", "functions.localstack.moto_server", "-H", "127.0.0.1", "-p", str(port)],
+            self._env(),
         )
         endpoint = f"http://127.0.0.1:{port}"
         _wait_http(f"{endpoint}/moto-api/", 30, moto, "moto server", self.log_dir / "moto.log")

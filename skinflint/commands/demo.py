@@ -172,6 +172,8 @@ def _timeline(epochs: list[dict[str, Any]], app: str, t0: float) -> list[dict[st
         row: dict[str, Any] = {"t_s": round(e.get("at", t0) - t0, 2), "status": e.get("status")}
         if e.get("version") is not None:
             row["version"] = e["version"]
+        if e.get("rate_window"):
+            row["rate_window_s"] = [round(x - t0, 2) for x in e["rate_window"]]
         if app in e.get("rates", {}):
             row["rates"] = e["rates"][app]
         if e.get("timings_ms"):
