@@ -483,6 +483,20 @@ class Worker:
         with self._lock:
             self._lock.notify_all()
 
+    def warm(self) -> None:
+        """Open the connections the first batch would otherwise open (a read of a missing result,
+        the depth of its own queue and of every queue it forwards to, while the receiver holds a
+        connection in its long poll): the share is ready only after this. Best effort."""
+        try:
+            self.results.get_request("warm-up")
+            self.queues.depth(self.assignment.queue_url)
+            dep = self._forward_router.deployment
+            for child, _ in self._children:
+                for url in dep.queues.get(child, {}).values():
+                    self.queues.depth(url)
+        except Exception as exc:  # noqa: BLE001 - what is not warm stays lazy
+            log.warning("warm-up stopped early: %s", exc)
+
     def _receive_loop(self) -> None:
         while not self._stopping.is_set() and not self._gone.is_set():
             try:
@@ -497,6 +511,7 @@ class Worker:
         """Run until :meth:`stop`; then release what is still buffered."""
         receiver = threading.Thread(target=self._receive_loop, name="receiver", daemon=True)
         receiver.start()
+        self.warm()
         if heartbeat:
             heartbeat({"ready": True, "at": self.clock(), "emulated": self.runtime.emulated, **self.totals})
         # reports (heartbeat write, empty-slot count) on their own thread: in this loop they would

@@ -219,6 +219,10 @@ class Admission:
         self._calls = 0
 
     # -- per deployment ----------------------------------------------------------------------------
+    def prepare(self, router: Router) -> None:
+        """Derive the deployment's limiter and bounds now (else on its first frame)."""
+        self._state(router)
+
     def _state(self, router: Router) -> _AppState:
         dep = router.deployment
         key = (dep.version, dep.origin_s)

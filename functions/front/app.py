@@ -8,7 +8,8 @@ import binascii
 import json
 import logging
 import math
-from typing import TYPE_CHECKING, Annotated
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -22,7 +23,7 @@ from functions.front.service import FrontService, Rejection
 from functions.schema import ErrorOut, FramesAccepted, FramesIn, ResultOut
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
 __all__ = ["create_app"]
 
@@ -47,22 +48,40 @@ def _authed(request: Request, x_api_key: Annotated[str | None, Header()] = None)
 Svc = Annotated[FrontService, Depends(_authed)]
 
 
+def _warming(service: Callable[[], FrontService]) -> Callable[[FastAPI], Any]:
+    """A lifespan that warms the service (:meth:`FrontService.warm`) before the app serves."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        warmed = service().warm()
+        log.info("warmed: %s", ", ".join(warmed) or "no app deployed yet")
+        yield
+
+    return lifespan
+
+
 def create_app(
-    service_factory: Callable[[], FrontService], admin_factory: Callable[[], AdminService] | None = None
+    service_factory: Callable[[], FrontService],
+    admin_factory: Callable[[], AdminService] | None = None,
+    warm: bool = False,
 ) -> FastAPI:
     """``service_factory`` is called once, on the first request that needs it (lean cold start);
-    ``admin_factory`` likewise for the admin routes (default: built from the front's config)."""
-    app = FastAPI(
-        title="Skinflint front API",
-        version="1",
-        description="Send video frames to a deployed app; read each frame's results.",
-    )
+    ``admin_factory`` likewise for the admin routes (default: built from the front's config).
+    ``warm``: build the service at startup and warm every deployed app's path
+    (:meth:`FrontService.warm`) before serving (a long-running front; the Lambda stays lazy)."""
     holder: dict[str, FrontService] = {}
 
     def service() -> FrontService:
         if "svc" not in holder:
             holder["svc"] = service_factory()
         return holder["svc"]
+
+    app = FastAPI(
+        title="Skinflint front API",
+        version="1",
+        description="Send video frames to a deployed app; read each frame's results.",
+        lifespan=_warming(service) if warm else None,
+    )
 
     app.state.service = service
     app.state.service_holder = holder

@@ -4,6 +4,7 @@ and enqueue; read results. Adapters are injected; the FastAPI routes only transl
 from __future__ import annotations
 
 import base64
+import logging
 import re
 import time
 import uuid
@@ -35,6 +36,9 @@ _CACHE_TTL_S = 10.0
 _POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
 _REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: anything else cannot exist (and never hits DynamoDB)
 _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+log = logging.getLogger("skinflint.front")
 
 
 class Rejection(DataPlaneError):
@@ -134,6 +138,26 @@ class FrontService:
             for old in sorted(self._by_version, key=lambda k: k[1])[: max(0, len(self._by_version) - 64)]:
                 self._by_version.pop(old, None)
         return router
+
+    def warm(self) -> list[str]:
+        """Do now what the first frame of each deployed app would otherwise pay for: read the plan
+        pointer, build each app's router (dispatch schedules) and admission state, and open the
+        DynamoDB and SQS connections (a read of each app's root queue depth and of a missing
+        result). Returns the apps warmed. Best effort: a failed read leaves the rest lazy."""
+        warmed: list[str] = []
+        try:
+            for info in self.list_apps():
+                router = self.router(str(info["name"]))
+                if self.admission is not None:
+                    self.admission.prepare(router)
+                for m in router.deployment.roots:
+                    for url in router.deployment.queues.get(m, {}).values():
+                        self.queues.depth(url)
+                warmed.append(str(info["name"]))
+            self.results.get_request("warm-up")
+        except Exception as exc:  # noqa: BLE001 - best effort: what is not warm stays lazy
+            log.warning("warm-up stopped early: %s", exc)
+        return warmed
 
     def list_apps(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []

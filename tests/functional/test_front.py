@@ -8,6 +8,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from functions.front.admission import Admission
 from functions.front.app import create_app
 from functions.front.service import FrontService
 from functions.schema import TaskMessage
@@ -193,3 +194,34 @@ def test_mangum_handler_serves_api_gateway_events(stack, monkeypatch):
 
     post["headers"]["x-api-key"] = "wrong"
     assert lambda_handler.handler(post, None)["statusCode"] == 403
+
+
+def test_a_warm_front_has_every_deployed_app_ready_before_its_first_frame(stack):
+    """``create_app(..., warm=True)`` (the local front) builds the service, the routers and the
+    admission state at startup; nothing is enqueued by warming."""
+    built: list[FrontService] = []
+
+    def factory() -> FrontService:
+        svc = FrontService(
+            config=stack.cfg,
+            store=stack.store,
+            results=stack.results,
+            queues=stack.queues,
+            blobs=stack.blobs,
+            metrics=stack.metrics,
+            admission=Admission(),
+        )
+        built.append(svc)
+        return svc
+
+    with TestClient(create_app(factory, warm=True)) as client:  # the context runs the lifespan
+        assert len(built) == 1  # before any request
+        svc = built[0]
+        app = stack.deployment.app
+        assert svc.admission.admitted_rate(app) is not None
+        assert _queued(stack) == 0
+        r = client.post(
+            f"/v1/apps/{app}/frames", content=jpeg_bytes(), headers={**AUTH, "content-type": "image/jpeg"}
+        )
+        assert r.status_code == 202 and len(built) == 1
+    assert svc.warm() == [app]  # idempotent; returns the apps warmed
