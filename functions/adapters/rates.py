@@ -130,19 +130,22 @@ class ObservedRates:
         return {app: rate for app, (rate, _) in self.observe(apps, window).items()}
 
     def observe(self, apps: Iterable[str], window: RateWindow) -> dict[str, tuple[float, float | None]]:
-        """Per app: (frames/s demanded over ``window``, the start of the first period of the window
-        with any frames, None when none). A window whose frames start after its first period may
-        hold the app's first frames: the rate over the whole window under-counts it."""
+        """Per app: (frames/s demanded over ``window``, the start of the first period with frames
+        from the period before the window on, None when none). Read with one period of look-back:
+        when the first period with frames is the window's first (or a later one) and the period
+        before it had none, the app's first frames are in the window and its first period is
+        likely partial (frames began somewhere inside it): the rate over the window under-counts."""
         names = sorted(set(apps))
         total = dict.fromkeys(names, 0.0)
         first: dict[str, float | None] = dict.fromkeys(names)
         series = self._series(names)
+        wider = RateWindow(window.end, window.seconds + window.period_s, window.period_s)
         for k, stamps, values in _metric_points(
-            self._cw, self.namespace, [(m, d) for _, m, d in series], "Sum", window
+            self._cw, self.namespace, [(m, d) for _, m, d in series], "Sum", wider
         ):
             app = series[k][0]
-            total[app] += sum(values)
-            seen = [t for t, v in zip(stamps, values, strict=False) if v > 0]
+            total[app] += sum(v for t, v in zip(stamps, values, strict=True) if t >= window.start)
+            seen = [t for t, v in zip(stamps, values, strict=True) if v > 0]
             if seen:
                 cur = first[app]
                 first[app] = min(seen) if cur is None else min(cur, *seen)

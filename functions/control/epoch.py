@@ -537,9 +537,10 @@ class Controller:
         for name, (record, spec) in apps.items():
             hist = state.history.setdefault(name, [])
             first = seen[name][1]
-            # the app's first frames came after the window began: a partial window, not a rate (the
-            # registered rate holds until a whole window has been observed)
-            starting = not hist and first is not None and first > window.start
+            # the app's first frames are in this window (none in the period before it): its first
+            # period with frames is likely partial, so the window is not a rate (the registered rate
+            # holds until a whole window has been observed)
+            starting = not hist and first is not None and first >= window.start
             if record.registered_at <= window.start and (fresh or not hist) and not starting:
                 hist.append(round(observed[name], 6))  # once per window: an early epoch adds nothing
                 del hist[: -self.config.history_len]

@@ -113,6 +113,9 @@ def registration_doc(lp: LocalPlan) -> dict[str, Any]:
     }
 
 
+OVERHEAD_PROBES = 16  # timed hops the planned per-hop overhead is the worst of
+
+
 @dataclass(frozen=True)
 class StackConfig:
     """Timing of the local control loop (shorter than a deployment's: 60 s epochs, 15 s lead)."""
@@ -494,14 +497,21 @@ class LocalStack:
         return out
 
     def _overhead(self, sqs: Any, ddb: Any) -> float:
-        """Measured per-hop overhead of this stack: one SQS send + receive + a conditional
-        DynamoDB write + delete, worst of 8 (what each module hop adds to a batch's time)."""
+        """Measured per-hop overhead of this stack: one SQS send + receive of a task message the
+        size of a real one (a demo frame inline, base64, plus the envelope) + a conditional
+        DynamoDB write + delete, worst of ``OVERHEAD_PROBES`` (what each module hop adds to a
+        batch's time)."""
+        import base64
+
+        from functions.localstack.video import synthetic_frames
+
         cfg = DataPlaneConfig()
+        body = "x" * (len(base64.b64encode(synthetic_frames(1)[0])) + 600)
         q = sqs.create_queue(QueueName="skinflint-calibration")["QueueUrl"]
         worst = 0.0
-        for i in range(8):
+        for i in range(OVERHEAD_PROBES):
             t = time.perf_counter()
-            sqs.send_message_batch(QueueUrl=q, Entries=[{"Id": "0", "MessageBody": "x" * 4000}])
+            sqs.send_message_batch(QueueUrl=q, Entries=[{"Id": "0", "MessageBody": body}])
             got = sqs.receive_message(QueueUrl=q, MaxNumberOfMessages=10, WaitTimeSeconds=1)
             ddb.put_item(
                 TableName=cfg.results_table,
