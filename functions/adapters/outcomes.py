@@ -49,6 +49,7 @@ LATENCY_BUCKETS_MS: tuple[float, ...] = (
     25, 50, 75, 100, 150, 200, 250, 300, 350, 400, 450, 500, 600, 750, 1000, 1500, 2000, 3000, 5000, 10000,
 )  # fmt: skip
 _OUTCOME_SK = "outcome"
+DEFAULT_DELAY_S = 0.3  # s a background check waits after the leaf's write (SKINFLINT_OUTCOME_DELAY_S)
 _FRAME_SK = "frame"
 
 
@@ -69,14 +70,28 @@ class FrameOutcomes:
     process exits are lost (best effort, like every metric); at most ``max_pending`` wait."""
 
     def __init__(
-        self, client: Any, table: str, metrics: Metrics, background: bool = False, max_pending: int = 10_000
+        self,
+        client: Any,
+        table: str,
+        metrics: Metrics,
+        background: bool = False,
+        max_pending: int = 10_000,
+        delay_s: float | None = None,
     ):
         self._ddb = client
         self._table = table
         self._metrics = metrics
         self._background = background
         self._max_pending = max_pending
-        self._pending: queue.Queue[str] = queue.Queue()
+        # a background check waits this long after the leaf's write: the frame's other leaves (on
+        # other workers) are recorded by then, so the first check finds it finished and claims it,
+        # and the later ones stop at the claim (one read instead of the whole task tree)
+        self.delay_s = (
+            float(os.environ.get("SKINFLINT_OUTCOME_DELAY_S", DEFAULT_DELAY_S))
+            if delay_s is None
+            else delay_s
+        )
+        self._pending: queue.Queue[tuple[float, str]] = queue.Queue()
         self._queued: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -110,14 +125,17 @@ class FrameOutcomes:
                     self.skipped += 1
                     continue
                 self._queued.add(rid)
-                self._pending.put(rid)
+                self._pending.put((time.monotonic() + self.delay_s, rid))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="frame-outcomes", daemon=True)
                 self._thread.start()
 
     def _loop(self) -> None:
         while True:
-            rid = self._pending.get()
+            due, rid = self._pending.get()  # in submission order, so in order of due time
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
             with self._lock:
                 self._queued.discard(rid)
             try:
@@ -156,9 +174,10 @@ class FrameOutcomes:
         ``BatchGetItem`` per level) rather than one ``Query`` of the partition: the same reads on
         DynamoDB, but moto answers a Query by scanning the whole table, which made each check cost
         more as the results table grew (the local stack slowed down within a minute)."""
-        frame = self._get([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
-        if frame is None:
-            return None
+        head = self._get([(request_id, _FRAME_SK), (request_id, _OUTCOME_SK)])
+        frame = head.get((request_id, _FRAME_SK))
+        if frame is None or (request_id, _OUTCOME_SK) in head:
+            return None  # not created yet, or its outcome is already claimed: nothing to emit
         tasks: dict[str, dict[str, Any]] = {}
         todo = _split(frame.get("roots"))
         while todo:

@@ -337,3 +337,40 @@ def test_each_frame_outcome_is_emitted_once_even_when_two_workers_see_it_finishe
     assert metrics.values("SloAttainment", App="traffic") == [1.0]
     assert len(metrics.values("EndToEndLatencyMs")) == 1
     assert sum(metrics.values("EndToEndLatencyBucket")) == 1
+
+
+def test_a_late_check_stops_at_the_claim_and_background_checks_wait_for_the_other_leaves(stack):
+    from functions.adapters.metrics import MemoryMetrics
+    from functions.adapters.outcomes import FrameOutcomes
+    from functions.adapters.results import FrameRecord, TaskRecord
+
+    t = time.time()
+    stack.results.create_frames([FrameRecord("f2", "traffic", t, t + 2.0, roots=("detector",))])
+
+    def task(tid: str, children: tuple[str, ...] = ()) -> TaskRecord:
+        module = "detector" if tid == "detector" else "car"
+        return TaskRecord("f2", tid, module, "done", "t4", True, t, t, t + 0.1, 1, children)
+
+    stack.results.record_tasks([task("detector", ("detector/car.0",))])
+    leaf = task("detector/car.0")
+    stack.results.record_tasks([leaf])
+    metrics = MemoryMetrics()
+    first = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics)
+    assert first.observe([leaf]) == 1  # the tree walk: frame + outcome, detector, car.0
+    # a second worker's check of the same frame: one read (frame + outcome), nothing emitted
+    late = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics)
+    reads: list[int] = []
+    real = late._get
+    late._get = lambda keys: reads.append(len(keys)) or real(keys)  # type: ignore[method-assign]
+    assert late.observe([leaf]) == 0 and reads == [2]
+    assert metrics.values("SloAttainment", App="traffic") == [1.0]
+    # a background check runs delay_s after the submission, not before
+    bg = FrameOutcomes(stack.ddb, stack.cfg.results_table, MemoryMetrics(), background=True, delay_s=0.5)
+    checked: list[float] = []
+    bg._check = lambda rid: checked.append(time.monotonic()) or 0  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    bg.submit([leaf])
+    end = time.time() + 5
+    while not checked and time.time() < end:
+        time.sleep(0.02)
+    assert checked and checked[0] - t0 >= 0.5
