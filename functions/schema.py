@@ -178,6 +178,7 @@ class TaskOut(BaseModel):
     started_at: float
     finished_at: float
     recorded_at: float | None = None  # when the worker issued the result write
+    received_at: float | None = None  # when the worker received the task's message
     batch_size: int
     output: dict[str, Any] | None = None
     output_s3_key: str | None = None

@@ -321,7 +321,18 @@ class Worker:
         for p in items:
             m = p.message
             if start + a.duration_s + self._tail_s > m.deadline:  # Nexus early drop
-                records.append(self._record(m, "dropped", start, start, len(items), (), reason="deadline"))
+                records.append(
+                    self._record(
+                        m,
+                        "dropped",
+                        start,
+                        start,
+                        len(items),
+                        (),
+                        reason="deadline",
+                        received_at=p.received_at,
+                    )
+                )
                 out.dropped += 1
             else:
                 run.append(p)
@@ -340,7 +351,11 @@ class Worker:
                 n = child_count(m.idempotency_key, child, fan)
                 children.setdefault(child, []).extend((m, k) for k in range(n))
                 ids += [f"{m.task_id}/{child}.{k}" for k in range(n)]
-            records.append(self._record(m, "done", start, done, len(run), tuple(ids), output=output))
+            records.append(
+                self._record(
+                    m, "done", start, done, len(run), tuple(ids), output=output, received_at=p.received_at
+                )
+            )
         # record first (conditional writes: the idempotency gate), then forward: a frame reads as
         # done only when every task reachable from its roots has an item
         _, repeats = self.results.record_tasks(records)
@@ -385,6 +400,7 @@ class Worker:
         children: tuple[str, ...],
         output: dict[str, Any] | None = None,
         reason: str | None = None,
+        received_at: float | None = None,
     ) -> TaskRecord:
         output_json = json.dumps(output, separators=(",", ":")) if output is not None else None
         s3_key = None
@@ -407,6 +423,7 @@ class Worker:
             output_json=output_json,
             output_s3_key=s3_key,
             reason=reason,
+            received_at=received_at,
         )
 
     def _forward(self, children: dict[str, list[tuple[TaskMessage, int]]], enqueued_at: float) -> int:

@@ -57,6 +57,7 @@ class TaskRecord:
     output_json: str | None = None
     output_s3_key: str | None = None
     reason: str | None = None
+    received_at: float | None = None  # when the worker received the task's message
 
     @property
     def key(self) -> str:
@@ -139,6 +140,7 @@ class ResultStore:
                 "output": rec.output_json,
                 "output_s3_key": rec.output_s3_key,
                 "reason": rec.reason,
+                "received_at": rec.received_at,
             }
         )
 
@@ -243,6 +245,7 @@ def _task_out(item: dict[str, Any]) -> TaskOut:
         started_at=item["started_at"],
         finished_at=item["finished_at"],
         recorded_at=item.get("recorded_at"),
+        received_at=item.get("received_at"),
         batch_size=int(item["batch_size"]),
         output=json.loads(out) if out else None,
         output_s3_key=item.get("output_s3_key"),

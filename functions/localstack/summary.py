@@ -157,6 +157,7 @@ def task_rows(
                 "enqueued_at": t.enqueued_at,
                 "started_at": t.started_at,
                 "finished_at": t.finished_at,
+                "received_at": t.received_at,
             }
             if t.status == "done":
                 took = t.finished_at - t.enqueued_at
@@ -164,6 +165,10 @@ def task_rows(
                 row.update(
                     took_s=took,
                     wait_s=t.started_at - t.enqueued_at,
+                    # of the wait: until the worker had the message (SQS, the sender's write and
+                    # send), then held in the worker (window, grace, batches ahead of it)
+                    delivery_s=None if t.received_at is None else t.received_at - t.enqueued_at,
+                    held_s=None if t.received_at is None else t.started_at - t.received_at,
                     run_s=t.finished_at - t.started_at,
                     planned_worst_s=bound,
                     over_plan=bound is not None and took > bound + 1e-9,

@@ -112,6 +112,10 @@ def test_frames_of_one_window_form_one_batch_and_flow_down_the_dag(stack):
         assert {t.module for t in res.tasks} == {"detector", "car"}
         assert all(t.emulated for t in res.tasks)
         assert res.tasks[0].output == {"emulated": True, "hardware": "t4"}
+        # each task says when its worker received it: after it was sent, before its batch started
+        assert all(
+            t.received_at is not None and t.enqueued_at <= t.received_at <= t.started_at for t in res.tasks
+        )
     assert sum(stack.all_queue_depths().values()) == 0
 
 
