@@ -19,16 +19,21 @@ pytestmark = pytest.mark.functional
 AUTH = {"x-api-key": API_KEY}
 
 
-@pytest.fixture
-def client(stack):
-    svc = FrontService(
+def _service(stack, **extra) -> FrontService:
+    return FrontService(
         config=stack.cfg,
         store=stack.store,
         results=stack.results,
         queues=stack.queues,
         blobs=stack.blobs,
         metrics=stack.metrics,
+        **extra,
     )
+
+
+@pytest.fixture
+def client(stack):
+    svc = _service(stack)
     return TestClient(create_app(lambda: svc))
 
 
@@ -202,15 +207,7 @@ def test_a_warm_front_has_every_deployed_app_ready_before_its_first_frame(stack)
     built: list[FrontService] = []
 
     def factory() -> FrontService:
-        svc = FrontService(
-            config=stack.cfg,
-            store=stack.store,
-            results=stack.results,
-            queues=stack.queues,
-            blobs=stack.blobs,
-            metrics=stack.metrics,
-            admission=Admission(),
-        )
+        svc = _service(stack, admission=Admission())
         built.append(svc)
         return svc
 
