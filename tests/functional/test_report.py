@@ -12,6 +12,7 @@ import pytest
 from functions.adapters.metrics import CloudWatchMetrics
 from functions.adapters.outcomes import bucket_label
 from functions.adapters.plan_store import PlanStore
+from functions.adapters.results import TaskRecord
 from functions.localstack.provision import create_base, deploy
 from functions.report import collect_report
 from functions.settings import DataPlaneConfig
@@ -293,29 +294,23 @@ def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys):
     assert bad == 1 and "cannot build the report" in capsys.readouterr().err
 
 
+def _leaf_task(rid: str, tid: str, t: float, children: tuple[str, ...] = ()) -> TaskRecord:
+    """A done task of frame ``rid`` recorded at ``t`` (the detector, or one of its cars)."""
+    module = "detector" if tid == "detector" else "car"
+    return TaskRecord(rid, tid, module, "done", "t4", True, t, t, t + 0.1, 1, children)
+
+
 def test_each_frame_outcome_is_emitted_once_even_when_two_workers_see_it_finished(stack):
     from functions.adapters.metrics import MemoryMetrics
     from functions.adapters.outcomes import FrameOutcomes
-    from functions.adapters.results import FrameRecord, TaskRecord
+    from functions.adapters.results import FrameRecord
 
     # GIVEN a frame whose two leaves are recorded by two workers, each with its own outcomes
     t = time.time()
     stack.results.create_frames([FrameRecord("f1", "traffic", t, t + 2.0, roots=("detector",))])
 
     def task(tid: str, children: tuple[str, ...] = ()) -> TaskRecord:
-        return TaskRecord(
-            "f1",
-            tid,
-            "detector" if tid == "detector" else "car",
-            "done",
-            "t4",
-            True,
-            t,
-            t,
-            t + 0.1,
-            1,
-            children,
-        )
+        return _leaf_task("f1", tid, t, children)
 
     stack.results.record_tasks([task("detector", ("detector/car.0", "detector/car.1"))])
     metrics = MemoryMetrics()
@@ -342,14 +337,13 @@ def test_each_frame_outcome_is_emitted_once_even_when_two_workers_see_it_finishe
 def test_a_late_check_stops_at_the_claim_and_background_checks_wait_for_the_other_leaves(stack):
     from functions.adapters.metrics import MemoryMetrics
     from functions.adapters.outcomes import FrameOutcomes
-    from functions.adapters.results import FrameRecord, TaskRecord
+    from functions.adapters.results import FrameRecord
 
     t = time.time()
     stack.results.create_frames([FrameRecord("f2", "traffic", t, t + 2.0, roots=("detector",))])
 
     def task(tid: str, children: tuple[str, ...] = ()) -> TaskRecord:
-        module = "detector" if tid == "detector" else "car"
-        return TaskRecord("f2", tid, module, "done", "t4", True, t, t, t + 0.1, 1, children)
+        return _leaf_task("f2", tid, t, children)
 
     stack.results.record_tasks([task("detector", ("detector/car.0",))])
     leaf = task("detector/car.0")
