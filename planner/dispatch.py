@@ -26,16 +26,18 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, PrivateAttr
+from pydantic_core import core_schema
 
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from planner.models import ModulePlan, Plan
 
@@ -44,6 +46,7 @@ __all__ = [
     "DispatchSchedule",
     "Slot",
     "Window",
+    "WindowTable",
     "build_schedule",
     "build_schedules",
     "planned_spread_rate",
@@ -97,6 +100,123 @@ class Window(BaseModel):
     wait_s: float = 0.0
 
 
+_WINDOW_KEYS = ("start_s", "end_s", "group", "machine", "wait_s")
+
+
+class WindowTable(Sequence[Window]):
+    """The windows of one period, stored by column: ``start``, ``end``, ``wait`` (float64) and ``group``,
+    ``machine`` (int64) arrays, read-only. A sequence of :class:`Window` (built on access), validated from
+    and serialised to the list of window objects, so a schedule's JSON is the list it always was.
+
+    The planner builds thousands of schedules per epoch and reads only their columns (worst cases, burst
+    completions); one Python object per window cost more than computing the schedule."""
+
+    __slots__ = ("end", "group", "machine", "start", "wait")
+
+    def __init__(
+        self, start: np.ndarray, end: np.ndarray, group: np.ndarray, machine: np.ndarray, wait: np.ndarray
+    ) -> None:
+        cols = (
+            np.array(start, dtype=np.float64),
+            np.array(end, dtype=np.float64),
+            np.array(group, dtype=np.int64),
+            np.array(machine, dtype=np.int64),
+            np.array(wait, dtype=np.float64),
+        )
+        if any(c.ndim != 1 or len(c) != len(cols[0]) for c in cols):
+            raise ValueError("window columns must be 1-d arrays of one length")
+        for c in cols:
+            c.setflags(write=False)
+        self.start, self.end, self.group, self.machine, self.wait = cols
+
+    @classmethod
+    def of(cls, windows: Iterable[Window | Mapping[str, Any]]) -> WindowTable:
+        """A table of windows given as :class:`Window` objects or mappings with its fields."""
+        rows = [w if isinstance(w, Window) else Window.model_validate(w) for w in windows]
+        return cls(
+            np.array([w.start_s for w in rows], dtype=np.float64),
+            np.array([w.end_s for w in rows], dtype=np.float64),
+            np.array([w.group for w in rows], dtype=np.int64),
+            np.array([w.machine for w in rows], dtype=np.int64),
+            np.array([w.wait_s for w in rows], dtype=np.float64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.end)
+
+    @overload
+    def __getitem__(self, k: int) -> Window: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[Window]: ...
+    def __getitem__(self, k: int | slice) -> Window | list[Window]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return Window.model_construct(
+            start_s=float(self.start[k]),
+            end_s=float(self.end[k]),
+            group=int(self.group[k]),
+            machine=int(self.machine[k]),
+            wait_s=float(self.wait[k]),
+        )
+
+    def __iter__(self) -> Iterator[Window]:
+        for s, e, g, m, w in zip(*self.columns(), strict=True):
+            yield Window.model_construct(start_s=s, end_s=e, group=g, machine=m, wait_s=w)
+
+    def columns(self) -> tuple[list[float], list[float], list[int], list[int], list[float]]:
+        """The columns as Python lists (start, end, group, machine, wait)."""
+        return (
+            self.start.tolist(),
+            self.end.tolist(),
+            self.group.tolist(),
+            self.machine.tolist(),
+            self.wait.tolist(),
+        )
+
+    def dump(self) -> list[dict[str, float | int]]:
+        """The windows as the list of JSON objects of :class:`Window` (same keys, same order)."""
+        return [dict(zip(_WINDOW_KEYS, row, strict=True)) for row in zip(*self.columns(), strict=True)]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, WindowTable):
+            return all(
+                np.array_equal(a, b)
+                for a, b in zip(
+                    (self.start, self.end, self.group, self.machine, self.wait),
+                    (other.start, other.end, other.group, other.machine, other.wait),
+                    strict=True,
+                )
+            )
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((len(self), self.end.tobytes()[-64:]))
+
+    def __repr__(self) -> str:
+        return f"WindowTable({len(self)} windows)"
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: object, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        rows = handler.generate_schema(list[Window])
+        from_rows = core_schema.chain_schema([rows, core_schema.no_info_plain_validator_function(cls.of)])
+        return core_schema.json_or_python_schema(
+            json_schema=from_rows,
+            python_schema=core_schema.union_schema([core_schema.is_instance_schema(cls), from_rows]),
+            serialization=core_schema.plain_serializer_function_ser_schema(_dump_windows),
+        )
+
+
+def _dump_windows(windows: Sequence[Window | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A schedule's windows as JSON objects (a :class:`WindowTable`, or a list put in by ``model_copy``)."""
+    if isinstance(windows, WindowTable):
+        return windows.dump()
+    return [w.model_dump() if isinstance(w, Window) else dict(w) for w in windows]
+
+
 class GroupDispatch(BaseModel):
     """Per-group figures of a schedule (index = ``ModulePlan.groups`` index)."""
 
@@ -115,16 +235,17 @@ class GroupDispatch(BaseModel):
 
 class _Lookup:
     """A schedule's derived tables, each built on its first use (the planner builds thousands of schedules
-    per epoch, most only for their figures): the window ends and, per machine, its window ends and
-    indices (:meth:`DispatchSchedule.slot_at`), the groups that have windows and per-window arrays. Each
-    is rebuilt when the schedule's lists are not the ones it was built from. Derived data, so it never
-    makes two schedules unequal."""
+    per epoch, most only for their figures): the windows' columns as Python lists and, per machine, its
+    window ends and indices (:meth:`DispatchSchedule.slot_at`), the groups that have windows and
+    per-window arrays. All are rebuilt when the schedule's windows or groups are not the ones they were
+    built from. Derived data, so it never makes two schedules unequal."""
 
-    __slots__ = ("arrays", "by_machine", "ends", "source", "used")
+    __slots__ = ("arrays", "by_machine", "rows", "source", "table", "used")
 
     def __init__(self) -> None:
-        self.source: tuple[list[Window], list[GroupDispatch]] | None = None
-        self.ends: list[float] | None = None
+        self.source: tuple[object, object] | None = None
+        self.table: WindowTable | None = None
+        self.rows: tuple[list[float], list[float], list[int], list[int], list[float]] | None = None
         self.by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] | None = None
         self.used: list[int] | None = None
         self.arrays: tuple[np.ndarray, ...] | None = None
@@ -135,11 +256,12 @@ class _Lookup:
     def __hash__(self) -> int:
         return 0
 
-    def of(self, windows: list[Window], groups: list[GroupDispatch]) -> _Lookup:
+    def of(self, windows: Sequence[Window], groups: list[GroupDispatch]) -> _Lookup:
         src = self.source
         if src is None or src[0] is not windows or src[1] is not groups:
             self.source = (windows, groups)
-            self.ends = self.by_machine = self.used = self.arrays = None
+            self.table = windows if isinstance(windows, WindowTable) else WindowTable.of(windows)
+            self.rows = self.by_machine = self.used = self.arrays = None
         return self
 
 
@@ -150,7 +272,7 @@ class DispatchSchedule(BaseModel):
 
     module: str
     period_s: float
-    windows: list[Window]
+    windows: WindowTable
     groups: list[GroupDispatch]
     planned_rate: float = Field(description="W: sum of machines * rate_per_machine (dummy included)")
     effective_rate: float = Field(description="W' = sum of batches * batch size per period / period")
@@ -159,60 +281,80 @@ class DispatchSchedule(BaseModel):
 
     _lookup: _Lookup = PrivateAttr(default_factory=_Lookup)
 
-    def _tables(self) -> tuple[list[float], dict[tuple[int, int], tuple[list[float], list[int]]]]:
-        lk = self._lookup.of(self.windows, self.groups)
-        if lk.ends is None or lk.by_machine is None:
+    def _looked_up(self) -> _Lookup:
+        return self._lookup.of(self.windows, self.groups)
+
+    def _rows(self) -> tuple[list[float], list[float], list[int], list[int], list[float]]:
+        lk = self._looked_up()
+        if lk.rows is None:
+            assert lk.table is not None
+            lk.rows = lk.table.columns()
+        return lk.rows
+
+    def _machines(self) -> dict[tuple[int, int], tuple[list[float], list[int]]]:
+        lk = self._looked_up()
+        if lk.by_machine is None:
+            t = lk.table
+            assert t is not None
             by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
-            for k, w in enumerate(self.windows):
-                ends, idx = by_machine.setdefault((w.group, w.machine), ([], []))
-                ends.append(w.end_s)
-                idx.append(k)
-            lk.ends, lk.by_machine = [w.end_s for w in self.windows], by_machine
-        return lk.ends, lk.by_machine
+            if len(t):
+                width = int(t.machine.max()) + 1
+                key = t.group * width + t.machine
+                order = np.argsort(key, kind="stable")  # per machine, its windows in period order
+                cuts = np.flatnonzero(np.diff(key[order])) + 1
+                for idx, ends in zip(np.split(order, cuts), np.split(t.end[order], cuts), strict=True):
+                    k = int(key[idx[0]])
+                    by_machine[(k // width, k % width)] = (ends.tolist(), idx.tolist())
+            lk.by_machine = by_machine
+        return lk.by_machine
 
     def prepare(self) -> DispatchSchedule:
         """Build the slot lookup tables now (they are built on first use otherwise): a router does
         this when it loads a plan, so its first request does not pay for them."""
-        self._tables()
+        self._rows()
+        self._machines()
         return self
 
     def window_groups(self) -> list[int]:
         """Indices of the groups that have windows, ascending (computed once)."""
-        lk = self._lookup.of(self.windows, self.groups)
+        lk = self._looked_up()
         if lk.used is None:
-            lk.used = sorted({w.group for w in self.windows})
+            assert lk.table is not None
+            lk.used = np.unique(lk.table.group).tolist()
         return list(lk.used)
 
     def window_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per window of one period: start, end, queue wait, its group's duration and batch size (float
         arrays, read-only; computed once)."""
-        lk = self._lookup.of(self.windows, self.groups)
+        lk = self._looked_up()
         if lk.arrays is None:
-            ws, gs = self.windows, self.groups
-            arrays = (
-                np.array([w.start_s for w in ws]),
-                np.array([w.end_s for w in ws]),
-                np.array([w.wait_s for w in ws]),
-                np.array([gs[w.group].duration_s for w in ws]),
-                np.array([gs[w.group].batch for w in ws], dtype=np.float64),
-            )
-            for a in arrays:
+            t = lk.table
+            assert t is not None
+            gs = self.groups
+            dur = np.array([g.duration_s for g in gs], dtype=np.float64)[t.group]
+            batch = np.array([g.batch for g in gs], dtype=np.float64)[t.group]
+            for a in (dur, batch):
                 a.setflags(write=False)
-            lk.arrays = arrays
+            lk.arrays = (t.start, t.end, t.wait, dur, batch)
         start, end, wait, dur, batch = lk.arrays
         return start, end, wait, dur, batch
 
+    def window_wait_s(self, k: int) -> float:
+        """Steady-state queue wait of window ``k`` (of one period; ``k`` taken modulo the window count)."""
+        waits = self._rows()[4]
+        return waits[k % len(waits)]
+
     def _slot(self, cycle: int, k: int) -> Slot:
-        w = self.windows[k]
+        starts, ends, group, machine, _ = self._rows()
         base = cycle * self.period_s
-        g = self.groups[w.group]
-        end = base + w.end_s
+        g = self.groups[group[k]]
+        end = base + ends[k]
         return Slot(
             module=self.module,
-            group=w.group,
-            machine=w.machine,
-            batch_id=cycle * len(self.windows) + k,
-            window_start_s=base + w.start_s,
+            group=group[k],
+            machine=machine[k],
+            batch_id=cycle * len(ends) + k,
+            window_start_s=base + starts[k],
             window_end_s=end,
             batch=g.batch,
             deadline_s=end + g.duration_s,
@@ -224,7 +366,7 @@ class DispatchSchedule(BaseModel):
         if t < 0 or not math.isfinite(t):
             raise ValueError(f"t must be a finite time since the origin, got {t}")
         cycle = int(t // self.period_s)
-        ends = self._tables()[0]
+        ends = self._rows()[1]
         k = bisect.bisect_right(ends, t - cycle * self.period_s)
         if k >= len(ends):  # float rounding at the period boundary
             cycle, k = cycle + 1, 0
@@ -232,7 +374,7 @@ class DispatchSchedule(BaseModel):
 
     def slots_for_machine(self, group: int, machine: int, t_from: float, t_to: float) -> list[Slot]:
         """The batches machine ``(group, machine)`` runs: slots whose window closes in ``[t_from, t_to)``."""
-        ends, idx = self._tables()[1].get((group, machine), ([], []))
+        ends, idx = self._machines().get((group, machine), ([], []))
         out: list[Slot] = []
         if not ends or t_to <= t_from:
             return out
@@ -631,18 +773,7 @@ def build_schedule(
         if alt.score < lay.score and all(alt.group_wcl[i] <= b for i, b in guarantee.items()):
             lay = alt
 
-    # plain dicts: the model validates the whole list at once (a third faster than Window(...) each)
-    windows = [
-        {"start_s": s, "end_s": e, "group": g, "machine": m, "wait_s": w}
-        for s, e, g, m, w in zip(
-            lay.starts.tolist(),
-            lay.ends.tolist(),
-            lay.seq.tolist(),
-            lay.machine.tolist(),
-            lay.waits.tolist(),
-            strict=True,
-        )
-    ]
+    windows = WindowTable(lay.starts, lay.ends, lay.seq, lay.machine, lay.waits)
     group_info = []
     for i, g in enumerate(gs):
         mask = lay.seq == i

@@ -907,9 +907,10 @@ def simulate_instance(
         longest = max(longest, scheds[(s.app, s.module)].period_s)
     for i, s in enumerate(instance.shares):
         sched = scheds[(s.app, s.module)]
-        mine = [w for w in sched.windows if (w.group, w.machine) == (s.group, s.machine)]
-        ends = np.array([w.end_s for w in mine])
-        lengths = np.array([w.end_s - w.start_s for w in mine])
+        w = sched.windows
+        mine = (w.group == s.group) & (w.machine == s.machine)
+        ends = w.end[mine]
+        lengths = w.end[mine] - w.start[mine]
         cycles = int(math.ceil(periods * longest / sched.period_s)) + 1
         phase = (phases or {}).get(s.ident)
         shift = float(rng.uniform(0, sched.period_s)) if phase is None else phase
@@ -964,7 +965,8 @@ def adversarial_phases(
     for s in instance.shares:
         prices = {h: x.price_per_hour for h, x in apps[s.app][0].hardware.items()}
         sched = build_schedule(s.module, apps[s.app][1].modules[s.module], prices)
-        firsts[s.ident] = min(w.end_s for w in sched.windows if (w.group, w.machine) == (s.group, s.machine))
+        w = sched.windows
+        firsts[s.ident] = float(w.end[(w.group == s.group) & (w.machine == s.machine)].min())
     target = instance.shares[victim]
     at = 10.0 + firsts[target.ident]  # victim's first batch ready at t = 10 + its first end
     out = {target.ident: 10.0}

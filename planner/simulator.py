@@ -282,11 +282,9 @@ class _Module:
         if dispatch == "tc":
             w = self.schedule.windows
             self.period = self.schedule.period_s
-            self.ends = np.array([x.end_s for x in w])
-            self.starts = np.array([x.start_s for x in w])
-            self.win_machine = np.array(
-                [self.machines.offset[x.group] + x.machine for x in w], dtype=np.int64
-            )
+            self.ends = w.end
+            self.starts = w.start
+            self.win_machine = np.asarray(self.machines.offset, dtype=np.int64)[w.group] + w.machine
         else:
             pat = rr_pattern(plan)
             self.pattern = np.array([self.machines.offset[g] + m for g, m in pat], dtype=np.int64)

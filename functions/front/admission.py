@@ -373,9 +373,9 @@ class Admission:
         for hop in range(self.config.max_spill_slots + 1):
             route = router.route(module, t)
             first_end = min(first_end, route.window_end)
-            window = sched.windows[route.batch_id % len(sched.windows)]
             group = sched.groups[route.group]
-            bound = route.window_end + window.wait_s + group.duration_s + st.tail_s[module]
+            wait = sched.window_wait_s(route.batch_id)
+            bound = route.window_end + wait + group.duration_s + st.tail_s[module]
             if bound > deadline:
                 break
             if st.slots.get((module, route.batch_id), 0) >= group.batch:
