@@ -45,34 +45,59 @@ STAIRCASE_LIMIT = 400  # staircase points per module before the exact search giv
 _Billed = tuple[ModuleSchedule | None, bool]
 
 
+class _BilledTable:
+    """One module's results in a :class:`BilledCache`: exact (rate, budget) -> result, and per rate the
+    budget spans ``[l, L]`` over which a proven optimum found for budget ``L`` (worst case ``l``) is the
+    optimum."""
+
+    __slots__ = ("exact", "spans")
+
+    def __init__(self) -> None:
+        self.exact: dict[tuple[float, float], _Billed] = {}
+        self.spans: dict[float, list[tuple[float, float, _Billed]]] = {}
+
+    def get(self, rate: float, budget: float) -> _Billed | None:
+        found = self.exact.get((rate, budget))
+        if found is not None:
+            return found
+        for lo, hi, result in self.spans.get(rate, ()):
+            if lo - 1e-12 <= budget <= hi + 1e-12:
+                return result
+        return None
+
+
 class BilledCache:
     """Results of :func:`~planner.module.billed_optimal` kept between :func:`solve` calls (e.g. the rounds
     of :func:`planner.robust.solve_dispatchable`, which solve variants of one problem and ask for the same
     module optima again). Keyed on every argument the search reads: the module's configurations (hardware,
-    batch, concurrency, duration and price of each, in order), its rate and the budget, all exact; a hit is
-    the result a fresh search returns, so a cache never changes a plan. Holds at most ``max_entries``
-    results (then it starts again empty)."""
+    batch, concurrency, duration and price of each, in order), its rate and the budget. A proven optimum
+    found for budget ``L`` with worst case ``l`` also answers every budget in ``[l, L]``: the plans
+    feasible there are a subset of those feasible at ``L`` that still holds it (the same rule
+    :func:`_billed_optimal` applies within one solve). Holds at most ``max_entries`` results (then it
+    starts again empty)."""
 
     def __init__(self, max_entries: int = 50_000) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.max_entries = max_entries
-        self._by_configs: dict[tuple[Config, ...], dict[tuple[float, float], _Billed]] = {}
+        self._by_configs: dict[tuple[Config, ...], _BilledTable] = {}
         self._size = 0
         self.hits = self.misses = 0
 
-    def table(self, configs: list[Config]) -> dict[tuple[float, float], _Billed]:
-        """The (rate, budget) -> result table of one module's configurations (looked up once per solve:
-        hashing the configurations costs more than the inner lookups)."""
-        return self._by_configs.setdefault(tuple(configs), {})
+    def table(self, configs: list[Config]) -> _BilledTable:
+        """The results for one module's configurations (looked up once per solve: hashing the
+        configurations costs more than the inner lookups)."""
+        return self._by_configs.setdefault(tuple(configs), _BilledTable())
 
-    def put(
-        self, table: dict[tuple[float, float], _Billed], key: tuple[float, float], value: _Billed
-    ) -> None:
+    def put(self, table: _BilledTable, rate: float, budget: float, value: _Billed) -> None:
         if self._size >= self.max_entries:  # start again (a table already handed out serves only its solve)
             self._by_configs = {}
             self._size = 0
-        table[key] = value
+        table.exact[(rate, budget)] = value
+        sched, proven = value
+        if proven:
+            lo = sched.wcl if sched is not None else -math.inf
+            table.spans.setdefault(rate, []).append((lo, budget, value))
         self._size += 1
 
     def __len__(self) -> int:
@@ -94,7 +119,7 @@ class _Ctx:
     billed: dict[int, list[tuple[float, float, ModuleSchedule | None]]] = field(default_factory=dict)
     proven: bool = True
     memo: BilledCache | None = None  # billed_optimal results shared with other solves
-    tables: dict[int, dict[tuple[float, float], _Billed]] = field(default_factory=dict)
+    tables: dict[int, _BilledTable] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -230,14 +255,13 @@ def _billed_search(ctx: _Ctx, i: int, budget: float) -> _Billed:
     table = ctx.tables.get(i)
     if table is None:
         table = ctx.tables[i] = ctx.memo.table(ctx.configs[i])
-    key = (ctx.rate[i], budget)
-    found = table.get(key)
+    found = table.get(ctx.rate[i], budget)
     if found is not None:
         ctx.memo.hits += 1
         return found
     ctx.memo.misses += 1
     result = billed_optimal(ctx.configs[i], ctx.rate[i], budget)
-    ctx.memo.put(table, key, result)
+    ctx.memo.put(table, ctx.rate[i], budget, result)
     return result
 
 

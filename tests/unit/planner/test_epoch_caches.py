@@ -11,6 +11,7 @@ import pytest
 
 import planner.robust
 from planner.dispatch import DispatchSchedule, build_schedule
+from planner.errors import PlannerError
 from planner.fleet import EPOCH_GC_THRESHOLDS, RealisationCache, plan_fleet
 from planner.generate import generate_problem
 from planner.models import MachineGroup, ModulePlan
@@ -57,6 +58,22 @@ def test_billed_cache_is_keyed_on_prices_and_rates() -> None:
         assert _dump(solve(variant, cache=cache)) == _dump(solve(variant))
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_billed_cache_spans_answer_other_budgets_like_a_fresh_search(seed: int) -> None:
+    """A proven optimum for budget L with worst case l answers budgets in [l, L]: solves of the same
+    problem at other SLOs (what the dispatch-aware rounds do) get the plans a fresh solve gets."""
+    problem = generate_problem(seed)
+    cache = BilledCache()
+    for factor in (1.0, 0.97, 0.9, 1.05, 0.8):
+        variant = problem.model_copy(update={"slo_s": problem.slo_s * factor})
+        try:
+            fresh = _dump(solve(variant))
+        except PlannerError:
+            continue
+        assert _dump(solve(variant, cache=cache)) == fresh
+    assert cache.hits > 0
+
+
 def test_billed_cache_stays_within_its_bound() -> None:
     cache = BilledCache(max_entries=5)
     for seed in SEEDS:
@@ -74,7 +91,7 @@ def test_dispatchable_solve_unchanged_by_its_round_cache(monkeypatch: pytest.Mon
     cached = solve_dispatchable(problem)
 
     class _NoCache(BilledCache):
-        def put(self, table: dict, key: tuple[float, float], value: object) -> None:  # type: ignore[override]
+        def put(self, table: object, rate: float, budget: float, value: object) -> None:  # type: ignore[override]
             """Keep nothing: every lookup misses."""
 
     monkeypatch.setattr(planner.robust, "BilledCache", _NoCache)
