@@ -280,42 +280,53 @@ class _BilledSearch:
             self.best_cost, self.best_wcl, self.best_counts = cost, wcl, self.counts.copy()
 
     def dfs(self, bi: int, w: float, cost: float, wcl: float) -> None:
+        """Choose the counts of block ``bi`` on, given rate ``w``, cost and worst case so far.
+
+        A block of one configuration (the common case) is expanded here: counts go up from the fewest
+        that meet the configuration's own Theorem 1 condition; the bound cost + n p + (T - w - n t) *
+        unit_next is non-decreasing in n (p / t >= unit_next, configs ahead have higher r), so the loop
+        stops at the first n whose bound exceeds the incumbent. More machines than reach T only add
+        cost. A child that reaches T is recorded in place (it is a node: counted against the limit)."""
         self.nodes += 1
         if self.nodes > self.node_limit:
             return
-        if w >= self.rate - EPS:
+        rate = self.rate
+        if w >= rate - EPS:
             self._record(cost, wcl)
             return
-        if bi == len(self.blocks):
+        blocks = self.blocks
+        if bi == len(blocks):
             return
-        lb = cost + (self.rate - w) * self.unit[bi]
+        lb = cost + (rate - w) * self.unit[bi]
         if lb > self.best_cost + EPS or (lb >= self.best_cost - EPS and wcl >= self.best_wcl - EPS):
             return
-        block = self.blocks[bi]
-        if len(block) == 1:
-            self._single(bi, block[0], w, cost, wcl)
-        else:
+        block = blocks[bi]
+        if len(block) != 1:
             self._tied(bi, block, w, cost, wcl)
-
-    def _single(self, bi: int, k: int, w: float, cost: float, wcl: float) -> None:
-        """The common case: one config in the block. Counts go up from the fewest that meet the
-        config's own Theorem 1 condition; the bound cost + n p + (T - w - n t) * unit_next is
-        non-decreasing in n (p / t >= unit_next, configs ahead have higher r), so the loop stops at
-        the first n whose bound exceeds the incumbent. More machines than reach T only add cost."""
-        c, need = self.cs[k], self.need[k]
-        t, price = c.throughput, c.price
-        lo = max(1, math.ceil((need - w) / t - 1e-9))
-        reach = max(lo, math.ceil((self.rate - w) / t - 1e-9))
-        last = bi + 1 == len(self.blocks)
+            return
+        k = block[0]
+        c = self.cs[k]
+        t, price, d, b = c.throughput, c.price, c.duration, c.batch
+        lo = max(1, math.ceil((self.need[k] - w) / t - 1e-9))
+        reach = max(lo, math.ceil((rate - w) / t - 1e-9))
+        last = bi + 1 == len(blocks)
         unit_next = self.unit[bi + 1] if not last else math.inf
+        counts = self.counts
         for n in range(reach if last else lo, reach + 1):
             w2, cost2 = w + n * t, cost + n * price
-            rest = self.rate - w2
+            rest = rate - w2
             if cost2 + (rest * unit_next if rest > EPS else 0.0) > self.best_cost + EPS:
                 break
-            self.counts[k] = n
-            self.dfs(bi + 1, w2, cost2, max(wcl, c.duration + c.batch / w2))
-        self.counts[k] = 0
+            counts[k] = n
+            x = d + b / w2
+            wcl2 = wcl if wcl >= x else x
+            if w2 >= rate - EPS:  # a leaf: dfs would count it and record it
+                self.nodes += 1
+                if self.nodes <= self.node_limit:
+                    self._record(cost2, wcl2)
+            else:
+                self.dfs(bi + 1, w2, cost2, wcl2)
+        counts[k] = 0
         if not last:
             self.dfs(bi + 1, w, cost, wcl)
 
