@@ -625,24 +625,38 @@ def _eligible_pass(groups: list[_Group], period: float, dls: list[list[float]], 
     base = [_ready(g, 0, [], prev[p], period) - g.slack for p, g in enumerate(groups)]  # ready - slack
     deadline = [d[0] if d else 0.0 for d in dls]
     pending = sum(1 for n in need if n > 0)
+    totals = [g.total for g in groups]
+    durs = [g.dur for g in groups]
+    slacks = [g.slack for g in groups]
+    eps, inf = _EPS, math.inf
     tau = 0.0
-    for step in range(sum(g.total for g in groups)):
+    for step in range(sum(totals)):
         best, late, best_excess, best_dl = -1, True, 0.0, 0.0
         for p in order:
             excess = base[p] - (tau + windows[p])
-            if excess <= _EPS:
+            if excess <= eps:
                 if late or deadline[p] < best_dl:
                     best, late, best_dl = p, False, deadline[p]
-            elif late and (best < 0 or (excess, deadline[p]) < (best_excess, best_dl)):
+            elif late and (
+                best < 0 or excess < best_excess or (excess == best_excess and deadline[p] < best_dl)
+            ):
                 best, best_excess, best_dl = p, excess, deadline[p]
-        g, ends = groups[best], all_ends[best]
+        ends = all_ends[best]
         tau += windows[best]
         ends.append(tau)
         seq.append(best)
         k = len(ends)
-        if k < g.total:
+        if k < totals[best]:
             deadline[best] = dls[best][k]
-            base[best] = _ready(g, k, ends, prev[best], period) - g.slack
+            j = k - lags[best]  # _ready, inline (the hot loop of a schedule's construction)
+            if j >= 0:
+                ready = ends[j] + durs[best]
+            elif prev[best]:
+                q, r = divmod(j, totals[best])
+                ready = prev[best][r] + q * period + durs[best]
+            else:
+                ready = -inf
+            base[best] = ready - slacks[best]
         else:
             order.remove(best)
         if k == need[best]:
