@@ -269,8 +269,11 @@ class _BilledSearch:
         self.blocks = _tie_blocks(cs)
         # unit[i]: min p / t over blocks i.. (suffix minimum)
         self.unit = [min(cs[k].price / cs[k].throughput for k in b) for b in self.blocks]
+        # floor[i]: min p over blocks i.. (while w < T at least one more machine is needed)
+        self.floor = [min(cs[k].price for k in b) for b in self.blocks]
         for i in range(len(self.unit) - 2, -1, -1):
             self.unit[i] = min(self.unit[i], self.unit[i + 1])
+            self.floor[i] = min(self.floor[i], self.floor[i + 1])
         self.best_cost, self.best_wcl, self.best_counts = _single_config_incumbent(cs, rate, self.need)
         self.counts = [0] * len(cs)
         self.nodes = 0
@@ -297,7 +300,8 @@ class _BilledSearch:
         blocks = self.blocks
         if bi == len(blocks):
             return
-        lb = cost + (rate - w) * self.unit[bi]
+        short = (rate - w) * self.unit[bi]
+        lb = cost + (short if short >= self.floor[bi] else self.floor[bi])
         if lb > self.best_cost + EPS or (lb >= self.best_cost - EPS and wcl >= self.best_wcl - EPS):
             return
         block = blocks[bi]
