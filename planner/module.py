@@ -363,7 +363,8 @@ def billed_optimal(
 
     Branch and bound over tie blocks of configs in ascending t/p order, so a block's Theorem 1
     condition w = (throughput of configs with r <= its r) >= b / (L - d) is checked as soon as its
-    counts are chosen; the bound is cost + (T - W) * min p/t of the configs still to choose.
+    counts are chosen; the bound is cost + max((T - W) * min p/t, min p) over the configs still to
+    choose (while W < T at least one more machine is needed).
     Returns (schedule, proven): proven is False when ``node_limit`` stopped the search early.
     """
     cs = sorted((c for c in configs if c.duration < budget - EPS), key=lambda c: (c.ratio, -c.duration))
