@@ -137,3 +137,35 @@ def test_occupancy_optimal_beats_every_single_config_with_dummy(specs, rate, bud
         w = max(rate, c.batch / (budget - c.duration))
         assert got.occupancy <= w / c.ratio * (1 + 1e-9)
     assert got.wcl <= budget + 1e-9
+
+
+# One module's profile from a generated 100-app fleet (seed 3): (hardware, batch, concurrency, duration, price).
+WIDE_PROFILE = [
+    ("t4", 32, 2, 0.4203, 0.526), ("t4", 32, 1, 0.2458, 0.526), ("t4", 16, 2, 0.2531, 0.526),
+    ("t4", 8, 2, 0.128, 0.526), ("t4", 16, 1, 0.1396, 0.526), ("t4", 8, 1, 0.0869, 0.526),
+    ("t4", 4, 2, 0.0955, 0.526), ("p100", 32, 2, 0.3173, 1.46), ("v100", 32, 2, 0.1554, 3.06),
+    ("t4", 4, 1, 0.0609, 0.526), ("p100", 32, 1, 0.1855, 1.46), ("p100", 16, 2, 0.194, 1.46),
+    ("v100", 32, 1, 0.0926, 3.06), ("v100", 16, 2, 0.0945, 3.06), ("p100", 16, 1, 0.1078, 1.46),
+    ("t4", 2, 2, 0.0762, 0.526), ("v100", 16, 1, 0.0531, 3.06), ("p100", 8, 2, 0.12, 1.46),
+    ("v100", 8, 2, 0.0598, 3.06), ("p100", 8, 1, 0.0645, 1.46), ("v100", 8, 1, 0.0324, 3.06),
+    ("t4", 2, 1, 0.0478, 0.526), ("p100", 4, 2, 0.0694, 1.46), ("c6i.2xlarge", 4, 1, 0.1838, 0.34),
+    ("v100", 4, 2, 0.0417, 3.06), ("p100", 4, 1, 0.0443, 1.46), ("c6i.2xlarge", 8, 1, 0.3839, 0.34),
+    ("c6i.2xlarge", 2, 1, 0.0968, 0.34), ("c6i.2xlarge", 1, 1, 0.0488, 0.34), ("v100", 4, 1, 0.0221, 3.06),
+    ("t4", 1, 2, 0.0758, 0.526), ("v100", 2, 2, 0.0261, 3.06), ("p100", 2, 2, 0.056, 1.46),
+    ("t4", 1, 1, 0.0411, 0.526), ("p100", 2, 1, 0.0341, 1.46), ("v100", 2, 1, 0.0171, 3.06),
+    ("p100", 1, 2, 0.0527, 1.46), ("p100", 1, 1, 0.0291, 1.46), ("v100", 1, 2, 0.028, 3.06),
+    ("v100", 1, 1, 0.0147, 3.06),
+]  # fmt: skip
+
+
+def test_billed_optimal_proves_a_wide_module_at_a_high_rate():
+    """18 usable configurations at 1,351 req/s and a tight budget: the bound that charges each config's
+    own Theorem-1 rate (not only the cheapest throughput) proves the optimum in about 700 nodes (the
+    fractional bound alone needed 629,000, past the 200,000-node limit)."""
+    cs = [Config(*row) for row in WIDE_PROFILE]
+    got, proven = billed_optimal(cs, 1351.0, 0.0628, node_limit=5_000)
+    assert proven and got is not None
+    counts = {(g.config.hardware, g.config.batch, g.config.concurrency): g.machines for g in got.groups}
+    assert counts == {("t4", 2, 1): 9, ("v100", 8, 1): 4}
+    assert math.isclose(got.billed, 9 * 0.526 + 4 * 3.06, rel_tol=1e-12)
+    assert got.wcl <= 0.0628 + 1e-9
