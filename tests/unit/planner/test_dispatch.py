@@ -329,12 +329,29 @@ def test_eligibility_passes_join_the_previous_one_exactly(monkeypatch):
         finish_as(self, other)
 
     monkeypatch.setattr(dispatch._Pass, "finish_as", spy)
+    monkeypatch.setattr(dispatch, "ELIGIBLE_MAX_WINDOWS", dispatch.MAX_WINDOWS)  # tried on this period too
     fast = frozen_figures(case)
     assert joined and joined[0] < case["windows"] // 10
     monkeypatch.setattr(dispatch, "_SNAP", 10**9)  # never checks: every pass computed step by step
     joined.clear()
     assert frozen_figures(case) == fast == {k: case[k] for k in fast}
     assert not joined
+
+
+def test_large_periods_keep_the_edf_order_without_trying_the_eligibility_order(monkeypatch):
+    # Above ELIGIBLE_MAX_WINDOWS the EDF order is kept as is (it meets every group's guarantee by
+    # construction); the frozen figures of those plans are unchanged (the eligibility order lost there).
+    cases = json.loads(FROZEN.read_text())["cases"]
+    large = [c for c in cases if c["windows"] > dispatch.ELIGIBLE_MAX_WINDOWS and len(c["groups"]) > 1]
+    assert len(large) >= 5
+    calls = []
+    eligible = dispatch._order_eligible
+    monkeypatch.setattr(dispatch, "_order_eligible", lambda *a, **k: calls.append(1) or eligible(*a, **k))
+    for case in large[:5]:
+        s = build_schedule(case["module"], frozen_plan(case["groups"]), case["prices"])
+        assert all(g.worst_case_latency_s <= g.guarantee_s + 1e-9 for g in s.groups if g.machines)
+        assert frozen_figures(case) == {k: case[k] for k in frozen_figures(case)}
+    assert not calls
 
 
 def refreeze() -> None:
