@@ -12,7 +12,7 @@ Times are epoch seconds (floats) on the wire; schedule times are seconds since `
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,7 +35,7 @@ __all__ = [
     "queue_key",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 def queue_key(group: int, machine: int) -> str:

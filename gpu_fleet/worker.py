@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from functions.adapters.results import TaskRecord
 from functions.errors import DataPlaneError, QueueError
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from functions.adapters.blobs import BlobStore
-    from functions.adapters.metrics import Metrics
+    from functions.adapters.config_store import ConfigStore
+    from functions.adapters.metrics import CloudWatchMetrics, Metrics
     from functions.adapters.outcomes import FrameOutcomes
     from functions.adapters.queues import Received, TaskQueues
     from functions.adapters.results import ResultStore
@@ -53,6 +54,14 @@ if TYPE_CHECKING:
 __all__ = ["BatchOutcome", "Device", "Worker", "main"]
 
 log = logging.getLogger("skinflint.worker")
+
+
+class _Dims(TypedDict):
+    """The dimensions of every metric a worker puts."""
+
+    App: str
+    Module: str
+    Hardware: str
 
 
 @dataclass
@@ -136,7 +145,7 @@ class Worker:
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._gone = threading.Event()  # the queue was deleted under the worker: stop once idle
-        self._dims = {"App": a.app, "Module": a.module, "Hardware": a.hardware}
+        self._dims: _Dims = {"App": a.app, "Module": a.module, "Hardware": a.hardware}
         self._forward_router = self.router
         dep = self.router.deployment
         self._tail_s = dep.min_tail_s(a.module)
@@ -234,8 +243,8 @@ class Worker:
                 self._receives[msg.idempotency_key] = r.receive_count
                 n += 1
             self._lock.notify_all()
-        for r, exc in poison:
-            self._record_poison(r, exc)
+        for r, err in poison:
+            self._record_poison(r, err)
         return n
 
     # -- poison messages (gpu_fleet/poison.py) ------------------------------------------------------
@@ -616,7 +625,7 @@ class Worker:
         return len(receipts)
 
 
-def build_worker(worker_id: str) -> tuple[Worker, Any, Metrics]:
+def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics]:
     """Wire a worker from the environment (config table, clients, runtime)."""
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore

@@ -166,7 +166,8 @@ def _finish(rec: dict[str, Any], body: dict[str, Any], slo: float) -> None:
         rec["drop_reasons"] = reasons
     latency_ms = (rec.get("latency_s") or 0.0) * 1e3
     failure = None if rec["result"] == "done" else RuntimeError(f"frame {rec['result']}")
-    events.request.fire(
+    # locust ships py.typed but leaves EventHook.fire and EventHook.add_listener unannotated
+    events.request.fire(  # type: ignore[no-untyped-call]
         request_type="FRAME",
         name=f"e2e {rec['app']}",
         response_time=latency_ms,
@@ -206,7 +207,7 @@ class ActdetUser(CameraUser):
     app = "actdet"
 
 
-@events.test_start.add_listener
+@events.test_start.add_listener  # type: ignore[untyped-decorator]  # unannotated in locust
 def _read_slos(environment: Any, **_kw: Any) -> None:
     """The deployed apps' SLOs (GET /v1/apps); a missing app or key stops the test with a reason."""
     import requests
@@ -269,7 +270,7 @@ def _collect_after(environment: Any) -> None:
     pool.join(timeout=600)
 
 
-@events.test_stop.add_listener
+@events.test_stop.add_listener  # type: ignore[untyped-decorator]  # unannotated in locust
 def _write_outcomes(environment: Any, **_kw: Any) -> None:
     """Collect what is left (``after``: every result now), stop the collectors still polling
     (their frames count as lost) and write every outcome."""

@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.check import check_plan
 from planner.errors import InfeasibleError
@@ -21,12 +21,15 @@ from planner.generate import generate_problems
 from planner.policies import BASELINES
 from planner.solve import solve
 
+if TYPE_CHECKING:
+    from planner.models import Objective, Plan, ProblemSpec
+
 DEFAULT_POLICIES = ["skinflint", "harpagon", "piccolo", *BASELINES]
 ABLATIONS = [
     "harp-2d", "harp-dt", "harp-1c", "harp-2c", "harp-nb", "harp-nhc", "harp-nhe",
     "harp-nd", "harp-0re", "harp-1re", "harp-tb", "harp-q0.01", "harp-q0.1",
 ]  # fmt: skip
-OBJECTIVES = ("occupancy", "billed")
+OBJECTIVES: tuple[Objective, ...] = ("occupancy", "billed")
 
 
 @dataclass
@@ -77,23 +80,33 @@ def run(count: int, seed: int, policies: list[str], progress: bool = True) -> di
     }
 
 
-def _one(problem: Any, objective: str, policies: list[str], rows: dict[tuple[str, str], Row]) -> None:
+def _extra(plan: Plan) -> dict[str, Any]:
+    """The solver's figures beyond the schema (``solve_cpu_ms``, ``latency_model``): a plan allows
+    extra fields, so pydantic always keeps them in a dict."""
+    if plan.model_extra is None:
+        raise TypeError("a Plan keeps its extra fields (model_config extra='allow')")
+    return plan.model_extra
+
+
+def _one(
+    problem: ProblemSpec, objective: Objective, policies: list[str], rows: dict[tuple[Objective, str], Row]
+) -> None:
     key = "cost_per_hour" if objective == "occupancy" else "billed_per_hour"
-    ref = solve(problem, "optimal", objective)  # type: ignore[arg-type]
+    ref = solve(problem, "optimal", objective)
     rows[(objective, "optimal")].times_ms.append(ref.solve_ms)
-    rows[(objective, "optimal")].cpu_ms.append(ref.model_extra["solve_cpu_ms"])
+    rows[(objective, "optimal")].cpu_ms.append(_extra(ref)["solve_cpu_ms"])
     rows[(objective, "optimal")].costs.append(1.0)
     best = getattr(ref, key)
     for policy in policies:
         row = rows[(objective, policy)]
         try:
-            plan = solve(problem, policy, objective)  # type: ignore[arg-type]
+            plan = solve(problem, policy, objective)
         except InfeasibleError:
             row.infeasible += 1
             continue
         row.times_ms.append(plan.solve_ms)
-        row.cpu_ms.append(plan.model_extra["solve_cpu_ms"])
-        if check_plan(problem, plan, plan.model_extra["latency_model"]):
+        row.cpu_ms.append(_extra(plan)["solve_cpu_ms"])
+        if check_plan(problem, plan, _extra(plan)["latency_model"]):
             row.invalid += 1
         row.costs.append(getattr(plan, key) / best)
 
@@ -124,6 +137,10 @@ def plot_cdf(result: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def render(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -147,20 +164,19 @@ def render(result: dict[str, Any]) -> None:
         ]:
             table.add_column(col, justify="right" if col != "policy" else "left")
         for policy, s in result["results"][objective].items():
-            fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
             table.add_row(
                 policy,
                 str(s["planned"]),
                 str(s["infeasible"]),
                 str(s["invalid"]),
-                fmt(s["mean_norm_cost"], ".3f"),
-                fmt(s["max_norm_cost"], ".3f"),
-                fmt(s["at_optimum_pct"], ".1f"),
-                fmt(s["within_1pct_pct"], ".1f"),
-                fmt(s["median_ms"], ".2f"),
-                fmt(s["p95_ms"], ".2f"),
-                fmt(s["median_cpu_ms"], ".2f"),
-                fmt(s["p95_cpu_ms"], ".2f"),
+                _fmt(s["mean_norm_cost"], ".3f"),
+                _fmt(s["max_norm_cost"], ".3f"),
+                _fmt(s["at_optimum_pct"], ".1f"),
+                _fmt(s["within_1pct_pct"], ".1f"),
+                _fmt(s["median_ms"], ".2f"),
+                _fmt(s["p95_ms"], ".2f"),
+                _fmt(s["median_cpu_ms"], ".2f"),
+                _fmt(s["p95_cpu_ms"], ".2f"),
             )
         console.print(table)
     load = ", ".join(f"{x:.1f}" for x in result["host"]["load_avg"])

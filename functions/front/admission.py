@@ -432,13 +432,13 @@ class Admission:
 
     def _prune(self, now: float) -> None:
         for st in self._apps.values():
-            old = [k for k, end in st.slot_end.items() if end < now - 5.0]
-            for k in old:
-                st.slot_end.pop(k, None)
-                st.slots.pop(k, None)
-        idle = [k for k, b in self._keys.items() if now - b.last_take > _KEY_IDLE_S]
-        for k in idle:
-            del self._keys[k]
+            old = [slot for slot, end in st.slot_end.items() if end < now - 5.0]
+            for slot in old:
+                st.slot_end.pop(slot, None)
+                st.slots.pop(slot, None)
+        idle = [digest for digest, b in self._keys.items() if now - b.last_take > _KEY_IDLE_S]
+        for digest in idle:
+            del self._keys[digest]
 
     # -- introspection (tests, /metrics) ---------------------------------------------------------
     def admitted_rate(self, app: str) -> float | None:

@@ -9,12 +9,12 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from functions.adapters.results import FrameRecord
 from functions.errors import DataPlaneError
 from functions.routing import Router
-from functions.schema import FrameAccepted, FramesAccepted, Payload, ResultOut
+from functions.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -176,7 +176,7 @@ class FrontService:
             )
         return out
 
-    def reject(self, status: int, error: str, reason: str) -> None:
+    def reject(self, status: int, error: str, reason: str) -> NoReturn:
         self.metrics.put("FrontRejected", 1, Reason=error)
         raise Rejection(status, error, reason)
 
@@ -200,7 +200,7 @@ class FrontService:
         dep = router.deployment
         admitted = self._admit(router, app, len(frames), now, api_key)
         records: list[FrameRecord] = []
-        by_queue: dict[str, list] = {}
+        by_queue: dict[str, list[TaskMessage]] = {}
         accepted: list[FrameAccepted] = []
         for i, (data, content_type) in enumerate(frames):
             request_id = uuid.uuid4().hex

@@ -35,9 +35,9 @@ def _fast_app() -> tuple[Any, Any]:
     )
 
     listed = tuple(backends.list_of_moto_modules())  # the package's directories do not change
-    backends.list_of_moto_modules = cache(lambda: listed)  # type: ignore[assignment]
+    backends.list_of_moto_modules = cache(lambda: listed)
 
-    class QuietHandler(MotoRequestHandler):  # type: ignore[misc]
+    class QuietHandler(MotoRequestHandler):
         def log_request(self, code: Any = "-", size: Any = "-") -> None:
             return None  # one line per request costs CPU in the server every hop waits on
 

@@ -29,7 +29,8 @@ def _dispatch_figures(mp: ModulePlan) -> dict[str, Any]:
     headroom asked for (``child_headroom``) against the headroom planned (``headroom_used``: planned
     rate / expected rate - 1). None for a plan without them."""
     extra = mp.model_extra or {}
-    info = extra.get("dispatch") if isinstance(extra.get("dispatch"), dict) else {}
+    dispatch = extra.get("dispatch")
+    info: dict[str, Any] = dispatch if isinstance(dispatch, dict) else {}
     return {
         "theorem1_s": info.get("theorem1_s"),
         "schedule_s": info.get("schedule_s"),

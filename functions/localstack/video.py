@@ -4,8 +4,24 @@ road, drawn with numpy/PIL and encoded as JPEG. Nothing is downloaded."""
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 __all__ = ["synthetic_frames"]
+
+
+@dataclass(frozen=True)
+class _Car:
+    x: float  # px at frame 0
+    lane: float  # top edge, fraction of the height
+    v: float  # px per frame (negative: leftwards)
+    color: tuple[int, ...]  # RGB
+    w: float  # px
+
+
+@dataclass(frozen=True)
+class _Person:
+    x: float  # px at frame 0
+    v: float  # px per frame
 
 
 def synthetic_frames(
@@ -20,30 +36,30 @@ def synthetic_frames(
     d = ImageDraw.Draw(bg)
     d.rectangle((0, height * 0.35, width, height), fill=(70, 130, 60))
     d.rectangle((0, height * 0.5, width, height * 0.85), fill=(60, 60, 65))
-    for x in range(0, width, 40):
-        d.rectangle((x, height * 0.67, x + 20, height * 0.69), fill=(230, 230, 230))
+    for mark in range(0, width, 40):
+        d.rectangle((mark, height * 0.67, mark + 20, height * 0.69), fill=(230, 230, 230))
     cars = [
-        {
-            "x": float(rng.uniform(0, width)),
-            "lane": float(rng.choice([0.55, 0.72])),
-            "v": float(rng.uniform(2, 6)) * (1 if rng.random() < 0.5 else -1),
-            "color": tuple(int(c) for c in rng.integers(30, 255, 3)),
-            "w": float(rng.uniform(30, 50)),
-        }
+        _Car(
+            x=float(rng.uniform(0, width)),
+            lane=float(rng.choice([0.55, 0.72])),
+            v=float(rng.uniform(2, 6)) * (1 if rng.random() < 0.5 else -1),
+            color=tuple(int(c) for c in rng.integers(30, 255, 3)),
+            w=float(rng.uniform(30, 50)),
+        )
         for _ in range(4)
     ]
-    people = [{"x": float(rng.uniform(0, width)), "v": float(rng.uniform(-1.5, 1.5))} for _ in range(3)]
+    people = [_Person(x=float(rng.uniform(0, width)), v=float(rng.uniform(-1.5, 1.5))) for _ in range(3)]
     noise = rng.integers(0, 12, size=(height, width, 3), dtype=np.uint8)
     frames: list[bytes] = []
     for k in range(n):
         img = bg.copy()
         dr = ImageDraw.Draw(img)
         for c in cars:
-            x = (c["x"] + c["v"] * k) % (width + 60) - 30
-            y = height * c["lane"]
-            dr.rectangle((x, y, x + c["w"], y + 18), fill=c["color"], outline=(0, 0, 0))
+            x = (c.x + c.v * k) % (width + 60) - 30
+            y = height * c.lane
+            dr.rectangle((x, y, x + c.w, y + 18), fill=c.color, outline=(0, 0, 0))
         for p in people:
-            x = (p["x"] + p["v"] * k) % width
+            x = (p.x + p.v * k) % width
             dr.ellipse((x, height * 0.4, x + 8, height * 0.48), fill=(230, 200, 170))
             dr.rectangle((x + 1, height * 0.48, x + 7, height * 0.5 - 2), fill=(40, 40, 160))
         arr = np.asarray(img, dtype=np.uint8)

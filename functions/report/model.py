@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from functions.adapters.outcomes import LATENCY_BUCKETS_MS
 
@@ -88,6 +88,15 @@ def quantile_from_cdf(cdf: list[tuple[float, float]], q: float) -> float | None:
     return None
 
 
+class _FleetPeriod(TypedDict):
+    """One period of the fleet's timeline (USD/h)."""
+
+    t: float
+    observed_per_hour: float
+    planned_per_hour: float | None  # None: no plan in force at the period
+    by_hardware: dict[str, float]
+
+
 def _fleet(inp: ReportInput, inst: list[Series]) -> dict[str, Any]:
     p = inp.period_s
     rate = _by_period(inst, inp.prices)  # USD x s / h per period -> /p = USD/h
@@ -102,7 +111,7 @@ def _fleet(inp: ReportInput, inst: list[Series]) -> dict[str, Any]:
         v = inp.plans.at(t + p / 2)
         return v.billed_per_hour if v is not None else None
 
-    timeline = [
+    timeline: list[_FleetPeriod] = [
         {
             "t": t,
             "observed_per_hour": rate[t] / p,

@@ -9,9 +9,13 @@ seed (:func:`build_model`), so every build produces the same ONNX bytes and the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["MODEL_SPECS", "ModelSpec", "build_model"]
 
@@ -42,7 +46,7 @@ class InvertedResidual(nn.Module):
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.body(x)
+        y: torch.Tensor = self.body(x)
         return x + y if self.residual else y
 
 
@@ -153,10 +157,12 @@ class ResNet18(nn.Module):
         self.out_features = cin
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(self.stem(x)).mean((2, 3))
+        maps: torch.Tensor = self.layers(self.stem(x))
+        return maps.mean((2, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x))
+        logits: torch.Tensor = self.fc(self.features(x))
+        return logits
 
 
 class LandmarkNet(nn.Module):
@@ -189,7 +195,8 @@ class LandmarkNet(nn.Module):
             skips.append(x)
         for up, fuse, skip in zip(self.dec, self.fuse, (skips[2], skips[1]), strict=True):
             x = fuse(torch.relu(up(x)) + skip)
-        return self.head(x)  # (B, landmarks, H/4, W/4)
+        heatmaps: torch.Tensor = self.head(x)
+        return heatmaps  # (B, landmarks, H/4, W/4)
 
 
 class PoseNet(nn.Module):
@@ -217,7 +224,7 @@ class PoseNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         f = self.front(x)
-        y = self.stages[0](f)
+        y: torch.Tensor = self.stages[0](f)
         for stage in self.stages[1:]:
             y = stage(torch.cat([f, y], 1))
         return y  # (B, parts + pafs, H/8, W/8)
@@ -285,7 +292,9 @@ class ActionNet(nn.Module):
         self.fc = nn.Linear(c[3], num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.body(x).mean((2, 3, 4)))
+        clip: torch.Tensor = self.body(x)
+        logits: torch.Tensor = self.fc(clip.mean((2, 3, 4)))
+        return logits
 
 
 @dataclass(frozen=True)
@@ -335,7 +344,7 @@ MODEL_SPECS: dict[str, ModelSpec] = {
 
 def build_model(name: str, seed: int = 0) -> nn.Module:
     """The demo model ``name`` in eval mode, weights drawn from ``seed`` (deterministic, no download)."""
-    factories = {
+    factories: dict[str, Callable[[], nn.Module]] = {
         "ssdlite_mnv2": lambda: SSDLite(num_classes=21),
         "resnet18_vehicle": lambda: ResNet18(num_classes=12),
         "resnet18_face": lambda: ResNet18(num_classes=8),
@@ -353,6 +362,8 @@ def build_model(name: str, seed: int = 0) -> nn.Module:
     gen = torch.Generator().manual_seed(seed + 1)
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d | nn.BatchNorm3d):
+            if m.running_mean is None or m.running_var is None:  # built with track_running_stats=False
+                raise ValueError(f"{name}: a batch norm without running statistics cannot be folded")
             m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
     return model.eval()
@@ -404,4 +415,6 @@ class ResNet50(nn.Module):
         self.fc = nn.Linear(cin, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.layers(self.stem(x)).mean((2, 3)))
+        maps: torch.Tensor = self.layers(self.stem(x))
+        logits: torch.Tensor = self.fc(maps.mean((2, 3)))
+        return logits
