@@ -277,12 +277,17 @@ class _BilledSearch:
         # lines[i]: (A, u) per config of blocks i..: a completion whose cheapest-per-throughput config is
         # j (u = p / t) ends at a total rate of at least max(T, need_j) (it meets j's own condition),
         # so it costs at least (max(T, need_j) - w) u = A - w u (the needs less a rounding allowance)
+        # (a line no lower than another at both ends of w in [0, T] is dropped: it never sets the min)
         lines: list[tuple[float, float]] = []
         self.lines: list[tuple[tuple[float, float], ...]] = [()] * len(self.blocks)
         for i in range(len(self.blocks) - 1, -1, -1):
             for k in self.blocks[i]:
                 u = cs[k].price / cs[k].throughput
-                lines.append((max(rate, self.need[k] - 1e-6 * (cs[k].throughput + 1.0)) * u, u))
+                a = max(rate, self.need[k] - 1e-6 * (cs[k].throughput + 1.0)) * u
+                if any(a2 <= a and a2 - rate * u2 <= a - rate * u for a2, u2 in lines):
+                    continue
+                lines = [(a2, u2) for a2, u2 in lines if not (a <= a2 and a - rate * u <= a2 - rate * u2)]
+                lines.append((a, u))
             self.lines[i] = tuple(lines)
         self.best_cost, self.best_wcl, self.best_counts = _single_config_incumbent(cs, rate, self.need)
         self.counts = [0] * len(cs)
