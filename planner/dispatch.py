@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, overload
 
@@ -245,7 +246,7 @@ class _Lookup:
     per-window arrays. All are rebuilt when the schedule's windows or groups are not the ones they were
     built from. Derived data, so it never makes two schedules unequal."""
 
-    __slots__ = ("arrays", "by_machine", "rows", "source", "table", "used")
+    __slots__ = ("arrays", "by_machine", "memo", "rows", "source", "table", "used")
 
     def __init__(self) -> None:
         self.source: tuple[object, object] | None = None
@@ -254,6 +255,7 @@ class _Lookup:
         self.by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] | None = None
         self.used: list[int] | None = None
         self.arrays: tuple[np.ndarray, ...] | None = None
+        self.memo: dict[Hashable, Any] = {}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Lookup)
@@ -267,6 +269,7 @@ class _Lookup:
             self.source = (windows, groups)
             self.table = windows if isinstance(windows, WindowTable) else WindowTable.of(windows)
             self.rows = self.by_machine = self.used = self.arrays = None
+            self.memo = {}
         return self
 
 
@@ -287,7 +290,11 @@ class DispatchSchedule(BaseModel):
     _lookup: _Lookup = PrivateAttr(default_factory=_Lookup)
 
     def _looked_up(self) -> _Lookup:
-        return self._lookup.of(self.windows, self.groups)
+        # read from pydantic's dict of private attributes: ``self._lookup`` goes through
+        # ``BaseModel.__getattr__`` (microseconds, and the planner asks thousands of times per epoch)
+        private = self.__pydantic_private__
+        lookup: _Lookup = private["_lookup"] if private is not None else self._lookup
+        return lookup.of(self.windows, self.groups)
 
     def _rows(self) -> tuple[list[float], list[float], list[int], list[int], list[float]]:
         lk = self._looked_up()
@@ -343,6 +350,13 @@ class DispatchSchedule(BaseModel):
             lk.arrays = (t.start, t.end, t.wait, dur, batch)
         start, end, wait, dur, batch = lk.arrays
         return start, end, wait, dur, batch
+
+    def derived(self) -> dict[Hashable, Any]:
+        """A memo for figures computed from this schedule (:func:`planner.robust.required_spread_rate`
+        keeps its answers here: a schedule shared by the rounds of a solve and the shapes of a plan is
+        asked the same question many times). Emptied, like the lookup tables, when the windows or groups
+        are replaced; a key must hold every other input of its figure (other fields included)."""
+        return self._looked_up().memo
 
     def window_wait_s(self, k: int) -> float:
         """Steady-state queue wait of window ``k`` (of one period; ``k`` taken modulo the window count)."""
@@ -506,11 +520,13 @@ def _choose_period(
     exact (no shortfall, no error), every later multiple would lose or be skipped. The result is the one
     of the full search."""
     p_min = max(1.0 / x for x in lam)
-    candidates: list[float] = [p_min * m for m in range(1, _PERIOD_MULTIPLES + 1)]
+    multiples = (p_min * m for m in range(1, _PERIOD_MULTIPLES + 1))  # made as the search reaches them
     exact = _rational_period(lam)
+    first: list[float] = []
     if exact is not None and exact * _sum([x * m for x, m in zip(lam, machines, strict=True)]) <= MAX_WINDOWS:
-        candidates.insert(0, exact)
-    first_multiple = len(candidates) - _PERIOD_MULTIPLES
+        first.append(exact)
+    first_multiple = len(first)
+    candidates = itertools.chain(first, multiples)
     best: tuple[tuple[float, float, int], float, list[int]] | None = None
     for pos, period in enumerate(candidates):
         counts, base = _counts(lam, cap, machines, batch, period)
@@ -713,8 +729,52 @@ def _steady_waits(ends: np.ndarray, period: float, dur: float, conc: int) -> np.
     return out
 
 
+#: Largest ``windows * concurrency`` of a one-group schedule laid out in plain Python
+#: (:meth:`_Layout.one_group`): numpy costs microseconds per call on the few windows most schedules have.
+_SMALL_LAYOUT = 64
+
+
+def _steady_waits_small(
+    ends: list[float], machines: int, period: float, dur: float, conc: int
+) -> list[float]:
+    """:func:`_steady_waits` in plain Python, for the windows of one group in period order (window ``j``
+    on machine ``j mod machines``): the same IEEE operations in the same order, numpy's ``maximum``
+    included (``a if a > b else b``), so the same floats."""
+    n = len(ends) // machines
+    reps = 2 * conc
+    shift = [period * r for r in range(reps)]
+    out = [0.0] * len(ends)
+    for m in range(machines):
+        col = [ends[i * machines + m] for i in range(n)]
+        e = [x + sh for sh in shift for x in col]  # row r * n + i: window i, ``r`` periods later
+        waits = [0.0] * len(e)
+        for s in range(conc):
+            acc = 0.0
+            for k, row in enumerate(range(s, len(e), conc)):
+                v = e[row] - k * dur
+                acc = v if k == 0 or not acc > v else acc  # np.maximum.accumulate
+                waits[row] = ((acc + (k + 1) * dur) - dur) - e[row]
+        for i in range(n):
+            w = waits[conc * n + i]
+            for r in range(conc + 1, reps):
+                x = waits[r * n + i]
+                w = w if w > x else x
+            out[i * machines + m] = w if w > 0.0 else 0.0
+    return out
+
+
 class _Layout:
     """A sequence of windows laid out over the period, with its exact steady-state waits."""
+
+    seq: np.ndarray
+    ends: np.ndarray
+    starts: np.ndarray
+    machine: np.ndarray
+    waits: np.ndarray
+    group_wcl: dict[int, float]  # per group: its windows' largest worst case
+    group_windows: dict[int, int]  # per group: its windows per period
+    worst: float  # the largest worst case of any window
+    score: tuple[float, float]
 
     def __init__(self, seq: list[int], groups: list[_Group], period: float) -> None:
         self.seq = np.array(seq, dtype=np.int64)
@@ -735,10 +795,42 @@ class _Layout:
             if len(pos_g):  # window j of the group runs on machine j mod n: column m is machine m
                 pos = pos_g.reshape(-1, g.machines)
                 self.waits[pos] = _steady_waits(ends[pos], period, g.dur, g.conc)
-        self.wcl = (ends - self.starts) + self.waits + dur
-        self.group_wcl = {g.index: float(np.max(self.wcl[self.seq == g.index])) for g in groups}
+        wcl = (ends - self.starts) + self.waits + dur
+        self.group_wcl = {g.index: float(np.max(wcl[self.seq == g.index])) for g in groups}
+        self.group_windows = {g.index: int(np.count_nonzero(self.seq == g.index)) for g in groups}
+        self.worst = float(np.max(wcl))
+        self._score(groups)
+
+    def _score(self, groups: list[_Group]) -> None:
         excess = [self.group_wcl[g.index] - (g.dur + g.window + g.slack) for g in groups]
-        self.score = (max(0.0, *excess), float(np.max(self.wcl)))
+        self.score = (max(0.0, *excess), self.worst)
+
+    @classmethod
+    def one_group(cls, g: _Group, period: float) -> _Layout:
+        """The layout of a schedule with one group (the only order: its windows in turn), the same
+        arrays as ``_Layout(_order_edf([g], period), [g], period)``; in plain Python when it has at
+        most :data:`_SMALL_LAYOUT` windows times slots."""
+        if g.total * g.conc > _SMALL_LAYOUT or g.total % g.machines:
+            return cls(_order_edf([g], period), [g], period)
+        lay = cls.__new__(cls)
+        ends: list[float] = []
+        acc = 0.0
+        for j in range(g.total):  # np.cumsum: sequential
+            acc = g.window if j == 0 else acc + g.window
+            ends.append(acc)
+        scale = period / ends[-1]  # absorb float error: the period is tiled exactly
+        ends = [e * scale for e in ends]
+        starts = [0.0, *ends[:-1]]
+        waits = _steady_waits_small(ends, g.machines, period, g.dur, g.conc)
+        wcl = [((e - s) + w) + g.dur for e, s, w in zip(ends, starts, waits, strict=True)]
+        lay.seq = np.full(g.total, g.index, dtype=np.int64)
+        lay.ends, lay.starts, lay.waits = np.array(ends), np.array(starts), np.array(waits)
+        lay.machine = np.arange(g.total, dtype=np.int64) % g.machines
+        lay.worst = max(wcl)
+        lay.group_wcl = {g.index: lay.worst}
+        lay.group_windows = {g.index: g.total}
+        lay._score([g])
+        return lay
 
 
 # --------------------------------------------------------------------------- public builders
@@ -786,7 +878,11 @@ def build_schedule(
     # construction, the eligibility order is kept only when it meets it too and scores better.
     spread = float(sum(batches)) / eff_rate
     guarantee = {g.index: max(t1[g.index], g.dur + spread) + 1e-9 for g in state}
-    lay = _Layout(_order_edf(state, period), state, period)
+    lay = (
+        _Layout.one_group(state[0], period)
+        if len(state) == 1
+        else _Layout(_order_edf(state, period), state, period)
+    )
     if len(state) > 1 and sum(g.total for g in state) <= ELIGIBLE_MAX_WINDOWS:
         alt = _Layout(_order_eligible(state, period), state, period)
         if alt.score < lay.score and all(alt.group_wcl[i] <= b for i, b in guarantee.items()):
@@ -795,18 +891,17 @@ def build_schedule(
     windows = WindowTable(lay.starts, lay.ends, lay.seq, lay.machine, lay.waits)
     group_info = []
     for i, g in enumerate(gs):
-        mask = lay.seq == i
         group_info.append(
             GroupDispatch(
                 batch=g.batch,
                 concurrency=g.concurrency,
                 duration_s=g.duration_s,
                 machines=g.machines,
-                windows_per_machine=int(mask.sum()) // g.machines,
+                windows_per_machine=lay.group_windows.get(i, 0) // g.machines,
                 window_s=g.batch / eff_rate,
                 theorem1_s=t1[i],
                 guarantee_s=max(t1[i], g.duration_s + spread),
-                worst_case_latency_s=float(lay.wcl[mask].max()) if mask.any() else 0.0,
+                worst_case_latency_s=lay.group_wcl.get(i, 0.0),
             )
         )
     return DispatchSchedule(
@@ -816,7 +911,7 @@ def build_schedule(
         groups=group_info,
         planned_rate=planned,
         effective_rate=eff_rate,
-        worst_case_latency_s=float(lay.wcl.max()),
+        worst_case_latency_s=lay.worst,
         theorem1_s=max(t1[i] for i in active),
     )
 

@@ -429,16 +429,44 @@ def _options(it: _Item, problem: ProblemSpec, mp: ModulePlan) -> None:
 # --------------------------------------------------------------------------- packing
 
 
+def _rest_bounds(ordered: list[_Item]) -> list[tuple[float, float, float]]:
+    """Per item of ``ordered``: the smallest busy fraction and duration and the largest allowance of the
+    flexible items of its hardware from it on (itself included)."""
+    out: list[tuple[float, float, float]] = [(math.inf, math.inf, -math.inf)] * len(ordered)
+    seen: dict[str, tuple[float, float, float]] = {}
+    for k in range(len(ordered) - 1, -1, -1):
+        it = ordered[k]
+        if not it.flexible:
+            continue
+        busy, dur, allow = seen.get(it.hw, (math.inf, math.inf, -math.inf))
+        s = it.share
+        seen[it.hw] = out[k] = (min(busy, s.busy), min(dur, s.duration_s), max(allow, it.allowance))
+    return out
+
+
+def _closed(b: _Bin, rest: tuple[float, float, float]) -> bool:
+    """Whether FIFO bin ``b`` fits none of the items ``rest`` bounds (:func:`_rest_bounds`): each of
+    :meth:`_Bin.fits`'s conditions fails for the bound, so for every such item (float addition and
+    comparison are monotone). A bin's busy fraction and duration sum only grow and its headroom only
+    shrinks, and the bounds only tighten from one item to the next, so a closed bin stays closed."""
+    busy, dur, allow = rest
+    return b.busy + busy > 1 + TOL or dur > b.headroom + TOL or b.dur > allow + TOL
+
+
 def _best_fit(items: list[_Item], bins: list[_Bin]) -> None:
-    """Best-fit decreasing: each item (largest busy first) joins the feasible FIFO bin it fills most."""
+    """Best-fit decreasing: each item (largest busy first) joins the feasible FIFO bin it fills most.
+    A bin no later item can join (:func:`_closed`) leaves the candidates; the others keep their order,
+    so the choice (the first bin of the largest fill) is the one a scan of every bin makes."""
     by_hw: dict[str, list[_Bin]] = defaultdict(list)
     for b in bins:
         if b.items and b.items[0].flexible and not b.aligned:
             by_hw[b.hw].append(b)
-    for it in sorted(items, key=lambda i: (-i.share.busy, -i.share.duration_s, i.order)):
+    ordered = sorted(items, key=lambda i: (-i.share.busy, -i.share.duration_s, i.order))
+    for it, rest in zip(ordered, _rest_bounds(ordered), strict=True):
         best: _Bin | None = None
         if it.flexible:
-            for b in by_hw[it.hw]:
+            live = by_hw[it.hw] = [b for b in by_hw[it.hw] if not _closed(b, rest)]
+            for b in live:
                 if b.fits(it) and (best is None or b.fill(it) > best.fill(it)):
                     best = b
         if best is None:
@@ -546,6 +574,7 @@ class _Slots:
 
     def __init__(self, reserved: Iterable[str]) -> None:
         self.used: dict[str, set[int]] = defaultdict(set)
+        self.low: dict[str, int] = defaultdict(int)  # per hardware: every n below it is used
         for slot in reserved:
             hw, _, n = slot.rpartition("/")
             if n.isdigit():
@@ -553,10 +582,11 @@ class _Slots:
 
     def new(self, hw: str) -> str:
         used = self.used[hw]
-        n = 0
+        n = self.low[hw]  # names are never released, so the search goes on where the last one ended
         while n in used:
             n += 1
         used.add(n)
+        self.low[hw] = n + 1
         return f"{hw}/{n}"
 
 

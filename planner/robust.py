@@ -133,8 +133,16 @@ class Realisation:
 
 
 def _batches(sched: DispatchSchedule) -> list[int]:
-    """The batch sizes of the schedule's windows (groups with no window take no request)."""
-    return sorted({sched.groups[g].batch for g in sched.window_groups()})
+    """The batch sizes of the schedule's windows (groups with no window take no request; computed once
+    per schedule)."""
+    memo = sched.derived()
+    out = memo.get(_BATCHES)
+    if out is None:
+        out = memo[_BATCHES] = tuple(sorted({sched.groups[g].batch for g in sched.window_groups()}))
+    return list(out)
+
+
+_BATCHES = "batches"  # key of _batches' answer in a schedule's memo
 
 
 def _fits(streams: Sequence[float], batches: Sequence[int], capacity: float) -> bool:
@@ -263,12 +271,30 @@ def required_spread_rate(
     the next non-empty completion, at least ``gap_k`` later: the next completion of the pattern and,
     with one configuration and one stream (completion order = arrival order), also
     ``1 / r - length_k`` (the next request arrives ``1 / r`` after the last one of window ``k``).
-    Returns ``max_k n_k / gap_k``."""
+    Returns ``max_k n_k / gap_k``.
+
+    The answer is kept in the parent schedule's memo (:meth:`DispatchSchedule.derived`) under every
+    other input (the period, the fan-out and the stream rates, compared as floats: ``-0.0`` and ``0.0``
+    give the same counts and the same error), so the rounds of a solve and the shapes of a plan that
+    keep the parent's schedule and streams get it without computing it again."""
     streams = (
-        [float(parent_spacing_rate)]
+        (float(parent_spacing_rate),)
         if isinstance(parent_spacing_rate, int | float)
-        else [float(r) for r in parent_spacing_rate]
+        else tuple(float(r) for r in parent_spacing_rate)
     )
+    memo = parent.derived()
+    key = ("spread", parent.period_s, float(per_request), streams)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _required_spread_rate(parent, float(per_request), streams)
+    rate, burst = hit
+    return rate, burst
+
+
+def _required_spread_rate(
+    parent: DispatchSchedule, per_request: float, streams: tuple[float, ...]
+) -> tuple[float, int]:
+    """:func:`required_spread_rate`, computed."""
     length, offset, done, batch = _window_arrays(parent)
     places = np.zeros_like(length)
     for r in streams:

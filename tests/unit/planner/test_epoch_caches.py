@@ -1,6 +1,7 @@
 """What makes a cold epoch cheaper must never change a result: the billed-optimum cache shared by the
-rounds of the dispatch-aware solve, the schedule's lazily built lookup tables, and the garbage-collector
-thresholds an epoch runs with."""
+rounds of the dispatch-aware solve, the schedule's lazily built lookup tables and memo, the plain-Python
+layout of one-group schedules, the packer's closed bins, and the garbage-collector thresholds an epoch
+runs with."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import numpy as np
 import pytest
 
 import planner.robust
-from planner.dispatch import DispatchSchedule, build_schedule
+from planner.dispatch import DispatchSchedule, _Group, _Layout, _order_edf, build_schedule
 from planner.errors import PlannerError
 from planner.fleet import EPOCH_GC_THRESHOLDS, RealisationCache, plan_fleet
 from planner.generate import generate_problem
 from planner.models import MachineGroup, ModulePlan
+from planner.packing import Share, _best_fit, _Bin, _Item, _Slots
 from planner.robust import solve_dispatchable
 from planner.solve import BilledCache, solve
 
@@ -160,3 +162,107 @@ def test_plan_fleet_restores_the_collector_thresholds() -> None:
         plan_fleet({"a": generate_problem(2)}, tighten=2.0)
     assert gc.get_threshold() == before
     assert np.isfinite(res.fleet.billed_per_hour)
+
+
+# --------------------------------------------------------------------------- cold-epoch shortcuts
+
+
+@pytest.mark.parametrize("machines", [1, 2, 3])
+@pytest.mark.parametrize("conc", [1, 2, 3])
+@pytest.mark.parametrize("fill", [1.0, 0.73, 1 / 3, 0.05])
+def test_one_group_layout_is_the_numpy_layout_bit_for_bit(machines: int, conc: int, fill: float) -> None:
+    """The plain-Python layout of a one-group schedule gives the floats the numpy one gives."""
+    rng = np.random.default_rng(machines * 100 + conc * 10 + int(fill * 7))
+    for _ in range(20):
+        dur = float(rng.uniform(0.005, 0.4))
+        count = int(rng.integers(1, 9))
+        window = float(rng.uniform(0.5, 1.5)) * dur / fill / conc
+        g = _Group(0, machines=machines, count=count, window=window, dur=dur, conc=conc, slack=0.01)
+        period = window * g.total * float(rng.uniform(0.999, 1.001))
+        fast, ref = _Layout.one_group(g, period), _Layout(_order_edf([g], period), [g], period)
+        for name in ("seq", "ends", "starts", "machine", "waits"):
+            a, b = getattr(fast, name), getattr(ref, name)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+        assert (fast.group_wcl, fast.group_windows, fast.worst, fast.score) == (
+            ref.group_wcl,
+            ref.group_windows,
+            ref.worst,
+            ref.score,
+        )
+
+
+def test_one_group_layout_with_queueing() -> None:
+    """A machine loaded past one batch per window queues: the fast layout has the numpy waits."""
+    g = _Group(0, machines=2, count=5, window=0.01, dur=0.05, conc=2, slack=0.0)
+    fast, ref = _Layout.one_group(g, 0.1), _Layout(_order_edf([g], 0.1), [g], 0.1)
+    assert ref.waits.max() > 0
+    assert fast.waits.tobytes() == ref.waits.tobytes() and fast.worst == ref.worst
+
+
+def test_required_spread_rate_is_kept_per_schedule_and_input() -> None:
+    sched = _schedule()
+    first = planner.robust.required_spread_rate(sched, 1.5, [30.0, 12.0])
+    assert first == planner.robust._required_spread_rate(sched, 1.5, (30.0, 12.0))
+    memo = sched.derived()
+    assert ("spread", sched.period_s, 1.5, (30.0, 12.0)) in memo
+    assert planner.robust.required_spread_rate(sched, 1.5, (30.0, 12.0)) == first  # a list or a tuple
+    assert planner.robust.required_spread_rate(sched, 1.5, 30.0) == planner.robust._required_spread_rate(
+        sched, 1.5, (30.0,)
+    )
+    # other windows: the memo is emptied (a model_copy shares the private state)
+    shifted = [w.model_copy(update={"end_s": w.end_s * 0.9}) for w in sched.windows]
+    other = sched.model_copy(update={"windows": shifted})
+    assert other.derived() == {}
+    assert planner.robust.required_spread_rate(other, 1.5, [30.0, 12.0]) == (
+        planner.robust._required_spread_rate(other, 1.5, (30.0, 12.0))
+    )
+
+
+def _best_fit_every_bin(items: list[_Item], bins: list[_Bin]) -> None:
+    """The best fit before closed bins left the candidates: every bin of the hardware is tried."""
+    for it in sorted(items, key=lambda i: (-i.share.busy, -i.share.duration_s, i.order)):
+        best = None
+        if it.flexible:
+            for b in bins:
+                if b.hw == it.hw and b.items[0].flexible and b.fits(it):
+                    if best is None or b.fill(it) > best.fill(it):
+                        best = b
+        if best is None:
+            best = _Bin(it.hw)
+            bins.append(best)
+        best.add(it)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_best_fit_without_closed_bins_places_every_item_where_a_full_scan_does(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    items = []
+    for k in range(300):
+        busy = float(rng.choice([rng.uniform(0.02, 0.3), rng.uniform(0.3, 1.0)]))
+        dur = float(rng.uniform(0.01, 0.2))
+        share = Share(
+            app=f"a{k}",
+            module="m",
+            group=0,
+            machine=0,
+            hardware=str(rng.choice(["t4", "cpu"])),
+            batch=1,
+            concurrency=1,
+            duration_s=dur,
+            rate=busy / dur,
+            occupancy=busy,
+            busy=busy,
+        )
+        items.append(_Item(share, bool(rng.random() < 0.85), float(rng.uniform(0.0, 0.5)), k))
+    fast: list[_Bin] = []
+    _best_fit(items, fast)
+    ref: list[_Bin] = []
+    _best_fit_every_bin(items, ref)
+    assert [[i.order for i in b.items] for b in fast] == [[i.order for i in b.items] for b in ref]
+    assert sum(len(b.items) > 1 for b in fast) > 5  # the test packs something
+
+
+def test_new_slot_names_fill_the_gaps_first() -> None:
+    names = _Slots(["t4/0", "t4/2", "t4/5", "cpu/x"])
+    assert [names.new("t4") for _ in range(4)] == ["t4/1", "t4/3", "t4/4", "t4/6"]
+    assert names.new("cpu") == "cpu/0"
