@@ -10,17 +10,99 @@ its queueing is in every hop's latency. This runs the same application (moto's
 ``DomainDispatcherApplication`` and request handler, threaded, as ``moto.server.main`` does) with
 the module list read once, no per-request log line (errors are still logged) and debug off. If
 moto's internals move, it falls back to ``moto.server.main`` unchanged.
+
+It also meters the requests it serves (:class:`RequestMeter`): ``GET /_skinflint/requests`` returns
+the count per service and action since the server started (``{"total": N, "by_action":
+{"sqs.SendMessageBatch": n, ...}}``), which ``skinflint demo`` turns into AWS requests per frame. On
+AWS those requests are billed by the request; here they are the load on this server.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import logging
 import signal
 import sys
-from typing import Any
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+__all__ = ["METER_PATH", "RequestMeter", "classify", "main"]
+
+#: Where the meter answers (a path no AWS API of the emulated services uses: S3 bucket names cannot
+#: start with an underscore).
+METER_PATH = "/_skinflint/requests"
+_QUERY_BODY_LIMIT = 1 << 20  # form bodies read to find the action (query protocol); larger: "?"
+
+
+def _service(environ: dict[str, Any]) -> str:
+    """The signing name from SigV4's credential scope (``Credential=AKID/date/region/SERVICE/...``)."""
+    auth = str(environ.get("HTTP_AUTHORIZATION", ""))
+    at = auth.find("Credential=")
+    if at < 0:
+        return "unsigned"
+    scope = auth[at + len("Credential=") :].split(",", 1)[0].split("/")
+    return scope[3] if len(scope) > 3 else "unsigned"
+
+
+def classify(environ: dict[str, Any]) -> tuple[str, str]:
+    """(service, action) of one request, from what each AWS protocol puts where: JSON protocols in
+    ``X-Amz-Target`` (SQS, DynamoDB), Smithy RPC v2 in the path (CloudWatch:
+    ``/service/X/operation/PutMetricData``), the query protocol in the form body's ``Action``
+    (Auto Scaling, EC2; the body is put back for the application), S3 by method. Reads nothing else."""
+    service = _service(environ)
+    target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+    if target:
+        return service, target.rsplit(".", 1)[-1]
+    path = str(environ.get("PATH_INFO", ""))
+    if "/operation/" in path:
+        return service, path.rsplit("/operation/", 1)[-1].split("/", 1)[0]
+    method = str(environ.get("REQUEST_METHOD", "GET"))
+    ctype = str(environ.get("CONTENT_TYPE", ""))
+    if method == "POST" and ctype.startswith("application/x-www-form-urlencoded"):
+        try:
+            n = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            n = 0
+        if 0 < n <= _QUERY_BODY_LIMIT:
+            body = environ["wsgi.input"].read(n)
+            environ["wsgi.input"] = io.BytesIO(body)
+            action = parse_qs(body.decode("utf-8", "replace")).get("Action", ["?"])[0]
+            return service, action
+        return service, "?"
+    return service, method  # S3 (REST): GET / PUT / HEAD / DELETE / POST
+
+
+class RequestMeter:
+    """WSGI middleware counting requests by (service, action); answers ``GET METER_PATH`` itself
+    (not counted) with the counts as JSON. A counter increment per request under a lock."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]):
+        self._app = app
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            counts = dict(self._counts)
+        return {"total": sum(counts.values()), "by_action": dict(sorted(counts.items()))}
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == METER_PATH and environ.get("REQUEST_METHOD") == "GET":
+            body = json.dumps(self.snapshot()).encode()
+            headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+            start_response("200 OK", headers)
+            return [body]
+        service, action = classify(environ)
+        with self._lock:
+            self._counts[f"{service}.{action}"] += 1
+        return self._app(environ, start_response)
 
 
 def _fast_app() -> tuple[Any, Any]:
@@ -43,7 +125,7 @@ def _fast_app() -> tuple[Any, Any]:
 
     app = DomainDispatcherApplication(create_backend_app)
     app.debug = False  # type: ignore[attr-defined]
-    return app, QuietHandler
+    return RequestMeter(app), QuietHandler
 
 
 def main(argv: list[str] | None = None) -> None:

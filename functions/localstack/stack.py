@@ -534,6 +534,21 @@ class LocalStack:
         assert self.plan_store is not None
         return [d for v in self.versions() if (d := self.plan_store.deployment(v, app)) is not None]
 
+    def aws_requests(self) -> dict[str, Any] | None:
+        """moto's request counts by service and action since it started
+        (:class:`functions.localstack.moto_server.RequestMeter`), or None when it cannot tell (not
+        started, or moto's own server is running instead of the metered one)."""
+        from functions.localstack.moto_server import METER_PATH
+
+        if self.info is None:
+            return None
+        try:
+            with urllib.request.urlopen(self.info.endpoint_url + METER_PATH, timeout=5) as resp:
+                got = json.loads(resp.read())
+        except (OSError, ValueError):
+            return None
+        return got if isinstance(got, dict) and isinstance(got.get("by_action"), dict) else None
+
     # -- stopping ------------------------------------------------------------------------------------
     def stop(self, timeout_s: float = 8.0) -> None:
         """Stop the epoch timer; drain every instance (SIGTERM); SIGTERM the front, then moto;

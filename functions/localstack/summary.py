@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from functions.schema import ResultOut
     from planner.models import ModulePlan, Plan
 
-__all__ = ["percentile", "summarise", "task_rows"]
+__all__ = ["aws_request_figures", "percentile", "summarise", "task_rows"]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -132,6 +132,28 @@ def summarise(
         "plain_billed_per_hour": extra.get("plain_billed_per_hour"),
         "price_of_realisability": extra.get("price_of_realisability"),
         "emulated_hardware": list(emulated_hardware),
+    }
+
+
+def aws_request_figures(
+    before: dict[str, Any] | None, after: dict[str, Any] | None, frames: int, seconds: float
+) -> dict[str, Any] | None:
+    """The AWS requests the stack made between two meter readings (moto's
+    ``/_skinflint/requests``): total, per frame sent, per second, and by ``service.action`` (most
+    first). Every process counts: the front, the workers, the control loop, the fleet emulator.
+    None when either reading is missing."""
+    if before is None or after is None:
+        return None
+    was = before.get("by_action", {})
+    by_action = {k: int(v) - int(was.get(k, 0)) for k, v in after.get("by_action", {}).items()}
+    by_action = dict(sorted(((k, v) for k, v in by_action.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
+    total = sum(by_action.values())
+    return {
+        "total": total,
+        "per_frame": total / frames if frames else math.nan,
+        "per_second": total / seconds if seconds > 0 else math.nan,
+        "seconds": seconds,
+        "by_action": by_action,
     }
 
 

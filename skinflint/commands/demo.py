@@ -203,6 +203,14 @@ def _fleet_figures(stack: Any, app: str, t0: float) -> dict[str, Any]:
     }
 
 
+def _fmt_requests(r: dict[str, Any] | None) -> str:
+    """'25.1 per frame (100/s): sqs.ReceiveMessage 30 %, ...' (the five largest actions)."""
+    if not r or not r["total"]:
+        return "not metered"
+    top = ", ".join(f"{k} {v / r['total']:.0%}" for k, v in list(r["by_action"].items())[:5])
+    return f"{r['per_frame']:.1f} per frame ({r['per_second']:.0f}/s): {top}"
+
+
 def _print_table(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -241,6 +249,7 @@ def _print_table(s: dict[str, Any]) -> None:
             "learned service corrections",
             ", ".join(f"{k} +{_fmt_s(v)}" for k, v in sorted(s["fleet"]["corrections"].items())) or "none",
         ),
+        ("AWS requests (moto)", _fmt_requests(s["aws_requests"])),
         ("emulated hardware", ", ".join(s["emulated_hardware"]) or "none"),
         ("wall time", f"{s['wall_s']:.0f} s"),
     ]
@@ -286,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from functions.errors import DataPlaneError
-    from functions.localstack.summary import summarise, task_rows
+    from functions.localstack.summary import aws_request_figures, summarise, task_rows
     from functions.localstack.video import synthetic_frames
     from skinflint.commands.up import _log_to_stderr
 
@@ -305,9 +314,12 @@ def run(args: argparse.Namespace) -> int:
         lp = info.plans[args.app]
         log(f"streaming {n} frames at {args.rate:g} frames/s to {info.url}")
         streamed_at = time.time()
+        meter_before = stack.aws_requests()
         ids = _stream(info, args.app, frames, args.rate, args.json)
         log("waiting for results")
         results = _collect(info, ids, timeout_s=lp.slo_s + 30.0)
+        meter_after, seconds = stack.aws_requests(), time.time() - streamed_at
+        requests = aws_request_figures(meter_before, meter_after, len(ids), seconds)
         deployments = stack.deployments(args.app)
         planned_at = _planned_at(stack, deployments)
         fleet = _fleet_figures(stack, args.app, streamed_at)
@@ -329,6 +341,7 @@ def run(args: argparse.Namespace) -> int:
         overhead_s=lp.overhead_s,
         notes=lp.notes + plan_notes,
         fleet=fleet,
+        aws_requests=requests,
         wall_s=time.time() - t0,
         log_dir=info.log_dir,
         tasks_file=str(tasks_file),

@@ -18,7 +18,7 @@ import pytest
 
 from functions.localstack.planning import LocalPlan
 from functions.localstack.stack import LocalStack
-from functions.localstack.summary import summarise
+from functions.localstack.summary import aws_request_figures, summarise
 from functions.localstack.video import synthetic_frames
 from functions.schema import ResultOut
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan, ProblemSpec
@@ -102,6 +102,8 @@ def test_frames_flow_through_the_local_stack_and_every_process_stops(tmp_path):
         for url in task_queues:  # the task queues and the DLQ, encrypted at rest
             attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["SqsManagedSseEnabled"])
             assert attrs["Attributes"]["SqsManagedSseEnabled"] == "true", url
+        before = stack.aws_requests()
+        assert before is not None and before["total"] > 0
         pids = stack.pids()
         instances = sum(len(g["running"]) for g in stack.fleet.snapshot().values())
         assert instances >= 1 and len(pids) == 1 + 1 + instances  # moto, front, the instance agents
@@ -133,6 +135,16 @@ def test_frames_flow_through_the_local_stack_and_every_process_stops(tmp_path):
             for rid in ids:
                 r = c.get(f"/v1/requests/{rid}", params={"wait": 10}, headers={"x-api-key": info.api_key})
                 results.append(ResultOut.model_validate(r.json()))
+        # moto's meter saw the frames' path: the front's sends, the workers' receives and writes
+        used = aws_request_figures(before, stack.aws_requests(), len(ids), 1.0)
+        assert used is not None, "moto's request meter did not answer"
+        for action in (
+            "sqs.SendMessageBatch",
+            "sqs.ReceiveMessage",
+            "dynamodb.PutItem",
+            "sqs.DeleteMessageBatch",
+        ):
+            assert used["by_action"].get(action, 0) > 0, used
     # THEN nothing is lost, results are labelled emulated, and the stack's processes are gone
     s = summarise(len(ids), results, info.plans["traffic"].plan, SLO_S, ["t4"])
     assert s["lost"] == 0, s
