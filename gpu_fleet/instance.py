@@ -49,7 +49,7 @@ from functions.control.gc import queue_gone
 from functions.errors import DataPlaneError, QueueError
 from functions.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
 from gpu_fleet.lifecycle import DrainNotice, LifecycleError
-from gpu_fleet.worker import Device, Worker
+from gpu_fleet.worker import Device, Worker, delete_linger_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -231,6 +231,7 @@ class WorkerServices:
     output_inline_limit_bytes: int = 64 * 1024
     grace_s: float = 0.02
     io_threads: int = 3  # threads for the I/O of finished batches (result writes, forwarding, deletes)
+    delete_linger_s: float = 0.0  # gpu_fleet.worker.Worker.delete_linger_s (main(): from the environment)
 
 
 # -- runners --------------------------------------------------------------------------------------
@@ -460,6 +461,7 @@ class InstanceAgent:
             grace_s=s.grace_s,
             output_inline_limit_bytes=s.output_inline_limit_bytes,
             io_threads=s.io_threads,
+            delete_linger_s=s.delete_linger_s,
             device=self.device,
         )
         thread = threading.Thread(target=worker.serve, name=f"share-{a.module}.g{a.group}.m{a.machine}")
@@ -769,6 +771,7 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
             blobs=BlobStore(s3, cfg.bucket),
             metrics=metrics,
             output_inline_limit_bytes=cfg.output_inline_limit_bytes,
+            delete_linger_s=args.delete_linger_s,
         ),
         resolve=_resolver(ddb, s3, cfg),
         heartbeat=lambda info: plans.put_instance(InstanceStatus.model_validate(info)),
@@ -802,6 +805,13 @@ def _parser() -> argparse.ArgumentParser:
         "--retire-grace-s", type=float, default=2.0, help="old shares served this long after activation"
     )
     p.add_argument("--lifecycle-poll-s", type=float, default=1.0, help="seconds between IMDS reads")
+    p.add_argument(
+        "--delete-linger-s",
+        type=float,
+        default=None,
+        help="seconds a processed message's delete may wait to share a DeleteMessageBatch, 0-10 "
+        "(default $SKINFLINT_DELETE_LINGER_S or 1.0; 0: delete at once)",
+    )
     return p
 
 
@@ -811,6 +821,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.poll_s <= 0 or args.recheck_s <= 0 or args.retire_grace_s < 0:
         print("instance: --poll-s and --recheck-s must be positive, --retire-grace-s >= 0", file=sys.stderr)
+        return 2
+    if args.delete_linger_s is None:
+        try:
+            args.delete_linger_s = delete_linger_from_env()
+        except ValueError as exc:
+            print(f"instance: {exc}", file=sys.stderr)
+            return 2
+    elif not 0 <= args.delete_linger_s <= 10:
+        linger = args.delete_linger_s
+        print(f"instance: --delete-linger-s must be within [0, 10], got {linger:g}", file=sys.stderr)
         return 2
     name = args.instance_id or "instance"
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")

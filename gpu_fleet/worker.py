@@ -5,7 +5,11 @@ It reads its :class:`~functions.schema.Assignment` (module, config, queue) and t
 batches per the dispatch schedule (:mod:`gpu_fleet.batching`), drops early what can no longer meet
 its deadline, runs the batch (:mod:`gpu_fleet.runtimes`), records results idempotently, forwards
 each result to the downstream modules through the same dispatch library as the front, and emits
-metrics. SIGTERM: the batch in hand is finished, everything still buffered is released
+metrics. A processed message's delete may wait up to ``delete_linger_s`` (default 1 s,
+``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine others: its result
+is already recorded, so a redelivery before the delete is a duplicate the conditional write absorbs,
+and the linger is far below the queues' 30 s visibility timeout. SIGTERM: the batch in hand is
+finished, pending deletes are sent, everything still buffered is released
 (ChangeMessageVisibility 0). A queue deleted under the worker (the control loop's garbage
 collector removes a superseded version's queues) is logged once: the worker stops receiving, runs
 what it already holds and stops (``queue_gone``); it neither retries nor restarts on it.
@@ -51,9 +55,31 @@ if TYPE_CHECKING:
     from functions.schema import Assignment
     from gpu_fleet.runtimes import Runtime
 
-__all__ = ["BatchOutcome", "Device", "Worker", "main"]
+__all__ = ["DEFAULT_DELETE_LINGER_S", "BatchOutcome", "Device", "Worker", "delete_linger_from_env", "main"]
 
 log = logging.getLogger("skinflint.worker")
+
+#: s a processed message's delete may wait to share a DeleteMessageBatch (serving workers). At
+#: batch size 1 (the demo's 4 frames/s) every batch used to send its own delete: a third of the
+#: worker's SQS requests; SQS bills DeleteMessageBatch by the request, not by the message.
+DEFAULT_DELETE_LINGER_S = 1.0
+_DELETE_BATCH = 10  # SQS's DeleteMessageBatch limit
+
+
+def delete_linger_from_env(env: dict[str, str] | None = None) -> float:
+    """``SKINFLINT_DELETE_LINGER_S`` (>= 0; 0 deletes at once), else :data:`DEFAULT_DELETE_LINGER_S`."""
+    import os
+
+    raw = (os.environ if env is None else env).get("SKINFLINT_DELETE_LINGER_S")
+    if raw is None or not raw.strip():
+        return DEFAULT_DELETE_LINGER_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be a number of seconds, got {raw!r}") from None
+    if not value >= 0 or value > 10:
+        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be within [0, 10] s, got {raw!r}")
+    return value
 
 
 class _Dims(TypedDict):
@@ -132,6 +158,11 @@ class Worker:
     outcomes: FrameOutcomes | None = None  # per-frame SLO / end-to-end metrics (default: next to results)
     emit_outcomes: bool = True  # False: no frame-outcome metrics (and no read-back of finished frames)
     max_receive_count: int = 5  # the queues' redrive maxReceiveCount (cdk constants, provision)
+    # s a processed message's delete may wait to share a DeleteMessageBatch (0: at once; a serving
+    # worker gets DEFAULT_DELETE_LINGER_S from build_worker / the instance agent). Pending deletes go
+    # out when ten are pending, when the oldest has waited this long (:meth:`serve`'s flusher), and at
+    # shutdown (:meth:`flush_deletes`).
+    delete_linger_s: float = 0.0
 
     def __post_init__(self) -> None:
         a = self.assignment
@@ -153,10 +184,16 @@ class Worker:
         self._batches_run: set[int] = set()
         self._in_hand = 0  # batches taken from the assembler and not finished yet
         self._receives: dict[str, int] = {}  # idempotency key -> SQS receive count (poison path)
+        self._to_delete: list[str] = []  # receipts of processed messages not deleted yet
+        self._to_delete_since = 0.0  # clock() when the oldest of them was added
+        self._delete_lock = threading.Lock()
         if self.outcomes is None and self.emit_outcomes:
-            from functions.adapters.outcomes import FrameOutcomes
+            from functions.adapters.outcomes import FrameOutcomes, leaf_rank
 
-            self.outcomes = FrameOutcomes.for_results(self.results, self.metrics)
+            rank = leaf_rank(dep.plan.modules, dep.children, a.module)
+            self.outcomes = FrameOutcomes.for_results(
+                self.results, self.metrics, roots=tuple(dep.roots), rank=rank
+            )
         self.totals: dict[str, int] = {
             "ran": 0, "dropped": 0, "duplicates": 0, "forwarded": 0, "poison": 0, "released": 0,
         }  # fmt: skip
@@ -383,6 +420,49 @@ class Worker:
         return out
 
     def _delete(self, receipts: list[str]) -> None:
+        """Delete processed messages, at once or (``delete_linger_s`` > 0) with the next full
+        ``DeleteMessageBatch`` or flush."""
+        if self.delete_linger_s <= 0:
+            self._delete_now(receipts)
+            return
+        with self._delete_lock:
+            if not self._to_delete:
+                self._to_delete_since = self.clock()
+            self._to_delete.extend(receipts)
+            full = len(self._to_delete) // _DELETE_BATCH * _DELETE_BATCH
+            take, self._to_delete = self._to_delete[:full], self._to_delete[full:]
+        if take:
+            self._delete_now(take)
+
+    @property
+    def pending_deletes(self) -> int:
+        """Processed messages whose delete has not been sent yet."""
+        with self._delete_lock:
+            return len(self._to_delete)
+
+    def flush_deletes(self, force: bool = True) -> int:
+        """Send the pending deletes (``force=False``: only once the oldest has waited
+        ``delete_linger_s``). Returns how many were sent. A failure (other than the queue being gone)
+        is logged: the messages come back after the visibility timeout and their redelivery is a
+        duplicate the results' conditional write absorbs."""
+        with self._delete_lock:
+            due = force or self.clock() - self._to_delete_since >= self.delete_linger_s
+            if not self._to_delete or not due:
+                return 0
+            take, self._to_delete = self._to_delete, []
+        try:
+            self._delete_now(take)
+        except DataPlaneError as exc:
+            log.warning("delete of %d processed message(s) failed (redelivered later): %s", len(take), exc)
+            return 0
+        return len(take)
+
+    def _flush_loop(self) -> None:
+        period = max(0.02, self.delete_linger_s / 4)
+        while not self._stopping.wait(period):
+            self.flush_deletes(force=False)
+
+    def _delete_now(self, receipts: list[str]) -> None:
         """Delete processed messages; a queue deleted meanwhile took them with it (their results are
         recorded: the batch succeeded)."""
         if self._gone.is_set():
@@ -546,6 +626,8 @@ class Worker:
             target=self._report_loop, args=(heartbeat, report_s), name="reporter", daemon=True
         )
         reporter.start()
+        if self.delete_linger_s > 0:
+            threading.Thread(target=self._flush_loop, name="delete-flusher", daemon=True).start()
         # ``concurrency`` copies of the model run at once (``_model_slots``); the extra threads do the
         # I/O of finished batches (result writes, forwarding, deletes) while the model runs the next
         threads = self.assignment.concurrency + self.io_threads
@@ -596,11 +678,13 @@ class Worker:
                 log.warning("heartbeat failed: %s", exc)
 
     def _shutdown(self, receiver: threading.Thread) -> None:
+        self.flush_deletes()  # every batch has finished (the pool is closed): its deletes go now
         receiver.join(timeout=3)
         if receiver.is_alive():  # a receive still in flight: what it returns is released by accept()
             log.warning("receiver still in a long poll at shutdown")
         released = self.release_buffered()
-        log.info("stopped: %s, released %d", self.totals, released)
+        outcomes = self.outcomes.stats if self.outcomes is not None else {}
+        log.info("stopped: %s, released %d, frame-outcome checks %s", self.totals, released, outcomes)
 
     def release_buffered(self) -> int:
         """Give every buffered (not yet run) message back to the queue at once."""
@@ -638,6 +722,10 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
     from gpu_fleet.runtimes import make_runtime
 
     cfg = DataPlaneConfig.from_env()
+    try:
+        linger = delete_linger_from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="SKINFLINT_DELETE_LINGER_S") from None
     ddb = make_client("dynamodb", cfg)
     store = ConfigStore(ddb, cfg.config_table)
     assignment = store.get_assignment(worker_id)
@@ -654,6 +742,7 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
         metrics=metrics,
         runtime=make_runtime(assignment),
         output_inline_limit_bytes=cfg.output_inline_limit_bytes,
+        delete_linger_s=linger,
     )
     return worker, store, metrics
 

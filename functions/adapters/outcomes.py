@@ -35,12 +35,12 @@ from functions.adapters.results import _completion, _split, read_items  # the sa
 from functions.errors import DataPlaneError, ResultStoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from functions.adapters.metrics import Metrics
     from functions.adapters.results import TaskRecord
 
-__all__ = ["LATENCY_BUCKETS_MS", "FrameOutcomes", "bucket_label"]
+__all__ = ["LATENCY_BUCKETS_MS", "FrameOutcomes", "bucket_label", "leaf_rank"]
 
 log = logging.getLogger("skinflint.outcomes")
 
@@ -51,6 +51,13 @@ LATENCY_BUCKETS_MS: tuple[float, ...] = (
 _OUTCOME_SK = "outcome"
 DEFAULT_DELAY_S = 0.3  # s a background check waits after the leaf's write (SKINFLINT_OUTCOME_DELAY_S)
 _FRAME_SK = "frame"
+
+
+def leaf_rank(modules: Iterable[str], children: Callable[[str], Sequence[object]], module: str) -> int:
+    """``module``'s place among the DAG's leaf modules (those without children), in name order;
+    a module with children (it checks only for its tasks dropped early) comes after every leaf."""
+    leaves = sorted(m for m in modules if not children(m))
+    return leaves.index(module) if module in leaves else len(leaves)
 
 
 def bucket_label(latency_ms: float) -> str:
@@ -77,6 +84,7 @@ class FrameOutcomes:
         background: bool = False,
         max_pending: int = 10_000,
         delay_s: float | None = None,
+        roots: tuple[str, ...] = (),
     ):
         self._ddb = client
         self._table = table
@@ -91,22 +99,44 @@ class FrameOutcomes:
             if delay_s is None
             else delay_s
         )
+        # the root task ids of the app's frames (its root modules): read with the frame's first read,
+        # so a walk costs one read per level of the DAG (a frame whose roots differ reads them after)
+        self.roots = tuple(roots)
         self._pending: queue.Queue[tuple[float, str]] = queue.Queue()
         self._queued: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.skipped = 0  # checks not queued because max_pending were waiting
+        # what the checks cost and found (the worker logs them when it stops): checks run, reads
+        # (BatchGetItem requests), frames found unfinished, found already claimed, claims won / lost
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("checks", "reads", "unfinished", "claimed_before", "won", "lost"), 0
+        )
 
     @classmethod
-    def for_results(cls, results: Any, metrics: Metrics, background: bool = True) -> FrameOutcomes | None:
+    def for_results(
+        cls,
+        results: Any,
+        metrics: Metrics,
+        background: bool = True,
+        roots: tuple[str, ...] = (),
+        rank: int = 0,
+    ) -> FrameOutcomes | None:
         """Outcomes written next to ``results``' items (its table and client), or None when
-        ``results`` is not a DynamoDB-backed :class:`ResultStore` (an in-memory fake)."""
+        ``results`` is not a DynamoDB-backed :class:`ResultStore` (an in-memory fake).
+
+        ``rank``: the writer's place among the app's leaf modules (:func:`leaf_rank`). Its checks
+        wait ``(1 + rank)`` delays, so the leaves of one frame, which finish at about the same
+        time, check one after the other: the first claims the frame, the later ones stop at their
+        first read, instead of all walking the tree at once and racing for the claim."""
         client, table = getattr(results, "_ddb", None), getattr(results, "_table", None)
         if client is None or not isinstance(table, str):
             return None
         if os.environ.get("SKINFLINT_FRAME_OUTCOMES", "on").lower() in ("0", "off", "false", "no"):
             return None
-        return cls(client, table, metrics, background=background)
+        out = cls(client, table, metrics, background=background, roots=roots)
+        out.delay_s *= 1 + max(0, rank)
+        return out
 
     @staticmethod
     def _leaves(records: Iterable[TaskRecord]) -> list[str]:
@@ -150,13 +180,16 @@ class FrameOutcomes:
 
     def _check(self, request_id: str) -> int:
         """Emit ``request_id``'s outcome if it is finished and this caller wins the claim (1), else 0."""
+        self.stats["checks"] += 1
         got = self._read(request_id)
         if got is None:
             return 0
         app, status, deadline, accepted_at, finished = got
         latency_s = finished - accepted_at
         if not self._claim(request_id, status, latency_s):
+            self.stats["lost"] += 1
             return 0
+        self.stats["won"] += 1
         within = status == "done" and finished <= deadline
         self._metrics.put("SloAttainment", 1.0 if within else 0.0, "None", App=app)
         if status == "done":
@@ -174,24 +207,41 @@ class FrameOutcomes:
         ``BatchGetItem`` per level) rather than one ``Query`` of the partition: the same reads on
         DynamoDB, but moto answers a Query by scanning the whole table, which made each check cost
         more as the results table grew (the local stack slowed down within a minute)."""
-        head = self._get([(request_id, _FRAME_SK), (request_id, _OUTCOME_SK)])
+        head = self._get(
+            [
+                (request_id, _FRAME_SK),
+                (request_id, _OUTCOME_SK),
+                *((request_id, f"task#{r}") for r in self.roots),
+            ]
+        )
         frame = head.get((request_id, _FRAME_SK))
         if frame is None or (request_id, _OUTCOME_SK) in head:
+            self.stats["claimed_before" if frame is not None else "unfinished"] += 1
             return None  # not created yet, or its outcome is already claimed: nothing to emit
         tasks: dict[str, dict[str, Any]] = {}
+        # the roots the head read already fetched (when the hint matches this frame's roots)
+        known = {sk.removeprefix("task#"): item for (_, sk), item in head.items() if sk.startswith("task#")}
         todo = _split(frame.get("roots"))
         while todo:
-            got = self._get([(request_id, f"task#{t}") for t in todo])
+            got = {t: known[t] for t in todo if t in known}
+            want = [t for t in todo if t not in got]
+            if want:
+                read = self._get([(request_id, f"task#{t}") for t in want])
+                got.update({sk.removeprefix("task#"): item for (_, sk), item in read.items()})
+            known = {}
             if len(got) < len(todo):
+                self.stats["unfinished"] += 1
                 return None  # a task is not recorded yet: not finished
-            tasks.update({sk.removeprefix("task#"): item for (_, sk), item in got.items()})
+            tasks.update(got)
             todo = [c for item in got.values() for c in _split(item.get("children"))]
         status, finished = _completion(frame, tasks)
         if status == "queued" or finished is None:
+            self.stats["unfinished"] += 1
             return None
         return frame["app"], status, float(frame["deadline"]), float(frame["accepted_at"]), finished
 
     def _get(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        self.stats["reads"] += (len(set(keys)) + 99) // 100
         return read_items(self._ddb, self._table, keys)
 
     def _claim(self, request_id: str, status: str, latency_s: float | None) -> bool:

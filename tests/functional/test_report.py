@@ -368,3 +368,57 @@ def test_a_late_check_stops_at_the_claim_and_background_checks_wait_for_the_othe
     while not checked and time.time() < end:
         time.sleep(0.02)
     assert checked and checked[0] - t0 >= 0.5
+
+
+def test_a_walk_reads_the_roots_with_the_frame_and_tolerates_other_roots(stack):
+    from functions.adapters.metrics import MemoryMetrics
+    from functions.adapters.outcomes import FrameOutcomes
+    from functions.adapters.results import FrameRecord
+
+    t = time.time()
+    stack.results.create_frames(
+        [FrameRecord(rid, "traffic", t, t + 2.0, roots=("detector",)) for rid in ("f3", "f4")]
+    )
+    for rid in ("f3", "f4"):
+        stack.results.record_tasks([_leaf_task(rid, "detector", t, ("detector/car.0",))])
+        stack.results.record_tasks([_leaf_task(rid, "detector/car.0", t)])
+
+    def counted(outcomes: FrameOutcomes) -> list[int]:
+        reads: list[int] = []
+        real = outcomes._get
+        outcomes._get = lambda keys: reads.append(len(keys)) or real(keys)  # type: ignore[method-assign]
+        return reads
+
+    # GIVEN the app's roots as a hint: frame + outcome + detector in one read, then the car
+    metrics = MemoryMetrics()
+    hinted = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics, roots=("detector",))
+    reads = counted(hinted)
+    assert hinted.observe([_leaf_task("f3", "detector/car.0", t)]) == 1
+    assert reads == [3, 1]  # two reads for a two-level DAG, not three
+    # a hint that does not match the frame's roots (another version's DAG) costs one more read
+    stale = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics, roots=("tracker",))
+    reads = counted(stale)
+    assert stale.observe([_leaf_task("f4", "detector/car.0", t)]) == 1
+    assert reads == [3, 1, 1]
+    assert metrics.values("SloAttainment", App="traffic") == [1.0, 1.0]
+    assert (hinted.stats["won"], hinted.stats["reads"], stale.stats["reads"]) == (1, 2, 3)
+
+
+def test_the_leaves_of_a_frame_check_one_after_the_other() -> None:
+    from functions.adapters.metrics import MemoryMetrics
+    from functions.adapters.outcomes import DEFAULT_DELAY_S, FrameOutcomes, leaf_rank
+
+    dag = {"detector": ["vehicle", "person"], "vehicle": [], "person": []}
+    ranks = {m: leaf_rank(dag, dag.__getitem__, m) for m in dag}
+    assert ranks == {"person": 0, "vehicle": 1, "detector": 2}  # leaves by name, then the rest
+
+    class Results:  # DynamoDB-backed as far as for_results can tell
+        _ddb, _table = object(), "results"
+
+    delays = {
+        m: FrameOutcomes.for_results(Results(), MemoryMetrics(), rank=r).delay_s  # type: ignore[union-attr]
+        for m, r in ranks.items()
+    }
+    assert delays == pytest.approx(
+        {"person": DEFAULT_DELAY_S, "vehicle": 2 * DEFAULT_DELAY_S, "detector": 3 * DEFAULT_DELAY_S}
+    )

@@ -3,6 +3,7 @@ early drop, forwarding down the DAG, release on stop."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -224,3 +225,86 @@ def test_empty_slots_are_counted_from_the_schedule(stack):
     now = time.time()
     # the detector machine closes a window every 0.5 s: 4 windows in 2 s, none ran
     assert det.count_empty_slots(now - 2.0, now) in (4, 5)
+
+
+class CountingQueues:
+    """The stack's queues, counting DeleteMessageBatch requests (one per ten receipts)."""
+
+    def __init__(self, queues) -> None:
+        self._queues = queues
+        self.delete_requests: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self._queues, name)
+
+    def delete(self, queue_url: str, receipts: list[str]) -> None:
+        self.delete_requests += [len(receipts[i : i + 10]) for i in range(0, len(receipts), 10)]
+        self._queues.delete(queue_url, receipts)
+
+
+def received_one_by_one(stack, n: int) -> list:
+    """``n`` frames sent and received by hand (30 s visibility), each as its own batch."""
+    from gpu_fleet.batching import Pending
+
+    send_frames(stack, n)
+    url = stack.deployment.queues["detector"]["0/0"]
+    raw: list[dict] = []
+    while len(raw) < n:
+        got = stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=30)
+        raw += got.get("Messages", [])
+    return [
+        (m.batch_id, [Pending(m, [r["ReceiptHandle"]], time.time())])
+        for r in raw
+        for m in [TaskMessage.parse(r["Body"])]
+    ]
+
+
+def test_processed_messages_share_delete_requests_after_the_linger(stack):
+    # GIVEN a worker whose deletes may linger 5 s, and 12 requests run as 12 batches of one
+    now = [time.time()]
+    det = make_worker(stack, "detector", delete_linger_s=5.0, clock=lambda: now[0])
+    det.queues = queues = CountingQueues(stack.queues)
+    url = det.assignment.queue_url
+    for batch_id, items in received_one_by_one(stack, 12):
+        det.process(batch_id, items)
+    # THEN the tenth filled one request at once; the other two wait for the linger
+    assert queues.delete_requests == [10]
+    assert det.pending_deletes == 2
+    assert det.flush_deletes(force=False) == 0  # not due yet
+    now[0] += 5.0
+    assert det.flush_deletes(force=False) == 2
+    assert queues.delete_requests == [10, 2]  # 2 requests for 12 messages, not 12
+    assert det.pending_deletes == 0 and stack.queues.depth(url) == 0
+    assert det.totals["ran"] == 12 and det.totals["duplicates"] == 0
+
+
+def test_a_stopping_worker_sends_its_pending_deletes(stack):
+    # GIVEN a serving worker whose deletes may linger longer than it runs
+    det = make_worker(stack, "detector", delete_linger_s=10.0)
+    det.queues = queues = CountingQueues(stack.queues)
+    server = threading.Thread(target=det.serve, kwargs={"report_s": 60.0}, daemon=True)
+    server.start()
+    send_frames(stack, 2)
+    deadline = time.time() + 5
+    while det.totals["ran"] + det.totals["dropped"] < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    assert det.totals["ran"] + det.totals["dropped"] == 2
+    assert queues.delete_requests == []  # lingering
+    # WHEN it stops (SIGTERM)
+    det.stop()
+    server.join(timeout=10)
+    # THEN the processed messages were deleted on the way out: nothing comes back
+    assert not server.is_alive()
+    assert det.pending_deletes == 0 and sum(queues.delete_requests) >= 2
+    assert stack.queues.depth(det.assignment.queue_url) == 0
+
+
+def test_the_delete_linger_setting_is_checked() -> None:
+    from gpu_fleet.worker import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
+
+    assert delete_linger_from_env({}) == DEFAULT_DELETE_LINGER_S == 1.0
+    assert delete_linger_from_env({"SKINFLINT_DELETE_LINGER_S": "0"}) == 0.0
+    assert delete_linger_from_env({"SKINFLINT_DELETE_LINGER_S": "0.25"}) == 0.25
+    for bad in ("soon", "-1", "nan", "60"):
+        with pytest.raises(ValueError, match="SKINFLINT_DELETE_LINGER_S"):
+            delete_linger_from_env({"SKINFLINT_DELETE_LINGER_S": bad})
