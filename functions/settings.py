@@ -4,13 +4,53 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["DataPlaneConfig", "make_client"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "DEFAULT_DELETE_LINGER_S",
+    "DELETE_BATCH",
+    "DataPlaneConfig",
+    "delete_linger_from_env",
+    "make_client",
+    "undeleted_bound",
+]
 
 # SQS's message size limit is 256 KiB; frames whose message would exceed this go to S3.
 SQS_INLINE_LIMIT_BYTES = 200 * 1024  # bytes of base64 payload kept inline (envelope fits in the rest)
 MAX_BODY_BYTES = 6 * 1024 * 1024  # bytes: Lambda's synchronous payload limit
+
+#: s a processed message's delete may wait to share a DeleteMessageBatch (gpu_fleet.worker; the
+#: control loop's backlog check allows for the messages it keeps in flight meanwhile). At batch size 1
+#: (the demo's 4 frames/s) every batch used to send its own delete: SQS bills a batch request as one.
+DEFAULT_DELETE_LINGER_S = 1.0
+DELETE_BATCH = 10  # SQS's DeleteMessageBatch limit
+
+
+def delete_linger_from_env(env: Mapping[str, str] | None = None) -> float:
+    """``SKINFLINT_DELETE_LINGER_S`` (0-10 s; 0 deletes at once), else :data:`DEFAULT_DELETE_LINGER_S`.
+    Raises ValueError with the setting's name on anything else."""
+    raw = (os.environ if env is None else env).get("SKINFLINT_DELETE_LINGER_S")
+    if raw is None or not raw.strip():
+        return DEFAULT_DELETE_LINGER_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be a number of seconds, got {raw!r}") from None
+    if not value >= 0 or value > 10:
+        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be within [0, 10] s, got {raw!r}")
+    return value
+
+
+def undeleted_bound(rate: float, linger_s: float) -> float:
+    """How many processed messages a machine's queue may still hold in flight because their delete
+    lingers: those processed within the last ``1.25 x linger_s`` (a worker's flusher looks every
+    quarter linger) at the machine's rate, and never a full DeleteMessageBatch (ten go out at once)."""
+    if linger_s <= 0:
+        return 0.0
+    return min(DELETE_BATCH - 1.0, rate * 1.25 * linger_s)
 
 
 @dataclass(frozen=True)

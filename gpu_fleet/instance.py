@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from functions.control.gc import queue_gone
 from functions.errors import DataPlaneError, QueueError
 from functions.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
+from functions.settings import delete_linger_from_env
 from gpu_fleet.lifecycle import DrainNotice, LifecycleError
-from gpu_fleet.worker import Device, Worker, delete_linger_from_env
+from gpu_fleet.worker import Device, Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -40,6 +40,7 @@ from functions.adapters.results import TaskRecord
 from functions.errors import DataPlaneError, QueueError
 from functions.routing import child_count, child_region
 from functions.schema import TaskMessage
+from functions.settings import DELETE_BATCH, delete_linger_from_env
 from gpu_fleet.batching import BatchAssembler, Pending
 
 if TYPE_CHECKING:
@@ -55,31 +56,9 @@ if TYPE_CHECKING:
     from functions.schema import Assignment
     from gpu_fleet.runtimes import Runtime
 
-__all__ = ["DEFAULT_DELETE_LINGER_S", "BatchOutcome", "Device", "Worker", "delete_linger_from_env", "main"]
+__all__ = ["BatchOutcome", "Device", "Worker", "main"]
 
 log = logging.getLogger("skinflint.worker")
-
-#: s a processed message's delete may wait to share a DeleteMessageBatch (serving workers). At
-#: batch size 1 (the demo's 4 frames/s) every batch used to send its own delete: a third of the
-#: worker's SQS requests; SQS bills DeleteMessageBatch by the request, not by the message.
-DEFAULT_DELETE_LINGER_S = 1.0
-_DELETE_BATCH = 10  # SQS's DeleteMessageBatch limit
-
-
-def delete_linger_from_env(env: dict[str, str] | None = None) -> float:
-    """``SKINFLINT_DELETE_LINGER_S`` (>= 0; 0 deletes at once), else :data:`DEFAULT_DELETE_LINGER_S`."""
-    import os
-
-    raw = (os.environ if env is None else env).get("SKINFLINT_DELETE_LINGER_S")
-    if raw is None or not raw.strip():
-        return DEFAULT_DELETE_LINGER_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be a number of seconds, got {raw!r}") from None
-    if not value >= 0 or value > 10:
-        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be within [0, 10] s, got {raw!r}")
-    return value
 
 
 class _Dims(TypedDict):
@@ -159,9 +138,9 @@ class Worker:
     emit_outcomes: bool = True  # False: no frame-outcome metrics (and no read-back of finished frames)
     max_receive_count: int = 5  # the queues' redrive maxReceiveCount (cdk constants, provision)
     # s a processed message's delete may wait to share a DeleteMessageBatch (0: at once; a serving
-    # worker gets DEFAULT_DELETE_LINGER_S from build_worker / the instance agent). Pending deletes go
-    # out when ten are pending, when the oldest has waited this long (:meth:`serve`'s flusher), and at
-    # shutdown (:meth:`flush_deletes`).
+    # worker gets functions.settings.DEFAULT_DELETE_LINGER_S from build_worker / the instance agent).
+    # Pending deletes go out when ten are pending, when the oldest has waited this long
+    # (:meth:`serve`'s flusher), and at shutdown (:meth:`flush_deletes`).
     delete_linger_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -429,7 +408,7 @@ class Worker:
             if not self._to_delete:
                 self._to_delete_since = self.clock()
             self._to_delete.extend(receipts)
-            full = len(self._to_delete) // _DELETE_BATCH * _DELETE_BATCH
+            full = len(self._to_delete) // DELETE_BATCH * DELETE_BATCH
             take, self._to_delete = self._to_delete[:full], self._to_delete[full:]
         if take:
             self._delete_now(take)

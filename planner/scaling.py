@@ -224,10 +224,13 @@ class QueueBacklog:
     budget_s: float  # the module's latency budget in the plan, s
     served: bool = True  # a live instance holds the slot of this machine
     queue: str = ""  # which queue (a label for reports)
+    # processed messages still in flight because their delete waits to share a DeleteMessageBatch
+    # (functions.settings.undeleted_bound): part of the depth, not of the backlog
+    undeleted: float = 0.0
 
     @property
     def allowed(self) -> float:
-        return self.batch + self.rate * self.budget_s
+        return self.batch + self.rate * self.budget_s + self.undeleted
 
     @property
     def excess(self) -> float:

@@ -79,10 +79,14 @@ def read_backlog(
     stale_s: float,
     skip: set[str] | None = None,
     workers: int = 1,
+    delete_linger_s: float = 0.0,
 ) -> tuple[list[QueueBacklog], list[str]]:
     """Every planned machine's queue of ``version`` (apps in ``skip`` left out), with the machine's
     planned rate, batch and its module's budget, and whether a live instance holds its slot. Returns
-    the readings and the queues that could not be read (gone, or an SQS error)."""
+    the readings and the queues that could not be read (gone, or an SQS error). ``delete_linger_s``:
+    the workers' delete linger; the processed messages it keeps in flight are allowed for
+    (:func:`functions.settings.undeleted_bound`)."""
+    from functions.settings import undeleted_bound
     from planner.scaling import QueueBacklog
 
     deps = store.deployments(version)
@@ -123,7 +127,8 @@ def read_backlog(
             continue
         slot = slot_of.get((app, module, g, m))
         served = slot is not None and _live(claims.get(slot), beats, now, stale_s)
-        out.append(QueueBacklog(app, module, n, rate, batch, budget, served, queue=queue_key(g, m)))
+        label, pending = queue_key(g, m), undeleted_bound(rate, delete_linger_s)
+        out.append(QueueBacklog(app, module, n, rate, batch, budget, served, queue=label, undeleted=pending))
     return out, failed
 
 
@@ -166,7 +171,13 @@ def check_backlog(ctl: Controller, reason: str = "backlog check") -> BacklogSumm
         return out
     cooling = {a for a, at in state.corrected_at.items() if now - at < c.backlog_cooldown_s}
     readings, unreadable = read_backlog(
-        ctl.plans, ctl.depth, cur.version, now, stale_s=c.stale_s, workers=c.queue_workers
+        ctl.plans,
+        ctl.depth,
+        cur.version,
+        now,
+        stale_s=c.stale_s,
+        workers=c.queue_workers,
+        delete_linger_s=c.delete_linger_s,
     )
     out.queues = len(readings)
     for q in readings:

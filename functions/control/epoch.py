@@ -40,6 +40,7 @@ from functions.control.deployments import AppChange, app_change, build_deploymen
 from functions.control.errors import ControlError
 from functions.control.state import ControlState, EpochTaken
 from functions.errors import MetricsError
+from functions.settings import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -99,6 +100,9 @@ class ControlConfig:
     backlog_cooldown_s: float = 60.0  # s: an app's backlog is corrected at most once this often
     backlog_min_boost: float = 0.1  # a correction plans a late module for at least 1.1 x its capacity
     backlog_max_boost: float = 1.0  # ... and at most 2 x
+    # the workers' delete linger (functions.settings; the same SKINFLINT_DELETE_LINGER_S): the backlog
+    # check allows for the processed messages it keeps in flight
+    delete_linger_s: float = DEFAULT_DELETE_LINGER_S
 
     def __post_init__(self) -> None:
         if not 0 <= self.child_headroom < float("inf"):
@@ -148,6 +152,7 @@ class ControlConfig:
                 },
                 backlog_cooldown_s=float(e.get("SKINFLINT_BACKLOG_COOLDOWN_S", d.backlog_cooldown_s)),
                 backlog_max_boost=float(e.get("SKINFLINT_BACKLOG_MAX_BOOST", d.backlog_max_boost)),
+                delete_linger_s=delete_linger_from_env(e),
             )
         except (ValueError, TypeError) as exc:
             raise ControlError(f"bad planner setting in the environment: {exc}") from exc

@@ -141,3 +141,28 @@ def test_check_failure_is_reported_not_raised(env: Env, monkeypatch: pytest.Monk
     monkeypatch.setattr("functions.control.backlog.read_backlog", broken)
     out = env.ctl.check_backlog()
     assert out.status == "failed" and "exploded" in (out.error or "")
+
+
+def test_processed_messages_awaiting_their_batched_delete_are_not_a_backlog(env: Env) -> None:
+    import dataclasses
+
+    from functions.settings import undeleted_bound
+
+    # GIVEN a served plan whose detector queue holds, beyond what the plan allows, no more than the
+    # processed messages a worker keeps in flight while their deletes linger (default 1 s)
+    v = publish_and_serve(env)
+    dep = env.ctl.plans.deployment(v, "cams")
+    assert dep is not None
+    rate = dep.plan.modules["det"].groups[0].rate_per_machine
+    linger = env.ctl.config.delete_linger_s
+    assert linger == 1.0
+    extra = int(undeleted_bound(rate, linger))
+    assert extra >= 1
+    fill(env, v, "det", extra=extra)
+    # THEN the check allows for them: quiet
+    out = env.ctl.check_backlog()
+    assert out.status == "quiet" and not out.late, out.as_json()
+    # WHEN the workers delete at once (linger 0), the same depth is a backlog
+    env.ctl.config = dataclasses.replace(env.ctl.config, delete_linger_s=0.0)
+    out = env.ctl.check_backlog()
+    assert len(out.late) == 1 and out.late[0].startswith("cams.det 0/0"), out.as_json()

@@ -300,7 +300,7 @@ def test_a_stopping_worker_sends_its_pending_deletes(stack):
 
 
 def test_the_delete_linger_setting_is_checked() -> None:
-    from gpu_fleet.worker import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
+    from functions.settings import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
 
     assert delete_linger_from_env({}) == DEFAULT_DELETE_LINGER_S == 1.0
     assert delete_linger_from_env({"SKINFLINT_DELETE_LINGER_S": "0"}) == 0.0

@@ -338,3 +338,13 @@ def test_backlog_boost_rejects_bad_input():
         backlog_boost([q(1)], horizon_s=60, min_boost=0.5, max_boost=0.1)
     with pytest.raises(ScalingError):
         backlog_boost([q(-1)], horizon_s=60)
+
+
+def test_undeleted_messages_are_allowed_for_up_to_one_delete_batch():
+    from functions.settings import undeleted_bound
+
+    assert undeleted_bound(4.0, 0.0) == 0.0  # deletes at once: nothing extra in flight
+    assert undeleted_bound(4.0, 1.0) == 5.0  # 1.25 lingers at 4 req/s
+    assert undeleted_bound(400.0, 1.0) == 9.0  # ten go out at once
+    assert q(20, undeleted=9.0).allowed == q(20).allowed + 9.0
+    assert q(20).late and not q(20, undeleted=20.0).late
