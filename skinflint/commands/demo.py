@@ -3,7 +3,8 @@ emulated fleet included), streams a generated video (deterministic synthetic fra
 registered rate through the front API, waits for every result and prints a summary: frames sent /
 answered / dropped / refused / lost, SLO attainment, end-to-end latency percentiles, each module's
 measured worst case against the plan's, planned cost, the fleet the control loop ran (instances per
-hardware class, plan versions, epochs). Emulated GPU hardware is labelled as such."""
+hardware class, plan versions, epochs), and the AWS requests the stack made per frame while it
+streamed (moto's request meter, by service and action). Emulated GPU hardware is labelled as such."""
 
 from __future__ import annotations
 
