@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from functions.control.gc import queue_gone
+from functions.adapters.queues import queue_gone
 from functions.errors import DataPlaneError, QueueError
 from functions.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
 from functions.settings import delete_linger_from_env

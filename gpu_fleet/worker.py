@@ -206,7 +206,7 @@ class Worker:
     def _check_gone(self, exc: DataPlaneError, op: str) -> bool:
         """Whether ``exc`` says the worker's queue was deleted; the first time, log it and stop
         receiving. Its messages went with it: nothing can be received, deleted or released there."""
-        from functions.control.gc import queue_gone
+        from functions.adapters.queues import queue_gone
 
         if not isinstance(exc, QueueError) or exc.queue_url != self.assignment.queue_url:
             return False

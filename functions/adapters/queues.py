@@ -12,7 +12,21 @@ from functions.errors import QueueError
 if TYPE_CHECKING:
     from functions.schema import TaskMessage
 
-__all__ = ["Received", "TaskQueues"]
+__all__ = ["GONE_CODES", "Received", "TaskQueues", "queue_gone"]
+
+#: SQS's error codes for a queue that does not exist (the query protocol's and moto's legacy code,
+#: the JSON protocol's exception name)
+GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+
+
+def queue_gone(exc: BaseException) -> bool:
+    """Whether an SQS failure (a :class:`QueueError` wrapping botocore's ``ClientError``, or the
+    ``ClientError`` itself) says the queue does not exist (the control loop's garbage collector
+    deleted it)."""
+    cause = exc.__cause__ if isinstance(exc, QueueError) else exc
+    response = getattr(cause, "response", None)
+    code = response.get("Error", {}).get("Code", "") if isinstance(response, dict) else ""
+    return str(code) in GONE_CODES
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from functions.adapters.queues import queue_gone
 from functions.control.queues import delete_queue
 from functions.errors import QueueError
 
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
     from functions.adapters.plan_store import Manifest, PlanStore
 
 __all__ = ["GcConfig", "GcReport", "collect", "queue_gone"]
-
-#: SQS's error codes for a queue that does not exist (the query protocol's and moto's legacy code,
-#: the JSON protocol's exception name)
-_GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
 
 @dataclass(frozen=True)
@@ -70,15 +67,6 @@ def _kept(store: PlanStore, cur: Manifest, versions: list[int], now: float, cfg:
             if m is None or m.created_at >= now - cfg.orphan_s:
                 keep.add(v)
     return keep
-
-
-def queue_gone(exc: BaseException) -> bool:
-    """Whether an SQS failure (a :class:`QueueError` wrapping botocore's ``ClientError``, or the
-    ``ClientError`` itself) says the queue does not exist: it was deleted (by this collector)."""
-    cause = exc.__cause__ if isinstance(exc, QueueError) else exc
-    response = getattr(cause, "response", None)
-    code = response.get("Error", {}).get("Code", "") if isinstance(response, dict) else ""
-    return str(code) in _GONE_CODES
 
 
 def _depth(depth: Callable[[str], int], url: str) -> int | None:

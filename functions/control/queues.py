@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from functions.adapters.queues import queue_gone
 from functions.errors import ConfigError, QueueError
 from functions.schema import queue_key
 
@@ -103,7 +104,7 @@ def delete_queue(sqs: Any, url: str) -> bool:
     try:
         sqs.delete_queue(QueueUrl=url)
     except ClientError as exc:
-        if "NonExistentQueue" in str(exc.response.get("Error", {}).get("Code", "")):
+        if queue_gone(exc):  # either protocol's code (the JSON protocol says QueueDoesNotExist)
             return False
         raise QueueError(f"cannot delete {url}: {exc}", queue_url=url) from exc
     return True
