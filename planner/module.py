@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ from typing import TYPE_CHECKING
 from planner.latency import EPS, Config, Group, LatencyModel, billed_cost, occupancy_cost, worst_case
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from planner.models import Objective
 
 __all__ = [
+    "BilledConfigs",
     "ModuleSchedule",
     "algorithm1",
     "billed_optimal",
@@ -234,64 +236,208 @@ def occupancy_optimal(configs: Sequence[Config], rate: float, budget: float) -> 
     return _schedule([Group(c, n, w / n)], rate, "tc")
 
 
-def _tie_blocks(cs: Sequence[Config]) -> list[list[int]]:
-    """Indices of ``cs`` (ascending r) grouped into blocks of equal r, which share w."""
-    blocks: list[list[int]] = []
-    for k, c in enumerate(cs):
-        if blocks and abs(cs[blocks[-1][0]].ratio - c.ratio) <= 1e-12 * c.ratio:
-            blocks[-1].append(k)
-        else:
-            blocks.append([k])
-    return blocks
+#: One configuration as the billed search reads it: (duration, batch, throughput, price, r, p / t,
+#: 1e-6 (t + 1), the rounding allowance of its Theorem-1 rate in the bound's lines).
+_Row = tuple[float, int, float, float, float, float, float]
 
 
-def _single_config_incumbent(
-    cs: Sequence[Config], rate: float, need: Sequence[float]
-) -> tuple[float, float, list[int]]:
-    """The best plan on one configuration: enough machines for max(T, b / (L - d))."""
-    best = (math.inf, math.inf, [0] * len(cs))
-    for k, c in enumerate(cs):
-        n = max(1, math.ceil(max(rate, need[k]) / c.throughput - 1e-9))
-        cost, wcl = n * c.price, c.tc_latency(n * c.throughput)
-        if cost < best[0] - EPS or (cost <= best[0] + EPS and wcl < best[1]):
-            counts = [0] * len(cs)
-            counts[k] = n
-            best = (cost, wcl, counts)
-    return best
+class BilledConfigs:
+    """A module's configurations prepared for :func:`billed_optimal`: in its search order (ascending r,
+    then descending d) with the per-configuration constants every search reads.
+
+    The order does not depend on the budget: the search sorts the configurations with ``d < L`` and a
+    stable sort of a subset is the subset of the stable sort, so each search filters this order. The
+    constants are the same expressions of the same floats the search computed per call, so a search
+    over a prepared list is the search over the list (same nodes, same answer). Whoever searches one
+    module many times (the staircase and reassignment of :mod:`planner.solve`, the rounds sharing a
+    :class:`~planner.solve.BilledCache`) prepares it once."""
+
+    __slots__ = ("configs", "durations", "rows", "subsets")
+
+    def __init__(self, configs: Iterable[Config]):
+        self.configs: tuple[Config, ...] = tuple(sorted(configs, key=lambda c: (c.ratio, -c.duration)))
+        self.rows: tuple[_Row, ...] = tuple(
+            (
+                c.duration,
+                c.batch,
+                c.throughput,
+                c.price,
+                c.ratio,
+                c.price / c.throughput,
+                1e-6 * (c.throughput + 1.0),
+            )
+            for c in self.configs
+        )
+        self.durations = sorted(c.duration for c in self.configs)
+        # subsets[j]: the configurations of the j shortest durations
+        self.subsets: list[_Usable | None] = [None] * (len(self.configs) + 1)
+
+    def usable(self, budget: float) -> _Usable:
+        """The configurations with ``d < budget - EPS`` (the ones a search at ``budget`` reads), in search
+        order. They are the j shortest, j the number of durations below the limit (equal durations are
+        all below it or none is), so they are kept per j."""
+        limit = budget - EPS
+        j = bisect.bisect_left(self.durations, limit)
+        found = self.subsets[j]
+        if found is None:
+            keep = [k for k, row in enumerate(self.rows) if row[0] < limit]
+            found = self.subsets[j] = _Usable([self.rows[k] for k in keep], [self.configs[k] for k in keep])
+        return found
+
+    def optimal(
+        self, rate: float, budget: float, node_limit: int = 200_000
+    ) -> tuple[ModuleSchedule | None, bool]:
+        """:func:`billed_optimal` of these configurations."""
+        usable = self.usable(budget)
+        if not usable.rows:
+            return None, True
+        search = _BilledSearch(usable, rate, budget, node_limit)
+        search.dfs(0, 0.0, 0.0, 0.0)
+        proven = search.nodes <= node_limit
+        if not math.isfinite(search.best_cost):
+            return None, proven
+        groups = [
+            Group(c, n, c.throughput)
+            for c, n in zip(usable.configs, search.best_counts, strict=True)
+            if n > 0
+        ]
+        return _schedule(groups, rate, "tc"), proven
+
+
+class _Usable:
+    """The configurations one search reads (ascending r) and what of them depends on nothing else: the
+    tie blocks (equal r share w), per block i the suffix minima over blocks i.. of p / t (``unit``) and
+    of p (``floor``: while w < T at least one more machine is needed), and what dfs reads of a
+    one-configuration block (``single``: index, t, p, d, b, whether it is the last block, the unit of
+    the blocks after it (inf: none); None for a tie block). Minima are taken as ``min`` takes them (the
+    first of equal values)."""
+
+    __slots__ = ("blocks", "configs", "floor", "rows", "single", "unit")
+
+    def __init__(self, rows: list[_Row], configs: list[Config]):
+        self.rows, self.configs = rows, configs
+        blocks: list[list[int]] = []
+        head = 0.0  # r of the last block's first configuration
+        for k, row in enumerate(rows):
+            r = row[4]
+            if blocks and abs(head - r) <= 1e-12 * r:
+                blocks[-1].append(k)
+            else:
+                blocks.append([k])
+                head = r
+        self.blocks = blocks
+        nb = len(blocks)
+        unit, floor = [0.0] * nb, [0.0] * nb
+        single: list[tuple[int, float, float, float, int, bool, float] | None] = [None] * nb
+        for i in range(nb - 1, -1, -1):  # (conditionals, not min: one pass per new subset)
+            block = blocks[i]
+            k = block[0]
+            d, b, t, price, _, own_u, _ = rows[k]
+            own_p = price
+            if len(block) == 1:  # unit of the blocks after it (none: inf) and whether it is the last
+                single[i] = (k, t, price, d, b, i + 1 == nb, unit[i + 1] if i + 1 < nb else math.inf)
+            else:
+                for k in block[1:]:
+                    u, p = rows[k][5], rows[k][3]
+                    own_u = u if u < own_u else own_u
+                    own_p = p if p < own_p else own_p
+            if i + 1 < nb:
+                own_u = unit[i + 1] if unit[i + 1] < own_u else own_u
+                own_p = floor[i + 1] if floor[i + 1] < own_p else own_p
+            unit[i], floor[i] = own_u, own_p
+        self.unit, self.floor, self.single = unit, floor, single
 
 
 class _BilledSearch:
-    """Branch and bound state of :func:`billed_optimal`."""
+    """Branch and bound state of :func:`billed_optimal` over the configurations ``usable``."""
 
-    def __init__(self, cs: list[Config], rate: float, budget: float, node_limit: int):
-        self.cs, self.rate, self.node_limit = cs, rate, node_limit
-        self.need = [c.min_rate(budget) for c in cs]
-        self.blocks = _tie_blocks(cs)
-        # unit[i]: min p / t over blocks i.. (suffix minimum)
-        self.unit = [min(cs[k].price / cs[k].throughput for k in b) for b in self.blocks]
-        # floor[i]: min p over blocks i.. (while w < T at least one more machine is needed)
-        self.floor = [min(cs[k].price for k in b) for b in self.blocks]
-        for i in range(len(self.unit) - 2, -1, -1):
-            self.unit[i] = min(self.unit[i], self.unit[i + 1])
-            self.floor[i] = min(self.floor[i], self.floor[i + 1])
-        # lines[i]: (A, u) per config of blocks i..: a completion whose cheapest-per-throughput config is
-        # j (u = p / t) ends at a total rate of at least max(T, need_j) (it meets j's own condition),
-        # so it costs at least (max(T, need_j) - w) u = A - w u (the needs less a rounding allowance)
-        # (a line no lower than another at both ends of w in [0, T] is dropped: it never sets the min)
-        lines: list[tuple[float, float]] = []
-        self.lines: list[tuple[tuple[float, float], ...]] = [()] * len(self.blocks)
-        for i in range(len(self.blocks) - 1, -1, -1):
-            for k in self.blocks[i]:
-                u = cs[k].price / cs[k].throughput
-                a = max(rate, self.need[k] - 1e-6 * (cs[k].throughput + 1.0)) * u
-                if any(a2 <= a and a2 - rate * u2 <= a - rate * u for a2, u2 in lines):
-                    continue
-                lines = [(a2, u2) for a2, u2 in lines if not (a <= a2 and a - rate * u <= a2 - rate * u2)]
-                lines.append((a, u))
-            self.lines[i] = tuple(lines)
-        self.best_cost, self.best_wcl, self.best_counts = _single_config_incumbent(cs, rate, self.need)
-        self.counts = [0] * len(cs)
+    __slots__ = (
+        "best_cost",
+        "best_counts",
+        "best_wcl",
+        "blocks",
+        "counts",
+        "floor",
+        "full",
+        "lines",
+        "need",
+        "node_limit",
+        "nodes",
+        "rate",
+        "rows",
+        "single",
+        "unit",
+    )
+
+    def __init__(self, usable: _Usable, rate: float, budget: float, node_limit: int):
+        rows = usable.rows
+        self.rows, self.rate, self.node_limit = rows, rate, node_limit
+        self.blocks, self.unit, self.floor, self.single = (
+            usable.blocks,
+            usable.unit,
+            usable.floor,
+            usable.single,
+        )
+        self.full = rate - EPS  # a rate w >= full serves the module
+        self.counts = [0] * len(rows)
         self.nodes = 0
+        self._incumbent(rows, rate, budget)
+        self._lines(rows, rate)
+
+    def _incumbent(self, rows: list[_Row], rate: float, budget: float) -> None:
+        """need (each config's Theorem-1 rate, :meth:`Config.min_rate`) and the incumbent: the best plan
+        on one configuration, enough machines for max(T, b / (L - d)) (the first best in order)."""
+        need: list[float] = []
+        best_cost = best_wcl = math.inf
+        pick: tuple[int, int] | None = None
+        for k, (d, b, t, price, _, _, _) in enumerate(rows):
+            gap = budget - d
+            nk = b / gap if gap > EPS else math.inf
+            need.append(nk)
+            n = math.ceil((nk if nk > rate else rate) / t - 1e-9)  # max(rate, need), then at least 1
+            n = n if n > 1 else 1
+            cost, w = n * price, n * t
+            wcl = d + b / w if w > 0 else math.inf  # Config.tc_latency(n t)
+            if cost < best_cost - EPS or (cost <= best_cost + EPS and wcl < best_wcl):
+                best_cost, best_wcl, pick = cost, wcl, (k, n)
+        counts = [0] * len(rows)
+        if pick is not None:
+            counts[pick[0]] = pick[1]
+        self.need = need
+        self.best_cost, self.best_wcl, self.best_counts = best_cost, best_wcl, counts
+
+    def _lines(self, rows: list[_Row], rate: float) -> None:
+        """lines[i]: (A, u, A - T u) per config of blocks i.. (one backward pass): a completion whose
+        cheapest-per-throughput config is j (u = p / t) ends at a total rate of at least max(T, need_j)
+        (it meets j's own condition), so it costs at least (max(T, need_j) - w) u = A - w u (the needs
+        less a rounding allowance). A line no lower than another at both ends of w in [0, T] is
+        dropped: it never sets the min. Each line keeps its value at T, A - T u, computed once (the same
+        float each comparison would compute)."""
+        need, blocks = self.need, self.blocks
+        lines: list[tuple[tuple[float, float, float], ...]] = [()] * len(blocks)
+        kept: list[tuple[float, float, float]] = []  # (A, u, A - T u)
+        current: tuple[tuple[float, float, float], ...] = ()
+        for i in range(len(blocks) - 1, -1, -1):
+            for k in blocks[i]:
+                row = rows[k]
+                u = row[5]
+                lowered = need[k] - row[6]
+                a = (lowered if lowered > rate else rate) * u  # max(rate, need - allowance) * u
+                at_t = a - rate * u
+                dominated = dominates = False
+                for a2, _, e2 in kept:
+                    if a2 <= a and e2 <= at_t:
+                        dominated = True
+                        break
+                    if a <= a2 and at_t <= e2:
+                        dominates = True
+                if not dominated:
+                    if dominates:
+                        kept = [line for line in kept if not (a <= line[0] and at_t <= line[2])]
+                    kept.append((a, u, at_t))
+                    current = tuple(kept)
+            lines[i] = current
+        self.lines = lines
 
     def _record(self, cost: float, wcl: float) -> None:
         if cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS):
@@ -304,65 +450,75 @@ class _BilledSearch:
         that meet the configuration's own Theorem 1 condition; the bound cost + n p + (T - w - n t) *
         unit_next is non-decreasing in n (p / t >= unit_next, configs ahead have higher r), so the loop
         stops at the first n whose bound exceeds the incumbent. More machines than reach T only add
-        cost. A child that reaches T is recorded in place (it is a node: counted against the limit)."""
-        self.nodes += 1
-        if self.nodes > self.node_limit:
-            return
-        rate = self.rate
-        if w >= rate - EPS:
-            self._record(cost, wcl)
-            return
-        blocks = self.blocks
-        if bi == len(blocks):
-            return
-        short = min([a - w * u for a, u in self.lines[bi]])
-        lb = cost + (short if short >= self.floor[bi] else self.floor[bi])
-        if lb > self.best_cost + EPS or (lb >= self.best_cost - EPS and wcl >= self.best_wcl - EPS):
-            return
-        block = blocks[bi]
-        if len(block) != 1:
-            self._tied(bi, block, w, cost, wcl)
-            return
-        k = block[0]
-        c = self.cs[k]
-        t, price, d, b = c.throughput, c.price, c.duration, c.batch
-        lo = max(1, math.ceil((self.need[k] - w) / t - 1e-9))
-        reach = max(lo, math.ceil((rate - w) / t - 1e-9))
-        last = bi + 1 == len(blocks)
-        unit_next = self.unit[bi + 1] if not last else math.inf
+        cost. A child that reaches T is recorded in place (it is a node: counted against the limit).
+        The last child, none of this block's configuration, is the node ``(bi + 1, w, cost, wcl)``: it
+        is visited by the next pass of the loop (the tail call, without a new frame)."""
+        rate, full = self.rate, self.full
+        lines, floor, single, needs = self.lines, self.floor, self.single, self.need
+        nblocks = len(self.blocks)
         counts = self.counts
-        for n in range(reach if last else lo, reach + 1):
-            w2, cost2 = w + n * t, cost + n * price
-            rest = rate - w2
-            if cost2 + (rest * unit_next if rest > EPS else 0.0) > self.best_cost + EPS:
-                break
-            counts[k] = n
-            x = d + b / w2
-            wcl2 = wcl if wcl >= x else x
-            if w2 >= rate - EPS:  # a leaf: dfs would count it and record it
-                self.nodes += 1
-                if self.nodes <= self.node_limit:
-                    self._record(cost2, wcl2)
-            else:
-                self.dfs(bi + 1, w2, cost2, wcl2)
-        counts[k] = 0
-        if not last:
-            self.dfs(bi + 1, w, cost, wcl)
+        while True:
+            self.nodes += 1
+            if self.nodes > self.node_limit:
+                return
+            if w >= full:
+                self._record(cost, wcl)
+                return
+            if bi == nblocks:
+                return
+            short = math.inf  # min over the lines (the first of equal values, as min): 1-4 lines
+            for a, u, _ in lines[bi]:
+                x = a - w * u
+                short = x if x < short else short
+            least = floor[bi]
+            lb = cost + (short if short >= least else least)
+            if lb > self.best_cost + EPS or (lb >= self.best_cost - EPS and wcl >= self.best_wcl - EPS):
+                return
+            block = single[bi]
+            if block is None:
+                self._tied(bi, self.blocks[bi], w, cost, wcl)
+                return
+            k, t, price, d, b, last, unit_next = block
+            lo = math.ceil((needs[k] - w) / t - 1e-9)
+            lo = lo if lo > 1 else 1  # (conditionals, not max: the hot loop of every search)
+            reach = math.ceil((rate - w) / t - 1e-9)
+            reach = reach if reach > lo else lo
+            cap = self.best_cost + EPS  # read again after every child (which may record)
+            for n in range(reach if last else lo, reach + 1):
+                w2, cost2 = w + n * t, cost + n * price
+                rest = rate - w2
+                if cost2 + (rest * unit_next if rest > EPS else 0.0) > cap:
+                    break
+                counts[k] = n
+                x = d + b / w2
+                wcl2 = wcl if wcl >= x else x
+                if w2 >= full:  # a leaf: dfs would count it and record it
+                    self.nodes += 1
+                    if self.nodes <= self.node_limit:
+                        self._record(cost2, wcl2)
+                else:
+                    self.dfs(bi + 1, w2, cost2, wcl2)
+                cap = self.best_cost + EPS
+            counts[k] = 0
+            if last:
+                return
+            bi += 1
 
     def _tied(self, bi: int, block: list[int], w: float, cost: float, wcl: float) -> None:
         """Configs of equal r share w: choose all their counts, then check their conditions."""
+        rows = self.rows
         ranges = []
         for k in block:
-            t = self.cs[k].throughput
+            t = rows[k][2]
             hi = max(math.ceil((self.rate - w) / t - 1e-9), math.ceil((self.need[k] - w) / t - 1e-9), 1)
             ranges.append(range(hi, -1, -1))
         for vec in itertools.product(*ranges):
             used = [(k, n) for k, n in zip(block, vec, strict=True) if n]
-            w2 = w + sum(n * self.cs[k].throughput for k, n in used)
-            add = sum(n * self.cs[k].price for k, n in used)
+            w2 = w + sum(n * rows[k][2] for k, n in used)
+            add = sum(n * rows[k][3] for k, n in used)
             if any(w2 < self.need[k] - EPS for k, _ in used) or cost + add > self.best_cost + EPS:
                 continue
-            wcl2 = max([wcl] + [self.cs[k].duration + self.cs[k].batch / w2 for k, _ in used])
+            wcl2 = max([wcl] + [rows[k][0] + rows[k][1] / w2 for k, _ in used])
             for k, n in zip(block, vec, strict=True):
                 self.counts[k] = n
             self.dfs(bi + 1, w2, cost + add, wcl2)
@@ -384,14 +540,7 @@ def billed_optimal(
     needed. (The fractional (T - W) min p/t alone left searches of wide profiles at high rates to
     the node limit: 629,000 nodes where this bound needs 700.)
     Returns (schedule, proven): proven is False when ``node_limit`` stopped the search early.
+    A caller searching one configuration list at many budgets prepares it once
+    (:meth:`BilledConfigs.optimal`).
     """
-    cs = sorted((c for c in configs if c.duration < budget - EPS), key=lambda c: (c.ratio, -c.duration))
-    if not cs:
-        return None, True
-    search = _BilledSearch(cs, rate, budget, node_limit)
-    search.dfs(0, 0.0, 0.0, 0.0)
-    proven = search.nodes <= node_limit
-    if not math.isfinite(search.best_cost):
-        return None, proven
-    groups = [Group(c, n, c.throughput) for c, n in zip(cs, search.best_counts, strict=True) if n > 0]
-    return _schedule(groups, rate, "tc"), proven
+    return BilledConfigs(configs).optimal(rate, budget, node_limit)

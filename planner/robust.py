@@ -44,7 +44,7 @@ from planner.solve import BilledCache, solve
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from planner.models import ModulePlan, Objective, Plan, ProblemSpec
+    from planner.models import ModulePlan, Objective, Plan, ProblemSpec, ProfileEntry
 
 __all__ = [
     "DEFAULT_CHILD_HEADROOM",
@@ -488,8 +488,31 @@ class _Search:
         self.attempts: list[_Attempt] = []
         self.schedules: dict[tuple[object, ...], DispatchSchedule] = {} if schedules is None else schedules
         self.joins = {m: len(ps) for m, ps in problem.parents().items() if len(ps) > 1}
+        self.paths = problem.paths()  # of the problem every variant keeps (only rates and profiles change)
         # the rounds solve variants of one problem: most modules' billed optima come back unchanged
         self.billed = BilledCache()
+        self._profiles: dict[tuple[str, Key | None, bool], list[ProfileEntry]] = {}
+
+    def _profile(self, m: str, key: Key | None, joined: bool) -> list[ProfileEntry]:
+        """Module ``m``'s profile in a variant: restricted to configuration ``key`` (None: all) and, for a
+        join, to batches with a place for every parent's stream; the module's own list when nothing is
+        removed. The rounds get the same list object for the same restriction, so the solves' shared
+        :class:`BilledCache` knows its configurations (it recognises a profile list by identity)."""
+        found = self._profiles.get((m, key, joined))
+        if found is None:
+            mod = self.problem.modules[m]
+            profile = [e for e in mod.profile if key is None or (e.hardware, e.batch, e.concurrency) == key]
+            if joined:
+                profile = [e for e in profile if e.batch >= self.joins[m]]
+            found = self._profiles[(m, key, joined)] = (
+                profile if len(profile) < len(mod.profile) else mod.profile
+            )
+        if joined and not found:
+            raise InfeasibleError(
+                f"infeasible: join {m!r} has no configuration with a batch of at least "
+                f"{self.joins[m]} (one place per parent stream)"
+            )
+        return found
 
     def attempt(
         self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key], *, plain: bool = False
@@ -500,24 +523,15 @@ class _Search:
         modules = {}
         for m, mod in self.problem.modules.items():
             update: dict[str, Any] = {"rate": rates[m]}
-            profile = [
-                e for e in mod.profile if m not in only or (e.hardware, e.batch, e.concurrency) == only[m]
-            ]
-            if not plain and m in self.joins:
-                profile = [e for e in profile if e.batch >= self.joins[m]]
-                if not profile:
-                    raise InfeasibleError(
-                        f"infeasible: join {m!r} has no configuration with a batch of at least "
-                        f"{self.joins[m]} (one place per parent stream)"
-                    )
-            if len(profile) < len(mod.profile):
+            profile = self._profile(m, only.get(m), not plain and m in self.joins)
+            if profile is not mod.profile:
                 update["profile"] = profile
             modules[m] = mod.model_copy(update=update)
         spec = self.problem.model_copy(update={"slo_s": splitter_slo, "modules": modules})
         plan = solve(spec, self.policy, self.objective, cache=self.billed)
         real = realise(self.problem, plan, fan_out=self.fan_out, cache=self.schedules)
         over, excess = -math.inf, 0.0
-        for path in self.problem.paths():
+        for path in self.paths:
             lat = sum(real[m].worst_case_s for m in path)
             over = max(over, lat - self.problem.slo_s)
             if lat > self.problem.slo_s + EPS:

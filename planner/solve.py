@@ -11,6 +11,7 @@ counts) combined by branch and bound over the DAG's paths.
 from __future__ import annotations
 
 import math
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeVar
@@ -22,9 +23,9 @@ from planner.errors import InfeasibleError
 from planner.latency import EPS, Config, Group, configs_for
 from planner.models import MachineGroup, ModulePlan, Plan
 from planner.module import (
+    BilledConfigs,
     ModuleSchedule,
     algorithm1,
-    billed_optimal,
     fill_machines,
     harpagon_dummy,
     occupancy_optimal,
@@ -34,7 +35,7 @@ from planner.policies import PolicySpec, get_policy
 from planner.split import ListSource, Option, combine, even_split, iterative_split, path_latency
 
 if TYPE_CHECKING:
-    from planner.models import Objective, ProblemSpec
+    from planner.models import HardwareSpec, Objective, ProblemSpec, ProfileEntry
 
 __all__ = ["BilledCache", "solve"]
 
@@ -50,9 +51,10 @@ class _BilledTable:
     budget spans ``[l, L]`` over which a proven optimum found for budget ``L`` (worst case ``l``) is the
     optimum."""
 
-    __slots__ = ("exact", "spans")
+    __slots__ = ("configs", "exact", "spans")
 
-    def __init__(self) -> None:
+    def __init__(self, configs: BilledConfigs) -> None:
+        self.configs = configs  # the module's configurations, prepared once for all its searches
         self.exact: dict[tuple[float, float], _Billed] = {}
         self.spans: dict[float, list[tuple[float, float, _Billed]]] = {}
 
@@ -66,32 +68,86 @@ class _BilledTable:
         return None
 
 
+class _ModuleRecord:
+    """One module's configurations in a :class:`BilledCache`, for the profile list they came from: the
+    entries and hardware specs they were read from (to check that the list still holds them) and the
+    module's billed table (found on first use)."""
+
+    __slots__ = ("configs", "entries", "hardware", "profile", "table")
+
+    def __init__(
+        self,
+        profile: list[ProfileEntry],
+        hardware: dict[str, HardwareSpec],
+        configs: list[Config],
+    ) -> None:
+        self.profile = profile
+        self.entries = tuple(profile)
+        self.hardware = tuple((h, hardware[h]) for h in dict.fromkeys(e.hardware for e in profile))
+        self.configs = tuple(configs)
+        self.table: _BilledTable | None = None
+
+    def holds(self, profile: list[ProfileEntry], hardware: dict[str, HardwareSpec]) -> bool:
+        """Whether :func:`configs_for` would read exactly what it read here: the same list holding the
+        same entry objects, and the same hardware spec objects (frozen models: equal fields)."""
+        return (
+            profile is self.profile
+            and len(profile) == len(self.entries)
+            and all(map(operator.is_, profile, self.entries))
+            and all(hardware.get(h) is spec for h, spec in self.hardware)
+        )
+
+
 class BilledCache:
-    """Results of :func:`~planner.module.billed_optimal` kept between :func:`solve` calls (e.g. the rounds
-    of :func:`planner.robust.solve_dispatchable`, which solve variants of one problem and ask for the same
-    module optima again). Keyed on every argument the search reads: the module's configurations (hardware,
-    batch, concurrency, duration and price of each, in order), its rate and the budget. A proven optimum
-    found for budget ``L`` with worst case ``l`` also answers every budget in ``[l, L]``: the plans
-    feasible there are a subset of those feasible at ``L`` that still holds it (the same rule
-    :func:`_billed_optimal` applies within one solve). Holds at most ``max_entries`` results (then it
-    starts again empty)."""
+    """Results kept between :func:`solve` calls (e.g. the rounds of
+    :func:`planner.robust.solve_dispatchable`, which solve variants of one problem and ask for the same
+    module optima again); it changes only the time a solve takes, never its plan.
+
+    - :func:`~planner.module.billed_optimal` results, keyed on every argument the search reads: the
+      module's configurations (hardware, batch, concurrency, duration and price of each, in order), its
+      rate and the budget. A proven optimum found for budget ``L`` with worst case ``l`` also answers
+      every budget in ``[l, L]``: the plans feasible there are a subset of those feasible at ``L`` that
+      still holds it (the same rule :func:`_billed_optimal` applies within one solve);
+    - each module's configurations (:func:`configs_for`), per profile list: the variants a round
+      solves share their modules' profile lists (``model_copy`` keeps them), and a list that still
+      holds the same frozen entries, priced by the same frozen hardware specs, gives the same
+      configurations (:meth:`_ModuleRecord.holds` checks it, by identity: no hashing of the entries).
+
+    Holds at most ``max_entries`` results (then it starts again empty)."""
 
     def __init__(self, max_entries: int = 50_000) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.max_entries = max_entries
         self._by_configs: dict[tuple[Config, ...], _BilledTable] = {}
+        self._modules: dict[int, _ModuleRecord] = {}  # id(profile list) -> its record (which holds it)
         self._size = 0
         self.hits = self.misses = 0
 
-    def table(self, configs: list[Config]) -> _BilledTable:
+    def module(self, profile: list[ProfileEntry], hardware: dict[str, HardwareSpec]) -> _ModuleRecord:
+        """The record of one module's profile: its configurations (:func:`configs_for`)."""
+        found = self._modules.get(id(profile))
+        if found is None or not found.holds(profile, hardware):
+            if len(self._modules) >= self.max_entries:
+                self._modules = {}
+            found = self._modules[id(profile)] = _ModuleRecord(
+                profile, hardware, configs_for(profile, hardware)
+            )
+        return found
+
+    def table(self, configs: list[Config] | tuple[Config, ...]) -> _BilledTable:
         """The results for one module's configurations (looked up once per solve: hashing the
         configurations costs more than the inner lookups)."""
-        return self._by_configs.setdefault(tuple(configs), _BilledTable())
+        key = tuple(configs)
+        found = self._by_configs.get(key)
+        if found is None:
+            found = self._by_configs[key] = _BilledTable(BilledConfigs(key))
+        return found
 
     def put(self, table: _BilledTable, rate: float, budget: float, value: _Billed) -> None:
         if self._size >= self.max_entries:  # start again (a table already handed out serves only its solve)
             self._by_configs = {}
+            self._modules = {}  # their records hold tables
             self._size = 0
         table.exact[(rate, budget)] = value
         sched, proven = value
@@ -120,6 +176,9 @@ class _Ctx:
     proven: bool = True
     memo: BilledCache | None = None  # billed_optimal results shared with other solves
     tables: dict[int, _BilledTable] = field(default_factory=dict)
+    prepared: dict[int, BilledConfigs] = field(default_factory=dict)  # without a memo
+    records: list[_ModuleRecord | None] = field(default_factory=list)  # per module, unfiltered configs
+    floors: list[float] | None = None  # per module: _min_latency
 
     @property
     def n(self) -> int:
@@ -129,12 +188,22 @@ class _Ctx:
 # --------------------------------------------------------------------------- set-up
 
 
-def _context(problem: ProblemSpec, policy: PolicySpec, objective: Objective, only_hw: str | None) -> _Ctx:
+def _context(
+    problem: ProblemSpec,
+    policy: PolicySpec,
+    objective: Objective,
+    only_hw: str | None,
+    memo: BilledCache | None = None,
+) -> _Ctx:
     names = problem.order()
     index = {m: i for i, m in enumerate(names)}
     configs: list[list[Config]] = []
+    records: list[_ModuleRecord | None] = []
     for m in names:
-        cs = configs_for(problem.modules[m].profile, problem.hardware)
+        profile = problem.modules[m].profile
+        record = memo.module(profile, problem.hardware) if memo is not None else None
+        cs = list(record.configs) if record is not None else configs_for(profile, problem.hardware)
+        unfiltered = len(cs)
         if not policy.batching:
             smallest = min(c.batch for c in cs)
             cs = [c for c in cs if c.batch == smallest]
@@ -145,6 +214,7 @@ def _context(problem: ProblemSpec, policy: PolicySpec, objective: Objective, onl
         if only_hw is not None and any(c.hardware == only_hw for c in cs):
             cs = [c for c in cs if c.hardware == only_hw]
         configs.append(cs)
+        records.append(record if len(cs) == unfiltered else None)  # its table is for all configurations
     parents = [frozenset(index[p] for p in problem.parents()[m]) for m in names]
     children = [frozenset(index[c] for c in problem.children()[m]) for m in names]
     return _Ctx(
@@ -157,14 +227,23 @@ def _context(problem: ProblemSpec, policy: PolicySpec, objective: Objective, onl
         slo=problem.slo_s,
         policy=policy,
         objective=objective,
+        memo=memo,
+        records=records,
     )
 
 
 def _min_latency(ctx: _Ctx, i: int) -> float:
-    """Infimum of module i's worst case under the policy's latency model (TC: d, with enough load)."""
-    if ctx.policy.model == "tc":
-        return min(c.duration for c in ctx.configs[i])
-    return min(c.duration + c.batch / c.throughput for c in ctx.configs[i])
+    """Infimum of module i's worst case under the policy's latency model (TC: d, with enough load).
+    Computed once per context (for every module: each lies on a path, which the feasibility check
+    reads first); the configurations and the model do not change within a solve."""
+    floors = ctx.floors
+    if floors is None:
+        if ctx.policy.model == "tc":
+            floors = [min(c.duration for c in cs) for cs in ctx.configs]
+        else:
+            floors = [min(c.duration + c.batch / c.throughput for c in cs) for cs in ctx.configs]
+        ctx.floors = floors
+    return floors[i]
 
 
 def _check_feasible(ctx: _Ctx) -> None:
@@ -251,16 +330,25 @@ def _billed_optimal(ctx: _Ctx, i: int, budget: float) -> ModuleSchedule | None:
 def _billed_search(ctx: _Ctx, i: int, budget: float) -> _Billed:
     """:func:`billed_optimal` of module i, through the shared :class:`BilledCache` if there is one."""
     if ctx.memo is None:
-        return billed_optimal(ctx.configs[i], ctx.rate[i], budget)
+        prepared = ctx.prepared.get(i)
+        if prepared is None:
+            prepared = ctx.prepared[i] = BilledConfigs(ctx.configs[i])
+        return prepared.optimal(ctx.rate[i], budget)
     table = ctx.tables.get(i)
     if table is None:
-        table = ctx.tables[i] = ctx.memo.table(ctx.configs[i])
+        record = ctx.records[i] if ctx.records else None
+        table = record.table if record is not None else None
+        if table is None:
+            table = ctx.memo.table(ctx.configs[i])
+            if record is not None:
+                record.table = table
+        ctx.tables[i] = table
     found = table.get(ctx.rate[i], budget)
     if found is not None:
         ctx.memo.hits += 1
         return found
     ctx.memo.misses += 1
-    result = billed_optimal(ctx.configs[i], ctx.rate[i], budget)
+    result = table.configs.optimal(ctx.rate[i], budget)
     ctx.memo.put(table, ctx.rate[i], budget, result)
     return result
 
@@ -292,9 +380,10 @@ def _reassign(ctx: _Ctx, scheds: list[ModuleSchedule], budgets: list[float]) -> 
         return
     while True:
         lat = [s.wcl for s in scheds]
+        room = [ctx.slo - sum(lat[j] for j in p) for p in ctx.paths]  # each path's slack, once a pass
         best: tuple[float, int, ModuleSchedule, float] | None = None
         for i in range(ctx.n):
-            slack = min(ctx.slo - sum(lat[j] for j in p) for p in ctx.paths if i in p)
+            slack = min(r for r, p in zip(room, ctx.paths, strict=True) if i in p)
             if slack <= 1e-7:
                 continue
             alt = _schedule(ctx, i, lat[i] + slack)
@@ -529,6 +618,10 @@ class _Stairs:
 
     def get(self, k: int, cap: float) -> Option[ModuleSchedule] | None:
         """Point k if it exists and costs at most ``cap``."""
+        points = self.points
+        if k < len(points):  # generated already (most calls): what the end of the generation reads
+            point = points[k]
+            return point if point.cost <= cap + EPS else None
         while len(self.points) <= k and not self.exhausted:
             if len(self.points) >= STAIRCASE_LIMIT:
                 self.ctx.proven = False
@@ -625,8 +718,7 @@ def solve(
     best: tuple[float, _Ctx, tuple[list[ModuleSchedule], list[float]]] | None = None
     error: InfeasibleError | None = None
     for hw in hw_choices:
-        ctx = _context(problem, pol, objective, hw)
-        ctx.memo = cache
+        ctx = _context(problem, pol, objective, hw, cache)
         try:
             _check_feasible(ctx)
         except InfeasibleError as exc:

@@ -236,6 +236,8 @@ def combine(
     nodes = 0
     proven = True
 
+    limit = slo + EPS
+
     def dfs(i: int, cost: float) -> None:
         nonlocal best_cost, best, nodes, proven
         nodes += 1
@@ -247,19 +249,21 @@ def combine(
                 best_cost, best = cost, list(chosen)
             return
         k = 0
-        while (opt := sources[i].get(k, best_cost - cost - rest_cost[i + 1])) is not None:
+        source, rest, ahead, mine = sources[i], rest_cost[i + 1], rest_lat[i + 1], on[i]
+        while (opt := source.get(k, best_cost - cost - rest)) is not None:
             k += 1
-            if best is not None and cost + opt.cost + rest_cost[i + 1] > best_cost - EPS:
+            if best is not None and cost + opt.cost + rest > best_cost - EPS:
                 break
-            if any(used[p] + opt.latency + rest_lat[i + 1][p] > slo + EPS for p in on[i]):
-                continue
-            for p in on[i]:
-                used[p] += opt.latency
+            latency = opt.latency
+            if any(used[p] + latency + ahead[p] > limit for p in mine):
+                continue  # some path cannot fit even with the modules ahead at their fastest
+            for p in mine:
+                used[p] += latency
             chosen.append(opt)
             dfs(i + 1, cost + opt.cost)
             chosen.pop()
-            for p in on[i]:
-                used[p] -= opt.latency
+            for p in mine:
+                used[p] -= latency
 
     dfs(0, 0.0)
     return best, proven
