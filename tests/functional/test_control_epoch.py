@@ -334,7 +334,15 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
     assert json.loads(capsys.readouterr().out)["version"] is None
     env.register(SPEC)
     out = env.ctl.run_epoch()
-    end = math.floor(time.time() / 60) * 60
+    # the minute the command reads: the last whole period that ended rate_lag_s ago (RateWindow); a
+    # test within 10 s of that window moving waits for it to move, so the put and the read agree
+    from functions.adapters.rates import RateWindow
+    from functions.control.epoch import ControlConfig
+
+    lag = ControlConfig().rate_lag_s
+    if (time.time() - lag) % 60 > 50:
+        time.sleep(60 - (time.time() - lag) % 60 + 0.1)
+    end = RateWindow(time.time(), 60.0, 60, lag).end
     env.clients["cloudwatch"].put_metric_data(
         Namespace=env.cfg.metrics_namespace,
         MetricData=[
