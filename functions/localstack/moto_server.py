@@ -13,8 +13,9 @@ moto's internals move, it falls back to ``moto.server.main`` unchanged.
 
 It also meters the requests it serves (:class:`RequestMeter`): ``GET /_skinflint/requests`` returns
 the count per service and action since the server started (``{"total": N, "by_action":
-{"sqs.SendMessageBatch": n, ...}}``), which ``skinflint demo`` turns into AWS requests per frame. On
-AWS those requests are billed by the request; here they are the load on this server.
+{"sqs.SendMessageBatch": n, ...}, "cpu_s_by_action": ..., "max_wall_s_by_action": ..., "heavy":
+[...]}``), which ``skinflint demo`` turns into AWS requests per frame and this server's CPU per
+action. On AWS those requests are billed by the request; here they are the load on this server.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import logging
 import signal
 import sys
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -80,18 +82,41 @@ def classify(environ: dict[str, Any]) -> tuple[str, str]:
 
 
 class RequestMeter:
-    """WSGI middleware counting requests by (service, action); answers ``GET METER_PATH`` itself
-    (not counted) with the counts as JSON. A counter increment per request under a lock."""
+    """WSGI middleware counting requests by (service, action) and the server's time on them;
+    answers ``GET METER_PATH`` itself (not counted) with the figures as JSON.
+
+    Per action: ``by_action`` (requests), ``cpu_s_by_action`` (the serving thread's CPU,
+    ``time.thread_time``: what the action costs the server, whatever else runs) and
+    ``max_wall_s_by_action`` (the longest request from call to response, waiting for the GIL and
+    long polls included), since the server started. ``heavy`` lists the last ``HEAVY_KEPT``
+    requests that took at least ``HEAVY_CPU_S`` of CPU (``[started_at, action, cpu_s, wall_s]``):
+    while one runs, every other request waits its turn for the interpreter. moto builds its
+    responses in the call, so the call is the request."""
+
+    HEAVY_CPU_S = 0.02
+    HEAVY_KEPT = 200
 
     def __init__(self, app: Callable[..., Iterable[bytes]]):
         self._app = app
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._cpu: dict[str, float] = {}
+        self._max_wall: dict[str, float] = {}
+        self._heavy: deque[tuple[float, str, float, float]] = deque(maxlen=self.HEAVY_KEPT)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             counts = dict(self._counts)
-        return {"total": sum(counts.values()), "by_action": dict(sorted(counts.items()))}
+            cpu = dict(self._cpu)
+            wall = dict(self._max_wall)
+            heavy = [list(h) for h in self._heavy]
+        return {
+            "total": sum(counts.values()),
+            "by_action": dict(sorted(counts.items())),
+            "cpu_s_by_action": dict(sorted(cpu.items())),
+            "max_wall_s_by_action": dict(sorted(wall.items())),
+            "heavy": heavy,
+        }
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == METER_PATH and environ.get("REQUEST_METHOD") == "GET":
@@ -99,10 +124,20 @@ class RequestMeter:
             headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
             start_response("200 OK", headers)
             return [body]
+        started, wall, cpu = time.time(), time.perf_counter(), time.thread_time()
         service, action = classify(environ)
-        with self._lock:
-            self._counts[f"{service}.{action}"] += 1
-        return self._app(environ, start_response)
+        try:
+            return self._app(environ, start_response)
+        finally:
+            cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+            key = f"{service}.{action}"
+            with self._lock:
+                self._counts[key] += 1
+                self._cpu[key] = self._cpu.get(key, 0.0) + cpu
+                if wall > self._max_wall.get(key, 0.0):
+                    self._max_wall[key] = wall
+                if cpu >= self.HEAVY_CPU_S:
+                    self._heavy.append((started, key, cpu, wall))
 
 
 def _fast_app() -> tuple[Any, Any]:

@@ -136,24 +136,39 @@ def summarise(
 
 
 def aws_request_figures(
-    before: dict[str, Any] | None, after: dict[str, Any] | None, frames: int, seconds: float
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    frames: int,
+    seconds: float,
+    since: float | None = None,
 ) -> dict[str, Any] | None:
     """The AWS requests the stack made between two meter readings (moto's
     ``/_skinflint/requests``): total, per frame sent, per second, and by ``service.action`` (most
-    first). Every process counts: the front, the workers, the control loop, the fleet emulator.
-    None when either reading is missing."""
+    first); the server's CPU on them (total, per request, and by action, most first) and the heavy
+    requests (at least 20 ms of the server's CPU each) that started at or after ``since``. Every
+    process counts: the front, the workers, the control loop, the fleet emulator. None when either
+    reading is missing."""
     if before is None or after is None:
         return None
     was = before.get("by_action", {})
     by_action = {k: int(v) - int(was.get(k, 0)) for k, v in after.get("by_action", {}).items()}
     by_action = dict(sorted(((k, v) for k, v in by_action.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
     total = sum(by_action.values())
+    cpu_was = before.get("cpu_s_by_action", {})
+    cpu = {k: float(v) - float(cpu_was.get(k, 0.0)) for k, v in after.get("cpu_s_by_action", {}).items()}
+    cpu = dict(sorted(((k, v) for k, v in cpu.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
+    heavy = [h for h in after.get("heavy", []) if since is None or float(h[0]) >= since]
+    cpu_total = sum(cpu.values())
     return {
         "total": total,
         "per_frame": total / frames if frames else math.nan,
         "per_second": total / seconds if seconds > 0 else math.nan,
         "seconds": seconds,
         "by_action": by_action,
+        "server_cpu_s": cpu_total,
+        "server_cpu_ms_per_request": 1e3 * cpu_total / total if total else math.nan,
+        "server_cpu_s_by_action": cpu,
+        "heavy_requests": heavy,
     }
 
 

@@ -209,7 +209,15 @@ def _fmt_requests(r: dict[str, Any] | None) -> str:
     if not r or not r["total"]:
         return "not metered"
     top = ", ".join(f"{k} {v / r['total']:.0%}" for k, v in list(r["by_action"].items())[:5])
-    return f"{r['per_frame']:.1f} per frame ({r['per_second']:.0f}/s): {top}"
+    line = f"{r['per_frame']:.1f} per frame ({r['per_second']:.0f}/s): {top}"
+    cpu = r.get("server_cpu_s_by_action") or {}
+    if cpu and r["seconds"] > 0:
+        busiest = ", ".join(f"{k} {v / r['server_cpu_s']:.0%}" for k, v in list(cpu.items())[:3])
+        line += (
+            f"; server CPU {r['server_cpu_s'] / r['seconds']:.2f} of a core, "
+            f"{r['server_cpu_ms_per_request']:.1f} ms/request ({busiest})"
+        )
+    return line
 
 
 def _print_table(s: dict[str, Any]) -> None:
@@ -320,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
         log("waiting for results")
         results = _collect(info, ids, timeout_s=lp.slo_s + 30.0)
         meter_after, seconds = stack.aws_requests(), time.time() - streamed_at
-        requests = aws_request_figures(meter_before, meter_after, len(ids), seconds)
+        requests = aws_request_figures(meter_before, meter_after, len(ids), seconds, since=streamed_at)
         deployments = stack.deployments(args.app)
         planned_at = _planned_at(stack, deployments)
         fleet = _fleet_figures(stack, args.app, streamed_at)

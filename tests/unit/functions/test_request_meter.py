@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from typing import Any
 
 from functions.localstack.moto_server import METER_PATH, RequestMeter, classify
@@ -61,11 +62,45 @@ def test_the_meter_counts_what_it_passes_on_and_answers_its_own_path() -> None:
     meter(signed("dynamodb", HTTP_X_AMZ_TARGET="DynamoDB_20120810.GetItem"), lambda s, h: statuses.append(s))
     got = meter({"REQUEST_METHOD": "GET", "PATH_INFO": METER_PATH}, lambda s, h: statuses.append(s))
     assert len(seen) == 4  # the meter's own answer never reaches moto
-    assert json.loads(b"".join(got)) == {
-        "total": 4,
-        "by_action": {"dynamodb.GetItem": 1, "sqs.ReceiveMessage": 3},
-    }
+    snap = json.loads(b"".join(got))
+    assert (snap["total"], snap["by_action"]) == (4, {"dynamodb.GetItem": 1, "sqs.ReceiveMessage": 3})
+    assert set(snap["cpu_s_by_action"]) == set(snap["max_wall_s_by_action"]) == set(snap["by_action"])
+    assert all(v >= 0 for v in snap["cpu_s_by_action"].values())
+    assert snap["heavy"] == []  # nothing here takes 20 ms of CPU
     assert statuses == ["200 OK"] * 5
+
+
+def test_the_meter_times_each_action_and_keeps_the_heavy_requests() -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if environ.get("HTTP_X_AMZ_TARGET", "").endswith("Scan"):
+            end = time.thread_time() + 0.03  # a request that holds the CPU (as moto's Scan does)
+            while time.thread_time() < end:
+                pass
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    meter = RequestMeter(app)
+    t0 = time.time()
+    meter(signed("dynamodb", HTTP_X_AMZ_TARGET="DynamoDB_20120810.GetItem"), lambda s, h: None)
+    meter(signed("dynamodb", HTTP_X_AMZ_TARGET="DynamoDB_20120810.Scan"), lambda s, h: None)
+    snap = meter.snapshot()
+    assert snap["cpu_s_by_action"]["dynamodb.Scan"] >= 0.03
+    assert snap["max_wall_s_by_action"]["dynamodb.Scan"] >= 0.03
+    assert snap["cpu_s_by_action"]["dynamodb.GetItem"] < 0.02
+    [(started, action, cpu, wall)] = snap["heavy"]
+    assert action == "dynamodb.Scan" and started >= t0 and cpu >= 0.03 and wall >= cpu * 0.9
+
+
+def test_an_app_error_is_still_counted() -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        raise RuntimeError("boom")
+
+    meter = RequestMeter(app)
+    try:
+        meter(signed("sqs", HTTP_X_AMZ_TARGET="AmazonSQS.ReceiveMessage"), lambda s, h: None)
+    except RuntimeError:
+        pass
+    assert meter.snapshot()["by_action"] == {"sqs.ReceiveMessage": 1}
 
 
 def test_request_figures_are_the_difference_of_two_readings_per_frame() -> None:
@@ -79,3 +114,18 @@ def test_request_figures_are_the_difference_of_two_readings_per_frame() -> None:
     assert got["by_action"] == {"sqs.SendMessageBatch": 20, "dynamodb.PutItem": 10}  # most first, 0s left out
     assert (got["total"], got["per_frame"], got["per_second"]) == (30, 3.0, 6.0)
     assert aws_request_figures(None, after, 10, 5.0) is None
+
+
+def test_request_figures_give_the_server_cpu_per_action_and_the_heavy_requests_since() -> None:
+    before = {"by_action": {"dynamodb.Scan": 1}, "cpu_s_by_action": {"dynamodb.Scan": 0.5}, "heavy": []}
+    after = {
+        "by_action": {"dynamodb.Scan": 3, "sqs.ReceiveMessage": 8},
+        "cpu_s_by_action": {"dynamodb.Scan": 0.7, "sqs.ReceiveMessage": 0.04},
+        "heavy": [[99.0, "dynamodb.Scan", 0.1, 0.12], [101.0, "dynamodb.Scan", 0.1, 0.3]],
+    }
+    got = aws_request_figures(before, after, frames=5, seconds=2.0, since=100.0)
+    assert got is not None
+    assert list(got["server_cpu_s_by_action"]) == ["dynamodb.Scan", "sqs.ReceiveMessage"]
+    assert abs(got["server_cpu_s"] - 0.24) < 1e-9
+    assert abs(got["server_cpu_ms_per_request"] - 24.0) < 1e-9  # 0.24 s over 10 requests
+    assert got["heavy_requests"] == [[101.0, "dynamodb.Scan", 0.1, 0.3]]  # the one before `since` left out
