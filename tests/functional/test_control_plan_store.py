@@ -195,13 +195,31 @@ def test_a_100_app_fleet_is_chunked_and_checksummed(ddb: Any) -> None:
         store.fleet(m.version)
 
 
+class AtomicPuts:
+    """The client with each ``put_item`` made atomic, as DynamoDB makes a conditional write: the
+    in-process moto evaluates the condition and writes the item without a lock, so two threads can
+    both pass ``attribute_not_exists`` (the claim test below failed that way once: two holders of a slot)."""
+
+    def __init__(self, client: Any):
+        self._client = client
+        self._lock = threading.Lock()
+
+    def put_item(self, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._client.put_item(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
 def test_claims_one_holder_per_slot_idempotent_and_released(ddb: Any) -> None:
     store = PlanStore(ddb, "skinflint-config")
     v = publish(store, 1.0, None, instances=3).version
     got: dict[str, str | None] = {}
+    atomic = AtomicPuts(ddb)  # the claims race in our code; the store's write is atomic, as on AWS
 
     def claim(iid: str) -> None:
-        inst = PlanStore(ddb, "skinflint-config").claim(v, iid, "t4")
+        inst = PlanStore(atomic, "skinflint-config").claim(v, iid, "t4")
         got[iid] = inst.slot if inst else None
 
     threads = [threading.Thread(target=claim, args=(f"i-{n}",)) for n in range(5)]
