@@ -310,12 +310,14 @@ class Worker:
             except DataPlaneError as e:
                 log.warning("cannot record the failure of %s: %s", rec.key, e)
 
-    def _observe_outcomes(self, records: list[TaskRecord]) -> None:
-        """Emit the end-to-end outcome of the frames these records finished (best effort)."""
+    def _observe_outcomes(self, records: list[TaskRecord], also: list[str] | None = None) -> None:
+        """Emit the end-to-end outcome of the frames these records (or ``also``'s) finished (best
+        effort)."""
         if self.outcomes is None:
             return
         try:
-            self.outcomes.submit(records)  # a background read-back (functions/adapters/outcomes.py)
+            # a background read-back (functions/adapters/outcomes.py)
+            self.outcomes.submit(records, also or ())
         except DataPlaneError as exc:
             log.warning("frame outcome not emitted: %s", exc)
 
@@ -381,17 +383,27 @@ class Worker:
                     m, "done", start, done, len(run), tuple(ids), output=output, received_at=p.received_at
                 )
             )
-        # record first (conditional writes: the idempotency gate), then forward: a frame reads as
-        # done only when every task reachable from its roots has an item
+        # forward first, then record (conditional writes: the idempotency gate). The children are on
+        # their way while the results are written, so the write is not in their latency; a recorded
+        # task's children were all enqueued, and until it is recorded the frame reads as queued
+        # (its children are reachable only through its item). A redelivery forwards again (at least
+        # once: the children's ids are fixed, so their own conditional writes drop the copies).
+        out.forwarded = self._forward(children, enqueued_at=done)
         _, repeats = self.results.record_tasks(records)
         out.ran = len(run)
         out.duplicates = len(repeats)
-        out.forwarded = self._forward(children, enqueued_at=done)
         if self.crash_after_record:
             raise SystemExit("crash injected after recording")
         self._delete([r for p in items for r in p.receipts])
         self._metrics(items, run, records, out, start, done)
-        self._observe_outcomes(records)
+        # a redelivered parent's write may be its frame's last (its children ran after the first
+        # delivery): it checks the frame too
+        redelivered = [
+            p.message.request_id
+            for p in run
+            if self._children and self._receives.get(p.message.idempotency_key, 1) > 1
+        ]
+        self._observe_outcomes(records, redelivered)
         with self._lock:
             self._batches_run.add(batch_id)
             for k in ("ran", "dropped", "duplicates", "forwarded"):
@@ -496,9 +508,9 @@ class Worker:
 
     def _forward(self, children: dict[str, list[tuple[TaskMessage, int]]], enqueued_at: float) -> int:
         """Send each child request to its machine's queue (at least once: a redelivered parent
-        forwards again; the child's conditional count makes the duplicate harmless). A child is
-        routed by the time it is sent; its module latency counts from its parent's finish, so the
-        result write before forwarding is inside the child's measured latency."""
+        forwards again; the child's conditional write makes the duplicate harmless). A child is
+        routed by the time it is sent; its module latency counts from its parent's finish (the
+        parent's result write comes after the forward, outside it)."""
         n = 0
         at = self.clock()
         router = self._forward_router

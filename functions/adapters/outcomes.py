@@ -1,12 +1,16 @@
 """Frame outcomes as metrics: end-to-end latency and SLO attainment, once per frame.
 
 Completion is derived, not counted (``functions/adapters/results.py``): a frame is finished when
-every task reachable from its roots has an item. Only the write of a task without children (a leaf,
-or a task dropped early) can finish a frame, so after recording such tasks the worker reads the
-frame back (its items by key, consistently) and, when it is finished, claims the frame's
-``outcome`` item with a conditional ``PutItem``. Exactly one writer wins the claim -- two leaves
-finishing at once may both see the frame finished, but the last write's reader always does -- and
-only the winner emits:
+every task reachable from its roots has an item. After recording tasks without children (leaves,
+or tasks dropped early) the worker reads the frame back (its items by key, consistently) and, when
+it is finished, claims the frame's ``outcome`` item with a conditional ``PutItem``. Exactly one
+writer wins the claim -- two leaves finishing at once may both see the frame finished -- and only
+the winner emits. A parent records its task after forwarding its children, so the frame's last
+write can be a parent's: a leaf's check that finds one of its own task's ancestors unrecorded checks
+again later (up to ``AWAIT_CHECKS`` times), so the last leaf's reader always sees the frame finished
+unless that parent's write is lost; a parent whose message was redelivered (it crashed between
+forwarding and recording, and its children may have finished long ago) checks its frames itself.
+What is emitted:
 
 - ``SloAttainment`` (App; unit None): 1 when the frame is done by its deadline, else 0 (a frame
   dropped early counts 0). Average = attainment, SampleCount = finished frames. The dashboard and
@@ -27,7 +31,7 @@ import os
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
@@ -51,6 +55,10 @@ LATENCY_BUCKETS_MS: tuple[float, ...] = (
 _OUTCOME_SK = "outcome"
 DEFAULT_DELAY_S = 0.3  # s a background check waits after the leaf's write (SKINFLINT_OUTCOME_DELAY_S)
 _FRAME_SK = "frame"
+Finished = tuple[str, str, float, float, float]  # app, status, deadline, accepted_at, finished_at
+Check = Literal["emitted", "await", "no"]  # what one check of a frame found (FrameOutcomes._check)
+#: checks of one frame by a leaf whose ancestor was not recorded yet (then the check is given up)
+AWAIT_CHECKS = 10
 
 
 def leaf_rank(modules: Iterable[str], children: Callable[[str], Sequence[object]], module: str) -> int:
@@ -102,15 +110,18 @@ class FrameOutcomes:
         # the root task ids of the app's frames (its root modules): read with the frame's first read,
         # so a walk costs one read per level of the DAG (a frame whose roots differ reads them after)
         self.roots = tuple(roots)
-        self._pending: queue.Queue[tuple[float, str]] = queue.Queue()
+        # (due, request id, the task ids this writer recorded without children, checks made)
+        self._pending: queue.Queue[tuple[float, str, tuple[str, ...], int]] = queue.Queue()
         self._queued: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.skipped = 0  # checks not queued because max_pending were waiting
         # what the checks cost and found (the worker logs them when it stops): checks run, reads
         # (BatchGetItem requests), frames found unfinished, found already claimed, claims won / lost
+        # awaited: checks that found an ancestor of their own task unrecorded (checked again later);
+        # gave_up: frames still awaiting a parent's write after AWAIT_CHECKS checks
         self.stats: dict[str, int] = dict.fromkeys(
-            ("checks", "reads", "unfinished", "claimed_before", "won", "lost"), 0
+            ("checks", "reads", "unfinished", "claimed_before", "won", "lost", "awaited", "gave_up"), 0
         )
 
     @classmethod
@@ -139,56 +150,80 @@ class FrameOutcomes:
         return out
 
     @staticmethod
-    def _leaves(records: Iterable[TaskRecord]) -> list[str]:
-        return sorted({r.request_id for r in records if not r.children})
+    def _leaves(records: Iterable[TaskRecord], also: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+        """request id -> the ids of its tasks among ``records`` without children, by request id;
+        the frames of ``also`` with none."""
+        out: dict[str, list[str]] = {rid: [] for rid in also}
+        for r in records:
+            if not r.children:
+                out.setdefault(r.request_id, []).append(r.task_id)
+        return {rid: tuple(out[rid]) for rid in sorted(out)}
 
-    def submit(self, records: Iterable[TaskRecord]) -> None:
-        """After ``records`` were written: check their frames now, or in the background."""
+    def submit(self, records: Iterable[TaskRecord], also: Iterable[str] = ()) -> None:
+        """After ``records`` were written: check their frames now, or in the background. ``also``:
+        frames to check though the records written for them have children (a parent's write that
+        may be its frame's last: a redelivered parent, whose children ran long ago)."""
         if not self._background:
-            self.observe(records)
+            self.observe(records, also)
             return
         with self._lock:
-            for rid in self._leaves(records):
-                if rid in self._queued:
-                    continue
-                if len(self._queued) >= self._max_pending:
-                    self.skipped += 1
-                    continue
-                self._queued.add(rid)
-                self._pending.put((time.monotonic() + self.delay_s, rid))
+            for rid, mine in self._leaves(records, also).items():
+                self._enqueue(rid, mine, 0)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="frame-outcomes", daemon=True)
                 self._thread.start()
 
+    def _enqueue(self, rid: str, mine: tuple[str, ...], checks: int) -> None:
+        """Queue a check of ``rid`` (the caller holds the lock); one per frame at a time."""
+        if rid in self._queued:
+            return
+        if len(self._queued) >= self._max_pending:
+            self.skipped += 1
+            return
+        self._queued.add(rid)
+        self._pending.put((time.monotonic() + self.delay_s, rid, mine, checks))
+
     def _loop(self) -> None:
         while True:
-            due, rid = self._pending.get()  # in submission order, so in order of due time
+            # in submission order, so in order of due time (a re-check is due a delay after now,
+            # no earlier than anything queued before it)
+            due, rid, mine, checks = self._pending.get()
             wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
             with self._lock:
                 self._queued.discard(rid)
             try:
-                self._check(rid)
+                if self._check(rid, mine) == "await":
+                    if checks + 1 < AWAIT_CHECKS:
+                        with self._lock:
+                            self._enqueue(rid, mine, checks + 1)
+                    else:
+                        self.stats["gave_up"] += 1
+                        log.warning("frame %s: a parent of %s is still unrecorded", rid, ", ".join(mine))
             except DataPlaneError as exc:
                 log.warning("frame outcome of %s not emitted: %s", rid, exc)
 
-    def observe(self, records: Iterable[TaskRecord]) -> int:
-        """After ``records`` were written: emit the outcome of every frame they finished. Returns
-        how many frames this call emitted."""
-        return sum(self._check(rid) for rid in self._leaves(records))
+    def observe(self, records: Iterable[TaskRecord], also: Iterable[str] = ()) -> int:
+        """After ``records`` were written: emit the outcome of every frame they finished (and of
+        ``also``'s). Returns how many frames this call emitted (checked once each: no waiting for a
+        parent's write)."""
+        leaves = self._leaves(records, also)
+        return sum(self._check(rid, mine) == "emitted" for rid, mine in leaves.items())
 
-    def _check(self, request_id: str) -> int:
-        """Emit ``request_id``'s outcome if it is finished and this caller wins the claim (1), else 0."""
+    def _check(self, request_id: str, mine: tuple[str, ...] = ()) -> Check:
+        """``emitted`` when this caller emitted ``request_id``'s outcome (finished, claim won);
+        ``await`` when an ancestor of one of ``mine`` (this writer's tasks) is not recorded yet (its
+        write may be the frame's last: check again); else ``no``."""
         self.stats["checks"] += 1
-        got = self._read(request_id)
-        if got is None:
-            return 0
+        got = self._read(request_id, mine)
+        if not isinstance(got, tuple):
+            return got
         app, status, deadline, accepted_at, finished = got
         latency_s = finished - accepted_at
         if not self._claim(request_id, status, latency_s):
             self.stats["lost"] += 1
-            return 0
+            return "no"
         self.stats["won"] += 1
         within = status == "done" and finished <= deadline
         self._metrics.put("SloAttainment", 1.0 if within else 0.0, "None", App=app)
@@ -198,10 +233,11 @@ class FrameOutcomes:
             self._metrics.put("EndToEndLatencyBucket", 1, App=app, LeMs=bucket_label(ms))
         else:
             self._metrics.put("FramesDropped", 1, App=app)
-        return 1
+        return "emitted"
 
-    def _read(self, request_id: str) -> tuple[str, str, float, float, float] | None:
-        """(app, status, deadline, accepted_at, finished_at) of a finished frame, else None.
+    def _read(self, request_id: str, mine: tuple[str, ...] = ()) -> Finished | Check:
+        """(app, status, deadline, accepted_at, finished_at) of a finished frame; else ``await``
+        when a task not recorded yet is an ancestor of one of ``mine``, ``no`` otherwise.
 
         Walks the frame's task tree by key (frame item -> roots -> children, one consistent
         ``BatchGetItem`` per level) rather than one ``Query`` of the partition: the same reads on
@@ -217,7 +253,7 @@ class FrameOutcomes:
         frame = head.get((request_id, _FRAME_SK))
         if frame is None or (request_id, _OUTCOME_SK) in head:
             self.stats["claimed_before" if frame is not None else "unfinished"] += 1
-            return None  # not created yet, or its outcome is already claimed: nothing to emit
+            return "no"  # not created yet, or its outcome is already claimed: nothing to emit
         tasks: dict[str, dict[str, Any]] = {}
         # the roots the head read already fetched (when the hint matches this frame's roots)
         known = {sk.removeprefix("task#"): item for (_, sk), item in head.items() if sk.startswith("task#")}
@@ -229,15 +265,19 @@ class FrameOutcomes:
                 read = self._get([(request_id, f"task#{t}") for t in want])
                 got.update({sk.removeprefix("task#"): item for (_, sk), item in read.items()})
             known = {}
-            if len(got) < len(todo):
+            if len(got) < len(todo):  # a task is not recorded yet: not finished
+                missing = [t + "/" for t in todo if t not in got]
+                if any(m.startswith(a) for m in mine for a in missing):
+                    self.stats["awaited"] += 1
+                    return "await"  # the write of this task's ancestor is still to come
                 self.stats["unfinished"] += 1
-                return None  # a task is not recorded yet: not finished
+                return "no"
             tasks.update(got)
             todo = [c for item in got.values() for c in _split(item.get("children"))]
         status, finished = _completion(frame, tasks)
         if status == "queued" or finished is None:
             self.stats["unfinished"] += 1
-            return None
+            return "no"
         return frame["app"], status, float(frame["deadline"]), float(frame["accepted_at"]), finished
 
     def _get(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -4,10 +4,12 @@ request, all under the request id.
 Completion is derived, not counted. The front writes the frame item with the ids of its root
 tasks. A worker writes each finished (or dropped) task's item with a conditional ``PutItem``
 (``attribute_not_exists``: the idempotency gate, so an SQS redelivery is recognised and not
-recorded twice); the item lists the ids of the child tasks it forwards, and it is written BEFORE
-they are forwarded. A frame is therefore done exactly when every task reachable from its roots has
-an item; dropped when one of them was dropped early. Its completion time is the latest
-``recorded_at`` (when the last result write was issued).
+recorded twice); the item lists the ids of the child tasks it forwards, and it is written AFTER
+they were enqueued (so the write is not in the children's latency, and a recorded task's children
+exist). The children are reachable only through their parent's item, so a frame is done exactly
+when every task reachable from its roots has an item and none is missing; dropped when one of them
+was dropped early. Its completion time is the latest ``recorded_at`` (when the last result write
+was issued): usually a leaf's, a parent's when its write was slower than its children.
 
 No item is updated by two writers, so there is no shared counter to contend on (moto's server does
 not make concurrent read-modify-writes of one item atomic, and on AWS a per-frame counter is a hot
@@ -155,7 +157,8 @@ class ResultStore:
         whole table, so GET /v1/requests/{id} slowed as the local results table grew (see
         ``FrameOutcomes._read``, which reads the same way). A task that is not recorded yet ends
         its branch (the frame reads ``queued``); its siblings are still read. Only reachable tasks
-        are listed: a worker records a task before forwarding its children, whose ids it lists."""
+        are listed: a worker records a task (listing its children's ids) after forwarding them; until then
+        the branch ends there."""
         frame = self._read_items([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
         if frame is None:
             return None

@@ -7,8 +7,8 @@ Adjustments made to the stored profiles before planning (all reported by the dem
   worker's own runtime timed on this host, with everything else running, against the profile's p95;
   never below 1) and by :data:`CPU_SHARE_FACTOR` for the stack's own processes that start later (the
   front, the workers, the client streaming frames: measured in demo runs, docs/dispatch.md);
-- every entry gets ``overhead_s`` added: the measured cost of one hop (SQS send + long-poll receive +
-  the conditional result write), the worker's batch-closing grace and JPEG decoding;
+- every entry gets ``overhead_s`` added: the measured cost of one hop (SQS send + long-poll receive;
+  the result write comes after the forward), the worker's batch-closing grace and JPEG decoding;
 - real (non-emulated) CPU machines share this host's cores, so at most ``max_real_cpu_machines`` are
   planned: while a plan needs more, the module with the most CPU machines loses its CPU entries and
   the app is re-planned (the displaced modules run on emulated GPU classes).

@@ -361,7 +361,7 @@ def test_a_late_check_stops_at_the_claim_and_background_checks_wait_for_the_othe
     # a background check runs delay_s after the submission, not before
     bg = FrameOutcomes(stack.ddb, stack.cfg.results_table, MemoryMetrics(), background=True, delay_s=0.5)
     checked: list[float] = []
-    bg._check = lambda rid: checked.append(time.monotonic()) or 0  # type: ignore[method-assign]
+    bg._check = lambda rid, mine=(): checked.append(time.monotonic()) or "no"  # type: ignore[method-assign]
     t0 = time.monotonic()
     bg.submit([leaf])
     end = time.time() + 5
@@ -402,6 +402,45 @@ def test_a_walk_reads_the_roots_with_the_frame_and_tolerates_other_roots(stack):
     assert reads == [3, 1, 1]
     assert metrics.values("SloAttainment", App="traffic") == [1.0, 1.0]
     assert (hinted.stats["won"], hinted.stats["reads"], stale.stats["reads"]) == (1, 2, 3)
+
+
+def test_a_leaf_recorded_before_its_parent_checks_again_until_the_parent_is_recorded(stack, monkeypatch):
+    import functions.adapters.outcomes as outcomes_mod
+    from functions.adapters.metrics import MemoryMetrics
+    from functions.adapters.outcomes import FrameOutcomes
+    from functions.adapters.results import FrameRecord
+
+    # GIVEN frames whose car is recorded before the detector (a parent writes after forwarding)
+    t = time.time()
+    stack.results.create_frames(
+        [FrameRecord(rid, "traffic", t, t + 5.0, roots=("detector",)) for rid in ("f5", "f6", "f7")]
+    )
+    for rid in ("f5", "f6", "f7"):
+        stack.results.record_tasks([_leaf_task(rid, "detector/car.0", t)])
+    metrics = MemoryMetrics()
+    bg = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics, background=True, delay_s=0.05)
+    monkeypatch.setattr(outcomes_mod, "AWAIT_CHECKS", 8)
+    bg.submit([_leaf_task("f5", "detector/car.0", t)])
+    # WHEN the detector's write comes after the car's first check
+    end = time.time() + 5
+    while bg.stats["awaited"] == 0 and time.time() < end:
+        time.sleep(0.01)
+    stack.results.record_tasks([_leaf_task("f5", "detector", t, ("detector/car.0",))])
+    while not metrics.values("SloAttainment") and time.time() < end:
+        time.sleep(0.01)
+    # THEN the car's worker checked again and emitted the frame's outcome once
+    assert metrics.values("SloAttainment", App="traffic") == [1.0]
+    assert bg.stats["awaited"] >= 1 and bg.stats["won"] == 1
+    # a sibling not recorded yet is not waited for (its own check will find the frame finished)
+    stack.results.record_tasks([_leaf_task("f6", "detector", t, ("detector/car.0", "detector/car.1"))])
+    now = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics)
+    assert now._check("f6", ("detector/car.0",)) == "no" and now.stats["unfinished"] == 1
+    # a parent never recorded: the checks stop after AWAIT_CHECKS and say so
+    bg.submit([_leaf_task("f7", "detector/car.0", t)])
+    while bg.stats["gave_up"] == 0 and time.time() < end + 5:
+        time.sleep(0.02)
+    assert bg.stats["gave_up"] == 1 and bg.stats["awaited"] >= 1 + 8
+    assert metrics.values("SloAttainment", App="traffic") == [1.0]
 
 
 def test_the_leaves_of_a_frame_check_one_after_the_other() -> None:
