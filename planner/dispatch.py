@@ -246,7 +246,7 @@ class _Lookup:
     per-window arrays. All are rebuilt when the schedule's windows or groups are not the ones they were
     built from. Derived data, so it never makes two schedules unequal."""
 
-    __slots__ = ("arrays", "by_machine", "memo", "rows", "source", "table", "used")
+    __slots__ = ("arrays", "by_machine", "lists", "memo", "rows", "source", "table", "used")
 
     def __init__(self) -> None:
         self.source: tuple[object, object] | None = None
@@ -255,6 +255,7 @@ class _Lookup:
         self.by_machine: dict[tuple[int, int], tuple[list[float], list[int]]] | None = None
         self.used: list[int] | None = None
         self.arrays: tuple[np.ndarray, ...] | None = None
+        self.lists: tuple[list[float], list[float], list[float], list[float], list[float]] | None = None
         self.memo: dict[Hashable, Any] = {}
 
     def __eq__(self, other: object) -> bool:
@@ -268,7 +269,7 @@ class _Lookup:
         if src is None or src[0] is not windows or src[1] is not groups:
             self.source = (windows, groups)
             self.table = windows if isinstance(windows, WindowTable) else WindowTable.of(windows)
-            self.rows = self.by_machine = self.used = self.arrays = None
+            self.rows = self.by_machine = self.used = self.arrays = self.lists = None
             self.memo = {}
         return self
 
@@ -332,7 +333,9 @@ class DispatchSchedule(BaseModel):
         lk = self._looked_up()
         if lk.used is None:
             assert lk.table is not None
-            lk.used = np.unique(lk.table.group).tolist()
+            groups = lk.table.group
+            # a set of the few groups is cheaper than numpy's sort on the short periods most schedules have
+            lk.used = sorted(set(groups.tolist())) if len(groups) <= 4096 else np.unique(groups).tolist()
         return list(lk.used)
 
     def window_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -350,6 +353,15 @@ class DispatchSchedule(BaseModel):
             lk.arrays = (t.start, t.end, t.wait, dur, batch)
         start, end, wait, dur, batch = lk.arrays
         return start, end, wait, dur, batch
+
+    def window_lists(self) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+        """:meth:`window_arrays` as Python lists of floats (the same values; computed once): a caller
+        that reads a few windows one by one does so faster on lists."""
+        lk = self._looked_up()
+        if lk.lists is None:
+            start, end, wait, dur, batch = self.window_arrays()
+            lk.lists = (start.tolist(), end.tolist(), wait.tolist(), dur.tolist(), batch.tolist())
+        return lk.lists
 
     def derived(self) -> dict[Hashable, Any]:
         """A memo for figures computed from this schedule (:func:`planner.robust.required_spread_rate`
@@ -519,6 +531,8 @@ def _choose_period(
     once it exceeds :data:`MAX_WINDOWS`, or reaches the window count of a best period that is already
     exact (no shortfall, no error), every later multiple would lose or be skipped. The result is the one
     of the full search."""
+    if len(lam) == 1:
+        return _choose_period_one(lam[0], cap[0], machines[0], batch[0])
     p_min = max(1.0 / x for x in lam)
     multiples = (p_min * m for m in range(1, _PERIOD_MULTIPLES + 1))  # made as the search reaches them
     exact = _rational_period(lam)
@@ -527,6 +541,8 @@ def _choose_period(
         first.append(exact)
     first_multiple = len(first)
     candidates = itertools.chain(first, multiples)
+    if len(lam) < 8:  # sums of fewer than 8 terms are sequential: the evaluation fused in plain loops
+        return _best_period_few(lam, cap, machines, batch, candidates, first_multiple)
     best: tuple[tuple[float, float, int], float, list[int]] | None = None
     for pos, period in enumerate(candidates):
         counts, base = _counts(lam, cap, machines, batch, period)
@@ -546,6 +562,102 @@ def _choose_period(
             best = (key, period, counts)
     assert best is not None
     return best[1], best[2]
+
+
+def _best_period_few(
+    lam: list[float],
+    cap: list[float],
+    machines: list[int],
+    batch: list[int],
+    candidates: Iterable[float],
+    first_multiple: int,
+) -> tuple[float, list[int]]:
+    """The loop of :func:`_choose_period` for 2 to 7 groups, with :func:`_counts` inlined and each
+    candidate's sums taken in the same pass: the same operations in the same order (a sum of fewer than
+    8 terms is sequential from ``0.0``, as :func:`_sum` takes it; the planned requests ``x P m b`` are
+    the same products in ``_counts`` and in the key), so the same period and counts."""
+    groups = list(zip(lam, cap, machines, batch, strict=True))
+    width = range(len(groups) - 1, -1, -1)
+    best: tuple[tuple[float, float, int], float, list[int]] | None = None
+    for pos, period in enumerate(candidates):
+        counts: list[float] = []
+        limit: list[float] = []
+        ideal: list[float] = []
+        base = 0
+        planned = have = 0.0
+        for x, c, m, b in groups:
+            hi = _floor(c * period + 1e-7)
+            n = max(min(float(math.ceil(x * period - 1e-7)), hi), 1.0)
+            counts.append(n)
+            limit.append(max(hi, n))
+            base += int(n) * m
+            i = x * period
+            ideal.append(i)
+            planned += i * m * b
+            have += n * m * b
+        if best is not None and pos >= first_multiple:
+            if base > MAX_WINDOWS or (best[0][:2] == (0.0, 0.0) and base >= best[0][2]):
+                break
+        short = planned - have
+        for g in width:  # the shortfall move of _counts
+            while short > 1e-7 * batch[g] and counts[g] < limit[g]:
+                counts[g] += 1
+                short -= float(machines[g] * batch[g])
+        whole = [int(n) for n in counts]
+        total = served = 0
+        for n, m, b in zip(whole, machines, batch, strict=True):
+            total += n * m
+            served += n * m * b
+        if total > MAX_WINDOWS and best is not None:
+            continue
+        shortfall = max(0.0, 1.0 - served / planned)
+        err = max(abs(n - i) / i for n, i in zip(whole, ideal, strict=True))
+        key = (round(shortfall, 12), round(err, 9), total)
+        if best is None or key < best[0]:
+            best = (key, period, whole)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _choose_period_one(lam: float, cap: float, machines: int, batch: int) -> tuple[float, list[int]]:
+    """:func:`_choose_period` of one group (most schedules), on scalars: the same candidates, the same
+    IEEE operations in the same order (a one-term ``_sum`` is ``0.0 + x``, i.e. ``x`` for the positive
+    terms here; ``max`` of one error is that error), so the same period and counts."""
+    exact = _rational_period([lam])
+    first: list[float] = []
+    if exact is not None and exact * (lam * machines) <= MAX_WINDOWS:
+        first.append(exact)
+    p_min = 1.0 / lam
+    best: tuple[tuple[float, float, int], float, int] | None = None
+    for pos, period in enumerate(
+        itertools.chain(first, (p_min * m for m in range(1, _PERIOD_MULTIPLES + 1)))
+    ):
+        # _counts, one group
+        hi = _floor(cap * period + 1e-7)
+        n = max(min(float(math.ceil(lam * period - 1e-7)), hi), 1.0)
+        limit = max(hi, n)
+        base = int(n) * machines
+        short = lam * period * machines * batch - n * machines * batch
+        while short > 1e-7 * batch and n < limit:
+            n += 1
+            short -= float(machines * batch)
+        count = int(n)
+        if best is not None and pos >= len(first):
+            if base > MAX_WINDOWS or (best[0][:2] == (0.0, 0.0) and base >= best[0][2]):
+                break
+        total = count * machines
+        if total > MAX_WINDOWS and best is not None:
+            continue
+        ideal = lam * period
+        served = count * machines * batch
+        planned = ideal * machines * batch
+        shortfall = max(0.0, 1.0 - served / planned)
+        err = abs(count - ideal) / ideal
+        key = (round(shortfall, 12), round(err, 9), total)
+        if best is None or key < best[0]:
+            best = (key, period, count)
+    assert best is not None
+    return best[1], [best[2]]
 
 
 # --------------------------------------------------------------------------- ordering
@@ -607,6 +719,20 @@ class _Pass:
                 return False
         return True
 
+    def joins(self, tau: float, last: _Pass | None, pending: int, lags: list[int]) -> bool:
+        """Take a snapshot (running end ``tau``); when the pass reads ``last`` no more (``pending`` groups
+        still do) and is where ``last`` was at this step, complete it with ``last``'s rest: True."""
+        state = self.snap(tau)
+        if (
+            pending == 0
+            and last is not None
+            and state == last.snaps[len(self.snaps) - 1]
+            and self.same_ends(last, lags)
+        ):
+            self.finish_as(last)
+            return True
+        return False
+
     def finish_as(self, other: _Pass) -> None:
         """Complete this pass with ``other``'s rest (the states agree at the last snapshot)."""
         step = len(self.seq)
@@ -636,6 +762,8 @@ def _eligible_pass(groups: list[_Group], period: float, dls: list[list[float]], 
     same step (running end, windows per group, ends still read), the rest of the pass is ``last``'s rest
     (the order is a function of that state): it is copied instead of recomputed. Two passes that agree
     at some step agree at every later one, so checking every :data:`_SNAP` steps only finds it later."""
+    if len(groups) == 2:
+        return _eligible_pass_two(groups, period, dls, last)
     cur = _Pass(len(groups))
     seq, all_ends = cur.seq, cur.ends
     windows = [g.window for g in groups]
@@ -647,9 +775,7 @@ def _eligible_pass(groups: list[_Group], period: float, dls: list[list[float]], 
     deadline = [d[0] if d else 0.0 for d in dls]
     pending = sum(1 for n in need if n > 0)
     totals = [g.total for g in groups]
-    durs = [g.dur for g in groups]
-    slacks = [g.slack for g in groups]
-    eps, inf = _EPS, math.inf
+    eps = _EPS
     tau = 0.0
     for step in range(sum(totals)):
         best, late, best_excess, best_dl = -1, True, 0.0, 0.0
@@ -669,28 +795,72 @@ def _eligible_pass(groups: list[_Group], period: float, dls: list[list[float]], 
         k = len(ends)
         if k < totals[best]:
             deadline[best] = dls[best][k]
-            j = k - lags[best]  # _ready, inline (the hot loop of a schedule's construction)
-            if j >= 0:
-                ready = ends[j] + durs[best]
-            elif prev[best]:
-                q, r = divmod(j, totals[best])
-                ready = prev[best][r] + q * period + durs[best]
-            else:
-                ready = -inf
-            base[best] = ready - slacks[best]
+            base[best] = _ready(groups[best], k, ends, prev[best], period) - groups[best].slack
         else:
             order.remove(best)
         if k == need[best]:
             pending -= 1
-        if step % _SNAP == _SNAP - 1:
-            state = cur.snap(tau)
-            if (
-                pending == 0
-                and last is not None
-                and state == last.snaps[len(cur.snaps) - 1]
-                and cur.same_ends(last, lags)
-            ):
-                cur.finish_as(last)
+        if step % _SNAP == _SNAP - 1 and cur.joins(tau, last, pending, lags):
+            break
+    return cur
+
+
+def _eligible_pass_two(
+    groups: list[_Group], period: float, dls: list[list[float]], last: _Pass | None
+) -> _Pass:
+    """:func:`_eligible_pass` of two groups (most schedules with several configurations), the hot loop
+    of their construction: each group's state in local variables, the step's choice unrolled (the same
+    comparisons in the same order, so the same ties) and ``_ready`` inline for windows past the lag."""
+    cur = _Pass(2)
+    seq, (ends0, ends1) = cur.seq, cur.ends
+    g0, g1 = groups
+    w0, w1, tot0, tot1, lag0, lag1 = g0.window, g1.window, g0.total, g1.total, g0.lag, g1.lag
+    d0, d1, s0, s1, dls0, dls1 = g0.dur, g1.dur, g0.slack, g1.slack, dls[0], dls[1]
+    prev0, prev1 = last.ends if last is not None else ([], [])
+    need0, need1 = min(lag0, tot0), min(lag1, tot1)
+    base0, base1 = _ready(g0, 0, [], prev0, period) - s0, _ready(g1, 0, [], prev1, period) - s1
+    dl0, dl1 = (dls0[0] if dls0 else 0.0), (dls1[0] if dls1 else 0.0)
+    alive0, alive1 = tot0 > 0, tot1 > 0
+    pending = (need0 > 0) + (need1 > 0)
+    lags, eps, tau, until_snap = [lag0, lag1], _EPS, 0.0, _SNAP
+    for _ in range(tot0 + tot1):
+        if alive0 and alive1:
+            e0 = base0 - (tau + w0)
+            e1 = base1 - (tau + w1)
+            if e0 <= eps:
+                one = e1 <= eps and dl1 < dl0
+            else:
+                one = e1 <= eps or e1 < e0 or (e1 == e0 and dl1 < dl0)
+        else:
+            one = alive1
+        if one:
+            tau += w1
+            ends1.append(tau)
+            seq.append(1)
+            k = len(ends1)
+            if k < tot1:
+                dl1 = dls1[k]
+                j = k - lag1
+                base1 = (ends1[j] + d1 if j >= 0 else _ready(g1, k, ends1, prev1, period)) - s1
+            else:
+                alive1 = False
+            pending -= k == need1
+        else:
+            tau += w0
+            ends0.append(tau)
+            seq.append(0)
+            k = len(ends0)
+            if k < tot0:
+                dl0 = dls0[k]
+                j = k - lag0
+                base0 = (ends0[j] + d0 if j >= 0 else _ready(g0, k, ends0, prev0, period)) - s0
+            else:
+                alive0 = False
+            pending -= k == need0
+        until_snap -= 1
+        if not until_snap:  # every _SNAP steps
+            until_snap = _SNAP
+            if cur.joins(tau, last, pending, lags):
                 break
     return cur
 

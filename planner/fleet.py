@@ -35,6 +35,7 @@ from planner.errors import PlannerError
 from planner.models import MachineGroup, ModulePlan, Plan
 from planner.packing import ALIGN_GUARD_S, REPACK_THRESHOLD, FleetPlan, Instance, Share, apply_phases, pack
 from planner.solve import solve
+from planner.split import topology
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -172,7 +173,7 @@ def _unfill(problem: ProblemSpec, mods: dict[str, _Mod], wcl: dict[str, float], 
     if keep >= 1:
         return
     extra = dict.fromkeys(mods, math.inf)
-    for path in problem.paths():
+    for path in topology(problem).paths:
         slack = problem.slo_s - sum(wcl[m] for m in path)
         users = [m for m in path if m in mods]
         for m in users:
@@ -199,7 +200,7 @@ def _splits(problem: ProblemSpec, mods: dict[str, _Mod], wcl: dict[str, float]) 
     """Split the modules whose paths have the slack for it, the most valuable first (in place)."""
     cands = [(m, s) for m, mod in mods.items() if (s := _split_of(mod)) is not None]
     cands.sort(key=lambda c: (-mods[c[0]].price * (1 - 1 / c[1][1]), c[0]))
-    slack = {tuple(p): problem.slo_s - sum(wcl[m] for m in p) for p in problem.paths()}
+    slack = {tuple(p): problem.slo_s - sum(wcl[m] for m in p) for p in topology(problem).paths}
     out: dict[str, tuple[int, int]] = {}
     for m, (k, q) in cands:
         mod = mods[m]
@@ -334,7 +335,7 @@ def _redispatch(problem: ProblemSpec, plan: Plan, schedules: Schedules | None) -
         t1 = max(theorem1_latencies(mp, prices), default=0.0)
         modules[m] = mp.model_copy(update={"worst_case_latency_s": t1, "dispatch": {"theorem1_s": t1}})
     real = realise(problem, plan.model_copy(update={"modules": modules}), cache=schedules)
-    for path in problem.paths():
+    for path in topology(problem).paths:
         if sum(real[m].worst_case_s for m in path) > problem.slo_s + 1e-9:
             return None
     if any(r.guaranteed and not r.collision_free for r in real.values()):
@@ -418,7 +419,7 @@ def _assemble(
     extra[KEEP_KEY] = keep
     extra["paths"] = [
         {"modules": list(p), "worst_case_latency_s": sum(modules[m].worst_case_latency_s for m in p)}
-        for p in problem.paths()
+        for p in topology(problem).paths
     ]
     return Plan(
         objective=plan.objective,

@@ -40,6 +40,7 @@ from planner.dispatch import DispatchSchedule, build_schedule
 from planner.errors import InfeasibleError
 from planner.latency import EPS
 from planner.solve import BilledCache, solve
+from planner.split import topology
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -234,7 +235,7 @@ def _children_per_request(
     ``max_children_per_request`` extra (a list of ``[parent, child, n]``), else the rate ratio
     ``rate(child) / sum(rate(parents))`` (the simulator's spawn model: a batch of ``k`` requests
     spawns at most ``ceil(ratio * k)``)."""
-    parents = problem.parents()
+    parents = topology(problem).parents
     hint = dict(fan_out or {})
     for item in (problem.model_extra or {}).get(FAN_OUT_KEY) or []:
         src, dst, n = item
@@ -286,15 +287,61 @@ def required_spread_rate(
     key = ("spread", parent.period_s, float(per_request), streams)
     hit = memo.get(key)
     if hit is None:
-        hit = memo[key] = _required_spread_rate(parent, float(per_request), streams)
+        small = len(parent.windows) <= _SMALL_PATTERN and all(map(math.isfinite, (*streams, per_request)))
+        compute = _required_spread_rate_small if small else _required_spread_rate
+        hit = memo[key] = compute(parent, float(per_request), streams)
     rate, burst = hit
     return rate, burst
+
+
+#: Largest parent period (windows) whose completion pattern :func:`required_spread_rate` reads in plain
+#: Python (:func:`_required_spread_rate_small`): numpy costs microseconds per call on the few windows
+#: most parents have (one group of 1-8 windows).
+_SMALL_PATTERN = 96
+
+
+def _required_spread_rate_small(
+    parent: DispatchSchedule, per_request: float, streams: tuple[float, ...]
+) -> tuple[float, int]:
+    """:func:`_required_spread_rate` in plain Python floats: the same IEEE operations in the same order
+    (numpy's ``mod`` is Python's ``%`` on floats, its stable ``argsort`` a stable ``sorted``, its
+    ``minimum``/``maximum`` conditionals that keep the same operand), so the same answer, bit for bit."""
+    start, end, wait, dur, batch = parent.window_lists()
+    period = parent.period_s
+    length = [e - s for e, s in zip(end, start, strict=True)]
+    n: list[float] = []
+    for ln, b in zip(length, batch, strict=True):
+        places = 0.0
+        for r in streams:
+            places += float(math.ceil(r * ln - 1e-9))
+        held = b if b <= places else places  # np.minimum (no NaN here)
+        n.append(float(math.ceil(per_request * held - 1e-9)))
+    if not any(x >= 1 for x in n):
+        return 0.0, 0
+    x = [((e + w) + d) % period for e, w, d in zip(end, wait, dur, strict=True)]
+    order = sorted(range(len(x)), key=x.__getitem__)
+    gap = [0.0] * len(x)
+    for pos in range(len(order) - 1):
+        gap[order[pos]] = x[order[pos + 1]] - x[order[pos]]
+    gap[order[-1]] = (x[order[0]] + period) - x[order[-1]]
+    if len(parent.window_groups()) == 1 and len(streams) == 1:
+        offset = [(ln + w) + d for ln, w, d in zip(length, wait, dur, strict=True)]
+        lead = 1.0 / streams[0] + min(o - ln for o, ln in zip(offset, length, strict=True))
+        for k, o in enumerate(offset):
+            alt = lead - o
+            gap[k] = gap[k] if gap[k] >= alt else alt  # np.maximum
+    need = -math.inf
+    for nk, g in zip(n, gap, strict=True):
+        if nk >= 1:
+            v = nk / (g if g >= 1e-300 else 1e-300) if g > 1e-12 else math.inf
+            need = need if need >= v else v
+    return need, int(max(n))
 
 
 def _required_spread_rate(
     parent: DispatchSchedule, per_request: float, streams: tuple[float, ...]
 ) -> tuple[float, int]:
-    """:func:`required_spread_rate`, computed."""
+    """:func:`required_spread_rate`, computed (numpy: the parents with long periods)."""
     length, offset, done, batch = _window_arrays(parent)
     places = np.zeros_like(length)
     for r in streams:
@@ -380,10 +427,11 @@ def realise(
     groups and their prices), so one dict may serve several calls, plans and problems."""
     prices = {h: hw.price_per_hour for h, hw in problem.hardware.items()}
     per_request = _children_per_request(problem, fan_out)
-    parents, children = problem.parents(), problem.children()
+    topo = topology(problem)
+    parents, children = topo.parents, topo.children
     streams: dict[str, list[float]] = {}  # module -> spacing rates of its request streams
     out: dict[str, Realisation] = {}
-    for name in problem.order():
+    for name in topo.order:
         mp = plan.modules[name]
         key = schedule_key(name, mp, prices)
         sched = cache.get(key) if cache is not None else None
@@ -487,8 +535,9 @@ class _Search:
         self.policy, self.objective, self.fan_out = policy, objective, fan_out
         self.attempts: list[_Attempt] = []
         self.schedules: dict[tuple[object, ...], DispatchSchedule] = {} if schedules is None else schedules
-        self.joins = {m: len(ps) for m, ps in problem.parents().items() if len(ps) > 1}
-        self.paths = problem.paths()  # of the problem every variant keeps (only rates and profiles change)
+        topo = topology(problem)
+        self.joins = {m: len(ps) for m, ps in topo.parents.items() if len(ps) > 1}
+        self.paths = topo.paths  # of the problem every variant keeps (only rates and profiles change)
         # the rounds solve variants of one problem: most modules' billed optima come back unchanged
         self.billed = BilledCache()
         self._profiles: dict[tuple[str, Key | None, bool], list[ProfileEntry]] = {}
@@ -557,9 +606,10 @@ class _Search:
 
 
 def _ancestors(problem: ProblemSpec) -> dict[str, set[str]]:
-    parents = problem.parents()
+    topo = topology(problem)
+    parents = topo.parents
     out: dict[str, set[str]] = {}
-    for m in problem.order():
+    for m in topo.order:
         out[m] = set(parents[m]).union(*(out[p] for p in parents[m]))
     return out
 
@@ -575,9 +625,9 @@ def _repair(attempts: list[_Attempt], problem: ProblemSpec) -> tuple[dict[str, f
     its requirement: a child raised again overshoots by 2 %, 4 %, 8 %... so the chase ends."""
     last = attempts[-1]
     rates, only = dict(last.rates), dict(last.only)
-    parents, ancestors = problem.parents(), _ancestors(problem)
+    parents, ancestors = topology(problem).parents, _ancestors(problem)
     changed: set[str] = set()
-    for child in (m for m in problem.order() if m in last.short):
+    for child in (m for m in topology(problem).order if m in last.short):
         if ancestors[child] & (changed | set(last.short)):
             continue
         multi = [
@@ -658,7 +708,7 @@ def solve_dispatchable(
     if child_headroom < 0 or not math.isfinite(child_headroom):
         raise ValueError(f"child_headroom must be a finite fraction >= 0, got {child_headroom}")
     started, cpu_started = time.perf_counter(), time.process_time()
-    parents = problem.parents()
+    parents = topology(problem).parents
     search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out, schedules=schedules)
     base = {m: s.rate for m, s in problem.modules.items()}
     # raises InfeasibleError when Theorem 1 cannot
@@ -755,7 +805,7 @@ def annotate(problem: ProblemSpec, plan: Plan, real: Mapping[str, Realisation]) 
         )
     paths = [
         {"modules": list(p), "worst_case_latency_s": sum(real[m].worst_case_s for m in p)}
-        for p in problem.paths()
+        for p in topology(problem).paths
     ]
     return plan.model_copy(
         update={
@@ -778,7 +828,7 @@ def _assemble(
     solve_ms: float,
     cpu_ms: float,
 ) -> Plan:
-    parents = problem.parents()
+    parents = topology(problem).parents
     plan = annotate(problem, best.plan, best.real)
     modules = {
         name: mp.model_copy(

@@ -32,7 +32,7 @@ from planner.module import (
     piccolo_dummy,
 )
 from planner.policies import PolicySpec, get_policy
-from planner.split import ListSource, Option, combine, even_split, iterative_split, path_latency
+from planner.split import ListSource, Option, combine, even_split, iterative_split, path_latency, topology
 
 if TYPE_CHECKING:
     from planner.models import HardwareSpec, Objective, ProblemSpec, ProfileEntry
@@ -195,7 +195,8 @@ def _context(
     only_hw: str | None,
     memo: BilledCache | None = None,
 ) -> _Ctx:
-    names = problem.order()
+    topo = topology(problem)
+    names = list(topo.order)
     index = {m: i for i, m in enumerate(names)}
     configs: list[list[Config]] = []
     records: list[_ModuleRecord | None] = []
@@ -215,13 +216,13 @@ def _context(
             cs = [c for c in cs if c.hardware == only_hw]
         configs.append(cs)
         records.append(record if len(cs) == unfiltered else None)  # its table is for all configurations
-    parents = [frozenset(index[p] for p in problem.parents()[m]) for m in names]
-    children = [frozenset(index[c] for c in problem.children()[m]) for m in names]
+    parents = [frozenset(index[p] for p in topo.parents[m]) for m in names]
+    children = [frozenset(index[c] for c in topo.children[m]) for m in names]
     return _Ctx(
         names=names,
         rate=[problem.modules[m].rate for m in names],
         configs=configs,
-        paths=[[index[m] for m in p] for p in problem.paths()],
+        paths=[[index[m] for m in p] for p in topo.paths],
         parents=parents,
         children=children,
         slo=problem.slo_s,

@@ -14,18 +14,31 @@ Exact methods over per-module option lists (latency, cost):
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 from planner.latency import EPS
+from planner.models import topological_order
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from planner.latency import Config
+    from planner.models import ProblemSpec
 
-__all__ = ["ListSource", "Option", "OptionSource", "combine", "even_split", "iterative_split", "path_latency"]
+__all__ = [
+    "ListSource",
+    "Option",
+    "OptionSource",
+    "Topology",
+    "combine",
+    "even_split",
+    "iterative_split",
+    "path_latency",
+    "topology",
+]
 
 T = TypeVar("T")
 
@@ -35,6 +48,52 @@ class Option(Generic[T]):
     latency: float
     cost: float
     payload: T
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """A problem's DAG as :class:`~planner.models.ProblemSpec` computes it (``order()``, ``parents()``,
+    ``children()``, ``paths()``: the same values, in the same order), computed once per DAG. Shared:
+    read it, never change it (the mappings' values are tuples)."""
+
+    order: tuple[str, ...]
+    parents: Mapping[str, tuple[str, ...]]
+    children: Mapping[str, tuple[str, ...]]
+    paths: tuple[tuple[str, ...], ...]
+
+
+def topology(problem: ProblemSpec) -> Topology:
+    """The DAG of ``problem`` (:class:`Topology`). An epoch asks for it thousands of times (every solve,
+    realisation and shape of an app) on a few distinct DAGs: it is kept per module list and edge list
+    (problems are frozen, so those are all it depends on)."""
+    return _topology(tuple(problem.modules), tuple(problem.edges))
+
+
+@functools.lru_cache(maxsize=1024)
+def _topology(modules: tuple[str, ...], edges: tuple[tuple[str, str], ...]) -> Topology:
+    parents: dict[str, list[str]] = {m: [] for m in modules}
+    children: dict[str, list[str]] = {m: [] for m in modules}
+    for src, dst in edges:
+        children[src].append(dst)
+        parents[dst].append(src)
+    order = tuple(topological_order(list(modules), list(edges)))
+    paths: list[tuple[str, ...]] = []
+
+    def walk(node: str, prefix: tuple[str, ...]) -> None:
+        path = (*prefix, node)
+        if not children[node]:
+            paths.append(path)
+        for c in children[node]:
+            walk(c, path)
+
+    for root in (m for m in order if not parents[m]):
+        walk(root, ())
+    return Topology(
+        order=order,
+        parents={m: tuple(ps) for m, ps in parents.items()},
+        children={m: tuple(cs) for m, cs in children.items()},
+        paths=tuple(paths),
+    )
 
 
 def path_latency(lat: Sequence[float], paths: Sequence[Sequence[int]]) -> float:
