@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check planner
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy planner functions gpu_fleet skinflint profiles cdk loadtest
 
 ## Lint, type-check and run every test (what .ci/run calls).

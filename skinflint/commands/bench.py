@@ -33,9 +33,7 @@ def register(sub: Any) -> None:
     fleet.add_argument("--apps", type=_positive, default=100, help="apps in the main fleet (default 100)")
     fleet.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     fleet.add_argument("--seeds", type=_positive, default=5, help="fleets per size (default 5)")
-    fleet.add_argument(
-        "--sizes", default="10,30", help="other fleet sizes, comma-separated (default 10,30)"
-    )
+    fleet.add_argument("--sizes", default="10,30", help="other fleet sizes, comma-separated (default 10,30)")
     fleet.add_argument("--epochs", type=_positive, default=24, help="steady-load epochs (default 24)")
     fleet.add_argument(
         "--noise", type=float, default=0.05, help="steady-load noise, +- fraction (default 0.05)"
@@ -133,9 +131,7 @@ def _register_diurnal(bsub: Any) -> None:
         default="plain",
         help="planner.solve (as the control loop) or planner.robust.solve_dispatchable (default plain)",
     )
-    p.add_argument(
-        "--workers", type=_positive, default=2, help="processes running simulations (default 2)"
-    )
+    p.add_argument("--workers", type=_positive, default=2, help="processes running simulations (default 2)")
     p.add_argument("--no-oracle", action="store_true", help="skip the perfect-foresight oracle")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--plots", metavar="DIR", default=None, help="write the PNG plots into DIR")
