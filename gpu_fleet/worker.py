@@ -514,8 +514,8 @@ class Worker:
         n = 0
         at = self.clock()
         router = self._forward_router
+        sends: dict[str, list[TaskMessage]] = {}
         for child, reqs in children.items():
-            by_queue: dict[str, list[TaskMessage]] = {}
             burst = router.route_burst(child, at, len(reqs), parent=self.assignment.module)
             for (m, k), route in zip(reqs, burst, strict=True):
                 msg = router.task(
@@ -528,10 +528,9 @@ class Worker:
                     payload=m.payload,
                     region=child_region(m.idempotency_key, child, k),
                 )
-                by_queue.setdefault(route.queue_url, []).append(msg)
-            for url, msgs in by_queue.items():
-                self.queues.send(url, msgs)
-                n += len(msgs)
+                sends.setdefault(route.queue_url, []).append(msg)
+                n += 1
+        self.queues.send_many(sends)  # every child queue at once: none waits for another's send
         return n
 
     def _metrics(

@@ -1,7 +1,10 @@
-"""SQS: send task messages in batches of 10, long-poll, delete, release (visibility 0)."""
+"""SQS: send task messages in batches of 10 (several queues' batches in parallel), long-poll, delete,
+release (visibility 0)."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +13,8 @@ from botocore.exceptions import ClientError
 from functions.errors import QueueError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from functions.schema import TaskMessage
 
 __all__ = ["GONE_CODES", "Received", "TaskQueues", "queue_gone"]
@@ -37,23 +42,64 @@ class Received:
     sent_at: float  # epoch s, SQS's SentTimestamp
 
 
+#: threads a :class:`TaskQueues` sends on in parallel (its own pool, started on first use)
+SEND_THREADS = 4
+
+
 class TaskQueues:
     def __init__(self, client: Any):
         self._sqs = client
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def send(self, queue_url: str, messages: list[TaskMessage]) -> None:
-        for i in range(0, len(messages), 10):
-            entries = [
-                {"Id": str(n), "MessageBody": m.model_dump_json(exclude_none=True)}
-                for n, m in enumerate(messages[i : i + 10])
-            ]
+        self.send_many({queue_url: messages})
+
+    def send_many(self, by_queue: Mapping[str, list[TaskMessage]]) -> None:
+        """Send every queue's messages, one ``SendMessageBatch`` per 10. With more than one
+        request they go in parallel: a message's delivery does not wait for the round trips of
+        the requests before it (a parent's children on two queues, a burst of more than ten).
+        Raises the first failure (:class:`QueueError`) once every request has returned; the
+        messages of the requests that succeeded were sent (a retry sends them again: at least
+        once, as a redelivered parent does)."""
+        calls = [(url, msgs[i : i + 10]) for url, msgs in by_queue.items() for i in range(0, len(msgs), 10)]
+        if len(calls) <= 1:
+            for url, chunk in calls:
+                self._send_batch(url, chunk)
+            return
+        pool = self._send_pool()
+        futures = [pool.submit(self._send_batch, url, chunk) for url, chunk in calls[1:]]
+        failure: QueueError | None = None
+        try:
+            self._send_batch(*calls[0])
+        except QueueError as exc:
+            failure = exc
+        for f in futures:
             try:
-                out = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
-            except ClientError as exc:
-                raise QueueError(f"cannot send to {queue_url}: {exc}", queue_url=queue_url) from exc
-            if out.get("Failed"):
-                why = "; ".join(f.get("Message", f.get("Code", "?")) for f in out["Failed"])
-                raise QueueError(f"SQS refused {len(out['Failed'])} message(s): {why}", queue_url=queue_url)
+                f.result()
+            except QueueError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _send_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="sqs-send")
+            return self._pool
+
+    def _send_batch(self, queue_url: str, messages: list[TaskMessage]) -> None:
+        entries = [
+            {"Id": str(n), "MessageBody": m.model_dump_json(exclude_none=True)}
+            for n, m in enumerate(messages)
+        ]
+        try:
+            out = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+        except ClientError as exc:
+            raise QueueError(f"cannot send to {queue_url}: {exc}", queue_url=queue_url) from exc
+        if out.get("Failed"):
+            why = "; ".join(f.get("Message", f.get("Code", "?")) for f in out["Failed"])
+            raise QueueError(f"SQS refused {len(out['Failed'])} message(s): {why}", queue_url=queue_url)
 
     def receive(self, queue_url: str, wait_s: int = 20, max_messages: int = 10) -> list[Received]:
         try:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
@@ -85,6 +87,14 @@ class FrontService:
     _keys: dict[str, float] = field(default_factory=dict)
     _pointer: tuple[float, Manifest | None] = (0.0, None)
     _by_version: dict[tuple[str, int], Router] = field(default_factory=dict)
+    _io: list[ThreadPoolExecutor] = field(default_factory=list)  # started on first use
+    _io_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _io_pool(self) -> ThreadPoolExecutor:
+        with self._io_lock:
+            if not self._io:
+                self._io.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="front-io"))
+            return self._io[0]
 
     # -- auth and config ---------------------------------------------------------------------------
     def authenticate(self, key: str | None) -> None:
@@ -224,9 +234,15 @@ class FrontService:
                 by_queue.setdefault(r.queue_url, []).append(msg)
             records.append(FrameRecord(request_id, app, now, deadline, roots=tuple(r.module for r in routes)))
             accepted.append(FrameAccepted(request_id=request_id, deadline=deadline, modules=list(dep.roots)))
-        self.results.create_frames(records)
-        for url, msgs in by_queue.items():
-            self.queues.send(url, msgs)
+        # the frame items and the root messages in parallel: the root modules' latency counts from
+        # `now`, so their messages do not wait for the write. A frame is accepted (202) only when
+        # both succeeded; after a failure of either (503) what the other wrote stays unreferenced
+        # (the caller never got the ids: no frame of it is answered or awaited)
+        write = self._io_pool().submit(self.results.create_frames, records)
+        try:
+            self.queues.send_many(by_queue)
+        finally:
+            write.result()
         self.metrics.put("FramesAccepted", len(frames), App=app)
         return FramesAccepted(app=app, accepted=accepted)
 

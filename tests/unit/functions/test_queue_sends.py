@@ -1,0 +1,80 @@
+"""``TaskQueues.send_many``: one SendMessageBatch per ten messages, several in parallel, failures
+raised after every request returned."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from functions.adapters.queues import TaskQueues
+from functions.errors import QueueError
+from functions.schema import Payload, TaskMessage
+
+
+def message(n: int) -> TaskMessage:
+    return TaskMessage(
+        idempotency_key=f"r{n}/detector",
+        request_id=f"r{n}",
+        task_id="detector",
+        app="traffic",
+        module="detector",
+        deployment_version=1,
+        accepted_at=0.0,
+        enqueued_at=0.0,
+        deadline=1.0,
+        module_deadline=1.0,
+        group=0,
+        machine=0,
+        batch_id=n,
+        window_end=0.1,
+        payload=Payload(content_type="image/jpeg", size=1, inline_b64="AA=="),
+    )
+
+
+class SlowSqs:
+    """Each SendMessageBatch takes ``delay_s``; records (queue, ids, thread) and refuses ``fail``."""
+
+    def __init__(self, delay_s: float, fail: str | None = None):
+        self.delay_s = delay_s
+        self.fail = fail
+        self.calls: list[tuple[str, list[str], str]] = []
+        self._lock = threading.Lock()
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        time.sleep(self.delay_s)
+        with self._lock:
+            self.calls.append((QueueUrl, [e["Id"] for e in Entries], threading.current_thread().name))
+        if QueueUrl == self.fail:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "boom"}}, "SendMessageBatch")
+        return {"Successful": [{"Id": e["Id"]} for e in Entries]}
+
+
+def test_two_queues_are_sent_in_parallel_and_bursts_in_tens() -> None:
+    sqs = SlowSqs(0.2)
+    queues = TaskQueues(sqs)
+    t0 = time.perf_counter()
+    queues.send_many({"q-car": [message(i) for i in range(12)], "q-person": [message(99)]})
+    took = time.perf_counter() - t0
+    # three requests (10 + 2 cars, 1 person), all at once: about one round trip, not three
+    assert sorted((q, len(ids)) for q, ids, _ in sqs.calls) == [("q-car", 2), ("q-car", 10), ("q-person", 1)]
+    assert took < 0.2 * 2
+    assert len({thread for _, _, thread in sqs.calls}) == 3  # the caller's thread and two of the pool
+
+
+def test_one_request_is_sent_on_the_callers_thread() -> None:
+    sqs = SlowSqs(0.0)
+    TaskQueues(sqs).send("q", [message(1), message(2)])
+    assert [(q, ids, thread) for q, ids, thread in sqs.calls] == [
+        ("q", ["0", "1"], threading.current_thread().name)
+    ]
+
+
+def test_a_failed_request_is_raised_after_the_others_were_sent() -> None:
+    sqs = SlowSqs(0.05, fail="q-bad")
+    with pytest.raises(QueueError, match="cannot send to q-bad"):
+        TaskQueues(sqs).send_many({"q-bad": [message(1)], "q-good": [message(2)], "q-also": [message(3)]})
+    assert sorted(q for q, _, _ in sqs.calls) == ["q-also", "q-bad", "q-good"]
