@@ -79,7 +79,7 @@ class ControlConfig:
     activate_wait_s: float = 0.0  # s an epoch that published waits for the slots to be served
     activate_poll_s: float = 2.0  # s between readiness reads while it waits
     heartbeat_fresh_s: float = 30.0  # s: a heartbeat older than this does not show a slot served
-    hop_overhead_s: float = 0.05  # s added to every profile duration (SQS hop, result write, grace)
+    hop_overhead_s: float = 0.05  # s added to every profile duration (SQS send and receive, grace)
     calibrate: bool = False  # opt-in: learn service-time corrections from ServiceOverrunMs (calibration.py)
     rate_period_s: int = 60  # s: CloudWatch period the observed rate is summed over
     # s: the rate window ends this long before now, so every writer (front, workers) has flushed the

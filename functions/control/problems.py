@@ -27,7 +27,7 @@ def adjust_profiles(
     problem: ProblemSpec, overhead_s: float, corrections: Mapping[str, float] | None = None
 ) -> ProblemSpec:
     """Every profile entry's duration becomes its p95 (``p95_s``, when measured) plus ``overhead_s``:
-    what one hop of the data plane really takes around the model (SQS, result write, grace), plus
+    what one hop of the data plane really takes around the model (SQS send and receive, grace), plus
     the service-time correction learned for the module on that hardware (``"module@hardware"`` -> s,
     :mod:`functions.control.calibration`)."""
     corr = corrections or {}

@@ -179,7 +179,7 @@ def plan_local(
     solve_fn = solve or partial(_default_solve, fan_out=fan_out)
     notes = [
         f"each profile duration: p95 when measured, plus {hop * 1e3:.0f} ms per hop "
-        "(SQS, result write, grace, decode)"
+        "(SQS send and receive, grace, decode)"
     ]
     notes += [
         f"{m}: real CPU durations x {f:.2f} (contention measured now x{contention[m]:.2f}, "

@@ -145,7 +145,9 @@ def aws_request_figures(
     """The AWS requests the stack made between two meter readings (moto's
     ``/_skinflint/requests``): total, per frame sent, per second, and by ``service.action`` (most
     first); the server's CPU on them (total, per request, and by action, most first) and the heavy
-    requests (at least 20 ms of the server's CPU each) that started at or after ``since``. Every
+    requests (at least 20 ms of the server's CPU each) and the server's garbage-collector pauses of at
+    least 10 ms (``[started_at, generation, seconds, collected]``) that started at or after ``since``,
+    and its collections per generation between the readings. Every
     process counts: the front, the workers, the control loop, the fleet emulator. None when either
     reading is missing."""
     if before is None or after is None:
@@ -158,6 +160,15 @@ def aws_request_figures(
     cpu = {k: float(v) - float(cpu_was.get(k, 0.0)) for k, v in after.get("cpu_s_by_action", {}).items()}
     cpu = dict(sorted(((k, v) for k, v in cpu.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
     heavy = [h for h in after.get("heavy", []) if since is None or float(h[0]) >= since]
+    gc_after, gc_before = after.get("gc") or {}, before.get("gc") or {}
+    was_gen = gc_before.get("by_generation", {})
+    gc_figures = {
+        "collections": {
+            g: int(v["collections"]) - int(was_gen.get(g, {}).get("collections", 0))
+            for g, v in gc_after.get("by_generation", {}).items()
+        },
+        "long_pauses": [p for p in gc_after.get("long_pauses", []) if since is None or float(p[0]) >= since],
+    }
     cpu_total = sum(cpu.values())
     return {
         "total": total,
@@ -169,6 +180,8 @@ def aws_request_figures(
         "server_cpu_ms_per_request": 1e3 * cpu_total / total if total else math.nan,
         "server_cpu_s_by_action": cpu,
         "heavy_requests": heavy,
+        "server_gc": gc_figures,
+        "server_maxrss_mb": after["maxrss_kb"] / 1024 if "maxrss_kb" in after else None,
     }
 
 

@@ -129,3 +129,59 @@ def test_request_figures_give_the_server_cpu_per_action_and_the_heavy_requests_s
     assert abs(got["server_cpu_s"] - 0.24) < 1e-9
     assert abs(got["server_cpu_ms_per_request"] - 24.0) < 1e-9  # 0.24 s over 10 requests
     assert got["heavy_requests"] == [[101.0, "dynamodb.Scan", 0.1, 0.3]]  # the one before `since` left out
+
+
+def test_the_gc_meter_times_collections_and_keeps_the_long_ones() -> None:
+    import gc
+
+    from functions.localstack.moto_server import GcMeter
+
+    meter = GcMeter()
+    meter.LONG_S = 0.0  # keep every pause
+    meter.install()
+    try:
+        junk = [[i] for i in range(50_000)]  # something for a full collection to walk
+        t0 = time.time()
+        gc.collect()
+        del junk
+    finally:
+        gc.callbacks.remove(meter._callback)
+    snap = meter.snapshot()
+    full = snap["by_generation"]["2"]
+    assert full["collections"] >= 1 and full["max_s"] > 0 and full["total_s"] >= full["max_s"]
+    started, generation, seconds, _ = snap["long_pauses"][-1]
+    assert generation == 2 and started >= t0 and seconds > 0
+    wrapped = RequestMeter(lambda e, s: [b""], meter).snapshot()
+    assert wrapped["gc"]["by_generation"]["2"]["collections"] == full["collections"]
+
+
+def test_the_server_freezes_what_survives_its_full_collections() -> None:
+    import subprocess
+    import sys
+
+    # in a child process: the setting is the whole interpreter's
+    code = (
+        "import gc, time; from functions.localstack.moto_server import frozen_full_collections as f; "
+        "before = gc.get_freeze_count(); t = f(0.05); time.sleep(0.3); keep = [[i] for i in range(1000)]; "
+        "time.sleep(0.3); print(before, gc.get_freeze_count() > before + 1000, t.daemon, gc.get_threshold())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split(" ", 3)[:3] == ["0", "True", "True"]  # later survivors frozen too; thresholds as set
+
+
+def test_the_freeze_path_collects_and_freezes_without_reaching_moto() -> None:
+    import gc
+
+    from functions.localstack.moto_server import FREEZE_PATH
+
+    seen: list[str] = []
+    meter = RequestMeter(lambda e, s: seen.append("app") or [b""])
+    statuses: list[str] = []
+    try:
+        got = meter({"REQUEST_METHOD": "POST", "PATH_INFO": FREEZE_PATH}, lambda s, h: statuses.append(s))
+        answer = json.loads(b"".join(got))
+        assert statuses == ["200 OK"] and seen == []  # answered by the meter, not counted
+        assert answer["frozen"] > 0 and gc.get_freeze_count() > 0 and answer["seconds"] >= 0
+        assert meter.snapshot()["total"] == 0
+    finally:
+        gc.unfreeze()  # the test process's collector as it was
