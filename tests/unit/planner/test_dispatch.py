@@ -259,9 +259,11 @@ def test_schedules_are_bit_identical_to_the_frozen_ones():
     assert not mismatched, mismatched[:3]
 
 
-def exhaustive_period(lam, cap, machines, batch):
-    """The period search without its early stop: every candidate evaluated, the smallest key kept (sums of
-    floats through ``dispatch._sum``, numpy's order, which the module uses)."""
+def exhaustive_period(lam, cap, machines, batch, early_stop=False):
+    """The period search evaluated through ``_counts`` (sums of floats through ``dispatch._sum``, numpy's
+    order, which the module uses): every candidate, the smallest key kept; with ``early_stop``, stopping
+    where :func:`planner.dispatch._choose_period` stops (the search as written before its one- and
+    few-group loops were fused)."""
     p_min = max(1.0 / x for x in lam)
     candidates = [p_min * m for m in range(1, dispatch._PERIOD_MULTIPLES + 1)]
     exact = dispatch._rational_period(lam)
@@ -270,9 +272,13 @@ def exhaustive_period(lam, cap, machines, batch):
         and exact * dispatch._sum([x * m for x, m in zip(lam, machines, strict=True)]) <= dispatch.MAX_WINDOWS
     ):
         candidates.insert(0, exact)
+    multiples_from = len(candidates) - dispatch._PERIOD_MULTIPLES
     best = None
-    for period in candidates:
-        counts, _ = dispatch._counts(lam, cap, machines, batch, period)
+    for pos, period in enumerate(candidates):
+        counts, base = dispatch._counts(lam, cap, machines, batch, period)
+        if early_stop and best is not None and pos >= multiples_from:
+            if base > dispatch.MAX_WINDOWS or (best[0][:2] == (0.0, 0.0) and base >= best[0][2]):
+                break
         total = sum(n * m for n, m in zip(counts, machines, strict=True))
         if total > dispatch.MAX_WINDOWS and best is not None:
             continue

@@ -17,6 +17,7 @@ from planner.dispatch import DispatchSchedule, build_schedule
 from planner.generate import generate_problem
 from planner.models import MachineGroup, ModulePlan
 from planner.split import topology
+from tests.unit.planner.test_dispatch import exhaustive_period
 
 PRICES = {"h1": 1.0, "h2": 0.6}
 
@@ -109,33 +110,7 @@ def test_window_lists_and_groups_are_the_arrays():
 def reference_period(lam, cap, machines, batch):
     """:func:`planner.dispatch._choose_period` evaluated through ``_counts`` (its code before the one- and
     few-group loops were fused)."""
-    p_min = max(1.0 / x for x in lam)
-    exact = dispatch._rational_period(lam)
-    first = []
-    if (
-        exact is not None
-        and exact * dispatch._sum([x * m for x, m in zip(lam, machines, strict=True)]) <= dispatch.MAX_WINDOWS
-    ):
-        first.append(exact)
-    cands = first + [p_min * m for m in range(1, dispatch._PERIOD_MULTIPLES + 1)]
-    best = None
-    for pos, period in enumerate(cands):
-        counts, base = dispatch._counts(lam, cap, machines, batch, period)
-        if best is not None and pos >= len(first):
-            if base > dispatch.MAX_WINDOWS or (best[0][:2] == (0.0, 0.0) and base >= best[0][2]):
-                break
-        total = sum(n * m for n, m in zip(counts, machines, strict=True))
-        if total > dispatch.MAX_WINDOWS and best is not None:
-            continue
-        ideal = [x * period for x in lam]
-        served = sum(n * m * b for n, m, b in zip(counts, machines, batch, strict=True))
-        planned = dispatch._sum([i * m * b for i, m, b in zip(ideal, machines, batch, strict=True)])
-        shortfall = max(0.0, 1.0 - served / planned)
-        err = max(abs(n - i) / i for n, i in zip(counts, ideal, strict=True))
-        key = (round(shortfall, 12), round(err, 9), total)
-        if best is None or key < best[0]:
-            best = (key, period, counts)
-    return best[1], best[2]
+    return exhaustive_period(lam, cap, machines, batch, early_stop=True)
 
 
 @pytest.mark.parametrize("groups", [1, 2, 3, 7])
