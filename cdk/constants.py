@@ -32,7 +32,7 @@ ALL_STACKS = (STATEFUL_STACK, FLEET_STACK, CONTROL_STACK, FRONT_STACK, OBSERVABI
 # -- stateful resources -----------------------------------------------------------------------------
 CONFIG_TABLE_NAME = "skinflint-config"  # deployments, hashed API keys, assignments (pk)
 RESULTS_TABLE_NAME = "skinflint-results"  # per-request task records (pk, sk)
-RESULTS_TTL_ATTRIBUTE = "expires_at"  # epoch s; items without it never expire
+RESULTS_TTL_ATTRIBUTE = "expires_at"  # epoch s (functions.adapters.results.EXPIRES_AT); DynamoDB's TTL
 QUEUE_NAME_PREFIX = "skinflint-"  # task queues are created at run time as skinflint-{app}-...
 TASKS_DLQ_NAME = "skinflint-tasks-dlq"  # shared DLQ for the run-time task queues
 FLEET_EVENTS_QUEUE_NAME = "skinflint-fleet-events"  # ASG lifecycle + Spot notices -> planner
@@ -44,7 +44,12 @@ FLEET_EVENTS_RETENTION_HOURS = 4  # h: a fleet event older than this is stale
 FLEET_EVENTS_VISIBILITY_S = 300  # s: AWS advises 6x the consuming function's timeout (6 x 50 s)
 MAX_RECEIVE_COUNT = 5  # receives before a message goes to its DLQ
 FRAMES_EXPIRE_DAYS = 1  # days: frames spilled to S3 (payloads > 200 KiB) are transient
-OUTPUTS_EXPIRE_DAYS = 7  # days: large task outputs under outputs/
+# days: a request's items in the results table (SKINFLINT_RESULTS_RETENTION_DAYS of the front and the
+# workers: every item carries expires_at, the table's TTL attribute) and its large outputs in S3
+RESULTS_RETENTION_DAYS = 7
+OUTPUTS_EXPIRE_DAYS = (
+    RESULTS_RETENTION_DAYS  # days: large task outputs under outputs/ (task items point at them)
+)
 ACCESS_LOGS_EXPIRE_DAYS = 90  # days: S3 server access logs
 ABORT_MULTIPART_DAYS = 1  # days
 FRAMES_BUCKET_PREFIX = "skinflint-frames"  # + -<account>-<region>: a predictable name and literal ARNs

@@ -34,6 +34,7 @@ def _env_lines(b: WorkerBoot) -> list[str]:
         "AWS_DEFAULT_REGION": b.region,
         "SKINFLINT_CONFIG_TABLE": b.config_table,
         "SKINFLINT_RESULTS_TABLE": b.results_table,
+        "SKINFLINT_RESULTS_RETENTION_DAYS": str(C.RESULTS_RETENTION_DAYS),
         "SKINFLINT_BUCKET": b.bucket,
         "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
         "SKINFLINT_HARDWARE": b.hardware,

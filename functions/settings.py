@@ -11,10 +11,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_DELETE_LINGER_S",
+    "DEFAULT_RESULTS_RETENTION_DAYS",
     "DELETE_BATCH",
     "DataPlaneConfig",
     "delete_linger_from_env",
     "make_client",
+    "results_retention_from_env",
     "undeleted_bound",
 ]
 
@@ -44,6 +46,31 @@ def delete_linger_from_env(env: Mapping[str, str] | None = None) -> float:
     return value
 
 
+#: days a request's items stay in the results table (its frame, task and outcome items carry an
+#: ``expires_at`` of write time + this; DynamoDB's TTL deletes them some time after). The CDK stacks use
+#: the same figure for the S3 lifecycle of large task outputs, which the task items point at.
+DEFAULT_RESULTS_RETENTION_DAYS = 7.0
+_MAX_RESULTS_RETENTION_DAYS = 365.0
+
+
+def results_retention_from_env(env: Mapping[str, str] | None = None) -> float:
+    """``SKINFLINT_RESULTS_RETENTION_DAYS`` (a number of days in (0, 365]), else
+    :data:`DEFAULT_RESULTS_RETENTION_DAYS`. Raises ValueError with the setting's name on anything else."""
+    raw = (os.environ if env is None else env).get("SKINFLINT_RESULTS_RETENTION_DAYS")
+    if raw is None or not raw.strip():
+        return DEFAULT_RESULTS_RETENTION_DAYS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"SKINFLINT_RESULTS_RETENTION_DAYS must be a number of days, got {raw!r}") from None
+    if not 0 < value <= _MAX_RESULTS_RETENTION_DAYS:
+        raise ValueError(
+            f"SKINFLINT_RESULTS_RETENTION_DAYS must be within (0, {_MAX_RESULTS_RETENTION_DAYS:g}] days, "
+            f"got {raw!r}"
+        )
+    return value
+
+
 def undeleted_bound(rate: float, linger_s: float) -> float:
     """How many processed messages a machine's queue may still hold in flight because their delete
     lingers: those processed within the last ``1.25 x linger_s`` (a worker's flusher looks every
@@ -66,10 +93,13 @@ class DataPlaneConfig:
     inline_limit_bytes: int = SQS_INLINE_LIMIT_BYTES
     max_body_bytes: int = MAX_BODY_BYTES
     output_inline_limit_bytes: int = 64 * 1024  # task outputs larger than this go to S3
+    results_retention_days: float = DEFAULT_RESULTS_RETENTION_DAYS  # then the results' items expire
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> DataPlaneConfig:
+        """The settings in ``env`` (default: the process environment). Raises ValueError naming the
+        setting when ``SKINFLINT_RESULTS_RETENTION_DAYS`` is not a valid number of days."""
         e = os.environ if env is None else env
         d = cls()
         return cls(
@@ -81,7 +111,12 @@ class DataPlaneConfig:
             metrics_namespace=e.get("SKINFLINT_METRICS_NAMESPACE", d.metrics_namespace),
             inline_limit_bytes=int(e.get("SKINFLINT_INLINE_LIMIT_BYTES", d.inline_limit_bytes)),
             max_body_bytes=int(e.get("SKINFLINT_MAX_BODY_BYTES", d.max_body_bytes)),
+            results_retention_days=results_retention_from_env(e),
         )
+
+    @property
+    def results_retention_s(self) -> float:
+        return self.results_retention_days * 86_400.0
 
     def to_env(self) -> dict[str, str]:
         env = {
@@ -92,6 +127,7 @@ class DataPlaneConfig:
             "SKINFLINT_METRICS_NAMESPACE": self.metrics_namespace,
             "SKINFLINT_INLINE_LIMIT_BYTES": str(self.inline_limit_bytes),
             "SKINFLINT_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "SKINFLINT_RESULTS_RETENTION_DAYS": repr(float(self.results_retention_days)),
         }
         if self.endpoint_url:
             env["SKINFLINT_ENDPOINT_URL"] = self.endpoint_url

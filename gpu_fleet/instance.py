@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from functions.adapters.queues import queue_gone
 from functions.errors import DataPlaneError, QueueError
 from functions.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
-from functions.settings import delete_linger_from_env
+from functions.settings import delete_linger_from_env, results_retention_from_env
 from gpu_fleet.lifecycle import DrainNotice, LifecycleError
 from gpu_fleet.worker import Device, Worker
 
@@ -768,7 +768,7 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
         plans=plans,
         services=WorkerServices(
             queues=TaskQueues(make_client("sqs", cfg)),
-            results=ResultStore(ddb, cfg.results_table),
+            results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
             blobs=BlobStore(s3, cfg.bucket),
             metrics=metrics,
             output_inline_limit_bytes=cfg.output_inline_limit_bytes,
@@ -822,6 +822,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.poll_s <= 0 or args.recheck_s <= 0 or args.retire_grace_s < 0:
         print("instance: --poll-s and --recheck-s must be positive, --retire-grace-s >= 0", file=sys.stderr)
+        return 2
+    try:
+        results_retention_from_env()  # checked here: build_agent reads it with the other settings
+    except ValueError as exc:
+        print(f"instance: {exc}", file=sys.stderr)
         return 2
     if args.delete_linger_s is None:
         try:

@@ -711,7 +711,10 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
     from functions.settings import DataPlaneConfig, make_client
     from gpu_fleet.runtimes import make_runtime
 
-    cfg = DataPlaneConfig.from_env()
+    try:
+        cfg = DataPlaneConfig.from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="SKINFLINT_RESULTS_RETENTION_DAYS") from None
     try:
         linger = delete_linger_from_env()
     except ValueError as exc:
@@ -727,7 +730,7 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
         assignment=assignment,
         router=Router.for_deployment(deployment),
         queues=TaskQueues(make_client("sqs", cfg)),
-        results=ResultStore(ddb, cfg.results_table),
+        results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
         blobs=BlobStore(make_client("s3", cfg), cfg.bucket),
         metrics=metrics,
         runtime=make_runtime(assignment),

@@ -68,6 +68,7 @@ class FrontStack(Stack):
                 environment={
                     "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,
                     "SKINFLINT_RESULTS_TABLE": props.results_table.table_name,
+                    "SKINFLINT_RESULTS_RETENTION_DAYS": str(C.RESULTS_RETENTION_DAYS),
                     "SKINFLINT_BUCKET": props.bucket.bucket_name,
                     "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
                     "SKINFLINT_PLANNER_FUNCTION": props.planner_function_name,

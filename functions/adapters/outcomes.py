@@ -35,8 +35,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
-from functions.adapters.results import _completion, _split, read_items  # the same rules as GET
+from functions.adapters.results import (  # the same rules as GET
+    EXPIRES_AT,
+    _completion,
+    _split,
+    expires_at,
+    read_items,
+)
 from functions.errors import DataPlaneError, ResultStoreError
+from functions.settings import DEFAULT_RESULTS_RETENTION_DAYS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -93,9 +100,11 @@ class FrameOutcomes:
         max_pending: int = 10_000,
         delay_s: float | None = None,
         roots: tuple[str, ...] = (),
+        retention_s: float = DEFAULT_RESULTS_RETENTION_DAYS * 86_400.0,
     ):
         self._ddb = client
         self._table = table
+        self.retention_s = retention_s  # the outcome item's expires_at: claim time + this
         self._metrics = metrics
         self._background = background
         self._max_pending = max_pending
@@ -145,7 +154,8 @@ class FrameOutcomes:
             return None
         if os.environ.get("SKINFLINT_FRAME_OUTCOMES", "on").lower() in ("0", "off", "false", "no"):
             return None
-        out = cls(client, table, metrics, background=background, roots=roots)
+        retention = getattr(results, "retention_s", DEFAULT_RESULTS_RETENTION_DAYS * 86_400.0)
+        out = cls(client, table, metrics, background=background, roots=roots, retention_s=retention)
         out.delay_s *= 1 + max(0, rank)
         return out
 
@@ -285,11 +295,13 @@ class FrameOutcomes:
         return read_items(self._ddb, self._table, keys)
 
     def _claim(self, request_id: str, status: str, latency_s: float | None) -> bool:
+        now = time.time()
         item: dict[str, Any] = {
             "pk": {"S": request_id},
             "sk": {"S": _OUTCOME_SK},
             "status": {"S": status},
-            "claimed_at": {"N": repr(time.time())},
+            "claimed_at": {"N": repr(now)},
+            EXPIRES_AT: {"N": str(expires_at(now, self.retention_s))},
         }
         if latency_s is not None:
             item["latency_s"] = {"N": repr(float(latency_s))}

@@ -11,6 +11,11 @@ when every task reachable from its roots has an item and none is missing; droppe
 was dropped early. Its completion time is the latest ``recorded_at`` (when the last result write
 was issued): usually a leaf's, a parent's when its write was slower than its children.
 
+Every item carries ``expires_at``, the table's TTL attribute: epoch seconds, when it was written plus
+the retention (``SKINFLINT_RESULTS_RETENTION_DAYS``, default 7 days). DynamoDB deletes a request's
+items some time after that, orphans included (the frame items of a POST that failed after writing
+them). A frame past its ``expires_at`` reads as unknown even before the delete.
+
 No item is updated by two writers, so there is no shared counter to contend on (moto's server does
 not make concurrent read-modify-writes of one item atomic, and on AWS a per-frame counter is a hot
 key), and the workers' hot path is one conditional write per task.
@@ -28,10 +33,18 @@ from botocore.exceptions import ClientError
 from functions.adapters._ddb import from_item, to_item
 from functions.errors import ResultStoreError
 from functions.schema import ResultOut, TaskOut
+from functions.settings import DEFAULT_RESULTS_RETENTION_DAYS
 
-__all__ = ["FrameRecord", "ResultStore", "TaskRecord", "read_items"]
+__all__ = ["EXPIRES_AT", "FrameRecord", "ResultStore", "TaskRecord", "expires_at", "read_items"]
 
 _FRAME_SK = "frame"
+#: the results table's TTL attribute (cdk/constants.py RESULTS_TTL_ATTRIBUTE): epoch seconds
+EXPIRES_AT = "expires_at"
+
+
+def expires_at(written_at: float, retention_s: float) -> int:
+    """The ``expires_at`` of an item written at ``written_at`` (whole seconds, rounded up)."""
+    return int(-(-(written_at + retention_s) // 1))
 
 
 @dataclass(frozen=True)
@@ -67,12 +80,21 @@ class TaskRecord:
 
 
 class ResultStore:
-    def __init__(self, client: Any, table: str):
+    """``retention_s``: how long after it is written an item stays (its ``expires_at``); every writer of
+    one table should use the same figure (``DataPlaneConfig.results_retention_s``)."""
+
+    def __init__(
+        self, client: Any, table: str, retention_s: float = DEFAULT_RESULTS_RETENTION_DAYS * 86_400.0
+    ):
+        if not retention_s > 0:
+            raise ValueError(f"retention_s must be > 0, got {retention_s!r}")
         self._ddb = client
         self._table = table
+        self.retention_s = float(retention_s)
 
     # -- front -------------------------------------------------------------------------------------
     def create_frames(self, frames: list[FrameRecord]) -> None:
+        expiry = expires_at(time.time(), self.retention_s)
         items = [
             to_item(
                 {
@@ -82,6 +104,7 @@ class ResultStore:
                     "accepted_at": f.accepted_at,
                     "deadline": f.deadline,
                     "roots": ",".join(f.roots),
+                    EXPIRES_AT: expiry,
                 }
             )
             for f in frames
@@ -113,7 +136,7 @@ class ResultStore:
             try:
                 self._ddb.put_item(
                     TableName=self._table,
-                    Item=self._task_item(rec, now),
+                    Item=self._task_item(rec, now, self.retention_s),
                     ConditionExpression="attribute_not_exists(pk)",
                 )
                 fresh.append(rec)
@@ -124,7 +147,7 @@ class ResultStore:
         return fresh, repeats
 
     @staticmethod
-    def _task_item(rec: TaskRecord, now: float) -> dict[str, Any]:
+    def _task_item(rec: TaskRecord, now: float, retention_s: float) -> dict[str, Any]:
         return to_item(
             {
                 "pk": rec.request_id,
@@ -143,13 +166,14 @@ class ResultStore:
                 "output_s3_key": rec.output_s3_key,
                 "reason": rec.reason,
                 "received_at": rec.received_at,
+                EXPIRES_AT: expires_at(now, retention_s),
             }
         )
 
     # -- readers -----------------------------------------------------------------------------------
     def get_request(self, request_id: str) -> ResultOut | None:
         """The request's frame and every recorded task reachable from its roots; None when the
-        frame item does not exist.
+        frame item does not exist or has expired (its ``expires_at`` is past).
 
         Read by key, level by level (frame item -> root tasks -> their children ..., one
         consistent ``BatchGetItem`` per level): the task ids of a level are listed in the items of
@@ -160,7 +184,7 @@ class ResultStore:
         are listed: a worker records a task (listing its children's ids) after forwarding them; until then
         the branch ends there."""
         frame = self._read_items([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
-        if frame is None:
+        if frame is None or _expired(frame, time.time()):
             return None
         tasks: dict[str, dict[str, Any]] = {}
         level = _split(frame.get("roots"))
@@ -212,6 +236,12 @@ def read_items(ddb: Any, table: str, keys: list[tuple[str, str]]) -> dict[tuple[
         if want:
             raise ResultStoreError("DynamoDB left result items unread after 6 tries")
     return out
+
+
+def _expired(item: dict[str, Any], now: float) -> bool:
+    """Past its ``expires_at`` (DynamoDB's TTL deletes such items within days, reads still see them)."""
+    at = item.get(EXPIRES_AT)
+    return isinstance(at, int | float) and at <= now
 
 
 def _split(csv: str | None) -> list[str]:

@@ -20,11 +20,17 @@ def service_from_config(
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
+    from functions.errors import ConfigError
     from functions.front.admission import Admission, AdmissionConfig
     from functions.front.service import FrontService
     from functions.settings import DataPlaneConfig, make_client
 
-    cfg = config or DataPlaneConfig.from_env()
+    if config is None:
+        try:
+            config = DataPlaneConfig.from_env()
+        except ValueError as exc:  # a bad setting: 503 with this one line in the log, no traceback
+            raise ConfigError(str(exc), key="environment") from None
+    cfg = config
     ddb = make_client("dynamodb", cfg)
     metrics = CloudWatchMetrics(make_client("cloudwatch", cfg), cfg.metrics_namespace)
     if background_metrics:
@@ -32,7 +38,7 @@ def service_from_config(
     return FrontService(
         config=cfg,
         store=ConfigStore(ddb, cfg.config_table),
-        results=ResultStore(ddb, cfg.results_table),
+        results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
         queues=TaskQueues(make_client("sqs", cfg)),
         blobs=BlobStore(make_client("s3", cfg), cfg.bucket),
         metrics=metrics,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from functions.adapters.results import EXPIRES_AT
 from functions.errors import ConfigError
 from functions.schema import Assignment, Deployment, queue_key
 
@@ -25,7 +26,7 @@ __all__ = ["create_base", "create_queues", "deploy", "worker_id"]
 
 
 def create_base(ddb: Any, s3: Any, cfg: DataPlaneConfig) -> None:
-    """Config and results tables (on demand) and the frames bucket."""
+    """Config and results tables (on demand; the results' TTL attribute on) and the frames bucket."""
     try:
         ddb.create_table(
             TableName=cfg.config_table,
@@ -44,6 +45,11 @@ def create_base(ddb: Any, s3: Any, cfg: DataPlaneConfig) -> None:
                 {"AttributeName": "sk", "AttributeType": "S"},
             ],
             BillingMode="PAY_PER_REQUEST",
+        )
+        # as the CDK stack's table (moto records the setting; it never deletes expired items)
+        ddb.update_time_to_live(
+            TableName=cfg.results_table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": EXPIRES_AT},
         )
         s3.create_bucket(Bucket=cfg.bucket)
     except ClientError as exc:

@@ -42,7 +42,10 @@ def data_config(endpoint: str | None) -> DataPlaneConfig:
 
     from functions.settings import DataPlaneConfig
 
-    cfg = DataPlaneConfig.from_env()
+    try:
+        cfg = DataPlaneConfig.from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if endpoint:
         cfg = dataclasses.replace(cfg, endpoint_url=endpoint)
     if cfg.endpoint_url and cfg.endpoint_url.startswith(("http://127.0.0.1", "http://localhost")):

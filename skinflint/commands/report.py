@@ -78,7 +78,10 @@ def build_report(
     from functions.report import collect_report
     from functions.settings import DataPlaneConfig, make_client
 
-    base = DataPlaneConfig.from_env()
+    try:
+        base = DataPlaneConfig.from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     cfg = DataPlaneConfig(
         region=region or base.region,
         endpoint_url=endpoint or base.endpoint_url,

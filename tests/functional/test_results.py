@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from functions.adapters._ddb import from_item
-from functions.adapters.results import FrameRecord, ResultStore, TaskRecord, _completion, _task_out
+from functions.adapters.metrics import MemoryMetrics
+from functions.adapters.outcomes import FrameOutcomes
+from functions.adapters.results import (
+    EXPIRES_AT,
+    FrameRecord,
+    ResultStore,
+    TaskRecord,
+    _completion,
+    _task_out,
+)
 from functions.errors import ResultStoreError
+from functions.front.app import create_app
+from functions.front.service import FrontService
 from functions.schema import ResultOut
+from tests.functional.conftest import API_KEY
 
 pytestmark = pytest.mark.functional
 
@@ -24,6 +39,19 @@ def rec(task_id: str, children: tuple[str, ...] = (), status: str = "done") -> T
 
 
 CARS = ("detector/car.0", "detector/car.1")
+RID = "0123456789abcdef0123456789abcdef"  # a request id the front accepts (uuid4().hex)
+AUTH = {"x-api-key": API_KEY}
+
+
+@pytest.fixture
+def client(stack):
+    from fastapi.testclient import TestClient
+
+    svc = FrontService(
+        config=stack.cfg, store=stack.store, results=stack.results, queues=stack.queues,
+        blobs=stack.blobs, metrics=stack.metrics,
+    )  # fmt: skip
+    return TestClient(create_app(lambda: svc))
 
 
 def test_a_frame_is_done_when_every_task_reachable_from_its_roots_is_recorded(stack):
@@ -182,3 +210,48 @@ def test_a_failed_read_is_a_result_store_error(stack):
 
     with pytest.raises(ResultStoreError, match="cannot read request r1"):
         ResultStore(Broken(stack.ddb), stack.cfg.results_table).get_request("r1")
+
+
+# -- retention ----------------------------------------------------------------------------------------
+
+
+def test_every_item_of_a_request_expires_a_retention_after_its_write(stack):
+    # GIVEN a store keeping items one day, and the table's TTL on the attribute the items carry
+    ttl = stack.ddb.describe_time_to_live(TableName=stack.cfg.results_table)["TimeToLiveDescription"]
+    assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", EXPIRES_AT)
+    store = ResultStore(stack.ddb, stack.cfg.results_table, retention_s=86_400.0)
+    # WHEN a frame, its task and its outcome claim are written
+    before = time.time()
+    store.create_frames([FrameRecord("r1", "traffic", 1.0, 3.0, roots=("detector",))])
+    store.record_tasks([rec("detector")])
+    outcomes = FrameOutcomes.for_results(store, MemoryMetrics(), background=False)
+    assert outcomes is not None and outcomes.retention_s == 86_400.0
+    outcomes.observe([rec("detector")])
+    after = time.time()
+    # THEN each item expires one day after it was written (whole seconds, rounded up)
+    items = stack.ddb.query(
+        TableName=stack.cfg.results_table,
+        KeyConditionExpression="pk = :r",
+        ExpressionAttributeValues={":r": {"S": "r1"}},
+    )["Items"]
+    assert sorted(i["sk"]["S"] for i in items) == ["frame", "outcome", "task#detector"]
+    for item in items:
+        assert before + 86_400 <= float(item[EXPIRES_AT]["N"]) <= math.ceil(after + 86_400)
+
+
+def test_a_frame_past_its_expiry_reads_as_unknown_before_dynamodb_deletes_it(stack, client):
+    # GIVEN a done frame whose items expired a second ago (DynamoDB deletes them within days)
+    stack.results.create_frames([FrameRecord(RID, "traffic", 1.0, 3.0, roots=("detector",))])
+    stack.results.record_tasks([replace(rec("detector"), request_id=RID)])
+    assert client.get(f"/v1/requests/{RID}", headers=AUTH).json()["status"] == "done"
+    stack.ddb.update_item(
+        TableName=stack.cfg.results_table,
+        Key={"pk": {"S": RID}, "sk": {"S": "frame"}},
+        UpdateExpression="SET #e = :e",
+        ExpressionAttributeNames={"#e": EXPIRES_AT},
+        ExpressionAttributeValues={":e": {"N": str(int(time.time()) - 1)}},
+    )
+    # WHEN it is read THEN it is unknown, as it will be once deleted
+    assert stack.results.get_request(RID) is None
+    r = client.get(f"/v1/requests/{RID}", headers=AUTH)
+    assert (r.status_code, r.json()["error"]) == (404, "unknown_request")

@@ -392,6 +392,7 @@ def test_planner_environment(assembly: Assembly) -> None:
     assert planner["FunctionName"] == C.PLANNER_FUNCTION_NAME
     front_env = fns[C.FRONT_HANDLER]["Environment"]["Variables"]
     assert front_env["SKINFLINT_PLANNER_FUNCTION"] == C.PLANNER_FUNCTION_NAME
+    assert float(front_env["SKINFLINT_RESULTS_RETENTION_DAYS"]) == C.RESULTS_RETENTION_DAYS
     (invoke,) = [
         s
         for s in _allowed(assembly.template(C.FRONT_STACK), "FrontRole")
@@ -497,6 +498,7 @@ def test_user_data_starts_the_agent_with_its_environment(assembly: Assembly) -> 
     assert env["SKINFLINT_METRICS_NAMESPACE"] == C.METRICS_NAMESPACE
     assert env["SKINFLINT_DRAIN_HOOK"] == C.DRAIN_HOOK_NAME
     assert env["SKINFLINT_ASG_NAME"] == f"{C.ASG_NAME_PREFIX}t4"
+    assert float(env["SKINFLINT_RESULTS_RETENTION_DAYS"]) == C.RESULTS_RETENTION_DAYS  # items' expiry
     for key in (
         "SKINFLINT_CONFIG_TABLE",
         "SKINFLINT_RESULTS_TABLE",
