@@ -133,6 +133,9 @@ class StackConfig:
     retire_grace_s: float = 2.0  # s old shares keep serving after a version activates
     max_instances: int = 16  # per hardware group (each instance is an agent process on this host)
     timer: bool = True  # False: epochs (and checks) run only when called, e.g. by a fault-injection test
+    # s a request's items and the metric data points are kept (results' expires_at, moto's sweep): moto
+    # holds everything in memory, about 110 KB per traffic frame, so a long run needs a bound
+    retention_s: float = 3600.0
 
 
 @dataclass
@@ -228,11 +231,15 @@ class LocalStack:
         cmd = [sys.executable, "-m", "functions.localstack.moto_server", "-H", "127.0.0.1", "-p", str(port)]
         if os.environ.get("SKINFLINT_MOTO_PLAIN_GC", "").lower() in ("1", "on", "true", "yes"):
             cmd.append("--plain-gc")  # the collector as Python sets it (moto_server.frozen_full_collections)
+        # moto deletes the items past their TTL (expires_at, set from the retention below) and drops
+        # metric data points as old (moto_server.retention_sweeper)
+        retention = float(self.config.retention_s)
+        cmd += ["--metric-retention-s", repr(retention), "--sweep-s", repr(min(30.0, retention / 4))]
         moto = self._spawn("moto", cmd, self._env())
         endpoint = f"http://127.0.0.1:{port}"
         _wait_http(f"{endpoint}/moto-api/", 30, moto, "moto server", self.log_dir / "moto.log")
         self._log(f"moto server on {endpoint} ({time.time() - t0:.1f} s)")
-        cfg = DataPlaneConfig(endpoint_url=endpoint)
+        cfg = DataPlaneConfig(endpoint_url=endpoint, results_retention_days=self.config.retention_s / 86_400)
         os.environ.update({k: v for k, v in FAKE_CREDENTIALS.items() if k not in os.environ})
         clients = {
             s: make_client(s, cfg) for s in ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "ec2")

@@ -13,7 +13,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from skinflint.commands.up import add_stack_arguments, make_stack
+from skinflint.commands.up import add_stack_arguments, make_stack, stack_retention
 from skinflint.errors import UsageError
 
 if TYPE_CHECKING:
@@ -314,7 +314,8 @@ def run(args: argparse.Namespace) -> int:
     log = _log_to_stderr(args.json)
     n = max(1, round(args.duration * args.rate))
     frames = synthetic_frames(n)
-    stack = make_stack([args.app], args.rate, args.slo, log, args.log_dir, args.epoch)
+    retention = stack_retention(args.retention, args.duration)
+    stack = make_stack([args.app], args.rate, args.slo, log, args.log_dir, args.epoch, retention)
     try:
         try:
             info = stack.start()

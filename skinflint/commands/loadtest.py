@@ -90,6 +90,13 @@ def register(sub: Any) -> None:
         help="local stack: seconds between planning epochs (default that of skinflint up; "
         "3600 holds the first plan for the run)",
     )
+    p.add_argument(
+        "--retention",
+        type=parse_duration,
+        default=None,
+        help="local stack: how long it keeps a frame's results and the metric data points "
+        "(default: the run plus 1h; at least the run plus 10 min)",
+    )
     p.add_argument("--target", default=None, help="URL of a deployed API (default: start the local stack)")
     p.add_argument("--api-key", default=None, help="API key of --target (or SKINFLINT_API_KEY)")
     p.add_argument(
@@ -284,8 +291,11 @@ def _validate(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
     if args.drain < 0:
         raise UsageError(f"--drain must not be negative, got {args.drain:g}")
-    if args.target and (args.plan_rate is not None or args.slo is not None or args.epoch is not None):
-        raise UsageError("--plan-rate, --slo and --epoch apply to the local stack only, not to --target")
+    local_only = (args.plan_rate, args.slo, args.epoch, args.retention)
+    if args.target and any(v is not None for v in local_only):
+        raise UsageError(
+            "--plan-rate, --slo, --epoch and --retention apply to the local stack only, not to --target"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -356,12 +366,19 @@ def _run_local(
     args: argparse.Namespace, apps: list[str], plan_rate: float, plan: Any, out: Path
 ) -> tuple[int, dict[str, Path], str, dict[str, Any] | None]:
     from functions.errors import DataPlaneError
-    from skinflint.commands.up import _log_to_stderr, make_stack
+    from skinflint.commands.up import DEFAULT_EPOCH_S, _log_to_stderr, make_stack, stack_retention
 
     log = _log_to_stderr(args.json)
-    from skinflint.commands.up import DEFAULT_EPOCH_S
-
-    stack = make_stack(apps, plan_rate, args.slo, log, args.log_dir, epoch_s=args.epoch or DEFAULT_EPOCH_S)
+    retention = stack_retention(args.retention, plan.duration_s + plan.drain_s)
+    stack = make_stack(
+        apps,
+        plan_rate,
+        args.slo,
+        log,
+        args.log_dir,
+        epoch_s=args.epoch or DEFAULT_EPOCH_S,
+        retention_s=retention,
+    )
     report = None
     try:
         try:

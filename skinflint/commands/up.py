@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from skinflint.commands.report import parse_duration
 from skinflint.errors import UsageError
 
 if TYPE_CHECKING:
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 DEFAULT_APP = "traffic"
 DEFAULT_RATE = 4.0  # frames/s: what this 2-core machine drains with room to spare
 DEFAULT_EPOCH_S = 10.0  # s between local planning epochs (the minimum a deployment allows)
+# s the local stack keeps a frame's items and the metric data points past a run (moto holds them in
+# memory: about 110 KB per traffic frame, 0.4 GB an hour at 4 frames/s); a run's results are read after it
+DEFAULT_RETENTION_S = 3600.0
+RETENTION_MARGIN_S = 600.0  # s a --retention must exceed the run by (results are collected after it)
 
 
 def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
@@ -52,6 +57,14 @@ def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
         help=f"seconds between planning epochs (default {DEFAULT_EPOCH_S:g}; 60 when deployed)",
     )
     p.add_argument("--slo", type=float, default=None, help="end-to-end SLO in seconds (default: the app's)")
+    p.add_argument(
+        "--retention",
+        type=parse_duration,
+        default=None,
+        help="how long the local stack keeps a frame's results and the metric data points, e.g. 30m, 2h "
+        "(default: the run's length plus 1h; moto holds them in memory, about 0.4 GB an hour at 4 "
+        "frames/s of traffic)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--log-dir", default=None, help="where the processes' logs go (default: a temp dir)")
 
@@ -92,6 +105,22 @@ def ensure_models(apps: list[str], log: Any) -> None:
         raise UsageError(f"models build failed: {exc}") from exc
 
 
+def stack_retention(given: float | None, run_s: float = 0.0) -> float:
+    """The local stack's retention (``--retention``), at least ``RETENTION_MARGIN_S`` past a run of
+    ``run_s`` seconds (its frames' results are read after it); by default the run plus one hour."""
+    need = run_s + RETENTION_MARGIN_S
+    if given is None:
+        return run_s + DEFAULT_RETENTION_S
+    if given < need:
+        raise UsageError(
+            f"--retention must be at least the run plus {RETENTION_MARGIN_S / 60:g} min ({need:g} s): "
+            f"results are read after it; got {given:g} s"
+        )
+    if given > 365 * 86_400:
+        raise UsageError(f"--retention must be at most 365 days, got {given:g} s")
+    return given
+
+
 def make_stack(
     apps: list[str],
     rate: float,
@@ -99,6 +128,7 @@ def make_stack(
     log: Any,
     log_dir: str | None,
     epoch_s: float = DEFAULT_EPOCH_S,
+    retention_s: float = DEFAULT_RETENTION_S,
 ) -> LocalStack:
     from functions.localstack.planning import plan_local
     from functions.localstack.stack import LocalStack, StackConfig
@@ -126,7 +156,8 @@ def make_stack(
         except (PlannerError, ProfilesError) as exc:
             raise UsageError(f"cannot plan {app} at {rate:g} frames/s on this machine: {exc}") from exc
 
-    return LocalStack(apps, plan_fn, log=log, log_dir=log_dir, config=StackConfig(epoch_s=epoch_s))
+    config = StackConfig(epoch_s=epoch_s, retention_s=retention_s)
+    return LocalStack(apps, plan_fn, log=log, log_dir=log_dir, config=config)
 
 
 def _log_to_stderr(quiet: bool) -> Any:
@@ -152,7 +183,10 @@ def run(args: argparse.Namespace) -> int:
     from functions.errors import DataPlaneError
 
     apps = args.apps or [DEFAULT_APP]
-    stack = make_stack(apps, args.rate, args.slo, _log_to_stderr(args.json), args.log_dir, args.epoch)
+    retention = stack_retention(args.retention)
+    stack = make_stack(
+        apps, args.rate, args.slo, _log_to_stderr(args.json), args.log_dir, args.epoch, retention
+    )
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

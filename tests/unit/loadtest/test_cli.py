@@ -30,6 +30,16 @@ def test_bad_durations(text):
             ["loadtest", "--target", "http://127.0.0.1:9", "--api-key", "k", "--plan-rate", "4"],
             "local stack only",
         ),
+        (
+            ["loadtest", "--target", "http://127.0.0.1:9", "--api-key", "k", "--retention", "2h"],
+            "local stack only",
+        ),
+        (
+            ["loadtest", "--duration", "30m", "--retention", "35m"],
+            "--retention must be at least the run plus",
+        ),
+        (["up", "--retention", "5m"], "--retention must be at least the run plus 10 min"),
+        (["demo", "--retention", "400d"], "--retention must be at most 365 days"),
         (["loadtest", "--rate", "-1"], "--rate must be positive"),
         (["loadtest", "--target", "http://127.0.0.1:9"], "needs --api-key"),
         (["loadtest", "--target", "http://127.0.0.1:9", "--api-key", "k"], "cannot reach"),
@@ -40,3 +50,11 @@ def test_usage_errors_are_one_line(argv, message, capsys, monkeypatch):
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_local_stack_keeps_results_an_hour_past_the_run_by_default():
+    from skinflint.commands.up import stack_retention
+
+    assert stack_retention(None) == 3600.0  # skinflint up
+    assert stack_retention(None, 900.0) == 4500.0  # a 15 min run: its results are read after it
+    assert stack_retention(1500.0, 900.0) == 1500.0
