@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FREEZE_PATH",
     "METER_PATH",
+    "RETENTION_STATS",
     "GcMeter",
     "RequestMeter",
     "classify",
@@ -182,6 +183,7 @@ class RequestMeter:
             "heavy": heavy,
             **({"gc": self._gc.snapshot()} if self._gc is not None else {}),
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "retention": dict(RETENTION_STATS),
         }
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -328,35 +330,56 @@ def _expire_table(table: Any, attr: str, now: float) -> int:
     return deleted
 
 
-def _expire_metrics(before: float) -> int:
+def _expire_metrics(before: float) -> tuple[int, int]:
     """Drop the CloudWatch data points stamped before ``before`` (moto keeps every one; the local stack
-    keeps them only as long as it keeps the requests' items). The list is in the order the points were
-    put, so the leading run of old points is deleted in place (one list operation: a concurrent put
-    appends behind it, a concurrent read works on its own copy)."""
+    keeps them only as long as it keeps the requests' items); returns (dropped, kept). The points are
+    not in time order (writers flush their buckets at their own pace), so the list's first ``n`` are
+    filtered and put back in one slice assignment: a put meanwhile appends behind them and is kept, a
+    read works on its own copy."""
+    import datetime as dt
+
     from moto.cloudwatch.models import cloudwatch_backends
 
-    dropped = 0
+    cutoff = dt.datetime.fromtimestamp(before, tz=dt.UTC)
+    naive = cutoff.replace(tzinfo=None)  # moto stamps naive UTC datetimes
+    dropped = kept = 0
     for regions in list(cloudwatch_backends.values()):
         for backend in list(regions.values()):
             data = backend.metric_data
-            k = 0
-            for datum in data:
-                at = _epoch_s(datum.timestamp)
-                if at is None or at >= before:
-                    break
-                k += 1
-            if k:
-                del data[:k]
-                dropped += k
-    return dropped
+            n = len(data)
+            keep = []
+            for datum in data[:n]:
+                at = datum.timestamp
+                if isinstance(at, dt.datetime):
+                    old = at < (cutoff if at.tzinfo else naive)
+                else:
+                    epoch = _epoch_s(at)
+                    old = epoch is not None and epoch < before
+                if not old:
+                    keep.append(datum)
+            if len(keep) < n:
+                data[:n] = keep
+                dropped += n - len(keep)
+            kept += len(data)
+    return dropped, kept
+
+
+#: What the sweeps did since the server started (``retention`` in the meter's answer).
+RETENTION_STATS: dict[str, float] = {
+    "sweeps": 0,
+    "items_expired": 0,
+    "metric_points_dropped": 0,
+    "metric_points": 0,
+    "last_sweep_s": 0.0,
+}
 
 
 def expire_data(now: float, metric_retention_s: float | None) -> dict[str, int]:
     """One sweep: DynamoDB items past their TTL, and (``metric_retention_s`` set) metric data points
-    older than that. Returns what it removed."""
+    older than that. Returns what it removed (and the metric points left, when it looked at them)."""
     out = {"items": _expire_items(now), "metric_points": 0}
     if metric_retention_s is not None:
-        out["metric_points"] = _expire_metrics(now - metric_retention_s)
+        out["metric_points"], out["metric_points_kept"] = _expire_metrics(now - metric_retention_s)
     return out
 
 
@@ -369,13 +392,17 @@ def retention_sweeper(period_s: float = 30.0, metric_retention_s: float | None =
         log = logging.getLogger("skinflint.retention")
         while True:
             time.sleep(period_s)
+            t0 = time.perf_counter()
             try:
                 swept = expire_data(time.time(), metric_retention_s)
             except Exception:  # noqa: BLE001 - moto's internals moved: keep serving, say so once
                 log.exception("retention sweep failed; items and metrics are no longer expired")
                 return
-            if swept["items"] or swept["metric_points"]:
-                log.info("expired %(items)d item(s), %(metric_points)d metric point(s)", swept)
+            RETENTION_STATS["sweeps"] += 1
+            RETENTION_STATS["items_expired"] += swept["items"]
+            RETENTION_STATS["metric_points_dropped"] += swept["metric_points"]
+            RETENTION_STATS["metric_points"] = swept.get("metric_points_kept", 0)
+            RETENTION_STATS["last_sweep_s"] = time.perf_counter() - t0
 
     thread = threading.Thread(target=loop, name="retention-sweeper", daemon=True)
     thread.start()
