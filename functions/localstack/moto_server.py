@@ -49,6 +49,7 @@ __all__ = [
     "frozen_full_collections",
     "main",
     "retention_sweeper",
+    "untrack_models",
 ]
 
 #: Where the meter answers (a path no AWS API of the emulated services uses: S3 bucket names cannot
@@ -220,6 +221,22 @@ class RequestMeter:
                     self._heavy.append((started, key, cpu, wall))
 
 
+def untrack_models() -> None:
+    """Stop moto keeping every model instance it ever created. ``BaseModel.__new__`` appends each
+    instance to its class's ``instances_tracked`` list, for the dashboard's ``/moto-api/data.json`` and
+    for a reset: every item written (and the one it replaced), every message sent (deleted or not, frame
+    payload included) and every metric data point stays in memory for the server's life. The server
+    grew by about 110 KB per traffic frame served, 0.6 GB in 15 minutes at 4 frames/s, whatever else
+    was deleted. This server never resets and the stack never reads the dashboard's data, so instances
+    are created untracked (the lists stay, empty): what the emulated services no longer hold is freed."""
+    from moto.core.common_models import BaseModel
+
+    def new(cls: type[Any], *_args: Any, **_kwargs: Any) -> Any:
+        return object.__new__(cls)
+
+    BaseModel.__new__ = new  # type: ignore[method-assign]
+
+
 def _fast_app() -> tuple[Any, Any]:
     """moto's dispatcher application and request handler with the overheads removed."""
     from functools import cache
@@ -233,6 +250,7 @@ def _fast_app() -> tuple[Any, Any]:
 
     listed = tuple(backends.list_of_moto_modules())  # the package's directories do not change
     backends.list_of_moto_modules = cache(lambda: listed)
+    untrack_models()
 
     class QuietHandler(MotoRequestHandler):
         def log_request(self, code: Any = "-", size: Any = "-") -> None:

@@ -89,3 +89,30 @@ def test_the_sweep_drops_metric_points_older_than_the_retention():
         )["Datapoints"]
         assert sum(p["Sum"] for p in got) == 4.0
         assert expire_data(now, metric_retention_s=None)["metric_points"] == 0  # kept unless asked
+
+
+def test_untracked_models_are_freed_once_the_service_lets_go(monkeypatch):
+    import gc
+    import weakref
+
+    from moto.core.common_models import BaseModel
+    from moto.dynamodb.models.dynamo_type import Item
+
+    from functions.localstack.moto_server import untrack_models
+
+    monkeypatch.setattr(BaseModel, "__new__", BaseModel.__dict__["__new__"])  # restored after the test
+    with mock_aws():
+        cfg = DataPlaneConfig()
+        ddb = boto3.client("dynamodb", region_name=cfg.region)
+        create_base(ddb, boto3.client("s3", region_name=cfg.region), cfg)
+        untrack_models()
+        tracked = len(Item.instances_tracked)
+        # GIVEN an item written and then overwritten (moto keeps every Item it built, by default)
+        ddb.put_item(TableName=cfg.results_table, Item=_item("r", "frame", time.time() - 1))
+        (first,) = [i for i in gc.get_objects() if isinstance(i, Item) and i.hash_key.value == "r"]
+        gone = weakref.ref(first)
+        del first
+        ddb.put_item(TableName=cfg.results_table, Item=_item("r", "frame", time.time() + 60))
+        # THEN nothing was tracked and the replaced item was freed (moto's own model, no cycle)
+        assert len(Item.instances_tracked) == tracked
+        assert gone() is None
