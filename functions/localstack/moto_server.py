@@ -323,61 +323,81 @@ def _expire_items(now: float) -> int:
 
 
 def _expire_table(table: Any, attr: str, now: float) -> int:
-    def expired(item: Any) -> bool:
+    """Delete ``table``'s items past ``attr``. Partitions are visited in the order they were created
+    (moto's dict) and the visit stops at the first one holding an item that has not expired: the
+    partitions after it are newer (a request's items are written within seconds of its frame item), so
+    a sweep costs what it deletes, not the table's size. A late write keeps the partitions behind it
+    until it expires too."""
+
+    def expiry(item: Any) -> float | None:
         value = item.attrs.get(attr)
         if value is None or value.type != "N":
-            return False  # DynamoDB's TTL ignores items without a number there
+            return None  # DynamoDB's TTL ignores items without a number there
         try:
-            return float(value.value) <= now
+            return float(value.value)
         except ValueError:
-            return False
+            return None
 
     deleted = 0
     for hash_key, entry in list(table.items.items()):
-        if not table.range_key_attr:
-            if expired(entry):
+        items = [(None, entry)] if not table.range_key_attr else list(entry.items())
+        live = False
+        for range_key, item in items:
+            at = expiry(item)
+            if at is None:
+                continue
+            if at > now:
+                live = True
+                continue
+            if range_key is None:
                 table.items.pop(hash_key, None)
-                deleted += 1
-            continue
-        for range_key, item in list(entry.items()):
-            if expired(item):
+            else:
                 entry.pop(range_key, None)
-                deleted += 1
-        if not entry:  # the partition is empty: a write to it now would come a whole retention late
+            deleted += 1
+        if table.range_key_attr and not entry:  # empty: a write to it now would come a retention late
             table.items.pop(hash_key, None)
+        if live:
+            break
     return deleted
+
+
+#: s: how far out of order metric data points may be put (writers flush their 1 s buckets every few
+#: seconds); the metric sweep reads the list up to the first point this much newer than its cutoff
+_METRIC_DISORDER_S = 300.0
 
 
 def _expire_metrics(before: float) -> tuple[int, int]:
     """Drop the CloudWatch data points stamped before ``before`` (moto keeps every one; the local stack
     keeps them only as long as it keeps the requests' items); returns (dropped, kept). The points are
-    not in time order (writers flush their buckets at their own pace), so the list's first ``n`` are
-    filtered and put back in one slice assignment: a put meanwhile appends behind them and is kept, a
-    read works on its own copy."""
+    in the order they were put, their stamps within seconds of that order (each writer flushes its own
+    buckets), so only the list's head is read: up to the first point :data:`_METRIC_DISORDER_S` newer
+    than the cutoff. The old ones among those ``n`` are removed with one slice assignment: a put
+    meanwhile appends behind them and is kept, a read works on its own copy."""
     import datetime as dt
 
     from moto.cloudwatch.models import cloudwatch_backends
 
     cutoff = dt.datetime.fromtimestamp(before, tz=dt.UTC)
-    naive = cutoff.replace(tzinfo=None)  # moto stamps naive UTC datetimes
+    horizon = dt.datetime.fromtimestamp(before + _METRIC_DISORDER_S, tz=dt.UTC)
     dropped = kept = 0
     for regions in list(cloudwatch_backends.values()):
         for backend in list(regions.values()):
             data = backend.metric_data
-            n = len(data)
-            keep = []
-            for datum in data[:n]:
+            head = []
+            for datum in list(data):
                 at = datum.timestamp
-                if isinstance(at, dt.datetime):
-                    old = at < (cutoff if at.tzinfo else naive)
-                else:
+                if not isinstance(at, dt.datetime):
                     epoch = _epoch_s(at)
-                    old = epoch is not None and epoch < before
-                if not old:
-                    keep.append(datum)
-            if len(keep) < n:
-                data[:n] = keep
-                dropped += n - len(keep)
+                    at = dt.datetime.fromtimestamp(epoch, tz=dt.UTC) if epoch is not None else horizon
+                elif at.tzinfo is None:
+                    at = at.replace(tzinfo=dt.UTC)  # moto stamps naive UTC datetimes
+                if at >= horizon:
+                    break
+                head.append(at < cutoff)
+            n = len(head)
+            if any(head):
+                data[:n] = [d for d, old in zip(data[:n], head, strict=True) if not old]
+                dropped += sum(head)
             kept += len(data)
     return dropped, kept
 

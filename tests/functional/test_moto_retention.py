@@ -116,3 +116,19 @@ def test_untracked_models_are_freed_once_the_service_lets_go(monkeypatch):
         # THEN nothing was tracked and the replaced item was freed (moto's own model, no cycle)
         assert len(Item.instances_tracked) == tracked
         assert gone() is None
+
+
+def test_a_sweep_stops_at_the_first_live_partition():
+    with mock_aws():
+        cfg = DataPlaneConfig()
+        ddb = boto3.client("dynamodb", region_name=cfg.region)
+        create_base(ddb, boto3.client("s3", region_name=cfg.region), cfg)
+        now = time.time()
+        # GIVEN partitions in write order: expired, live, then one expired behind the live one
+        ddb.put_item(TableName=cfg.results_table, Item=_item("a", "frame", now - 9))
+        ddb.put_item(TableName=cfg.results_table, Item=_item("b", "frame", now + 60))
+        ddb.put_item(TableName=cfg.results_table, Item=_item("c", "frame", now - 1))
+        # WHEN swept now, and again once b has expired
+        first, later = expire_data(now, None)["items"], expire_data(now + 61, None)["items"]
+        # THEN the first sweep stops at b (what follows it is newer); the next one takes b and c
+        assert (first, later) == (1, 2)
