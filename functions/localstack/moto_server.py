@@ -110,9 +110,10 @@ class GcMeter:
     KEPT = 200
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._start: tuple[float, float] | None = None
-        self._per_gen: dict[int, list[float]] = {}  # generation -> [collections, total s, max s]
+        # generation -> [collections, total s, max s]; every key exists from the start, so the
+        # callback never changes the dict's size while a snapshot iterates it
+        self._per_gen: dict[int, list[float]] = {g: [0, 0.0, 0.0] for g in range(-1, 3)}
         self._long: deque[tuple[float, int, float, int]] = deque(maxlen=self.KEPT)
 
     def install(self) -> GcMeter:
@@ -120,6 +121,12 @@ class GcMeter:
         return self
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        """Runs inside every collection, in whichever thread triggered it: it must never wait. (It
+        took a lock, which a snapshot also held while it allocated: a collection triggered in the
+        snapshot called this, which waited for the snapshot's own lock, forever; the collector stays
+        "collecting" meanwhile, so no collection ran in the server again and its memory grew by 1 GB
+        an hour.) Collections never overlap, so the updates need no lock; a snapshot taken meanwhile
+        may read a row half updated."""
         if phase == "start":
             self._start = (time.time(), time.perf_counter())
             return
@@ -128,21 +135,23 @@ class GcMeter:
         (at, t0), self._start = self._start, None
         took = time.perf_counter() - t0
         gen = int(info.get("generation", -1))
-        with self._lock:
-            row = self._per_gen.setdefault(gen, [0, 0.0, 0.0])
-            row[0] += 1
-            row[1] += took
-            row[2] = max(row[2], took)
-            if took >= self.LONG_S:
-                self._long.append((at, gen, took, int(info.get("collected", 0))))
+        row = self._per_gen.get(gen) or self._per_gen[-1]
+        row[0] += 1
+        row[1] += took
+        row[2] = max(row[2], took)
+        if took >= self.LONG_S:
+            self._long.append((at, gen, took, int(info.get("collected", 0))))
 
     def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            per_gen = {
-                str(g): {"collections": int(r[0]), "total_s": r[1], "max_s": r[2]}
-                for g, r in self._per_gen.items()
-            }
-            long = [list(p) for p in self._long]
+        """The figures so far. Never blocks a collection (see :meth:`_callback`): the rows are copied
+        one at a time, and the pauses with one ``list`` of the deque (a collection triggered by that
+        allocation runs before the copy starts)."""
+        per_gen = {
+            str(g): {"collections": int(r[0]), "total_s": r[1], "max_s": r[2]}
+            for g, r in list(self._per_gen.items())
+            if r[0]
+        }
+        long = [list(p) for p in list(self._long)]
         return {"by_generation": dict(sorted(per_gen.items())), "long_pauses": long}
 
 

@@ -155,6 +155,37 @@ def test_the_gc_meter_times_collections_and_keeps_the_long_ones() -> None:
     assert wrapped["gc"]["by_generation"]["2"]["collections"] == full["collections"]
 
 
+def test_a_collection_during_a_snapshot_neither_waits_nor_stops_later_collections() -> None:
+    # a collection triggered by the snapshot's own allocations used to wait for the snapshot's lock,
+    # forever, with the collector flagged "collecting": no collection ran in the server again
+    import gc
+    import threading
+
+    from functions.localstack.moto_server import GcMeter
+
+    meter = GcMeter().install()
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)  # every allocation of a tracked object starts a young collection
+    done: list[dict] = []
+    try:
+        worker = threading.Thread(
+            target=lambda: done.extend(meter.snapshot() for _ in range(200)), daemon=True
+        )
+        worker.start()
+        worker.join(10)
+        assert not worker.is_alive(), "a snapshot hung on a collection it triggered"
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(meter._callback)
+    before = meter.snapshot()["by_generation"]["0"]["collections"]
+    meter.install()
+    try:
+        gc.collect(0)
+    finally:
+        gc.callbacks.remove(meter._callback)
+    assert len(done) == 200 and meter.snapshot()["by_generation"]["0"]["collections"] == before + 1
+
+
 def test_the_server_freezes_what_survives_its_full_collections() -> None:
     import subprocess
     import sys
