@@ -370,9 +370,9 @@ def _expire_table(table: Any, attr: str, now: float) -> int:
     return deleted
 
 
-#: s: how far out of order metric data points may be put (writers flush their 1 s buckets every few
+#: s: how far out of order metric data points may be put (writers flush their 1 s buckets every 1-5
 #: seconds); the metric sweep reads the list up to the first point this much newer than its cutoff
-_METRIC_DISORDER_S = 300.0
+_METRIC_DISORDER_S = 60.0
 
 
 def _expire_metrics(before: float) -> tuple[int, int]:
