@@ -48,16 +48,15 @@ import numpy as np
 from planner.dispatch import DispatchSchedule, build_schedule
 from planner.errors import InfeasibleError
 from planner.latency import EPS, Group, worst_case
-from planner.models import MachineGroup, ModulePlan
 from planner.module import ModuleSchedule
 from planner.policies import get_policy
-from planner.solve import BilledCache, solve
+from planner.solve import BilledCache, module_plan, solve
 from planner.split import Topology, topology
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
-    from planner.models import Objective, Plan, ProblemSpec, ProfileEntry
+    from planner.models import ModulePlan, Objective, Plan, ProblemSpec, ProfileEntry
 
 __all__ = [
     "DEFAULT_CHILD_HEADROOM",
@@ -880,29 +879,6 @@ def _searchable(policy: str, objective: Objective) -> bool:
     )
 
 
-def _module_plan(s: ModuleSchedule) -> ModulePlan:
-    """A module plan of one billed optimum, as :func:`planner.solve.solve` writes it."""
-    return ModulePlan(
-        latency_budget_s=s.wcl,
-        worst_case_latency_s=s.wcl,
-        dummy_rate=s.dummy,
-        groups=[
-            MachineGroup(
-                hardware=g.config.hardware,
-                batch=g.config.batch,
-                concurrency=g.config.concurrency,
-                machines=g.machines,
-                rate_per_machine=g.rate,
-                duration_s=g.config.duration,
-            )
-            for g in s.groups
-        ],
-        rate=s.rate,
-        occupancy_per_hour=s.occupancy,
-        billed_per_hour=s.billed,
-    )
-
-
 @dataclass
 class _Pick:
     """One module's choice in :class:`_RealisedSearch`."""
@@ -1121,7 +1097,7 @@ class _RealisedSearch:
     def _realise(self, k: int, rate: float, s: ModuleSchedule, limit: float) -> _Pick | None:
         """Module ``k`` planned as ``s`` (for ``rate``), realised after the chosen modules; None when it
         is not collision-free or its realised worst case exceeds ``limit``."""
-        m, mp = self.order[k], _module_plan(s)
+        m, mp = self.order[k], module_plan(s, s.wcl)
         sched = _schedule_of(m, mp, self.prices, self.search.schedules)
         real, streams = _realise_module(
             self.problem, self.topo, m, mp, sched, self.per_request, self.real, self.streams

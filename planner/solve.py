@@ -37,7 +37,7 @@ from planner.split import ListSource, Option, combine, even_split, iterative_spl
 if TYPE_CHECKING:
     from planner.models import HardwareSpec, Objective, ProblemSpec, ProfileEntry
 
-__all__ = ["BilledCache", "solve"]
+__all__ = ["BilledCache", "module_plan", "solve"]
 
 T = TypeVar("T")
 
@@ -741,31 +741,33 @@ def solve(
     return plan
 
 
+def module_plan(s: ModuleSchedule, budget_s: float) -> ModulePlan:
+    """The plan of one module's schedule ``s`` (its budget at least its worst case), as a plan carries it."""
+    return ModulePlan(
+        latency_budget_s=max(budget_s, s.wcl),
+        worst_case_latency_s=s.wcl,
+        dummy_rate=s.dummy,
+        groups=[
+            MachineGroup(
+                hardware=g.config.hardware,
+                batch=g.config.batch,
+                concurrency=g.config.concurrency,
+                machines=g.machines,
+                rate_per_machine=g.rate,
+                duration_s=g.config.duration,
+            )
+            for g in s.groups
+        ],
+        rate=s.rate,
+        occupancy_per_hour=s.occupancy,
+        billed_per_hour=s.billed,
+    )
+
+
 def _assemble(
     ctx: _Ctx, scheds: list[ModuleSchedule], budgets: list[float], problem: ProblemSpec, solve_ms: float
 ) -> Plan:
-    modules = {}
-    for i, name in enumerate(ctx.names):
-        s = scheds[i]
-        modules[name] = ModulePlan(
-            latency_budget_s=max(budgets[i], s.wcl),
-            worst_case_latency_s=s.wcl,
-            dummy_rate=s.dummy,
-            groups=[
-                MachineGroup(
-                    hardware=g.config.hardware,
-                    batch=g.config.batch,
-                    concurrency=g.config.concurrency,
-                    machines=g.machines,
-                    rate_per_machine=g.rate,
-                    duration_s=g.config.duration,
-                )
-                for g in s.groups
-            ],
-            rate=s.rate,
-            occupancy_per_hour=s.occupancy,
-            billed_per_hour=s.billed,
-        )
+    modules = {name: module_plan(scheds[i], budgets[i]) for i, name in enumerate(ctx.names)}
     lat = [s.wcl for s in scheds]
     return Plan(
         objective=ctx.objective,
