@@ -60,6 +60,7 @@ __all__ = [
     "problem_digest",
     "redispatch",
     "restore_modules",
+    "seed_plan",
     "shape_plan",
 ]
 
@@ -99,12 +100,23 @@ class FleetResult:
     failed: dict[str, str] = field(default_factory=dict)
     reused: list[str] = field(default_factory=list)
     keep: float = 1.0
+    seeded: list[str] = field(default_factory=list)
 
 
 def problem_digest(problem: ProblemSpec, policy: str, tighten: float = 0.0) -> str:
     """Stable digest of a problem and how it is planned (equal digests: the old plan still holds)."""
     blob = f"{problem.model_dump_json(exclude={'name'})}|{policy}|{tighten!r}"
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def seed_plan(problem: ProblemSpec, plan: Plan, policy: str) -> Plan:
+    """``plan``, solved for ``problem`` by the solver an epoch uses, marked for :func:`plan_fleet`'s
+    ``seeds``: a copy that records the problem's digest. An app's registration solves it as its first
+    epoch will (functions/control/registry.py); the epoch then takes that plan instead of solving again,
+    as long as the problem it plans is still the same (same rates, catalog, hardware, policy)."""
+    out = plan.model_copy()
+    out.model_extra[DIGEST_KEY] = problem_digest(problem, policy)  # type: ignore[index]
+    return out
 
 
 # --------------------------------------------------------------------------- shaping
@@ -486,13 +498,15 @@ class _Memo:
 def _solve_all(
     problems: Mapping[str, ProblemSpec],
     previous_plans: Mapping[str, Plan],
+    seeds: Mapping[str, Plan],
     how: _Planning,
     memo: _Memo,
-) -> tuple[dict[str, Plan], dict[str, str], list[str]]:
+) -> tuple[dict[str, Plan], dict[str, str], list[str], list[str]]:
     cache = memo.cache
     plans: dict[str, Plan] = {}
     failed: dict[str, str] = {}
     reused: list[str] = []
+    seeded: list[str] = []
     for app in sorted(problems):
         problem = problems[app]
         schedules = memo.of(app)
@@ -518,11 +532,16 @@ def _solve_all(
             if how.tighten <= 0
             else problem.model_copy(update={"slo_s": problem.slo_s * (1 - how.tighten)})
         )
-        try:
-            plan = how.plan(target, schedules)
-        except PlannerError as exc:
-            failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
-            continue
+        seed = seeds.get(app)
+        if seed is not None and how.tighten <= 0 and (seed.model_extra or {}).get(DIGEST_KEY) == digest:
+            plan = seed.model_copy()  # what the solver returns for this problem (seed_plan)
+            seeded.append(app)
+        else:
+            try:
+                plan = how.plan(target, schedules)
+            except PlannerError as exc:
+                failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
+                continue
         if schedules:
             _keep_planned(schedules, problem, plan)
         if old is not None and extra.get(SHAPE_KEY) == shape and how.stick > 0:
@@ -535,7 +554,7 @@ def _solve_all(
         plan.model_extra[SHAPE_KEY] = shape  # type: ignore[index]
         plan.model_extra[RATES_KEY] = {m: spec.rate for m, spec in problem.modules.items()}  # type: ignore[index]
         plans[app] = plan
-    return plans, failed, reused
+    return plans, failed, reused, seeded
 
 
 def _keep_planned(schedules: Schedules, problem: ProblemSpec, plan: Plan) -> None:
@@ -690,6 +709,7 @@ def plan_fleet(
     *,
     previous: FleetPlan | None = None,
     previous_plans: Mapping[str, Plan] | None = None,
+    seeds: Mapping[str, Plan] | None = None,
     policy: str = "skinflint",
     keeps: Sequence[float] = KEEPS,
     tighten: float = 0.0,
@@ -707,7 +727,11 @@ def plan_fleet(
     the same machines then serve the new rates with more or less dummy load, so nothing moves. When only
     rates changed but the plan no longer covers them, the previous plan grown by whole machines of the
     same configurations is kept if it bills at most ``stick`` (a fraction) more than a fresh plan: fewer
-    instances change hardware type. ``previous`` keeps unchanged shares on their slots. ``tighten`` plans
+    instances change hardware type. ``seeds[app]``: a plan the same ``solver`` and ``policy`` made for
+    this app's problem before the epoch (:func:`seed_plan`, e.g. at the app's registration), taken
+    instead of solving when the app is not reused and the recorded problem digest is this epoch's
+    (``FleetResult.seeded``); a seed for another problem is ignored. The result is the same as solving,
+    only faster. ``previous`` keeps unchanged shares on their slots. ``tighten`` plans
     every app for an SLO that much shorter (a fraction), leaving the difference as slack for co-location;
     ``solver`` replaces :func:`~planner.solve.solve` (e.g. a dispatch-aware planner); one that takes a
     ``schedules`` keyword (:class:`ScheduleSharingSolver`) gets one dict per app, which the app's shapes are
@@ -723,6 +747,7 @@ def plan_fleet(
             problems,
             previous=previous,
             previous_plans=previous_plans,
+            seeds=seeds,
             policy=policy,
             keeps=keeps,
             tighten=tighten,
@@ -740,6 +765,7 @@ def _plan_fleet(
     *,
     previous: FleetPlan | None,
     previous_plans: Mapping[str, Plan] | None,
+    seeds: Mapping[str, Plan] | None,
     policy: str,
     keeps: Sequence[float],
     tighten: float,
@@ -759,7 +785,7 @@ def _plan_fleet(
         raise ValueError(f"stick must be a fraction >= 0, got {stick}")
     how = _Planning(policy, tighten, hold, stick, solver, _takes_schedules(solver))
     memo = _Memo((REALISATIONS if cache else None) if isinstance(cache, bool) else cache)
-    solved, failed, reused = _solve_all(problems, previous_plans or {}, how, memo)
+    solved, failed, reused, seeded = _solve_all(problems, previous_plans or {}, seeds or {}, how, memo)
     solved_at = time.perf_counter()
     last = _previous_keep(solved, reused)
     packing = _Packing(problems, previous, align, guard_s, memo)
@@ -781,7 +807,8 @@ def _plan_fleet(
     if memo.cache is not None:
         memo.cache.rotate()
     solve_ms = (solved_at - started) * 1000
-    return FleetResult(plans, fleet, solve_ms, (time.perf_counter() - solved_at) * 1000, failed, reused, keep)
+    pack_ms = (time.perf_counter() - solved_at) * 1000
+    return FleetResult(plans, fleet, solve_ms, pack_ms, failed, reused, keep, seeded)
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,15 @@ Prints, measured at run time (nothing is hard-coded):
   the dedicated billed plans (every app's plan from the solver, one instance per machine) and a
   latency-free packing of the occupancy plans (full machines alone, residuals bin-packed by occupancy with
   no latency condition; what packing could give if co-location cost no latency);
-- **time** of one epoch (plan + pack) for the largest fleet, cold (a fresh process: nothing cached) and
-  with every plan reused, for both solvers (``plain``: :func:`~planner.solve.solve`; ``dispatchable``:
+- **time** of one epoch (plan + pack) for the largest fleet, cold (a fresh process: nothing cached),
+  *registered* (the same, but every app new since the last epoch was registered through the control
+  loop, whose feasibility check solved it: the epoch takes those plans, :func:`~planner.fleet.seed_plan`,
+  read back from JSON as from the registry; dispatchable solver only) and with every plan reused, for
+  both solvers (``plain``: :func:`~planner.solve.solve`; ``dispatchable``:
   :func:`~planner.robust.solve_dispatchable`, what the control loop runs): CPU time of this process (one
   core) and wall time, median and spread of repeats, with the load average, the bill over the bound and
-  the ``check_fleet`` / ``check_plan`` errors of the fleet timed;
+  the ``check_fleet`` / ``check_plan`` errors of the fleet timed; and the CPU of each registration's
+  solve;
 - **verification**: every shared instance replayed with its shares' window schedules (random phases and,
   per share, the phases that make it wait longest): measured worst case against planned + added wait;
 - **steady load**: epochs of noisy load (rates drawn +-noise around a fixed mean, then Poisson counts over
@@ -33,8 +37,9 @@ import numpy as np
 
 from planner.check import check_plan
 from planner.errors import PlannerError
-from planner.fleet import RealisationCache, plan_fleet
+from planner.fleet import RealisationCache, plan_fleet, seed_plan
 from planner.generate import generate_problems
+from planner.models import Plan
 from planner.packing import adversarial_phases, check_fleet, simulate_instance
 from planner.robust import DEFAULT_CHILD_HEADROOM, solve_dispatchable
 from planner.scaling import Hysteresis, forecast_rate, hold_rate
@@ -43,7 +48,7 @@ from planner.solve import solve
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from planner.models import Plan, ProblemSpec
+    from planner.models import ProblemSpec
 
     Solver = Callable[[ProblemSpec], Plan]
 
@@ -180,14 +185,35 @@ def _summary(xs: list[float]) -> dict[str, float]:
     return {"median_ms": statistics.median(xs), "min_ms": min(xs), "max_ms": max(xs)}
 
 
+def registrations(problems: Mapping[str, ProblemSpec]) -> tuple[dict[str, Plan], list[float]]:
+    """Every app solved as its registration solves it (functions/control/registry.py
+    ``check_plannable``: the control loop's solve, without the epoch's schedule sharing) and stored as
+    its seed (JSON, as in the registry): the seeds and each solve's CPU ms."""
+    seeds: dict[str, Plan] = {}
+    cpu: list[float] = []
+    for app, problem in problems.items():
+        c = time.process_time()
+        try:
+            plan = _dispatchable(problem)
+        except PlannerError:
+            continue  # rejected at registration
+        cpu.append((time.process_time() - c) * 1000)
+        seeds[app] = Plan.model_validate_json(seed_plan(problem, plan, "skinflint").model_dump_json())
+    return seeds, cpu
+
+
 def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) -> dict[str, Any]:
     """One epoch of ``problems`` planned with ``solver``, ``repeats`` times: cold (no previous plans, an
-    empty realisation cache: a fresh control-loop process) and then with every plan reused (the next
+    empty realisation cache: a fresh control-loop process), registered (the same with every app's
+    registration plan as its seed; ``dispatchable`` only) and then with every plan reused (the next
     epoch of the same process); CPU (this process) and wall time, the bill over the occupancy bound and
     the errors ``check_fleet`` / ``check_plan`` find in the fleet."""
     cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
     cold_solve, cold_pack, warm_pack = [], [], []
-    first = again = None
+    reg_cpu: list[float] = []
+    reg_wall: list[float] = []
+    first = again = seeded = None
+    seeds, solve_cpu = registrations(problems) if solver == "dispatchable" else ({}, [])
     load = [os.getloadavg()]
     for _ in range(repeats):
         cache = RealisationCache()
@@ -197,6 +223,11 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
         cold_wall.append((time.perf_counter() - w) * 1000)
         cold_solve.append(first.solve_ms)
         cold_pack.append(first.pack_ms)
+        if seeds:
+            c, w = time.process_time(), time.perf_counter()
+            seeded = plan_fleet(problems, seeds=seeds, solver=solver_for(solver), cache=RealisationCache())
+            reg_cpu.append((time.process_time() - c) * 1000)
+            reg_wall.append((time.perf_counter() - w) * 1000)
         c, w = time.process_time(), time.perf_counter()
         again = plan_fleet(
             problems, previous=first.fleet, previous_plans=first.plans, solver=solver_for(solver), cache=cache
@@ -221,6 +252,11 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
         "cold_wall": _summary(cold_wall),
         "cold_solve_wall": _summary(cold_solve),
         "cold_shape_pack_wall": _summary(cold_pack),
+        "registered_cpu": _summary(reg_cpu) if reg_cpu else None,
+        "registered_wall": _summary(reg_wall) if reg_wall else None,
+        "registration_solve_cpu": _summary(solve_cpu) if solve_cpu else None,
+        "seeded_apps": len(seeded.seeded) if seeded is not None else 0,
+        "same_fleet_seeded": None if seeded is None else seeded.fleet == first.fleet,
         "reused_cpu": _summary(warm_cpu),
         "reused_wall": _summary(warm_wall),
         "reused_shape_pack_wall": _summary(warm_pack),
@@ -552,8 +588,8 @@ def render(result: dict[str, Any]) -> None:
         title=f"one epoch of {first['apps']} apps (plan + pack), {first['repeats']} runs: median (min-max) "
         f"ms; target <= {TARGET_EPOCH_S * 1000:.0f} ms on one core; dispatchable: the control loop's solver"
     )
-    cols = ["solver", "cold CPU", "cold wall", "solve wall", "reused CPU", "reused wall", "bill/bound"]
-    for col in [*cols, "errors", "load avg"]:
+    cols = ["solver", "cold CPU", "cold wall", "solve wall", "registered CPU", "reused CPU", "reused wall"]
+    for col in [*cols, "bill/bound", "errors", "load avg"]:
         table.add_column(col, justify="right")
     for t in result["timing"]:
         table.add_row(
@@ -561,6 +597,7 @@ def render(result: dict[str, Any]) -> None:
             _ms(t["cold_cpu"]),
             _ms(t["cold_wall"]),
             _ms(t["cold_solve_wall"]),
+            _ms(t["registered_cpu"]) if t.get("registered_cpu") else "-",
             _ms(t["reused_cpu"]),
             _ms(t["reused_wall"]),
             f"{t['ratio']:.3f}",
@@ -568,6 +605,15 @@ def render(result: dict[str, Any]) -> None:
             f"{t['load_avg'][0]:.2f}-{t['load_avg'][1]:.2f}",
         )
     console.print(table)
+    for t in result["timing"]:
+        if t.get("registration_solve_cpu"):
+            r = t["registration_solve_cpu"]
+            console.print(
+                f"registered ({t['solver']}): every app's registration solved it "
+                f"({r['median_ms']:.1f} ms CPU median, {r['max_ms']:.1f} max per app); the epoch took "
+                f"{t['seeded_apps']} of those plans; "
+                f"same fleet as the cold epoch: {t['same_fleet_seeded']}"
+            )
     v = result["verification"]
     console.print(
         f"replay of {v['shared_instances']} shared instances: {v['within']}/{v['share_runs']} share runs "

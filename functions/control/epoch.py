@@ -9,8 +9,9 @@
    for is ``forecast_rate`` (trend + headroom, quantised) of the history, never below the app's
    floor, and the registered rate until the app has been observed for a whole window;
 4. ``plan_fleet`` with the dispatch-aware solve (``planner.robust.solve_dispatchable``: the plan's
-   worst cases are what the dispatch realises; an app whose problem is unchanged keeps its plan; an
-   app that cannot be planned keeps the plan in force); packing onto whole instances;
+   worst cases are what the dispatch realises; an app whose problem is unchanged keeps its plan; a
+   new app whose problem is the one its registration solved takes that plan (its *seed*) instead of
+   solving again; an app that cannot be planned keeps the plan in force); packing onto whole instances;
 5. when something changed: fresh queues for changed modules, a new version published with a
    conditional flip of the pointer; it activates once every slot is served by an instance that
    loaded it, at the earliest ``activate_lead_s`` and at the latest ``activate_max_lead_s`` after
@@ -184,6 +185,7 @@ class EpochSummary:
     gc: dict[str, Any] = field(default_factory=dict)
     activation: dict[str, Any] = field(default_factory=dict)  # functions.control.activation.ActivationCheck
     corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
+    seeded: list[str] = field(default_factory=list)  # apps planned with their registration's plan
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -571,13 +573,16 @@ class Controller:
             except ValueError as exc:
                 failed[name] = str(exc).splitlines()[0]
         state.observed_until = max(window.end, state.observed_until or window.end)
+        seeds = self._seeds({a: apps[a][0] for a in problems if a not in cur_deps}, summary)
         result = plan_fleet(
             problems,
             previous=cur_fleet,
             previous_plans={a: d.plan for a, d in cur_deps.items() if _realised(d.plan)},
+            seeds=seeds,
             policy=self.config.policy,
             solver=self._solver,
         )
+        summary.seeded = sorted(result.seeded)
         over = self._over_caps(result.plans)
         if over:  # a held or grown plan (not solved this epoch) uses more than a cap allows
             result = plan_fleet(
@@ -586,6 +591,7 @@ class Controller:
                 previous_plans={
                     a: d.plan for a, d in cur_deps.items() if _realised(d.plan) and a not in over
                 },
+                seeds={a: p for a, p in seeds.items() if a not in over},
                 policy=self.config.policy,
                 solver=self._solver,
             )
@@ -599,6 +605,24 @@ class Controller:
                 plans[a], rates[a] = dep.plan, dep.frame_rate
         rates = {a: rates[a] for a in plans}
         return _Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
+
+    def _seeds(self, records: Mapping[str, AppRecord], summary: EpochSummary) -> dict[str, Plan]:
+        """The plans the registrations of apps without a deployment solved (the epoch takes one when
+        it plans the same problem). One that cannot be read is left out with a warning: the app is
+        solved."""
+        t0 = time.perf_counter()
+        out: dict[str, Plan] = {}
+        for a, record in sorted(records.items()):
+            try:
+                seed = self.registry.seed(record)
+            except ControlError as exc:
+                summary.warnings.append(f"{a}: registration plan not used: {exc}")
+                continue
+            if seed is not None:
+                out[a] = seed
+        if records:
+            summary.timings_ms["seeds"] = round((time.perf_counter() - t0) * 1e3, 2)
+        return out
 
     def _calibrate(
         self,

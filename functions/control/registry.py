@@ -11,9 +11,15 @@ The stored spec is self-contained: every model's profile is resolved at registra
 the store) and written into it, so a plan depends only on the registered spec and the catalog, and
 changing a profile takes a new registration (a new revision).
 
+The feasibility check solves the app as its first epoch will (same problem, rate and solve); that plan
+is stored with the revision as its *seed* (``registry/apps/<name>/r<revision>.seed.json``), and the first
+epoch that plans the app for the same problem takes it instead of solving again
+(:func:`planner.fleet.plan_fleet`'s ``seeds``): registering 100 apps costs their solves once, at
+registration, not again in one epoch.
+
 Keys: ``appspec#<name>`` (:class:`AppRecord`, conditional on the revision read), S3
-``registry/apps/<name>/r<revision>.json``; ``control#replan`` asks the planner to run (it also runs
-on its schedule).
+``registry/apps/<name>/r<revision>.json`` (and ``.seed.json``); ``control#replan`` asks the planner to
+run (it also runs on its schedule).
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import hashlib
 import json
 import re
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from functions.control.errors import ControlError, RegistrationConflict, RegistrationError
-from planner.models import AppModuleSpec, AppSpec, ProfileEntry, topological_order
+from planner.models import AppModuleSpec, AppSpec, Plan, ProfileEntry, topological_order
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -39,12 +46,14 @@ if TYPE_CHECKING:
 __all__ = [
     "AppRecord",
     "AppRegistry",
+    "Registration",
     "RegistrationSpec",
     "check_plannable",
     "first_plan_rate",
     "parse_spec_text",
     "planner_settings",
     "profile_lookup",
+    "validate_registration",
     "validate_spec",
 ]
 
@@ -101,6 +110,17 @@ class AppRecord(BaseModel):
     slo_s: float
     rate: float
     modules: list[str]
+    seed_key: str | None = None  # S3 key of the plan the registration's feasibility check solved
+    seed_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A validated spec and the plan its feasibility check solved (``planner.fleet.seed_plan``; None
+    when feasibility was not checked)."""
+
+    spec: RegistrationSpec
+    seed: Plan | None = None
 
 
 # -- validation ----------------------------------------------------------------------------------
@@ -296,7 +316,12 @@ def _first(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg', '')}" if where else str(err.get("msg", ""))
 
 
-def validate_spec(
+def validate_spec(doc: Any, **settings: Any) -> RegistrationSpec:
+    """:func:`validate_registration`'s spec (the same keyword arguments)."""
+    return validate_registration(doc, **settings).spec
+
+
+def validate_registration(
     doc: Any,
     *,
     catalog: Mapping[str, HardwareSpec],
@@ -307,11 +332,12 @@ def validate_spec(
     headroom: float = 0.0,
     child_headroom: float = 0.0,
     policy: str = "skinflint",
-) -> RegistrationSpec:
-    """Check an app spec document and return it with every model's profile resolved. Raises
-    :class:`RegistrationError` listing every problem found (not only the first). Feasibility is
-    checked as the first epoch will plan the app (:func:`check_plannable`): at its registered rate
-    plus ``headroom`` (quantised as the forecast does), with the dispatch-aware solve."""
+) -> Registration:
+    """Check an app spec document and return it with every model's profile resolved, and the plan of
+    the feasibility check. Raises :class:`RegistrationError` listing every problem found (not only the
+    first). Feasibility is checked as the first epoch will plan the app (:func:`check_plannable`): at
+    its registered rate plus ``headroom`` (quantised as the forecast does), with the dispatch-aware
+    solve."""
     if not isinstance(doc, dict):
         raise RegistrationError(["the spec must be a mapping (a YAML or JSON object)"])
     raw_name = doc.get("name")
@@ -349,17 +375,18 @@ def validate_spec(
         profiles=profiles,
     )
     _check_hardware_profiles(spec, catalog, avail)
-    if check_feasible:
-        check_plannable(
-            spec,
-            catalog,
-            avail,
-            overhead_s=overhead_s,
-            headroom=headroom,
-            child_headroom=child_headroom,
-            policy=policy,
-        )
-    return spec
+    if not check_feasible:
+        return Registration(spec)
+    seed = check_plannable(
+        spec,
+        catalog,
+        avail,
+        overhead_s=overhead_s,
+        headroom=headroom,
+        child_headroom=child_headroom,
+        policy=policy,
+    )
+    return Registration(spec, seed)
 
 
 def planner_settings(control: ControlConfig | None = None) -> dict[str, Any]:
@@ -398,23 +425,22 @@ def check_plannable(
     headroom: float = 0.0,
     child_headroom: float = 0.0,
     policy: str = "skinflint",
-) -> None:
+) -> Plan:
     """Raise :class:`RegistrationError` unless the epoch can plan ``spec``: the same problem
     (``app_problem``) at the same rate (:func:`first_plan_rate`) with the same solve
     (``planner.robust.solve_dispatchable``, billed objective) the epoch uses, so an app accepted
-    here is not one the planner then reports as failed."""
+    here is not one the planner then reports as failed. Returns that plan as a seed
+    (``planner.fleet.seed_plan``: it records the problem's digest, so an epoch takes it only for the
+    same problem)."""
     from functions.control.problems import app_problem
     from planner.errors import PlannerError
+    from planner.fleet import seed_plan
     from planner.robust import solve_dispatchable
 
     rate = first_plan_rate(spec, headroom)
     try:
-        solve_dispatchable(
-            app_problem(spec, rate, catalog, available, overhead_s),
-            policy=policy,
-            objective="billed",
-            child_headroom=child_headroom,
-        )
+        problem = app_problem(spec, rate, catalog, available, overhead_s)
+        plan = solve_dispatchable(problem, policy=policy, objective="billed", child_headroom=child_headroom)
     except (PlannerError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RegistrationError(
@@ -424,6 +450,7 @@ def check_plannable(
             ],
             spec.name,
         ) from exc
+    return seed_plan(problem, plan, policy)
 
 
 def _check_hardware_profiles(
@@ -456,13 +483,22 @@ class AppRegistry:
         self._s3 = s3
         self._bucket = bucket
 
-    def put(self, spec: RegistrationSpec, now: float | None = None) -> AppRecord:
+    def put(self, spec: RegistrationSpec, now: float | None = None, seed: Plan | None = None) -> AppRecord:
         """Store a validated spec as the app's next revision (conditional on the revision read:
-        :class:`ControlError` when another registration of the same app won)."""
+        :class:`ControlError` when another registration of the same app won), with ``seed``, the plan
+        its feasibility check solved (:class:`Registration`), when given."""
         old = self.record(spec.name)
         revision = (old.revision if old else 0) + 1
         body = spec.model_dump_json(indent=1).encode()
         key = f"{_S3_PREFIX}{spec.name}/r{revision}.json"
+        seed_key = seed_sha = None
+        if seed is not None:
+            seed_body = seed.model_dump_json().encode()
+            seed_key, seed_sha = (
+                f"{_S3_PREFIX}{spec.name}/r{revision}.seed.json",
+                hashlib.sha256(seed_body).hexdigest(),
+            )
+            self._write(seed_key, seed_body)
         record = AppRecord(
             name=spec.name,
             revision=revision,
@@ -472,11 +508,10 @@ class AppRegistry:
             slo_s=spec.slo_s,
             rate=spec.rate,
             modules=list(spec.modules),
+            seed_key=seed_key,
+            seed_sha256=seed_sha,
         )
-        try:
-            self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
-        except ClientError as exc:
-            raise ControlError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
+        self._write(key, body)
         cond: dict[str, Any] = (
             {"ConditionExpression": "attribute_not_exists(pk)"}
             if old is None
@@ -498,6 +533,21 @@ class AppRegistry:
                 raise RegistrationConflict(why) from exc
             raise ControlError(f"cannot index app {spec.name!r}: {exc}") from exc
         return record
+
+    def _write(self, key: str, body: bytes) -> None:
+        try:
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
+        except ClientError as exc:
+            raise ControlError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
+
+    def _read(self, key: str, sha256: str) -> bytes:
+        try:
+            body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            raise ControlError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
+        if hashlib.sha256(body).hexdigest() != sha256:
+            raise ControlError(f"s3://{self._bucket}/{key} does not match its index (checksum)")
+        return body
 
     def record(self, name: str) -> AppRecord | None:
         try:
@@ -527,13 +577,18 @@ class AppRegistry:
             raise ControlError(f"cannot list registered apps: {exc}") from exc
 
     def spec(self, record: AppRecord) -> RegistrationSpec:
+        return RegistrationSpec.model_validate_json(self._read(record.s3_key, record.sha256))
+
+    def seed(self, record: AppRecord) -> Plan | None:
+        """The plan the revision's registration solved (None: stored without one). Raises
+        :class:`ControlError` when it cannot be read or does not match its index."""
+        if record.seed_key is None or record.seed_sha256 is None:
+            return None
+        body = self._read(record.seed_key, record.seed_sha256)
         try:
-            body = self._s3.get_object(Bucket=self._bucket, Key=record.s3_key)["Body"].read()
-        except ClientError as exc:
-            raise ControlError(f"cannot read s3://{self._bucket}/{record.s3_key}: {exc}") from exc
-        if hashlib.sha256(body).hexdigest() != record.sha256:
-            raise ControlError(f"s3://{self._bucket}/{record.s3_key} does not match its index (checksum)")
-        return RegistrationSpec.model_validate_json(body)
+            return Plan.model_validate_json(body)
+        except ValidationError as exc:
+            raise ControlError(f"s3://{self._bucket}/{record.seed_key} is not a plan: {_first(exc)}") from exc
 
     def get(self, name: str) -> tuple[AppRecord, RegistrationSpec] | None:
         rec = self.record(name)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from functions.control.epoch import ControlConfig, Controller
-    from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
+    from functions.control.registry import AppRecord, AppRegistry, Registration, RegistrationSpec
     from functions.control.state import StateStore
     from functions.settings import DataPlaneConfig
     from planner.models import HardwareSpec, ProfileEntry
@@ -198,10 +198,13 @@ class Registrar:
     def validate(self, doc: Any) -> RegistrationSpec:
         """Every problem of ``doc``; feasibility as the epoch plans it (same rate with headroom,
         same dispatch-aware solve)."""
-        from functions.control.registry import validate_spec
+        return self._registration(doc).spec
+
+    def _registration(self, doc: Any) -> Registration:
+        from functions.control.registry import validate_registration
 
         available = list(self.states.load().asg_names) or None
-        return validate_spec(
+        return validate_registration(
             doc,
             catalog=self.catalog,
             stored_profile=self.stored_profile,
@@ -213,8 +216,11 @@ class Registrar:
         )
 
     def register(self, doc: Any, now: float | None = None) -> AppRecord:
-        spec = self.validate(doc)
-        record = self.registry.put(spec, now)
+        """Validate ``doc`` and store it with the plan its feasibility check solved (the first epoch
+        takes that plan instead of solving again, when it plans the same problem)."""
+        reg = self._registration(doc)
+        spec = reg.spec
+        record = self.registry.put(spec, now, seed=reg.seed)
         self.registry.request_replan(spec.name, now)
         if self.invoke_planner is not None:
             self.invoke_planner(spec.name)

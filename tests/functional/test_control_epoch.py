@@ -562,3 +562,69 @@ def test_a_window_the_first_frames_arrive_in_part_way_is_not_a_rate(env: Env) ->
     steady = env.ctl.run_epoch()
     assert steady.status == "unchanged" and "first_frames_after_s" not in steady.rates["cams"]
     assert steady.rates["cams"]["observed"] == pytest.approx(20.0)
+
+
+def test_the_first_epoch_takes_the_plan_the_registration_solved(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registration solves the app as the first epoch will and stores that plan with the revision; the
+    epoch takes it instead of solving again (the same problem: same rate, hardware, policy)."""
+    import planner.robust
+    from planner.fleet import SOLVED_KEY
+
+    assert env.ctl.run_epoch().status == "unchanged"  # the worker groups registration checks against
+    record = env.register(SPEC)
+    seed = env.ctl.registry.seed(record)
+    assert record.seed_key is not None and seed is not None
+    solves: list[str] = []
+    real = planner.robust.solve_dispatchable
+
+    def counted(problem: Any, **kw: Any) -> Any:
+        solves.append(problem.name)
+        return real(problem, **kw)
+
+    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published", out.as_json()
+    assert out.seeded == ["cams"] and solves == [] and "seeds" in out.timings_ms
+    dep = env.ctl.plans.deployment(out.version, "cams")
+    assert dep is not None
+    solved = (dep.plan.model_extra or {})[SOLVED_KEY]  # the solver's modules the plan was shaped from
+    assert solved == {m: mp.model_dump() for m, mp in seed.modules.items()}
+
+
+def test_a_registration_plan_for_another_problem_or_unreadable_is_solved_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seed checked at another headroom (another rate) does not match the epoch's problem, and one
+    whose file is gone is left out with a warning: either way the app is solved and published."""
+    from dataclasses import replace
+
+    import planner.robust
+
+    solves: list[str] = []
+    real = planner.robust.solve_dispatchable
+
+    def counted(problem: Any, **kw: Any) -> Any:
+        solves.append(problem.name)
+        return real(problem, **kw)
+
+    assert env.ctl.run_epoch().status == "unchanged"
+    other = replace(env.registrar, headroom=0.5)  # the epoch plans with ControlConfig's 0.1
+    other.register(SPEC, now=env.clock())
+    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published" and out.seeded == [] and solves == ["cams"], out.as_json()
+    env.ctl.registry.delete("cams")
+    env.clock.t += 60
+    assert env.ctl.run_epoch().removed == ["cams"]
+    record = env.register({**SPEC, "name": "cams2"})
+    assert record.seed_key is not None
+    env.clients["s3"].delete_object(Bucket=env.cfg.bucket, Key=record.seed_key)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published" and out.seeded == [], out.as_json()
+    assert solves.count("cams2") == 2  # its registration and the epoch both solved it
+    assert any("cams2: registration plan not used" in w for w in out.warnings)

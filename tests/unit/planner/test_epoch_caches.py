@@ -6,6 +6,7 @@ runs with."""
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -13,12 +14,16 @@ import pytest
 import planner.robust
 from planner.dispatch import DispatchSchedule, _Group, _Layout, _order_edf, build_schedule
 from planner.errors import PlannerError
-from planner.fleet import EPOCH_GC_THRESHOLDS, RealisationCache, plan_fleet
+from planner.fleet import EPOCH_GC_THRESHOLDS, RealisationCache, plan_fleet, seed_plan
 from planner.generate import generate_problem
-from planner.models import MachineGroup, ModulePlan
+from planner.models import MachineGroup, ModulePlan, Plan
 from planner.packing import Share, _best_fit, _Bin, _Item, _Slots
 from planner.robust import solve_dispatchable
 from planner.solve import BilledCache, solve
+
+if TYPE_CHECKING:
+    from planner.fleet import Schedules
+    from planner.models import ProblemSpec
 
 SEEDS = (0, 3, 7)
 
@@ -266,3 +271,39 @@ def test_new_slot_names_fill_the_gaps_first() -> None:
     names = _Slots(["t4/0", "t4/2", "t4/5", "cpu/x"])
     assert [names.new("t4") for _ in range(4)] == ["t4/1", "t4/3", "t4/4", "t4/6"]
     assert names.new("cpu") == "cpu/0"
+
+
+def _sharing_solver(problem: ProblemSpec, *, schedules: Schedules | None = None) -> Plan:
+    return solve_dispatchable(problem, schedules=schedules)
+
+
+def test_an_epoch_with_registration_seeds_is_the_epoch_that_solves() -> None:
+    """A seed (the plan a registration solved, stored as JSON) replaces the epoch's solve of the same
+    problem: every plan and the fleet come out as if the epoch had solved (timings aside)."""
+    problems = {f"a{i}": generate_problem(i) for i in range(6)}
+    seeds = {
+        a: Plan.model_validate_json(seed_plan(p, solve_dispatchable(p), "skinflint").model_dump_json())
+        for a, p in problems.items()
+    }
+    seeded = plan_fleet(problems, seeds=seeds, solver=_sharing_solver, cache=RealisationCache())
+    solved = plan_fleet(problems, solver=_sharing_solver, cache=RealisationCache())
+    assert seeded.seeded == sorted(problems) and solved.seeded == []
+    assert {a: _dump(p) for a, p in seeded.plans.items()} == {a: _dump(p) for a, p in solved.plans.items()}
+    assert seeded.fleet == solved.fleet
+
+
+def test_a_seed_for_another_problem_is_not_taken() -> None:
+    """A seed solved at another rate (or for another policy) is ignored: the app is solved."""
+    problem = generate_problem(2)
+    faster = problem.model_copy(
+        update={
+            "modules": {m: s.model_copy(update={"rate": s.rate * 1.5}) for m, s in problem.modules.items()}
+        }
+    )
+    stale = seed_plan(faster, solve_dispatchable(faster), "skinflint")
+    other_policy = seed_plan(problem, solve_dispatchable(problem), "nexus")
+    for seed in (stale, other_policy):
+        out = plan_fleet({"a": problem}, seeds={"a": seed}, solver=_sharing_solver, cache=RealisationCache())
+        assert out.seeded == []
+        ref = plan_fleet({"a": problem}, solver=_sharing_solver, cache=RealisationCache())
+        assert _dump(out.plans["a"]) == _dump(ref.plans["a"])
