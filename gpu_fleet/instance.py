@@ -817,6 +817,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from functions.localstack.lifeline import install as install_lifeline
     from gpu_fleet.lifecycle import install_signal_handlers
 
     args = _parser().parse_args(argv)
@@ -846,6 +847,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"instance {name}: {exc}", file=sys.stderr)
         return 2
     install_signal_handlers(agent.request_drain)
+    # local stack only ($SKINFLINT_PARENT_PID; off under systemd on EC2): if the process that
+    # started this agent dies, SIGTERM this one, which drains as above
+    install_lifeline()
     metrics.start()
     try:
         agent.run()

@@ -741,6 +741,8 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
 
 
 def main(argv: list[str] | None = None) -> int:
+    from functions.localstack.lifeline import install as install_lifeline
+
     parser = argparse.ArgumentParser(prog="python -m gpu_fleet.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--worker-id", required=True)
     args = parser.parse_args(argv)
@@ -754,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    install_lifeline()  # $SKINFLINT_PARENT_PID set: SIGTERM (stop, release) once that process is gone
     metrics.start()
     try:
         worker.serve(heartbeat=lambda info: store.put_heartbeat(args.worker_id, info))

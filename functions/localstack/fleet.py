@@ -271,14 +271,18 @@ class ProcessLauncher:
         self.extra_args = list(extra_args or [])
 
     def __call__(self, instance_id: str, hardware: str, imds_url: str) -> Agent:
+        from functions.localstack.lifeline import child_env
+
         log_path = self.log_dir / f"instance-{instance_id}.log"
         argv = [
             sys.executable, "-m", "gpu_fleet.instance", "--hardware", hardware,
             "--instance-id", instance_id, "--imds-url", imds_url, *self.extra_args,
         ]  # fmt: skip
         with log_path.open("ab") as fh:
+            # its own session (a Ctrl-C reaches the stack only); this process named as its parent:
+            # the agent drains and exits if this process dies (functions.localstack.lifeline)
             proc = subprocess.Popen(
-                argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                argv, stdout=fh, stderr=subprocess.STDOUT, env=child_env(self.env), start_new_session=True
             )
         return proc  # Popen has pid, poll(), terminate() (SIGTERM) and kill()
 

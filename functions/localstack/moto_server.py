@@ -478,12 +478,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.sweep_s <= 0 or (args.metric_retention_s is not None and args.metric_retention_s <= 0):
         parser.error("--sweep-s and --metric-retention-s must be positive")
+    from functions.localstack.lifeline import SERVER_LINGER_S
+    from functions.localstack.lifeline import install as install_lifeline
+
     try:
         app, handler = _fast_app()
     except (ImportError, AttributeError) as exc:  # moto's layout changed: its own server, as is
         print(f"moto internals not as expected ({exc}); running moto.server", file=sys.stderr)
         from moto.server import main as moto_main
 
+        install_lifeline(delay_s=SERVER_LINGER_S)  # the stack died: SIGTERM once the agents drained
         moto_main(["-H", args.host, "-p", str(args.port)])
         return
     from werkzeug.serving import run_simple
@@ -494,6 +498,9 @@ def main(argv: list[str] | None = None) -> None:
     retention_sweeper(args.sweep_s, args.metric_retention_s)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+    # the stack that started this server died without stopping it: SIGTERM as above, once its instance
+    # agents have drained against this server (they stop at once)
+    install_lifeline(delay_s=SERVER_LINGER_S)
     run_simple(args.host, args.port, app, threaded=True, request_handler=handler)
 
 

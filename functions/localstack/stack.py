@@ -207,9 +207,16 @@ class LocalStack:
         return env
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start a child in its own session (a Ctrl-C reaches only this process, which stops the
+        children in order: :meth:`stop`), naming this process its parent: the child stops itself if
+        this one dies without stopping it (:mod:`functions.localstack.lifeline`)."""
+        from functions.localstack.lifeline import child_env
+
         log_path = self.log_dir / f"{name}.log"
         fh = log_path.open("wb")
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env=child_env(env), start_new_session=True
+        )
         fh.close()
         self._procs.append((name, proc, log_path))
         return proc
@@ -332,13 +339,18 @@ class LocalStack:
         return groups
 
     def _start_front(self, cfg: DataPlaneConfig) -> None:
+        from functions.localstack.lifeline import module_argv
+
         front_port = free_port()
         front = self._spawn(
             "front",
-            [
-                sys.executable, "-m", "uvicorn", "functions.front.local:app",
-                "--host", "127.0.0.1", "--port", str(front_port), "--log-level", "warning", "--no-access-log",
-            ],
+            module_argv(  # python -m uvicorn ..., with the parent-death guard armed
+                "uvicorn",
+                [
+                    "functions.front.local:app", "--host", "127.0.0.1", "--port", str(front_port),
+                    "--log-level", "warning", "--no-access-log",
+                ],
+            ),
             {**self._env(cfg), "SKINFLINT_METRICS_FLUSH_S": str(self.config.front_flush_s)},
         )  # fmt: skip
         self._front_url = f"http://127.0.0.1:{front_port}"

@@ -12,7 +12,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,6 +147,8 @@ def run_locust(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from functions.localstack.lifeline import child_env, module_argv
+
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         "outcomes": out / "outcomes.jsonl",
@@ -157,15 +158,18 @@ def run_locust(
         "html": out / "locust_report.html",
         "log": out / "locust.log",
     }
-    env = {**os.environ, **plan.to_env(), "SKINFLINT_API_KEY": api_key, "SKINFLINT_PHASES": phases}
+    # locust in its own session (a Ctrl-C reaches this command, which stops it with SIGINT), under
+    # the parent-death guard: if this process dies, locust gets SIGTERM and writes its reports
+    env = child_env({**os.environ, **plan.to_env()})
+    env.update(SKINFLINT_API_KEY=api_key, SKINFLINT_PHASES=phases)
     env["SKINFLINT_COLLECT"] = collect
     env["SKINFLINT_LOADTEST_OUT"] = str(paths["outcomes"])
-    argv = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", url,
+    argv = module_argv("locust", [
+        "-f", str(LOCUSTFILE), "--headless", "--host", url,
         "--csv", str(out / "locust"), "--html", str(paths["html"]), "--only-summary",
         "--exit-code-on-error", "0", "--loglevel", "WARNING", "--logfile", str(paths["log"]),
         *(USER_CLASSES[a] for a in apps),
-    ]  # fmt: skip
+    ])  # fmt: skip
     console = Console(stderr=True)
     total = plan.duration_s + plan.drain_s
     with (
