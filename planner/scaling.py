@@ -48,14 +48,30 @@ def quantise_up(x: float, step: float) -> float:
     return level if level >= x else math.exp((k + 1) * base)
 
 
+#: Two-sided 95 % critical values of Student's t for 1-10 degrees of freedom (a line through n points
+#: has n - 2); beyond, 2.2 (10 degrees: 2.23). A slope below it is not told from noise: with 5 points a
+#: fixed 2 took one noisy window in seven for a trend.
+_T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
+
+
 def forecast_rate(
     history: Sequence[float], *, headroom: float = 0.1, trend_epochs: int = 5, step: float = 0.05
 ) -> float:
     """The rate to plan for from the observed rates of the last epochs (oldest first).
 
-    A least-squares line through the last ``trend_epochs`` observations, extrapolated one epoch ahead and
-    never below the last observation; times ``1 + headroom``; quantised up to a level of the relative
-    grid ``(1 + step) ** k`` so noise inside one level does not change the plan.
+    The *level* of the last ``trend_epochs`` observations is their least-squares line extrapolated one
+    epoch ahead (never below the last observation) when the line's slope is significant (at least 3
+    points; the slope over its standard error beyond Student's t at 95 %, two-sided: a ramp), else their
+    mean (noise). The forecast is the
+    larger of the level times ``1 + headroom`` and the last observation times ``1 + headroom / 2``,
+    quantised up to a level of the relative grid ``(1 + step) ** k`` so noise inside one level does not
+    change the plan.
+
+    Why not the line always: extrapolated one epoch ahead, a line through 5 noisy points has the noise
+    of one observation (1.05 of its standard deviation), so under steady load every new high of the
+    noise re-planned an app; held plans only ever grow, and the fleet crept up an instance every few
+    epochs (docs/packing.md, "Steady load"). The mean of 5 has 0.45 of it. A step up beyond the
+    headroom is followed at once (the last observation), a ramp through its line.
     """
     if not history:
         raise ScalingError("no observed rates to forecast from")
@@ -67,12 +83,16 @@ def forecast_rate(
     if not np.all(np.isfinite(xs)) or np.any(xs < 0):
         raise ScalingError(f"observed rates must be finite and >= 0, got {list(history[-trend_epochs:])}")
     last = float(xs[-1])
-    ahead = last
-    if len(xs) >= 2:
+    level = float(xs.mean())
+    if len(xs) >= 3:
         t = np.arange(len(xs), dtype=np.float64)
         slope, intercept = np.polyfit(t, xs, 1)
-        ahead = float(intercept + slope * len(xs))
-    return quantise_up(max(last, ahead) * (1 + headroom), step)
+        resid = xs - (intercept + slope * t)
+        sxx = float(((t - t.mean()) ** 2).sum())
+        se = math.sqrt(float(resid @ resid) / (len(xs) - 2) / sxx)
+        if abs(slope) > _T95[min(len(xs) - 2, len(_T95)) - 1] * se:
+            level = max(last, float(intercept + slope * len(xs)))
+    return quantise_up(max(level * (1 + headroom), last * (1 + headroom / 2)), step)
 
 
 def hold_rate(
@@ -104,7 +124,13 @@ class _HwState:
 class Hysteresis:
     """Desired instance count per hardware type from the packed plan's counts.
 
-    Scale up at once (latency first). A target less than ``floor(down_band * capacity)`` instances below
+    Scale up at once (latency first), to the target plus a reserve of ``floor(reserve * target)`` idle
+    instances; a scale-down keeps the same reserve over the largest recent target. Under steady load the
+    plans' rates still rise now and then (each app's to the top of its noise: a plan is re-solved when
+    its forecast rises above it, kept when it falls within ``hold``), so a large group's target creeps up
+    an instance at a time, from independent apps in consecutive epochs; the reserve takes those rises
+    without a scale change (an idle instance claims the new slot at once, where a launch takes minutes).
+    A target less than ``floor(down_band * capacity)`` instances below
     the capacity counts as the capacity (noise around a large group: a one-instance dip would scale down
     and straight back up). Scale down only after the target has stayed below that band for
     ``down_epochs`` consecutive epochs and at least ``min_gap_epochs`` after this type's last change,
@@ -119,6 +145,7 @@ class Hysteresis:
     memory_epochs: int = 4
     spare: int = 0
     down_band: float = 0.05
+    reserve: float = 0.02
     state: dict[str, _HwState] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -126,6 +153,8 @@ class Hysteresis:
             raise ScalingError(f"spare must be >= 0, got {self.spare}")
         if not 0 <= self.down_band < 1:
             raise ScalingError(f"down_band must be a fraction in [0, 1), got {self.down_band}")
+        if not 0 <= self.reserve < 1:
+            raise ScalingError(f"reserve must be a fraction in [0, 1), got {self.reserve}")
         if min(self.down_epochs, self.min_gap_epochs, self.memory_epochs) < 1:
             raise ScalingError(
                 "down_epochs, min_gap_epochs and memory_epochs must be >= 1, got "
@@ -151,14 +180,15 @@ class Hysteresis:
             st.below_since = None
             if want > have:
                 st.last_change = epoch
-            return max(want, have)
+                return want + math.floor(self.reserve * want + 1e-9)
+            return have
         if st.below_since is None:
             st.below_since = epoch
         held = epoch - st.below_since + 1 >= self.down_epochs
         spaced = st.last_change is None or epoch - st.last_change >= self.min_gap_epochs
         down = max(t for _, t in st.recent)
         if down > 0:
-            down += self.spare
+            down += self.spare + math.floor(self.reserve * down + 1e-9)
         if held and spaced and down < have - band:
             st.last_change = epoch
             st.below_since = None
@@ -172,6 +202,7 @@ class Hysteresis:
             "memory_epochs": self.memory_epochs,
             "spare": self.spare,
             "down_band": self.down_band,
+            "reserve": self.reserve,
             "state": {
                 hw: {
                     "last_change": s.last_change,
@@ -199,6 +230,7 @@ class Hysteresis:
                 memory_epochs=int(data.get("memory_epochs", 4)),
                 spare=int(data.get("spare", 0)),
                 down_band=float(data.get("down_band", cls.down_band)),
+                reserve=float(data.get("reserve", cls.reserve)),
                 state=state,
             )
         except (TypeError, ValueError, AttributeError) as exc:

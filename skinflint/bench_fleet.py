@@ -20,7 +20,9 @@ Prints, measured at run time (nothing is hard-coded):
   per share, the phases that make it wait longest): measured worst case against planned + added wait;
 - **steady load**: epochs of noisy load (rates drawn +-noise around a fixed mean, then Poisson counts over
   the epoch), forecast (:func:`~planner.scaling.forecast_rate`, held by :func:`~planner.scaling.hold_rate`)
-  + re-plan + pack + hysteresis; scale changes per hardware type per two epochs.
+  + re-plan + pack + hysteresis; scale changes per hardware type per two epochs: in detail for the main
+  fleet's first 40 apps, and summarised for ``steady_runs`` runs (run ``i``: the first 40 apps of the
+  fleet of seed ``seed * 1000 + i``, noise seed ``seed + i``; run 0 is the detailed one).
 """
 
 from __future__ import annotations
@@ -435,6 +437,23 @@ def _steady_summary(rows: list[dict[str, Any]], epochs: int, noise: float) -> di
 # --------------------------------------------------------------------------- driver
 
 
+def _steady_run(i: int, summary: dict[str, Any], apps: int, seed: int) -> dict[str, Any]:
+    """One steady-load run's summary: the target's figures, no per-epoch rows."""
+    return {
+        "run": i,
+        "fleet_seed": seed * 1000 + i,
+        "noise_seed": seed + i,
+        "apps": min(apps, 40),
+        "max_changes_per_2_epochs": summary["max_changes_per_2_epochs"],
+        "changes": sum(v["changes"] for v in summary["per_hardware"].values()),
+        "types_over": sorted(
+            h for h, v in summary["per_hardware"].items() if v["max_changes_per_2_epochs"] > 1
+        ),
+        "capacity_over_target": summary["capacity_over_target"],
+        "mean_replanned_apps": summary["mean_replanned_apps"],
+    }
+
+
 def run(
     apps: int,
     seed: int,
@@ -444,14 +463,17 @@ def run(
     noise: float,
     progress: bool = True,
     solver: str = "dispatchable",
+    steady_runs: int = 4,
 ) -> dict[str, Any]:
+    if steady_runs < 1:
+        raise ValueError(f"steady_runs must be >= 1, got {steady_runs}")
     from rich.progress import Progress
 
     started = time.perf_counter()
     sizes = sorted(set(sizes) | {apps})
     fleets: list[dict[str, Any]] = []
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("fleets", total=len(sizes) * seeds + 2 + len(SOLVERS))
+        task = bar.add_task("fleets", total=len(sizes) * seeds + 1 + steady_runs + len(SOLVERS))
         for size in sizes:
             for s in range(seeds):
                 problems = {f"app{i}": p for i, p in enumerate(generate_problems(size, seed * 1000 + s))}
@@ -468,7 +490,13 @@ def run(
         bar.advance(task)
         steady_apps = {a: main["_problems"][a] for a in sorted(main["_problems"])[: min(apps, 40)]}
         load = steady(steady_apps, epochs, noise, seed, solver)
+        runs = [_steady_run(0, load, apps, seed)]
         bar.advance(task)
+        for i in range(1, steady_runs):
+            fleet = {f"app{k}": p for k, p in enumerate(generate_problems(apps, seed * 1000 + i))}
+            first = {a: fleet[a] for a in sorted(fleet)[: min(apps, 40)]}
+            runs.append(_steady_run(i, steady(first, epochs, noise, seed + i, solver), apps, seed))
+            bar.advance(task)
     for f in fleets:
         f.pop("_fleet")
         f.pop("_problems")
@@ -482,6 +510,7 @@ def run(
         "timing": timing,
         "verification": check,
         "steady": load,
+        "steady_runs": runs,
         "targets": {"ratio": TARGET_RATIO, "epoch_s": TARGET_EPOCH_S, "changes_per_2_epochs": 1},
         "wall_s": time.perf_counter() - started,
         "host": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
@@ -654,6 +683,36 @@ def render(result: dict[str, Any]) -> None:
         f"epoch: {st['mean_moved_shares']:.1f}"
         + (f"; epoch CPU {_ms(cpu)} ms ({result['solver']} solver)" if cpu else "")
     )
+    runs = result["steady_runs"]
+    table = Table(
+        title=f"steady load, {len(runs)} runs (40 apps each, epochs {st['warmup']}-{st['epochs'] - 1}): "
+        "target <= 1 scale change per hardware type per two epochs"
+    )
+    for col in [
+        "run",
+        "fleet seed",
+        "noise seed",
+        "max per 2 epochs",
+        "types over",
+        "changes",
+        "capacity/target",
+    ]:
+        table.add_column(col, justify="right")
+    table.add_column("re-planned apps/epoch", justify="right")
+    for r in runs:
+        table.add_row(
+            str(r["run"]),
+            str(r["fleet_seed"]),
+            str(r["noise_seed"]),
+            str(r["max_changes_per_2_epochs"]),
+            ", ".join(r["types_over"]) or "-",
+            str(r["changes"]),
+            f"{r['capacity_over_target']:.4f}",
+            f"{r['mean_replanned_apps']:.2f}",
+        )
+    console.print(table)
+    met = sum(1 for r in runs if r["max_changes_per_2_epochs"] <= 1)
+    console.print(f"steady-load target met in {met} of {len(runs)} runs")
     hl = result["host"]["load_avg"]
     console.print(f"{result['wall_s']:.0f} s wall, load avg {hl[0]:.2f}, {hl[1]:.2f}, {hl[2]:.2f}")
 
@@ -669,9 +728,20 @@ def main(
     epochs: int = 24,
     noise: float = 0.05,
     solver: str = "dispatchable",
+    steady_runs: int = 4,
 ) -> int:
     solver_for(solver)  # ValueError on an unknown name, before any work
-    result = run(apps, seed, seeds, sizes or [10, 30], epochs, noise, progress=not as_json, solver=solver)
+    result = run(
+        apps,
+        seed,
+        seeds,
+        sizes or [10, 30],
+        epochs,
+        noise,
+        progress=not as_json,
+        solver=solver,
+        steady_runs=steady_runs,
+    )
     if plot_path:
         plot(result, plot_path)
         result["plot"] = plot_path

@@ -6,7 +6,8 @@
    epoch with a conditional write on the control state;
 2. hardware: every worker group minus those whose launches failed recently (insufficient capacity);
 3. registered apps and their observed frame rates over the last epoch (CloudWatch); the rate to plan
-   for is ``forecast_rate`` (trend + headroom, quantised) of the history, never below the app's
+   for is ``forecast_rate`` (level: trend when significant, else mean; + headroom, quantised) of the
+   history, never below the app's
    floor, and the registered rate until the app has been observed for a whole window;
 4. ``plan_fleet`` with the dispatch-aware solve (``planner.robust.solve_dispatchable``: the plan's
    worst cases are what the dispatch realises; an app whose problem is unchanged keeps its plan; a

@@ -36,6 +36,12 @@ def register(sub: Any) -> None:
     fleet.add_argument("--sizes", default="10,30", help="other fleet sizes, comma-separated (default 10,30)")
     fleet.add_argument("--epochs", type=_positive, default=24, help="steady-load epochs (default 24)")
     fleet.add_argument(
+        "--steady-runs",
+        type=_positive,
+        default=4,
+        help="steady-load runs, each on its own fleet and noise seed (default 4; the first in detail)",
+    )
+    fleet.add_argument(
         "--noise", type=float, default=0.05, help="steady-load noise, +- fraction (default 0.05)"
     )
     fleet.add_argument(
@@ -89,6 +95,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         noise=args.noise,
         solver=args.solver,
+        steady_runs=args.steady_runs,
     )
 
 

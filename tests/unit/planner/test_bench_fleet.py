@@ -15,3 +15,16 @@ def test_registered_epoch_is_timed_and_plans_the_cold_fleet() -> None:
     assert out["registered_cpu"]["median_ms"] > 0 and out["registration_solve_cpu"]["max_ms"] > 0
     plain = epoch_times(problems, 1, "plain")  # registration solves with the control loop's solver only
     assert plain["registered_cpu"] is None and plain["seeded_apps"] == 0
+
+
+def test_steady_run_summary_names_the_types_over_the_target() -> None:
+    from skinflint.bench_fleet import _steady_run, steady
+
+    problems = {f"app{i}": p for i, p in enumerate(generate_problems(3, 7))}
+    out = steady(problems, 8, 0.05, 7)
+    row = _steady_run(2, out, 3, 5)
+    assert (row["fleet_seed"], row["noise_seed"], row["apps"]) == (5002, 7, 3)
+    assert row["max_changes_per_2_epochs"] == out["max_changes_per_2_epochs"]
+    over = {h for h, v in out["per_hardware"].items() if v["max_changes_per_2_epochs"] > 1}
+    assert set(row["types_over"]) == over
+    assert row["changes"] == sum(v["changes"] for v in out["per_hardware"].values())
