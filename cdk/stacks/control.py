@@ -200,8 +200,9 @@ class ControlStack(Stack):
         acknowledge(
             role,
             f"AwsSolutions-IAM5[Resource::{registry}]",
-            "Registered app specs are stored as registry/apps/<app>/r<revision>.json; the planner reads "
-            "every registered app's current revision.",
+            "Registered app specs are stored as registry/apps/<app>/r<revision>.json (and the plan the "
+            "registration solved as r<revision>.seed.json); the planner reads every registered app's current "
+            "revision, and the seed of an app it has not planned yet.",
         )
         acknowledge(
             role,

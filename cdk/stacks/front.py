@@ -278,7 +278,8 @@ class FrontStack(Stack):
             ),
             f"Resource::{frames}": "Frames over the SQS size limit are written under frames/<request id>.",
             f"Resource::{registry}": (
-                "POST /v1/apps stores each registered spec as registry/apps/<app>/r<revision>.json."
+                "POST /v1/apps stores each registered spec as registry/apps/<app>/r<revision>.json, and "
+                "the plan its feasibility check solved as r<revision>.seed.json."
             ),
             f"Resource::{profiles}": (
                 "Registration reads the catalog override and stored profiles under profiles/ (profile store)."
