@@ -19,7 +19,7 @@ Prints, measured at run time (nothing is hard-coded):
 - **verification**: every shared instance replayed with its shares' window schedules (random phases and,
   per share, the phases that make it wait longest): measured worst case against planned + added wait;
 - **steady load**: epochs of noisy load (rates drawn +-noise around a fixed mean, then Poisson counts over
-  the epoch), forecast (:func:`~planner.scaling.forecast_rate`, held by :func:`~planner.scaling.hold_rate`)
+  the epoch) per app's frame rate, forecast (:func:`~planner.scaling.forecast_rate`, as the control loop)
   + re-plan + pack + hysteresis; scale changes per hardware type per two epochs: in detail for the main
   fleet's first 40 apps, and summarised for ``steady_runs`` runs (run ``i``: the first 40 apps of the
   fleet of seed ``seed * 1000 + i``, noise seed ``seed + i``; run 0 is the detailed one).
@@ -44,7 +44,7 @@ from planner.generate import generate_problems
 from planner.models import Plan
 from planner.packing import adversarial_phases, check_fleet, simulate_instance
 from planner.robust import DEFAULT_CHILD_HEADROOM, solve_dispatchable
-from planner.scaling import Hysteresis, forecast_rate, hold_rate
+from planner.scaling import Hysteresis, forecast_rate
 from planner.solve import solve
 
 if TYPE_CHECKING:
@@ -320,11 +320,14 @@ def verify(fleet: Any, problems: Mapping[str, ProblemSpec], seeds: int = 3) -> d
 def steady(
     problems: Mapping[str, ProblemSpec], epochs: int, noise: float, seed: int, solver: str = "dispatchable"
 ) -> dict[str, Any]:
-    """Noisy steady load: forecast, re-plan (with ``solver``), pack and scale every epoch; count scale
-    changes and time every epoch (CPU)."""
+    """Noisy steady load as the control loop sees it (functions/control/epoch.py): every epoch each app's
+    frame rate is drawn +-``noise`` around its mean and observed as a Poisson count over the epoch; the
+    rate planned is :func:`~planner.scaling.forecast_rate` of the app's observed history (the module rates
+    follow the frame rate, as through the edges' fan-outs); then re-plan (with ``solver``; a plan still
+    covering the rates is kept by ``plan_fleet``), pack and scale. Counts scale changes and times every
+    epoch (CPU)."""
     rng = np.random.default_rng(seed)
-    history: dict[tuple[str, str], list[float]] = defaultdict(list)
-    planned_rate: dict[tuple[str, str], float] = {}
+    history: dict[str, list[float]] = defaultdict(list)
     hyst, spare = Hysteresis(), Hysteresis(spare=1)
     current: dict[str, int] = {}
     with_spare: dict[str, int] = {}
@@ -333,13 +336,13 @@ def steady(
     for epoch in range(epochs):
         planned: dict[str, ProblemSpec] = {}
         for app, p in problems.items():
-            modules = {}
-            for m, spec in p.modules.items():
-                true = spec.rate * (1 + rng.uniform(-noise, noise))
-                history[(app, m)].append(float(rng.poisson(true * EPOCH_S)) / EPOCH_S)
-                rate = hold_rate(max(1e-3, forecast_rate(history[(app, m)])), planned_rate.get((app, m)))
-                planned_rate[(app, m)] = rate
-                modules[m] = spec.model_copy(update={"rate": rate})
+            frames = p.modules[p.order()[0]].rate  # the root's rate: the app's frame rate
+            true = frames * (1 + rng.uniform(-noise, noise))
+            history[app].append(float(rng.poisson(true * EPOCH_S)) / EPOCH_S)
+            scale = max(1e-3, forecast_rate(history[app])) / frames
+            modules = {
+                m: spec.model_copy(update={"rate": spec.rate * scale}) for m, spec in p.modules.items()
+            }
             planned[app] = p.model_copy(update={"modules": modules})
         cpu = time.process_time()
         res = plan_fleet(
