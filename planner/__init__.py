@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from planner.fleet import FleetResult, plan_fleet
     from planner.packing import FleetPlan, Instance, PackingError, Share, check_fleet, pack
     from planner.robust import Realisation, realise, solve_dispatchable
-    from planner.scaling import Hysteresis, ScalingError, forecast_rate, hold_rate
+    from planner.scaling import Hysteresis, ScalingError, forecast_rate
 
 # Fleet packing and scaling load on first use: `import planner` stays light (no numpy) for the front.
 _LAZY = {
@@ -35,7 +35,6 @@ _LAZY = {
     "Hysteresis": "planner.scaling",
     "ScalingError": "planner.scaling",
     "forecast_rate": "planner.scaling",
-    "hold_rate": "planner.scaling",
     "Realisation": "planner.robust",
     "realise": "planner.robust",
     "solve_dispatchable": "planner.robust",
@@ -75,7 +74,6 @@ __all__ = [
     "Share",
     "check_fleet",
     "forecast_rate",
-    "hold_rate",
     "pack",
     "plan_fleet",
     "realise",

@@ -26,7 +26,6 @@ __all__ = [
     "ScalingError",
     "backlog_boost",
     "forecast_rate",
-    "hold_rate",
     "quantise_up",
 ]
 
@@ -93,24 +92,6 @@ def forecast_rate(
         if abs(slope) > _T95[min(len(xs) - 2, len(_T95)) - 1] * se:
             level = max(last, float(intercept + slope * len(xs)))
     return quantise_up(max(level * (1 + headroom), last * (1 + headroom / 2)), step)
-
-
-def hold_rate(
-    forecast: float, planned: float | None, *, tolerance: float = 0.15, boost: float = 0.0
-) -> float:
-    """The rate to plan for this epoch given the one planned last epoch: ``planned`` while ``forecast`` stays
-    within ``[planned / (1 + tolerance), planned]`` (noise: keep the plan, so the app is not re-planned and
-    nothing moves); above it, ``forecast * (1 + boost)`` at once (so the next small rise fits too); below
-    it (a real drop), ``forecast``."""
-    if tolerance < 0 or boost < 0:
-        raise ScalingError(f"tolerance and boost must be >= 0, got {tolerance}, {boost}")
-    if planned is None:
-        return forecast
-    if forecast > planned:
-        return forecast * (1 + boost)
-    if forecast < planned / (1 + tolerance):
-        return forecast
-    return planned
 
 
 @dataclass

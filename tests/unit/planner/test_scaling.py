@@ -16,7 +16,6 @@ from planner.scaling import (
     ScalingError,
     backlog_boost,
     forecast_rate,
-    hold_rate,
     quantise_up,
 )
 
@@ -221,7 +220,8 @@ def test_noisy_targets_rarely_flap():
     # targets drawn iid from {9, 10, 11}: a scale-down (to 10, when the last 4 targets were <= 10, p =
     # (2/3)^4 = 0.2) is followed by a scale-up at once when the next target is 11 (p = 1/3): flapping
     # cannot be ruled out without delaying scale-ups, but the memory makes it rare. (Steady load in the
-    # control loop is steadier than this: hold_rate keeps the planned rates, so the targets do not move.)
+    # control loop is steadier than this: a plan that still covers the rates is kept, so the targets do
+    # not move.)
     rng = np.random.default_rng(3)
     h = Hysteresis()
     cap, changes = 0, []
@@ -235,33 +235,6 @@ def test_noisy_targets_rarely_flap():
     # expected about 0.2 * (1/3) * P(capacity 11 before) ~ 0.05 per epoch for the down+up pairs
     assert len(changes) < 0.2 * epochs
     assert flaps < 0.06 * epochs
-
-
-# --------------------------------------------------------------------------- rate holding
-
-
-@pytest.mark.parametrize(
-    ("forecast", "planned", "want"),
-    [
-        (110.0, 100.0, 110.0),  # above the plan: up at once
-        (95.0, 100.0, 100.0),  # within 15 % below: keep the plan
-        (80.0, 100.0, 80.0),  # 100 / 1.15 = 87 > 80: a real drop
-        (50.0, None, 50.0),  # nothing planned yet
-    ],
-)
-def test_hold_rate(forecast, planned, want):
-    assert hold_rate(forecast, planned) == want
-
-
-def test_hold_rate_rejects_negative_tolerance():
-    with pytest.raises(ScalingError):
-        hold_rate(1.0, 1.0, tolerance=-1)
-    with pytest.raises(ScalingError):
-        hold_rate(1.0, 1.0, boost=-1)
-
-
-def test_hold_rate_boost_plans_beyond_a_rise():
-    assert hold_rate(110.0, 100.0, boost=0.05) == pytest.approx(115.5)  # 110 * 1.05
 
 
 @pytest.mark.parametrize(
