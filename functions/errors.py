@@ -1,4 +1,5 @@
-"""Errors of the serving data plane. One base class; adapters wrap ``ClientError`` into these."""
+"""Errors of the serving data plane. One base class; adapters wrap botocore's errors (a service's
+``ClientError`` and a network-level ``BotoCoreError``: ``functions.adapters._aws.AWS_ERRORS``) into these."""
 
 from __future__ import annotations
 

@@ -229,7 +229,7 @@ class AutoScalingCompleter:
         self.hook_name = hook_name
 
     def complete(self, instance_id: str) -> None:
-        from botocore.exceptions import ClientError
+        from functions.adapters._aws import AWS_ERRORS
 
         try:
             self._asg.complete_lifecycle_action(
@@ -238,7 +238,7 @@ class AutoScalingCompleter:
                 InstanceId=instance_id,
                 LifecycleActionResult="CONTINUE",
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise LifecycleError(
                 f"CompleteLifecycleAction for {instance_id} on {self.group_name} failed: {exc}"
             ) from exc

@@ -1,7 +1,11 @@
 """S3 adapter of the profile store (the deployed layout: one bucket, optional prefix).
 
 boto3 is imported only here; the client is injected (``boto3.client("s3")`` in production, a moto
-client in tests), and botocore's ``ClientError`` becomes :class:`profiles.errors.StoreError`.
+client in tests), and botocore's errors become :class:`profiles.errors.StoreError`: a service's
+``ClientError`` and a failure without an answer (botocore's ``ConnectionError`` and ``HTTPClientError``:
+endpoint unreachable, timeout, after the SDK's retries; no credentials) alike, as
+``functions.adapters._aws.AWS_ERRORS`` does. ``profiles`` does not import ``functions`` (it stays
+importable on its own), so it builds the same tuple here (:func:`_aws_errors`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,18 @@ from profiles.store import ProfileStore
 __all__ = ["S3Store"]
 
 
+def _aws_errors() -> tuple[type[Exception], ...]:
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionError,  # noqa: A004 - botocore's, not the builtin
+        CredentialRetrievalError,
+        HTTPClientError,
+        NoCredentialsError,
+    )
+
+    return (ClientError, ConnectionError, HTTPClientError, NoCredentialsError, CredentialRetrievalError)
+
+
 class S3Store(ProfileStore):
     def __init__(self, client: Any, bucket: str, prefix: str = ""):
         self.client = client
@@ -24,36 +40,34 @@ class S3Store(ProfileStore):
         return f"s3://{self.bucket}/{self.prefix}"
 
     def _get(self, key: str) -> bytes | None:
-        from botocore.exceptions import ClientError
-
-        try:
-            obj = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+        aws_errors = _aws_errors()
+        try:  # the body streams: reading it can fail on the network too
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
+        except aws_errors as exc:
+            response = getattr(exc, "response", None)  # a ClientError's (the service answered)
+            code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+            if code in ("NoSuchKey", "404"):
                 return None
             raise StoreError(f"{self.describe()}{key}: {exc}", key) from exc
-        return bytes(obj["Body"].read())
 
     def _put(self, key: str, data: bytes) -> None:
-        from botocore.exceptions import ClientError
-
+        aws_errors = _aws_errors()
         try:
             self.client.put_object(
                 Bucket=self.bucket, Key=self.prefix + key, Body=data, ContentType="application/json"
             )
-        except ClientError as exc:
+        except aws_errors as exc:
             raise StoreError(f"{self.describe()}{key}: {exc}", key) from exc
 
     def _list(self, prefix: str) -> list[str]:
-        from botocore.exceptions import ClientError
-
+        aws_errors = _aws_errors()
         keys: list[str] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             ):
                 keys += [o["Key"][len(self.prefix) :] for o in page.get("Contents", [])]
-        except ClientError as exc:
+        except aws_errors as exc:
             raise StoreError(f"{self.describe()}{prefix}: {exc}", prefix) from exc
         return sorted(keys)
 

@@ -7,8 +7,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.errors import DataPlaneError
 
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ class FleetGroups:
                             in_service=sum(s == "InService" for s in states),
                             pending=sum(s.startswith("Pending") for s in states),
                         )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ScalingError(f"cannot describe the worker groups: {exc}") from exc
         return out
 
@@ -75,7 +74,7 @@ class FleetGroups:
             self._asg.set_desired_capacity(
                 AutoScalingGroupName=name, DesiredCapacity=int(count), HonorCooldown=False
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ScalingError(f"cannot set {name} to {count}: {exc}", group=name) from exc
 
     def capacity_failures(self, hardware: str, since: float) -> list[str]:
@@ -86,7 +85,7 @@ class FleetGroups:
         out: list[str] = []
         try:
             page = self._asg.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=50)
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ScalingError(f"cannot read the scaling activities of {name}: {exc}", group=name) from exc
         for act in page.get("Activities", []):
             start = act.get("StartTime")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.errors import BlobError
 
 __all__ = ["BlobStore"]
@@ -19,12 +18,12 @@ class BlobStore:
     def put(self, key: str, data: bytes, content_type: str) -> None:
         try:
             self._s3.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise BlobError(f"cannot write s3://{self.bucket}/{key}: {exc}", key=key) from exc
 
     def get(self, key: str) -> bytes:
         try:
             body: bytes = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise BlobError(f"cannot read s3://{self.bucket}/{key}: {exc}", key=key) from exc
         return body

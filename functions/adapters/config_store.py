@@ -7,8 +7,7 @@ import hashlib
 import json
 from typing import Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.errors import ConfigError
 from functions.schema import Assignment, Deployment
 
@@ -29,13 +28,13 @@ class ConfigStore:
     def _put(self, pk: str, doc: str) -> None:
         try:
             self._ddb.put_item(TableName=self._table, Item={"pk": {"S": pk}, "doc": {"S": doc}})
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ConfigError(f"cannot write {pk}: {exc}", key=pk) from exc
 
     def _get(self, pk: str) -> str | None:
         try:
             item = self._ddb.get_item(TableName=self._table, Key={"pk": {"S": pk}}).get("Item")
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ConfigError(f"cannot read {pk}: {exc}", key=pk) from exc
         return item["doc"]["S"] if item else None
 
@@ -53,7 +52,7 @@ class ConfigStore:
                 if "LastEvaluatedKey" not in page:
                     return out
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ConfigError(f"cannot scan {prefix}*: {exc}", key=prefix) from exc
 
     # -- deployments -----------------------------------------------------------------------------

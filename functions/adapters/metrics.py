@@ -122,7 +122,7 @@ class CloudWatchMetrics(Metrics):
         self._thread: threading.Thread | None = None
 
     def flush(self) -> None:
-        from botocore.exceptions import ClientError
+        from functions.adapters._aws import AWS_ERRORS
 
         stats = self.drain()
         data = [
@@ -143,7 +143,7 @@ class CloudWatchMetrics(Metrics):
         for i in range(0, len(data), 20):
             try:
                 self._cw.put_metric_data(Namespace=self.namespace, MetricData=data[i : i + 20])
-            except ClientError as exc:
+            except AWS_ERRORS as exc:
                 raise MetricsError(f"PutMetricData failed: {exc}") from exc
 
     def start(self, interval_s: float | None = None) -> None:

@@ -33,8 +33,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS, error_code
 from functions.adapters.results import (  # the same rules as GET
     EXPIRES_AT,
     _completion,
@@ -309,8 +308,8 @@ class FrameOutcomes:
             self._ddb.put_item(
                 TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        except AWS_ERRORS as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return False
             raise ResultStoreError(f"cannot claim the outcome of {request_id}: {exc}") from exc
         return True

@@ -36,9 +36,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.adapters._aws import AWS_ERRORS, error_code
 from functions.errors import ConfigError
 from functions.schema import Deployment
 
@@ -176,10 +176,6 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
 def _load_fleet(text: str) -> FleetPlan:
     from planner.packing import FleetPlan
 
@@ -199,7 +195,7 @@ class PlanStore:
             item = self._ddb.get_item(TableName=self._table, Key={"pk": {"S": pk}}, ConsistentRead=True).get(
                 "Item"
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise PlanStoreError(f"cannot read {pk}: {exc}", key=pk) from exc
         return item if item else None
 
@@ -212,7 +208,7 @@ class PlanStore:
             for attempt in range(8):
                 try:
                     page = self._ddb.batch_get_item(RequestItems=request)
-                except ClientError as exc:
+                except AWS_ERRORS as exc:
                     raise PlanStoreError(f"cannot read {len(keys)} plan items: {exc}") from exc
                 for item in page.get("Responses", {}).get(self._table, []):
                     out[item["pk"]["S"]] = item
@@ -230,8 +226,8 @@ class PlanStore:
             self._ddb.put_item(
                 TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
             )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+        except AWS_ERRORS as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
                 raise PlanStoreError(f"{pk} already exists (versions are immutable)", key=pk) from exc
             raise PlanStoreError(f"cannot write {pk}: {exc}", key=pk) from exc
 
@@ -244,7 +240,7 @@ class PlanStore:
             for attempt in range(8):
                 try:
                     left = self._ddb.batch_write_item(RequestItems=left).get("UnprocessedItems") or {}
-                except ClientError as exc:
+                except AWS_ERRORS as exc:
                     raise PlanStoreError(f"cannot delete plan items: {exc}") from exc
                 if not left:
                     break
@@ -337,7 +333,7 @@ class PlanStore:
                 if "LastEvaluatedKey" not in page:
                     return sorted(out)
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise PlanStoreError(f"cannot list plan versions: {exc}") from exc
 
     # -- the writer ---------------------------------------------------------------------------------
@@ -351,7 +347,7 @@ class PlanStore:
                 ExpressionAttributeValues={":one": {"N": "1"}},
                 ReturnValues="UPDATED_NEW",
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise PlanStoreError(f"cannot reserve a plan version: {exc}", key=SEQUENCE) from exc
         return int(out["Attributes"]["seq"]["N"])
 
@@ -428,8 +424,8 @@ class PlanStore:
                 Item={"pk": {"S": POINTER}, "version": {"N": str(version)}, "doc": {"S": manifest_doc}},
                 **cond,
             )
-        except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+        except AWS_ERRORS as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise PlanStoreError(f"cannot flip the plan pointer: {exc}", key=POINTER) from exc
             now = self.current()
             try:
@@ -467,8 +463,8 @@ class PlanStore:
                 ConditionExpression="version = :v AND doc = :d",
                 ExpressionAttributeValues={":v": {"N": str(expected.version)}, ":d": {"S": raw}},
             )
-        except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+        except AWS_ERRORS as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise PlanStoreError(f"cannot rewrite the plan pointer: {exc}", key=POINTER) from exc
             now = self.current()
             raise VersionConflict(expected.version, now.version if now else None) from exc
@@ -494,8 +490,8 @@ class PlanStore:
                 ConditionExpression="sha256 = :old",
                 ExpressionAttributeValues={":old": head["sha256"]},
             )
-        except ClientError:
-            pass  # a concurrent rewrite or GC won; the pointer holds the truth
+        except AWS_ERRORS:
+            pass  # a concurrent rewrite or GC won, or DynamoDB was unreachable; the pointer holds the truth
 
     def delete_version(self, version: int) -> None:
         """Delete every item of ``version`` (manifest first, so it stops being listed). Refuses the
@@ -560,8 +556,8 @@ class PlanStore:
                     },
                     ConditionExpression="attribute_not_exists(pk)",
                 )
-            except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
+            except AWS_ERRORS as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
                     continue  # another instance won this slot: try the next
                 raise PlanStoreError(f"cannot claim slot {claim.slot}: {exc}") from exc
             return inst
@@ -599,8 +595,8 @@ class PlanStore:
                     ConditionExpression="holder = :me",
                     ExpressionAttributeValues={":me": {"S": instance_id}},
                 )
-            except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
+            except AWS_ERRORS as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
                     continue  # someone else holds it now
                 raise PlanStoreError(f"cannot release slot {slot}: {exc}") from exc
             out.append(slot)
@@ -613,7 +609,7 @@ class PlanStore:
             self._ddb.put_item(
                 TableName=self._table, Item={"pk": {"S": pk}, "doc": {"S": status.model_dump_json()}}
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise PlanStoreError(f"cannot write {pk}: {exc}", key=pk) from exc
 
     def instances(self) -> dict[str, InstanceStatus]:
@@ -632,7 +628,7 @@ class PlanStore:
                 if "LastEvaluatedKey" not in page:
                     return out
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise PlanStoreError(f"cannot list instances: {exc}") from exc
 
     def delete_instance(self, instance_id: str) -> None:

@@ -8,8 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS, error_code
 from functions.errors import QueueError
 
 if TYPE_CHECKING:
@@ -27,11 +26,9 @@ GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNot
 def queue_gone(exc: BaseException) -> bool:
     """Whether an SQS failure (a :class:`QueueError` wrapping botocore's ``ClientError``, or the
     ``ClientError`` itself) says the queue does not exist (the control loop's garbage collector
-    deleted it)."""
+    deleted it). A network failure (``BotoCoreError``) never does."""
     cause = exc.__cause__ if isinstance(exc, QueueError) else exc
-    response = getattr(cause, "response", None)
-    code = response.get("Error", {}).get("Code", "") if isinstance(response, dict) else ""
-    return str(code) in GONE_CODES
+    return cause is not None and error_code(cause) in GONE_CODES
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,7 @@ class TaskQueues:
         ]
         try:
             out = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise QueueError(f"cannot send to {queue_url}: {exc}", queue_url=queue_url) from exc
         if out.get("Failed"):
             why = "; ".join(f.get("Message", f.get("Code", "?")) for f in out["Failed"])
@@ -109,7 +106,7 @@ class TaskQueues:
                 WaitTimeSeconds=wait_s,
                 MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise QueueError(f"cannot receive from {queue_url}: {exc}", queue_url=queue_url) from exc
         return [
             Received(
@@ -138,7 +135,7 @@ class TaskQueues:
             chunk = [{"Id": str(n), **e} for n, e in enumerate(entries[i : i + 10])]
             try:
                 getattr(self._sqs, op)(QueueUrl=queue_url, Entries=chunk)
-            except ClientError as exc:
+            except AWS_ERRORS as exc:
                 raise QueueError(f"{op} on {queue_url} failed: {exc}", queue_url=queue_url) from exc
 
     def depth(self, queue_url: str) -> int:
@@ -148,6 +145,6 @@ class TaskQueues:
                 QueueUrl=queue_url,
                 AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
             )["Attributes"]
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise QueueError(f"cannot read depth of {queue_url}: {exc}", queue_url=queue_url) from exc
         return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])

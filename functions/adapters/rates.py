@@ -8,8 +8,7 @@ import datetime as dt
 import math
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.errors import MetricsError
 
 if TYPE_CHECKING:
@@ -88,7 +87,7 @@ def _metric_points(
                 if not page.get("NextToken"):
                     break
                 kwargs["NextToken"] = page["NextToken"]
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise MetricsError(f"GetMetricData failed: {exc}") from exc
 
 

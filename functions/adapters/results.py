@@ -28,8 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS, error_code
 from functions.adapters._ddb import from_item, to_item
 from functions.errors import ResultStoreError
 from functions.schema import ResultOut, TaskOut
@@ -122,7 +121,7 @@ class ResultStore:
                     time.sleep(0.02 * 2**attempt)
                 if left:
                     raise ResultStoreError("DynamoDB left frame records unprocessed after 6 tries")
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ResultStoreError(f"cannot create {len(items)} frame record(s): {exc}") from exc
 
     # -- workers -----------------------------------------------------------------------------------
@@ -140,8 +139,8 @@ class ResultStore:
                     ConditionExpression="attribute_not_exists(pk)",
                 )
                 fresh.append(rec)
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            except AWS_ERRORS as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
                     raise ResultStoreError(f"cannot record task {rec.key}: {exc}") from exc
                 repeats.append(rec)
         return fresh, repeats
@@ -224,7 +223,7 @@ def read_items(ddb: Any, table: str, keys: list[tuple[str, str]]) -> dict[tuple[
         for attempt in range(6):
             try:
                 page = ddb.batch_get_item(RequestItems=want)
-            except ClientError as exc:
+            except AWS_ERRORS as exc:
                 raise ResultStoreError(f"cannot read request {unique[i][0]}: {exc}") from exc
             for item in page.get("Responses", {}).get(table, []):
                 doc = from_item(item)

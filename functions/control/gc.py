@@ -146,15 +146,15 @@ def sweep_orphan_queues(
     ``keep`` (queues a stored version still references: an unchanged module keeps the queues of
     the version that created them, whose name they carry)."""
     kept_names = {u.rsplit("/", 1)[-1] for u in keep or ()}
-    from botocore.exceptions import ClientError
+    from functions.adapters._aws import AWS_ERRORS
 
     pattern = re.compile(rf"^{re.escape(cfg.queue_prefix)}.*-v(\d+)-g\d+-m\d+$")
     out: list[str] = []
     try:
         pages = sqs.get_paginator("list_queues").paginate(QueueNamePrefix=cfg.queue_prefix)
         urls = [u for page in pages for u in page.get("QueueUrls", [])]
-    except ClientError:
-        return out  # best effort (ListQueues may not be granted); the next epoch tries again
+    except AWS_ERRORS:
+        return out  # best effort (ListQueues may not be granted, SQS unreachable); the next epoch tries again
     for url in urls:
         name = url.rsplit("/", 1)[-1]
         m = pattern.match(name)

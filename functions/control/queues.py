@@ -15,8 +15,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.adapters.queues import queue_gone
 from functions.errors import ConfigError, QueueError
 from functions.schema import queue_key
@@ -59,7 +58,7 @@ def ensure_app_dlq(sqs: Any, app: str, prefix: str = DEFAULT_PREFIX) -> tuple[st
     try:
         url = sqs.create_queue(QueueName=f"{prefix}{app}-dlq", Attributes=dict(SSE_ATTRIBUTES))["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    except ClientError as exc:
+    except AWS_ERRORS as exc:
         raise ConfigError(f"cannot create the dead-letter queue of {app}: {exc}") from exc
     return url, arn
 
@@ -94,7 +93,7 @@ def create_module_queues(
                     },
                     tags={"skinflint:app": app, "skinflint:module": module},
                 )["QueueUrl"]
-    except ClientError as exc:
+    except AWS_ERRORS as exc:
         raise ConfigError(f"cannot create the queues of {app}/{module}: {exc}") from exc
     return out
 
@@ -103,7 +102,7 @@ def delete_queue(sqs: Any, url: str) -> bool:
     """Delete a queue; False when it was already gone."""
     try:
         sqs.delete_queue(QueueUrl=url)
-    except ClientError as exc:
+    except AWS_ERRORS as exc:
         if queue_gone(exc):  # either protocol's code (the JSON protocol says QueueDoesNotExist)
             return False
         raise QueueError(f"cannot delete {url}: {exc}", queue_url=url) from exc

@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from functions.adapters._aws import AWS_ERRORS, error_code
 from functions.control.errors import ControlError, RegistrationConflict, RegistrationError
 from planner.models import AppModuleSpec, AppSpec, Plan, ProfileEntry, topological_order
 
@@ -527,8 +527,8 @@ class AppRegistry:
         }
         try:
             self._ddb.put_item(TableName=self._table, Item=item, **cond)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        except AWS_ERRORS as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
                 why = f"app {spec.name!r} was registered concurrently; try again"
                 raise RegistrationConflict(why) from exc
             raise ControlError(f"cannot index app {spec.name!r}: {exc}") from exc
@@ -537,13 +537,13 @@ class AppRegistry:
     def _write(self, key: str, body: bytes) -> None:
         try:
             self._s3.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot write s3://{self._bucket}/{key}: {exc}") from exc
 
     def _read(self, key: str, sha256: str) -> bytes:
         try:
             body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot read s3://{self._bucket}/{key}: {exc}") from exc
         if hashlib.sha256(body).hexdigest() != sha256:
             raise ControlError(f"s3://{self._bucket}/{key} does not match its index (checksum)")
@@ -554,7 +554,7 @@ class AppRegistry:
             item = self._ddb.get_item(
                 TableName=self._table, Key={"pk": {"S": _INDEX + name}}, ConsistentRead=True
             ).get("Item")
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot read app {name!r}: {exc}") from exc
         return AppRecord.model_validate_json(item["doc"]["S"]) if item else None
 
@@ -573,7 +573,7 @@ class AppRegistry:
                 if "LastEvaluatedKey" not in page:
                     return sorted(out, key=lambda r: r.name)
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot list registered apps: {exc}") from exc
 
     def spec(self, record: AppRecord) -> RegistrationSpec:
@@ -604,7 +604,7 @@ class AppRegistry:
             return False
         try:
             self._ddb.delete_item(TableName=self._table, Key={"pk": {"S": _INDEX + name}})
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot unregister {name!r}: {exc}") from exc
         return True
 
@@ -621,7 +621,7 @@ class AppRegistry:
                     ":t": {"N": repr(time.time() if now is None else now)},
                 },
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot request planning: {exc}") from exc
 
     def replan_requested(self) -> set[str]:
@@ -629,7 +629,7 @@ class AppRegistry:
             item = self._ddb.get_item(
                 TableName=self._table, Key={"pk": {"S": REPLAN_KEY}}, ConsistentRead=True
             ).get("Item")
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot read planning requests: {exc}") from exc
         return set(item.get("apps", {}).get("SS", [])) if item else set()
 
@@ -644,7 +644,7 @@ class AppRegistry:
                 UpdateExpression="DELETE apps :a",
                 ExpressionAttributeValues={":a": {"SS": names}},
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot clear planning requests: {exc}") from exc
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
+from functions.adapters._aws import AWS_ERRORS, error_code
 from functions.control.errors import ControlError
 
 __all__ = ["ControlState", "EpochTaken", "StateStore"]
@@ -51,7 +51,7 @@ class StateStore:
             item = self._ddb.get_item(
                 TableName=self._table, Key={"pk": {"S": STATE_KEY}}, ConsistentRead=True
             ).get("Item")
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ControlError(f"cannot read the control state: {exc}") from exc
         return ControlState.model_validate_json(item["doc"]["S"]) if item else ControlState()
 
@@ -72,7 +72,7 @@ class StateStore:
         }
         try:
             self._ddb.put_item(TableName=self._table, Item=item, **cond)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        except AWS_ERRORS as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
                 raise EpochTaken(f"another planner ran epoch {state.epoch}") from exc
             raise ControlError(f"cannot write the control state: {exc}") from exc

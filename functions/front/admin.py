@@ -125,12 +125,12 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
 
 def _planner_invoker(client: Any, function: str) -> Callable[[str], None]:
     def invoke(app: str) -> None:
-        from botocore.exceptions import ClientError
+        from functions.adapters._aws import AWS_ERRORS
 
         event = {"source": "skinflint.apps", "detail-type": "AppChanged", "detail": {"app": app}}
         try:
             client.invoke(FunctionName=function, InvocationType="Event", Payload=json.dumps(event).encode())
-        except ClientError as exc:  # the next scheduled epoch plans it anyway
+        except AWS_ERRORS as exc:  # the next scheduled epoch plans it anyway
             log.warning("could not start the planner for %s: %s", app, exc)
 
     return invoke

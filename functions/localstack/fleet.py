@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -241,7 +240,7 @@ def create_groups(
                 DefaultResult="CONTINUE",
             )
             out[hw] = name
-    except ClientError as exc:
+    except AWS_ERRORS as exc:
         raise ConfigError(f"cannot create the Auto Scaling groups: {exc}") from exc
     return out
 
@@ -348,7 +347,7 @@ class FleetEmulator:
         """group name -> (desired capacity, instance ids)."""
         try:
             out = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=list(self.groups.values()))
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             raise ConfigError(f"cannot describe the Auto Scaling groups: {exc}") from exc
         return {
             g["AutoScalingGroupName"]: (int(g["DesiredCapacity"]), [i["InstanceId"] for i in g["Instances"]])
@@ -408,7 +407,7 @@ class FleetEmulator:
             self._asg.terminate_instance_in_auto_scaling_group(
                 InstanceId=inst.instance_id, ShouldDecrementDesiredCapacity=False
             )
-        except ClientError as exc:
+        except AWS_ERRORS as exc:
             self.errors.append(f"terminate {inst.instance_id}: {exc}")
             log.warning("cannot terminate %s: %s", inst.instance_id, exc)
             return

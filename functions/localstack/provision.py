@@ -9,8 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.adapters.results import EXPIRES_AT
 from functions.errors import ConfigError
 from functions.schema import Assignment, Deployment, queue_key
@@ -52,7 +51,7 @@ def create_base(ddb: Any, s3: Any, cfg: DataPlaneConfig) -> None:
             TimeToLiveSpecification={"Enabled": True, "AttributeName": EXPIRES_AT},
         )
         s3.create_bucket(Bucket=cfg.bucket)
-    except ClientError as exc:
+    except AWS_ERRORS as exc:
         raise ConfigError(f"cannot create the base resources: {exc}") from exc
 
 

@@ -9,8 +9,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
+from functions.adapters._aws import AWS_ERRORS
 from functions.errors import DataPlaneError
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ class CloudWatchReader:
                 if not token:
                     return out
                 kwargs["NextToken"] = token
-        except (ClientError, BotoCoreError) as exc:
+        except AWS_ERRORS as exc:
             raise ReportError(f"cannot list the {metric} metrics: {exc}") from exc
 
     def fetch(
@@ -121,5 +120,5 @@ class CloudWatchReader:
                 if not token:
                     return got
                 kwargs["NextToken"] = token
-        except (ClientError, BotoCoreError) as exc:
+        except AWS_ERRORS as exc:
             raise ReportError(f"GetMetricData failed: {exc}") from exc
