@@ -98,8 +98,9 @@ class PlanSource(Protocol):
 
 class ModelResolver:
     """Which runtime a share needs: ``(runtime, model, model_path, threads)``. Emulated when the
-    deployment emulates the hardware class or no model file is there (results say so); otherwise
-    the app's ONNX model from ``model_dir`` with the onnxruntime threads its profile entry used.
+    deployment emulates the hardware class, the app's spec is unknown or no model file is there (results
+    say so); otherwise the app's ONNX model from ``model_dir`` with the onnxruntime threads its profile
+    entry used. A spec that could not be read is an error (the adoption is tried again), not emulation.
 
     ``spec_of(app)`` returns the app's spec (anything with ``modules[m].model``: a registered
     ``RegistrationSpec`` or a ``planner.models.AppSpec``); ``profile_of(model)`` its profile entries
@@ -139,8 +140,14 @@ class ModelResolver:
         return 1
 
     def __call__(self, deployment: Deployment, share: Share) -> tuple[str, str, str | None, int]:
+        """Raises :class:`~functions.errors.DataPlaneError` when the app's spec could not be *read* (the
+        registry or S3 failed): the agent's step fails and adopts again at its next step, the shares in
+        hand still serving. Before, such a failure emulated the share: a network blip at adoption served
+        emulated results for the whole version."""
         try:
             model = self._model(share.app, share.module)
+        except DataPlaneError:
+            raise
         except Exception as exc:  # noqa: BLE001 - an unknown app spec: emulate, labelled so
             log.warning("no app spec for %s: %s", share.app, exc)
             model = ""
