@@ -18,22 +18,11 @@ import pytest
 
 from functions.localstack.lifeline import SERVER_LINGER_S, process_exists
 from functions.localstack.stack import free_port
+from tests.unit.functions.test_lifeline import PARENT  # the intermediate parent (`skinflint up`'s role)
 
 pytestmark = pytest.mark.functional
 
 REPO = Path(__file__).resolve().parents[2]
-
-# The intermediate parent (what `skinflint up` is to the server): starts argv[2:] in its own session
-# with child_env(), output to argv[1], prints the child's pid and sleeps until it is killed.
-PARENT = """
-import subprocess, sys, time
-from functions.localstack.lifeline import child_env
-with open(sys.argv[1], "ab") as log:
-    child = subprocess.Popen(sys.argv[2:], env=child_env(), stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-print(child.pid, flush=True)
-time.sleep(600)
-"""
 
 
 def wait_for(what, timeout_s: float, every_s: float = 0.1) -> bool:

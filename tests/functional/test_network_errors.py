@@ -15,26 +15,15 @@ from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from fastapi.testclient import TestClient
 
 from functions.front.app import create_app
-from functions.front.service import FrontService
 from gpu_fleet.runtimes import EmulatedRuntime
 from gpu_fleet.worker import Worker
 from tests.functional.conftest import API_KEY, jpeg_bytes
+from tests.functional.test_worker import front
 
 pytestmark = pytest.mark.functional
 
 ENDPOINT = "http://x"
 AUTH = {"x-api-key": API_KEY}
-
-
-def front(stack: Any) -> FrontService:
-    return FrontService(
-        config=stack.cfg,
-        store=stack.store,
-        results=stack.results,
-        queues=stack.queues,
-        blobs=stack.blobs,
-        metrics=stack.metrics,
-    )
 
 
 def detector_worker(stack: Any) -> Worker:
