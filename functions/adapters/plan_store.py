@@ -475,7 +475,10 @@ class PlanStore:
         """The version's manifest item follows the pointer's activation (reports read it), best
         effort: the pointer is what the front and the instances act on."""
         pk = _vkey(version, "manifest")
-        head = self._get(pk)
+        try:
+            head = self._get(pk)
+        except PlanStoreError:  # unreadable now: the pointer, already rewritten, holds the truth
+            return
         if head is None or int(head.get("parts", {}).get("N", "0")) or len(doc.encode()) > INLINE_LIMIT:
             return  # gone (GC) or chunked: the pointer alone carries the activation
         try:

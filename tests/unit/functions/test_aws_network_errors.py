@@ -29,7 +29,14 @@ from functions.adapters.blobs import BlobStore
 from functions.adapters.config_store import ConfigStore
 from functions.adapters.metrics import CloudWatchMetrics, MemoryMetrics
 from functions.adapters.outcomes import FrameOutcomes
-from functions.adapters.plan_store import POINTER, InstanceStatus, PlanStore, PlanStoreError, VersionConflict
+from functions.adapters.plan_store import (
+    POINTER,
+    InstanceStatus,
+    Manifest,
+    PlanStore,
+    PlanStoreError,
+    VersionConflict,
+)
 from functions.adapters.queues import TaskQueues, queue_gone
 from functions.adapters.rates import ObservedRates, RateWindow
 from functions.adapters.results import FrameRecord, ResultStore, TaskRecord
@@ -476,3 +483,25 @@ def test_best_effort_calls_log_and_go_on(
     sqs = FakeClient(make_error())
     assert sweep_orphan_queues(sqs, lambda _u: 0, set(), 5, GcConfig()) == []
     assert sqs.calls == ["list_queues"]
+
+
+@pytest.mark.parametrize("make_error", NETWORK_ERRORS)
+def test_an_activation_rewritten_is_not_reported_failed_when_its_manifest_item_cannot_be_read(
+    make_error: Callable[[], Exception],
+) -> None:
+    """The pointer is rewritten (what the front and the instances act on); the version's manifest item
+    only follows it, best effort: a failure to read that item must not turn a done rewrite into an
+    error."""
+    manifest = Manifest(version=3, created_at=0.0, activate_at=100.0, reason="test", previous=2, apps={})
+    pointer = {"pk": {"S": POINTER}, "version": {"N": "3"}, "doc": {"S": manifest.model_dump_json()}}
+    error = make_error()
+
+    def get_item(**kw: Any) -> Any:
+        if kw["Key"]["pk"]["S"] == POINTER:
+            return {"Item": pointer}
+        raise error  # the manifest item: unreachable
+
+    ddb = FakeClient(error, {"get_item": get_item, "put_item": {}})
+    updated = PlanStore(ddb, TABLE).set_activation(manifest, 50.0, activation="ready")
+    assert updated.activate_at == 50.0 and updated.activation == "ready"
+    assert ddb.calls.count("put_item") == 1  # the pointer only
