@@ -255,7 +255,12 @@ class LocalStack:
         api_key = "sk-local-" + secrets.token_urlsafe(18)
         ConfigStore(clients["dynamodb"], cfg.config_table).put_api_key(api_key, "local stack")
 
-        overhead = self._overhead(clients["sqs"], clients["dynamodb"])
+        from functions.adapters._aws import AWS_ERRORS
+
+        try:
+            overhead = self._overhead(clients["sqs"], clients["dynamodb"])
+        except AWS_ERRORS as exc:  # moto failed or went away during the probe: one line, not a traceback
+            raise StackError(f"the hop probe against moto ({cfg.endpoint_url}) failed: {exc}") from exc
         plans = {app: self._plan_fn(app, overhead) for app in self.apps}
         groups = self._control_plane(cfg, clients, plans)
         manifest = self._first_epoch(max(lp.overhead_s for lp in plans.values()))

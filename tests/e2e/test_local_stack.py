@@ -166,3 +166,20 @@ def test_an_instance_agent_sigterm_drains_and_exits_cleanly(tmp_path):
         assert inst.agent.wait(timeout=15) == 0
         text = (tmp_path / f"instance-{iid}.log").read_text()
         assert "stopped:" in text and "drained (sigterm)" in text
+
+
+def test_a_moto_failure_during_the_hop_probe_is_one_line_and_stops_the_stack(tmp_path, monkeypatch):
+    """An AWS failure inside the stack's own start-up (here the hop probe: moto unreachable) is a
+    StackError naming moto, which `skinflint up` prints as one line; nothing is left running."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from functions.localstack.stack import StackError
+
+    def unreachable(self, sqs, ddb):
+        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+
+    monkeypatch.setattr(LocalStack, "_overhead", unreachable)
+    stack = LocalStack(["traffic"], stub_plan, log_dir=str(tmp_path))
+    with pytest.raises(StackError, match="hop probe against moto .* failed: Could not connect"):
+        stack.start()
+    assert all(proc.poll() is not None for _, proc, _ in stack._procs)  # moto was stopped
