@@ -15,10 +15,8 @@ from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from fastapi.testclient import TestClient
 
 from functions.front.app import create_app
-from gpu_fleet.runtimes import EmulatedRuntime
-from gpu_fleet.worker import Worker
 from tests.functional.conftest import API_KEY, jpeg_bytes
-from tests.functional.test_worker import front
+from tests.functional.test_worker import front, make_worker
 
 pytestmark = pytest.mark.functional
 
@@ -26,22 +24,9 @@ ENDPOINT = "http://x"
 AUTH = {"x-api-key": API_KEY}
 
 
-def detector_worker(stack: Any) -> Worker:
-    a = stack.assignment("detector")
-    return Worker(
-        assignment=a,
-        router=stack.router(),
-        queues=stack.queues,
-        results=stack.results,
-        blobs=stack.blobs,
-        metrics=stack.metrics,
-        runtime=EmulatedRuntime(a.duration_s, a.hardware, sleep=lambda _s: None),
-    )
-
-
 def test_a_worker_survives_an_unreachable_sqs_and_serves_the_next_message(stack, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="skinflint.worker")
-    det = detector_worker(stack)
+    det = make_worker(stack, "detector")
     receive = stack.sqs.receive_message
     failed: list[str] = []
 

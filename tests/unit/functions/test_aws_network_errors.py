@@ -47,12 +47,12 @@ from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
 from functions.control.state import ControlState, EpochTaken, StateStore
 from functions.errors import BlobError, ConfigError, MetricsError, QueueError, ResultStoreError
 from functions.report.cloudwatch import CloudWatchReader, ReportError
-from functions.schema import Payload, TaskMessage
 from gpu_fleet.lifecycle import AutoScalingCompleter, LifecycleError
 from planner.models import AppModuleSpec
 from planner.packing import FleetPlan, Instance
 from profiles.errors import StoreError
 from profiles.s3store import S3Store
+from tests.unit.functions.test_queue_sends import message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,26 +105,6 @@ class FakeClient:
 
 def service_error(code: str, op: str = "PutItem") -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": code}}, op)
-
-
-def message() -> TaskMessage:
-    return TaskMessage(
-        idempotency_key="r0/detector",
-        request_id="r0",
-        task_id="detector",
-        app="traffic",
-        module="detector",
-        deployment_version=1,
-        accepted_at=0.0,
-        enqueued_at=0.0,
-        deadline=1.0,
-        module_deadline=1.0,
-        group=0,
-        machine=0,
-        batch_id=0,
-        window_end=0.1,
-        payload=Payload(content_type="image/jpeg", size=1, inline_b64="AA=="),
-    )
 
 
 def task_record(task_id: str = "detector", children: tuple[str, ...] = ()) -> TaskRecord:
@@ -218,9 +198,9 @@ def flush_one_metric(error: Exception) -> None:
 #: (what is called, the error type its adapter raises); ``call(error)`` builds the fake client(s)
 CASES: dict[str, tuple[Callable[[Exception], Any], type[Exception]]] = {
     # SQS
-    "queues.send": (lambda e: TaskQueues(FakeClient(e)).send(URL, [message()]), QueueError),
+    "queues.send": (lambda e: TaskQueues(FakeClient(e)).send(URL, [message(0)]), QueueError),
     "queues.send_many": (
-        lambda e: TaskQueues(FakeClient(e)).send_many({URL: [message()] * 11, URL + "-2": [message()]}),
+        lambda e: TaskQueues(FakeClient(e)).send_many({URL: [message(0)] * 11, URL + "-2": [message(0)]}),
         QueueError,
     ),
     "queues.receive": (lambda e: TaskQueues(FakeClient(e)).receive(URL, wait_s=0), QueueError),
