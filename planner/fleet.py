@@ -25,12 +25,14 @@ import contextlib
 import gc
 import hashlib
 import inspect
+import itertools
 import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from planner.check import check_plan
 from planner.errors import PlannerError
 from planner.models import MachineGroup, ModulePlan, Plan
 from planner.packing import ALIGN_GUARD_S, REPACK_THRESHOLD, FleetPlan, Instance, Share, apply_phases, pack
@@ -71,6 +73,9 @@ SHAPE_KEY = "problem_shape_digest"  # the problem with its rates left out
 RATES_KEY = "solved_rates"  # module rates the plan was solved for
 SOLVED_KEY = "solved_modules"
 KEEP_KEY = "packing_keep"
+#: Plan extra key of a plan carried over a change of its app's problem (:func:`plan_fleet`'s
+#: ``solve_budget_s``): the problem digest it was solved for. The app is solved again when the budget allows.
+CARRIED_KEY = "carried_from"
 #: Module extra key of a residual split: the extra worst case of its full machines, b / W (s).
 SPLIT_KEY = "split_penalty_s"
 #: Garbage-collector thresholds during an epoch (at least these; restored after it). An epoch allocates
@@ -104,6 +109,8 @@ class FleetResult:
     reused: list[str] = field(default_factory=list)
     keep: float = 1.0
     seeded: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)  # apps on a carried plan, to solve again
+    resolved: list[str] = field(default_factory=list)  # apps whose carried plan was replaced this epoch
 
 
 def problem_digest(problem: ProblemSpec, policy: str, tighten: float = 0.0) -> str:
@@ -119,6 +126,7 @@ def seed_plan(problem: ProblemSpec, plan: Plan, policy: str) -> Plan:
     as long as the problem it plans is still the same (same rates, catalog, hardware, policy)."""
     out = plan.model_copy()
     out.model_extra[DIGEST_KEY] = problem_digest(problem, policy)  # type: ignore[index]
+    out.model_extra[RATES_KEY] = {m: spec.rate for m, spec in problem.modules.items()}  # type: ignore[index]
     return out
 
 
@@ -457,6 +465,7 @@ class _Planning:
     stick: float
     solver: Callable[[ProblemSpec], Plan] | None
     shares: bool = False  # the solver takes a ``schedules`` keyword (:class:`ScheduleSharingSolver`)
+    budget: float | None = None  # CPU s of the solve phase before carried plans stay (None: no carrying)
 
     def plan(self, problem: ProblemSpec, schedules: Schedules | None) -> Plan:
         if self.solver is None:
@@ -498,18 +507,33 @@ class _Memo:
         return None if self.cache is None else self.schedules.setdefault(app, {})
 
 
+@dataclass
+class _Solved:
+    """What :func:`_solve_all` gives the epoch."""
+
+    plans: dict[str, Plan] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    reused: list[str] = field(default_factory=list)
+    seeded: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)  # on a carried plan at the end of the solve phase
+    resolved: list[str] = field(default_factory=list)  # carried before, solved again now
+
+    @property
+    def unchanged(self) -> set[str]:
+        """Apps whose plan was not solved this epoch (their shapes can be reused)."""
+        return set(self.reused) | set(self.carried)
+
+
 def _solve_all(
     problems: Mapping[str, ProblemSpec],
     previous_plans: Mapping[str, Plan],
     seeds: Mapping[str, Plan],
     how: _Planning,
     memo: _Memo,
-) -> tuple[dict[str, Plan], dict[str, str], list[str], list[str]]:
-    cache = memo.cache
-    plans: dict[str, Plan] = {}
-    failed: dict[str, str] = {}
-    reused: list[str] = []
-    seeded: list[str] = []
+) -> _Solved:
+    started = time.process_time()
+    out = _Solved()
+    pending: list[str] = []  # apps on a carried plan: solved again while the budget lasts
     for app in sorted(problems):
         problem = problems[app]
         schedules = memo.of(app)
@@ -517,43 +541,187 @@ def _solve_all(
         old = previous_plans.get(app)
         extra = (old.model_extra or {}) if old is not None else {}
         if old is not None and extra.get(DIGEST_KEY) == digest:
-            plans[app] = old
-            reused.append(app)
+            out.plans[app] = old
+            (pending if how.budget is not None and CARRIED_KEY in extra else out.reused).append(app)
             continue
         shape = problem_digest(_rateless(problem), how.policy, how.tighten)
         held = (
-            _at_rates(problem, old, digest, cache, schedules)
+            _at_rates(problem, old, digest, memo.cache, schedules)
             if old is not None and extra.get(SHAPE_KEY) == shape and _holds(problem, old, how.hold)
             else None
         )
         if held is not None:
-            plans[app] = held
-            reused.append(app)
+            out.plans[app] = held
+            (pending if how.budget is not None and CARRIED_KEY in extra else out.reused).append(app)
             continue
-        target = (
-            problem
-            if how.tighten <= 0
-            else problem.model_copy(update={"slo_s": problem.slo_s * (1 - how.tighten)})
-        )
         seed = seeds.get(app)
         if seed is not None and how.tighten <= 0 and (seed.model_extra or {}).get(DIGEST_KEY) == digest:
             plan = seed.model_copy()  # what the solver returns for this problem (seed_plan)
-            seeded.append(app)
+            out.seeded.append(app)
         else:
+            carried = _carry(problem, old or seed, digest, shape, how, memo.cache, schedules)
+            if carried is not None:
+                out.plans[app] = carried
+                pending.append(app)
+                continue
             try:
-                plan = how.plan(target, schedules)
+                plan = _solved_plan(problem, how, schedules)
             except PlannerError as exc:
-                failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
+                out.failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
                 continue
         if old is not None and extra.get(SHAPE_KEY) == shape and how.stick > 0:
-            plan = _sticky(problem, old, plan, how, cache, schedules)
-        if schedules:
-            _keep_planned(schedules, problem, plan)
-        plan.model_extra[DIGEST_KEY] = digest  # type: ignore[index]
-        plan.model_extra[SHAPE_KEY] = shape  # type: ignore[index]
-        plan.model_extra[RATES_KEY] = {m: spec.rate for m, spec in problem.modules.items()}  # type: ignore[index]
-        plans[app] = plan
-    return plans, failed, reused, seeded
+            plan = _sticky(problem, old, plan, how, memo.cache, schedules)
+        out.plans[app] = _stamped(problem, plan, digest, shape, schedules)
+    _resolve(problems, pending, how, memo, started, out)
+    return out
+
+
+def _solved_plan(problem: ProblemSpec, how: _Planning, schedules: Schedules | None) -> Plan:
+    """The solver's plan for ``problem`` (for an SLO ``how.tighten`` shorter)."""
+    target = (
+        problem
+        if how.tighten <= 0
+        else problem.model_copy(update={"slo_s": problem.slo_s * (1 - how.tighten)})
+    )
+    return how.plan(target, schedules)
+
+
+def _stamped(problem: ProblemSpec, plan: Plan, digest: str, shape: str, schedules: Schedules | None) -> Plan:
+    """``plan`` marked with the problem it serves (its digest, its digest without rates, its rates)."""
+    if schedules:
+        _keep_planned(schedules, problem, plan)
+    plan.model_extra[DIGEST_KEY] = digest  # type: ignore[index]
+    plan.model_extra[SHAPE_KEY] = shape  # type: ignore[index]
+    plan.model_extra[RATES_KEY] = {m: spec.rate for m, spec in problem.modules.items()}  # type: ignore[index]
+    plan.model_extra.pop(CARRIED_KEY, None)  # type: ignore[union-attr]
+    return plan
+
+
+def _resolve(
+    problems: Mapping[str, ProblemSpec],
+    pending: Sequence[str],
+    how: _Planning,
+    memo: _Memo,
+    started: float,
+    out: _Solved,
+) -> None:
+    """Solve the apps on a carried plan again, dearest first, while the solve phase has spent less than
+    ``how.budget`` CPU seconds (since ``started``); the others keep their carried plan (``out.carried``).
+    An app whose solve fails keeps it too. The fresh plan is taken as the solver made it: after enough
+    epochs every app has the plan an epoch without a budget gives it."""
+    assert how.budget is not None or not pending
+    order = sorted(pending, key=lambda a: (-out.plans[a].billed_per_hour, a))
+    for app in order:
+        if time.process_time() - started >= cast("float", how.budget):
+            out.carried.append(app)
+            continue
+        problem = problems[app]
+        schedules = memo.of(app)
+        try:
+            plan = _solved_plan(problem, how, schedules)
+        except PlannerError:
+            out.carried.append(app)
+            continue
+        digest = problem_digest(problem, how.policy, how.tighten)
+        shape = problem_digest(_rateless(problem), how.policy, how.tighten)
+        out.plans[app] = _stamped(problem, plan, digest, shape, schedules)
+        out.resolved.append(app)
+    out.carried.sort()
+    out.resolved.sort()
+
+
+def _carry(
+    problem: ProblemSpec,
+    old: Plan | None,
+    digest: str,
+    shape: str,
+    how: _Planning,
+    cache: RealisationCache | None,
+    schedules: Schedules | None,
+) -> Plan | None:
+    """``old`` (an app's plan for an earlier problem: other prices, another catalog or SLO) serving
+    ``problem`` unchanged, when ``how.budget`` is set and it still serves it: the same modules; every
+    machine's configuration in the new profile with the same duration and throughput (its worst cases
+    hold) and the modules' groups still in throughput-cost order at the new prices; every rate within
+    the plan's capacity and none more than ``how.hold`` below the rate it was solved for; the SLO met
+    (realised again at the new problem when the plan is dispatch-realised, else :func:`check_plan`).
+    The costs are those of the new prices. None otherwise: the app is solved now."""
+    if how.budget is None or old is None or how.tighten > 0 or not _tc(old):
+        return None
+    if set(old.modules) != set(problem.modules) or not _serves(problem, old, how.hold):
+        return None
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    solved = _solved(old)
+    if set(solved) != set(problem.modules):
+        return None
+    for mods in (old.modules, solved):
+        if not all(_same_configs(problem, m, mp, prices) for m, mp in mods.items()):
+            return None
+    extra: dict[str, Any] = dict(old.model_extra or {})
+    modules = {m: _priced(mp, prices) for m, mp in old.modules.items()}
+    if isinstance(extra.get(SOLVED_KEY), dict):
+        extra[SOLVED_KEY] = {m: _priced(mp, prices).model_dump() for m, mp in solved.items()}
+    extra[CARRIED_KEY] = extra.get(CARRIED_KEY) or extra.get(DIGEST_KEY)
+    extra[SHAPE_KEY] = shape
+    priced = old.model_copy(
+        update={
+            "modules": modules,
+            "cost_per_hour": sum(_costs(mp, prices)[0] for mp in modules.values()),
+            "billed_per_hour": sum(_costs(mp, prices)[1] for mp in modules.values()),
+            **extra,
+        }
+    )
+    held = _at_rates(problem, priced, digest, cache, schedules)
+    if held is None or (not realised(held) and check_plan(problem, held)):
+        return None
+    return held
+
+
+def _serves(problem: ProblemSpec, plan: Plan, hold: float) -> bool:
+    """Every module's rate within ``plan``'s planned rate and, where the plan records the rates it was
+    solved for, none more than ``hold`` below it."""
+    solved_rates = (plan.model_extra or {}).get(RATES_KEY)
+    for m, spec in problem.modules.items():
+        capacity = sum(g.machines * g.rate_per_machine for g in plan.modules[m].groups)
+        if spec.rate > capacity * (1 + 1e-9):
+            return False
+        if isinstance(solved_rates, dict) and m in solved_rates:
+            if spec.rate < float(solved_rates[m]) / (1 + hold):
+                return False
+    return True
+
+
+def _same_configs(problem: ProblemSpec, module: str, mp: ModulePlan, prices: Mapping[str, float]) -> bool:
+    """Every group of ``mp`` has a priced configuration in ``problem``'s profile of ``module`` with its
+    duration, carries no more than its throughput, and the groups are in throughput-cost order."""
+    profile = {(e.hardware, e.batch, e.concurrency): e for e in problem.modules[module].profile}
+    ratios: list[float] = []
+    for g in mp.groups:
+        e = profile.get((g.hardware, g.batch, g.concurrency))
+        if e is None or g.hardware not in prices or prices[g.hardware] <= 0:
+            return False
+        if abs(e.duration_s - g.duration_s) > 1e-12 * max(1.0, g.duration_s):
+            return False
+        if g.rate_per_machine > e.throughput * (1 + 1e-9):
+            return False
+        ratios.append(e.throughput / prices[g.hardware])
+    return all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(ratios))
+
+
+def _costs(mp: ModulePlan, prices: Mapping[str, float]) -> tuple[float, float]:
+    """``mp``'s occupancy and billed cost ($/h) at ``prices``."""
+    occ = billed = 0.0
+    for g in mp.groups:
+        t = g.concurrency * g.batch / g.duration_s if g.duration_s > 0 else math.inf
+        occ += g.machines * prices[g.hardware] * g.rate_per_machine / t
+        billed += g.machines * prices[g.hardware]
+    return occ, billed
+
+
+def _priced(mp: ModulePlan, prices: Mapping[str, float]) -> ModulePlan:
+    """``mp`` with its occupancy and billed cost at ``prices``."""
+    occ, billed = _costs(mp, prices)
+    return mp.model_copy(update={"occupancy_per_hour": occ, "billed_per_hour": billed})
 
 
 def _sticky(
@@ -768,6 +936,7 @@ def plan_fleet(
     align: bool = True,
     guard_s: float = ALIGN_GUARD_S,
     cache: RealisationCache | bool = True,
+    solve_budget_s: float | None = None,
 ) -> FleetResult:
     """Plan every app (an app that cannot be planned goes to ``failed`` with a one-line reason; the others
     still plan), shape the plans for packing and pack. ``previous_plans[app]`` is reused when that app's
@@ -790,7 +959,19 @@ def plan_fleet(
     ``guard_s`` idle after every turn. ``cache``: where dispatch-realised shapes are kept between epochs
     (True: the process's :data:`REALISATIONS`; False: nowhere, every shape realised afresh); it changes
     only the time taken, never the result. While it runs the garbage collector's thresholds are raised
-    to :data:`EPOCH_GC_THRESHOLDS` (restored on return). Bad parameters raise ValueError."""
+    to :data:`EPOCH_GC_THRESHOLDS` (restored on return).
+
+    ``solve_budget_s`` bounds the epoch's solving when problems change under plans that still serve them
+    (a new price list, a looser SLO, a new hardware type: every problem digest changes at once). None (the
+    default): every such app is solved now. A number of CPU seconds: an app whose previous plan (or
+    registration seed) was made for another problem keeps that plan, *carried* (:data:`CARRIED_KEY`,
+    ``FleetResult.carried``), when it still serves the new problem (the same configurations with the same
+    durations, in throughput-cost order at the new prices, the rates within its capacity, the SLO met; its
+    costs at the new prices); after the apps that must be solved, the carried ones are solved again,
+    dearest first, until the solve phase has spent the budget (one solve may overrun it), the others in
+    later epochs (``FleetResult.resolved``). Which apps are solved in an epoch depends on the CPU time
+    taken; every plan is valid either way, and once none is carried the plans are those of an epoch
+    without a budget. Bad parameters raise ValueError."""
     with _eased_collector():
         return _plan_fleet(
             problems,
@@ -806,6 +987,7 @@ def plan_fleet(
             align=align,
             guard_s=guard_s,
             cache=cache,
+            solve_budget_s=solve_budget_s,
         )
 
 
@@ -824,6 +1006,7 @@ def _plan_fleet(
     align: bool,
     guard_s: float,
     cache: RealisationCache | bool,
+    solve_budget_s: float | None,
 ) -> FleetResult:
     if not 0 <= tighten < 1:
         raise ValueError(f"tighten must be a fraction in [0, 1), got {tighten}")
@@ -832,14 +1015,17 @@ def _plan_fleet(
         raise ValueError(f"hold must be a fraction >= 0, got {hold}")
     if stick < 0:
         raise ValueError(f"stick must be a fraction >= 0, got {stick}")
-    how = _Planning(policy, tighten, hold, stick, solver, _takes_schedules(solver))
+    if solve_budget_s is not None and not 0 <= solve_budget_s < math.inf:
+        raise ValueError(f"solve_budget_s must be finite seconds >= 0 or None, got {solve_budget_s}")
+    how = _Planning(policy, tighten, hold, stick, solver, _takes_schedules(solver), solve_budget_s)
     memo = _Memo((REALISATIONS if cache else None) if isinstance(cache, bool) else cache)
-    solved, failed, reused, seeded = _solve_all(problems, previous_plans or {}, seeds or {}, how, memo)
+    done = _solve_all(problems, previous_plans or {}, seeds or {}, how, memo)
+    solved = done.plans
     solved_at = time.perf_counter()
-    last = _previous_keep(solved, reused)
+    last = _previous_keep(solved, sorted(done.unchanged))
     packing = _Packing(problems, previous, align, guard_s, memo)
     tried = sorted(set(keeps) | ({last} if last is not None else set()), reverse=True)
-    shapes = _shape_all(problems, solved, tried, set(reused), memo)
+    shapes = _shape_all(problems, solved, tried, done.unchanged, memo)
     best: tuple[float, float, dict[str, Plan], FleetPlan, dict[str, Plan]] | None = None
     for keep in tried:
         shaped = shapes[keep]
@@ -857,7 +1043,18 @@ def _plan_fleet(
         memo.cache.rotate()
     solve_ms = (solved_at - started) * 1000
     pack_ms = (time.perf_counter() - solved_at) * 1000
-    return FleetResult(plans, fleet, solve_ms, pack_ms, failed, reused, keep, seeded)
+    return FleetResult(
+        plans,
+        fleet,
+        solve_ms,
+        pack_ms,
+        done.failed,
+        done.reused,
+        keep,
+        done.seeded,
+        carried=done.carried,
+        resolved=done.resolved,
+    )
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,18 @@ def app_change(
         ("rate", _rate_close(previous.frame_rate, frame_rate, bool(out.changed_modules))),
         ("emulated hardware", sorted(previous.emulated_hardware) == sorted(emulated)),
         ("overhead", _close(previous.overhead_s, overhead_s)),
+        # a plan carried over a problem change (planner.fleet.CARRIED_KEY) solved again, or newly carried:
+        # written even when its machines are the same, or the next epoch would solve it again
+        ("carried", _carried(previous.plan) == _carried(plan)),
     ]
     out.other = [name for name, same in checks if not same]
     return out
+
+
+def _carried(plan: Plan) -> bool:
+    from planner.fleet import CARRIED_KEY
+
+    return CARRIED_KEY in (plan.model_extra or {})
 
 
 def build_deployment(

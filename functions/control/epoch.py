@@ -105,6 +105,10 @@ class ControlConfig:
     # the workers' delete linger (functions.settings; the same SKINFLINT_DELETE_LINGER_S): the backlog
     # check allows for the processed messages it keeps in flight
     delete_linger_s: float = DEFAULT_DELETE_LINGER_S
+    # CPU s an epoch's solving may take before apps whose plan still serves a changed problem (new
+    # prices, a looser SLO) keep it and are solved in a later epoch (planner.fleet.plan_fleet's
+    # solve_budget_s; None: all solved at once); apps without a serving plan are always solved
+    solve_budget_s: float | None = 0.4
 
     def __post_init__(self) -> None:
         if not 0 <= self.child_headroom < float("inf"):
@@ -120,6 +124,8 @@ class ControlConfig:
                 f"backlog boosts must satisfy 0 <= min <= max < inf, got {self.backlog_min_boost}, "
                 f"{self.backlog_max_boost}"
             )
+        if self.solve_budget_s is not None and not 0 <= self.solve_budget_s < float("inf"):
+            raise ValueError(f"solve_budget_s must be finite seconds >= 0 or None, got {self.solve_budget_s}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlConfig:
@@ -155,9 +161,19 @@ class ControlConfig:
                 backlog_cooldown_s=float(e.get("SKINFLINT_BACKLOG_COOLDOWN_S", d.backlog_cooldown_s)),
                 backlog_max_boost=float(e.get("SKINFLINT_BACKLOG_MAX_BOOST", d.backlog_max_boost)),
                 delete_linger_s=delete_linger_from_env(e),
+                solve_budget_s=_budget_from_env(e.get("SKINFLINT_SOLVE_BUDGET_S"), d.solve_budget_s),
             )
         except (ValueError, TypeError) as exc:
             raise ControlError(f"bad planner setting in the environment: {exc}") from exc
+
+
+def _budget_from_env(value: str | None, default: float | None) -> float | None:
+    """``SKINFLINT_SOLVE_BUDGET_S``: seconds, or ``none`` (no budget: every changed app solved at once)."""
+    if value is None or not value.strip():
+        return default
+    if value.strip().lower() in ("none", "off", "unlimited"):
+        return None
+    return float(value)
 
 
 @dataclass
@@ -187,6 +203,8 @@ class EpochSummary:
     activation: dict[str, Any] = field(default_factory=dict)  # functions.control.activation.ActivationCheck
     corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
     seeded: list[str] = field(default_factory=list)  # apps planned with their registration's plan
+    carried: list[str] = field(default_factory=list)  # apps on a plan made for an earlier problem
+    resolved: list[str] = field(default_factory=list)  # apps whose carried plan was replaced
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -582,8 +600,8 @@ class Controller:
             seeds=seeds,
             policy=self.config.policy,
             solver=self._solver,
+            solve_budget_s=self.config.solve_budget_s,
         )
-        summary.seeded = sorted(result.seeded)
         over = self._over_caps(result.plans)
         if over:  # a held or grown plan (not solved this epoch) uses more than a cap allows
             result = plan_fleet(
@@ -595,7 +613,10 @@ class Controller:
                 seeds={a: p for a, p in seeds.items() if a not in over},
                 policy=self.config.policy,
                 solver=self._solver,
+                solve_budget_s=self.config.solve_budget_s,
             )
+        summary.seeded = sorted(result.seeded)
+        summary.carried, summary.resolved = sorted(result.carried), sorted(result.resolved)
         failed.update(result.failed)
         plans = dict(result.plans)
         fleet = result.fleet

@@ -628,3 +628,62 @@ def test_a_registration_plan_for_another_problem_or_unreadable_is_solved_again(
     assert out.status == "published" and out.seeded == [], out.as_json()
     assert solves.count("cams2") == 2  # its registration and the epoch both solved it
     assert any("cams2: registration plan not used" in w for w in out.warnings)
+
+
+def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A price change makes every problem new but leaves the plans valid: with no solve budget left the
+    epoch keeps the app's plan at the new prices (carried, nothing solved); the next epoch with budget
+    solves it again and publishes the fresh plan."""
+    from dataclasses import replace
+
+    import planner.robust
+    from planner.fleet import CARRIED_KEY
+
+    env.register(SPEC)
+    first = env.ctl.run_epoch()
+    assert first.status == "published"
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "unchanged"
+    solves: list[str] = []
+    real = planner.robust.solve_dispatchable
+
+    def counted(problem: Any, **kw: Any) -> Any:
+        solves.append(problem.name)
+        return real(problem, **kw)
+
+    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    env.ctl.catalog = {
+        h: s.model_copy(update={"price_per_hour": s.price_per_hour * (0.5 if h == "t4" else 1.0)})
+        for h, s in env.ctl.catalog.items()
+    }
+    budget = env.ctl.config.solve_budget_s
+    env.ctl.config = replace(env.ctl.config, solve_budget_s=0.0)
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.carried == ["cams"] and out.resolved == [] and solves == [], out.as_json()
+    dep = env.ctl.plans.deployment(out.version, "cams")
+    assert dep is not None and CARRIED_KEY in (dep.plan.model_extra or {})
+    t4 = sum(g.machines for mp in dep.plan.modules.values() for g in mp.groups if g.hardware == "t4")
+    old = env.ctl.plans.deployment(first.version, "cams")
+    assert old is not None
+    assert dep.plan.billed_per_hour == pytest.approx(
+        old.plan.billed_per_hour - t4 * env.ctl.catalog["t4"].price_per_hour
+    )
+    env.ctl.config = replace(env.ctl.config, solve_budget_s=budget)
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    again = env.ctl.run_epoch()
+    assert again.resolved == ["cams"] and again.carried == [] and solves == ["cams"], again.as_json()
+    cur = env.ctl.plans.current()
+    assert cur is not None
+    dep = env.ctl.plans.deployment(cur.version, "cams")
+    assert dep is not None and CARRIED_KEY not in (dep.plan.model_extra or {})
+    assert again.changed == {"cams": ["carried"]}  # the same machines: written for the mark
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    last = env.ctl.run_epoch()  # nothing left to solve
+    assert last.status == "unchanged" and last.resolved == [] and solves == ["cams"], last.as_json()

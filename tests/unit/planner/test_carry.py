@@ -1,0 +1,259 @@
+"""An epoch's solve budget: plans that still serve a changed problem are carried (valid, re-priced) and
+solved again in later epochs; once none is carried the result is the epoch without a budget."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from planner.check import check_plan
+from planner.fleet import CARRIED_KEY, RealisationCache, plan_fleet, realised, seed_plan
+from planner.generate import generate_problem
+from planner.robust import solve_dispatchable
+
+if TYPE_CHECKING:
+    from planner.fleet import FleetResult, Schedules
+    from planner.models import Plan, ProblemSpec
+
+APPS = 5
+
+
+class _Counting:
+    """The control loop's solver, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, problem: ProblemSpec, *, schedules: Schedules | None = None) -> Plan:
+        self.calls += 1
+        return solve_dispatchable(problem, schedules=schedules)
+
+
+def _strip(value: Any) -> Any:
+    """A plan's JSON without its timings (they differ from one solve to the next)."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in ("solve_ms", "cpu_ms", "solve_cpu_ms")}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _dumps(res: FleetResult) -> dict[str, Any]:
+    return {a: _strip(p.model_dump(mode="json")) for a, p in res.plans.items()}
+
+
+def _repriced(problem: ProblemSpec, factor: float) -> ProblemSpec:
+    """Every hardware type ``factor`` times its price (throughput-cost order unchanged)."""
+    hw = {
+        h: s.model_copy(update={"price_per_hour": s.price_per_hour * factor})
+        for h, s in problem.hardware.items()
+    }
+    return problem.model_copy(update={"hardware": hw})
+
+
+@pytest.fixture(scope="module")
+def first() -> tuple[dict[str, ProblemSpec], FleetResult]:
+    problems = {f"a{i}": generate_problem(i) for i in range(APPS)}
+    return problems, plan_fleet(problems, solver=_Counting(), cache=RealisationCache())
+
+
+def _billed(problem: ProblemSpec, plan: Plan) -> float:
+    return sum(
+        g.machines * problem.hardware[g.hardware].price_per_hour
+        for mp in plan.modules.values()
+        for g in mp.groups
+    )
+
+
+def test_a_price_change_carries_every_plan_that_still_serves(
+    first: tuple[dict[str, Any], FleetResult],
+) -> None:
+    problems, res = first
+    cheaper = {a: _repriced(p, 0.9) for a, p in problems.items()}
+    solver = _Counting()
+    out = plan_fleet(
+        cheaper,
+        previous=res.fleet,
+        previous_plans=res.plans,
+        solver=solver,
+        cache=RealisationCache(),
+        solve_budget_s=0.0,
+    )
+    assert solver.calls == 0 and out.failed == {} and out.resolved == []
+    assert out.carried == sorted(problems) and out.reused == []
+    for a, plan in out.plans.items():
+        assert (plan.model_extra or {})[CARRIED_KEY] == (res.plans[a].model_extra or {})["problem_digest"]
+        assert plan.billed_per_hour == pytest.approx(_billed(cheaper[a], plan))
+        assert plan.billed_per_hour == pytest.approx(0.9 * res.plans[a].billed_per_hour)
+        assert realised(plan) or check_plan(cheaper[a], plan) == []
+        worst = max(p["worst_case_latency_s"] for p in (plan.model_extra or {})["paths"])
+        assert worst <= cheaper[a].slo_s + 1e-9
+    assert out.fleet.billed_per_hour == pytest.approx(0.9 * res.fleet.billed_per_hour)
+
+
+def test_without_a_budget_every_changed_app_is_solved(first: tuple[dict[str, Any], FleetResult]) -> None:
+    problems, res = first
+    cheaper = {a: _repriced(p, 0.9) for a, p in problems.items()}
+    solver = _Counting()
+    out = plan_fleet(
+        cheaper, previous=res.fleet, previous_plans=res.plans, solver=solver, cache=RealisationCache()
+    )
+    assert solver.calls == APPS and out.carried == [] and out.resolved == []
+    assert all(CARRIED_KEY not in (p.model_extra or {}) for p in out.plans.values())
+
+
+def test_carried_plans_are_solved_again_and_end_as_the_unbudgeted_epoch(
+    first: tuple[dict[str, Any], FleetResult],
+) -> None:
+    problems, res = first
+    hw0 = sorted(next(iter(problems.values())).hardware)[0]
+
+    def cut(p: ProblemSpec) -> ProblemSpec:  # one type 30 % cheaper: some plans should move to it
+        hw = dict(p.hardware)
+        if hw0 in hw:
+            hw[hw0] = hw[hw0].model_copy(update={"price_per_hour": hw[hw0].price_per_hour * 0.7})
+        return p.model_copy(update={"hardware": hw})
+
+    new = {a: cut(p) for a, p in problems.items()}
+    ref = plan_fleet(
+        new, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=RealisationCache()
+    )
+    cache = RealisationCache()
+    held = plan_fleet(
+        new, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=cache, solve_budget_s=0.0
+    )
+    assert held.carried  # kept this epoch (nothing solved within a zero budget) ...
+    again = plan_fleet(
+        new,
+        previous=held.fleet,
+        previous_plans=held.plans,
+        solver=_Counting(),
+        cache=cache,
+        solve_budget_s=600.0,
+    )
+    assert again.resolved == held.carried and again.carried == []  # ... solved in the next
+    assert _dumps(again) == _dumps(ref)
+    assert again.fleet.billed_per_hour == pytest.approx(ref.fleet.billed_per_hour)
+    # and once solved, the next epoch reuses them (nothing left to solve)
+    solver = _Counting()
+    last = plan_fleet(
+        new,
+        previous=again.fleet,
+        previous_plans=again.plans,
+        solver=solver,
+        cache=cache,
+        solve_budget_s=600.0,
+    )
+    assert solver.calls == 0 and last.reused == sorted(problems) and last.carried == []
+
+
+def _one(first: tuple[dict[str, Any], FleetResult]) -> tuple[ProblemSpec, Plan]:
+    problems, res = first
+    return problems["a0"], res.plans["a0"]
+
+
+def _epoch(problem: ProblemSpec, old: Plan) -> tuple[FleetResult, int]:
+    solver = _Counting()
+    out = plan_fleet(
+        {"a0": problem}, previous_plans={"a0": old}, solver=solver, solve_budget_s=0.0, cache=False
+    )
+    return out, solver.calls
+
+
+def test_a_plan_whose_worst_cases_changed_is_solved(first: tuple[dict[str, Any], FleetResult]) -> None:
+    """A longer service time (a new profile, a calibration correction) invalidates the plan's figures."""
+    problem, old = _one(first)
+    used = {(g.hardware, g.batch, g.concurrency) for mp in old.modules.values() for g in mp.groups}
+    modules = {
+        m: spec.model_copy(
+            update={
+                "profile": [
+                    e.model_copy(update={"duration_s": e.duration_s * 1.05})
+                    if (e.hardware, e.batch, e.concurrency) in used
+                    else e
+                    for e in spec.profile
+                ]
+            }
+        )
+        for m, spec in problem.modules.items()
+    }
+    out, calls = _epoch(problem.model_copy(update={"modules": modules}), old)
+    assert calls == 1 and out.carried == []
+
+
+def test_a_plan_on_hardware_no_longer_available_is_solved(first: tuple[dict[str, Any], FleetResult]) -> None:
+    problem, old = _one(first)
+    used = {g.hardware for mp in old.modules.values() for g in mp.groups}
+    gone = sorted(used)[0]
+    rest = {h: s for h, s in problem.hardware.items() if h != gone}
+    modules = {
+        m: spec.model_copy(update={"profile": [e for e in spec.profile if e.hardware != gone]})
+        for m, spec in problem.modules.items()
+    }
+    narrowed = problem.model_copy(update={"hardware": rest, "modules": modules})
+    try:
+        out, calls = _epoch(narrowed, old)
+    except ValueError:  # a generated problem with no other hardware for a module
+        pytest.skip("no plan without that hardware")
+    assert calls == 1 and out.carried == []
+
+
+def test_a_rate_beyond_the_plans_capacity_or_a_tighter_slo_is_solved(
+    first: tuple[dict[str, Any], FleetResult],
+) -> None:
+    problem, old = _one(first)
+    faster = _repriced(problem, 0.9)
+    faster = faster.model_copy(
+        update={"modules": {m: s.model_copy(update={"rate": s.rate * 3}) for m, s in faster.modules.items()}}
+    )
+    out, calls = _epoch(faster, old)
+    assert calls == 1 and out.carried == []
+    worst = max(p["worst_case_latency_s"] for p in (old.model_extra or {})["paths"])
+    tighter = _repriced(problem, 0.9).model_copy(update={"slo_s": worst * 0.98})
+    out, calls = _epoch(tighter, old)
+    assert calls == 1 and out.carried == []
+
+
+def test_a_price_change_that_reorders_the_groups_is_solved() -> None:
+    """The dispatch serves groups in throughput-cost order: a new order changes the worst cases."""
+    problem = generate_problem(7)  # its plan runs one module on two hardware types
+    old = plan_fleet({"a": problem}, solver=_Counting(), cache=False).plans["a"]
+    mixed = [mp for mp in old.modules.values() if len({g.hardware for g in mp.groups}) > 1]
+    assert mixed
+    top = mixed[0].groups[0].hardware
+    hw = dict(problem.hardware)
+    dearer = problem.model_copy(
+        update={"hardware": hw | {top: hw[top].model_copy(update={"price_per_hour": 1e4})}}
+    )
+    solver = _Counting()
+    out = plan_fleet({"a": dearer}, previous_plans={"a": old}, solver=solver, solve_budget_s=0.0, cache=False)
+    assert solver.calls == 1 and out.carried == []
+    # the same plan at prices that keep the order is carried
+    kept = plan_fleet(
+        {"a": _repriced(problem, 1.1)},
+        previous_plans={"a": old},
+        solver=solver,
+        solve_budget_s=0.0,
+        cache=False,
+    )
+    assert solver.calls == 1 and kept.carried == ["a"]
+
+
+def test_a_seed_for_an_older_price_list_is_carried(first: tuple[dict[str, Any], FleetResult]) -> None:
+    problems, _ = first
+    problem = problems["a1"]
+    seed = seed_plan(problem, solve_dispatchable(problem), "skinflint")
+    solver = _Counting()
+    out = plan_fleet(
+        {"a1": _repriced(problem, 1.2)}, seeds={"a1": seed}, solver=solver, solve_budget_s=0.0, cache=False
+    )
+    assert solver.calls == 0 and out.seeded == [] and out.carried == ["a1"]
+    assert out.plans["a1"].billed_per_hour == pytest.approx(1.2 * seed.billed_per_hour)
+
+
+def test_a_bad_budget_is_refused() -> None:
+    with pytest.raises(ValueError, match="solve_budget_s"):
+        plan_fleet({}, solve_budget_s=-1.0)
+    with pytest.raises(ValueError, match="solve_budget_s"):
+        plan_fleet({}, solve_budget_s=float("inf"))
