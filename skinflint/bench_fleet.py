@@ -15,7 +15,10 @@ Prints, measured at run time (nothing is hard-coded):
   :func:`~planner.robust.solve_dispatchable`, what the control loop runs): CPU time of this process (one
   core) and wall time, median and spread of repeats, with the load average, the bill over the bound and
   the ``check_fleet`` / ``check_plan`` errors of the fleet timed; and the CPU of each registration's
-  solve;
+  solve; and a **new price list** (:data:`PRICE_CHANGE`: every problem changes at once, every plan still
+  valid): the epoch that solves every app at once against epochs with the control loop's solve budget
+  (plans carried and solved again in later epochs, :func:`~planner.fleet.plan_fleet`'s
+  ``solve_budget_s``), until none is carried, and whether they end with the same plans;
 - **verification**: every shared instance replayed with its shares' window schedules (random phases and,
   per share, the phases that make it wait longest): measured worst case against planned + added wait;
 - **steady load**: epochs of noisy load (rates drawn +-noise around a fixed mean, then Poisson counts over
@@ -56,6 +59,11 @@ if TYPE_CHECKING:
 
 TARGET_RATIO = 1.05
 TARGET_EPOCH_S = 1.0
+#: The benchmark's new price list (factor per hardware type, ``*`` for the rest): every type 5 % cheaper,
+#: T4 20 % (a price cut on one instance family changes which configurations are cheapest).
+PRICE_CHANGE: dict[str, float] = {"*": 0.95, "t4": 0.80}
+#: The control loop's default solve budget (functions.control.epoch.ControlConfig.solve_budget_s).
+SOLVE_BUDGET_S = 0.4
 EPOCH_S = 60.0  # seconds of traffic behind one observed rate
 WARMUP = 5  # steady-load epochs before the forecast's trend window is full (not counted as steady)
 #: ``plain``: plan_fleet's own billed solve; ``dispatchable``: the control loop's solver
@@ -204,13 +212,91 @@ def registrations(problems: Mapping[str, ProblemSpec]) -> tuple[dict[str, Plan],
     return seeds, cpu
 
 
+def repriced(problems: Mapping[str, ProblemSpec], change: Mapping[str, float]) -> dict[str, ProblemSpec]:
+    """``problems`` at a new price list (``change``: factor per hardware type, ``*`` for the others)."""
+    out: dict[str, ProblemSpec] = {}
+    for app, p in problems.items():
+        hw = {
+            h: x.model_copy(update={"price_per_hour": x.price_per_hour * change.get(h, change.get("*", 1.0))})
+            for h, x in p.hardware.items()
+        }
+        out[app] = p.model_copy(update={"hardware": hw})
+    return out
+
+
+def _stripped(value: Any) -> Any:
+    """A plan's JSON without its timings (they differ from one solve of the same problem to the next)."""
+    if isinstance(value, dict):
+        return {k: _stripped(v) for k, v in value.items() if k not in ("solve_ms", "cpu_ms", "solve_cpu_ms")}
+    if isinstance(value, list):
+        return [_stripped(v) for v in value]
+    return value
+
+
+def price_change(
+    problems: Mapping[str, ProblemSpec],
+    first: Any,
+    solver: str,
+    budget_s: float = SOLVE_BUDGET_S,
+    max_epochs: int = 20,
+) -> dict[str, Any]:
+    """The epoch after a new price list (:data:`PRICE_CHANGE`) from ``first`` (a ``FleetResult`` of
+    ``problems``): solved at once (no budget), and epoch by epoch with ``budget_s`` until no plan is
+    carried (each epoch from the previous one's plans, one realisation cache, as one control-loop
+    process); CPU ms and bill of each, and whether the budgeted epochs end with the plans (timings aside)
+    and the bill of the unbudgeted one."""
+    new = repriced(problems, PRICE_CHANGE)
+    c = time.process_time()
+    fresh = RealisationCache()
+    how = solver_for(solver)
+    ref = plan_fleet(new, previous=first.fleet, previous_plans=first.plans, solver=how, cache=fresh)
+    ref_cpu = (time.process_time() - c) * 1000
+    cache = RealisationCache()
+    fleet, plans, carried = first.fleet, first.plans, [""]
+    epochs: list[dict[str, Any]] = []
+    while carried and len(epochs) < max_epochs:
+        c = time.process_time()
+        res = plan_fleet(
+            new,
+            previous=fleet,
+            previous_plans=plans,
+            solver=solver_for(solver),
+            cache=cache,
+            solve_budget_s=budget_s,
+        )
+        epochs.append(
+            {
+                "cpu_ms": (time.process_time() - c) * 1000,
+                "carried": len(res.carried),
+                "resolved": len(res.resolved),
+                "billed_per_hour": res.fleet.billed_per_hour,
+            }
+        )
+        fleet, plans, carried = res.fleet, res.plans, res.carried
+    same = {a: _stripped(p.model_dump(mode="json")) for a, p in plans.items()} == {
+        a: _stripped(p.model_dump(mode="json")) for a, p in ref.plans.items()
+    }
+    return {
+        "changed_apps": len(new) - len(ref.reused),
+        "unbudgeted_cpu_ms": ref_cpu,
+        "unbudgeted_billed_per_hour": ref.fleet.billed_per_hour,
+        "budget_s": budget_s,
+        "epochs": epochs,
+        "converged": not carried,
+        "same_plans": same,
+        "first_billed_over_unbudgeted": epochs[0]["billed_per_hour"] / ref.fleet.billed_per_hour,
+    }
+
+
 def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) -> dict[str, Any]:
     """One epoch of ``problems`` planned with ``solver``, ``repeats`` times: cold (no previous plans, an
     empty realisation cache: a fresh control-loop process), registered (the same with every app's
     registration plan as its seed; ``dispatchable`` only) and then with every plan reused (the next
     epoch of the same process); CPU (this process) and wall time, the bill over the occupancy bound and
-    the errors ``check_fleet`` / ``check_plan`` find in the fleet."""
+    the errors ``check_fleet`` / ``check_plan`` find in the fleet; then, each time, a new price list
+    (:func:`price_change`)."""
     cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
+    prices: list[dict[str, Any]] = []
     cold_solve, cold_pack, warm_pack = [], [], []
     reg_cpu: list[float] = []
     reg_wall: list[float] = []
@@ -237,6 +323,7 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
         warm_cpu.append((time.process_time() - c) * 1000)
         warm_wall.append((time.perf_counter() - w) * 1000)
         warm_pack.append(again.pack_ms)
+        prices.append(price_change(problems, first, solver))
         load.append(os.getloadavg())
     assert first is not None and again is not None
     occ = 0.0
@@ -267,7 +354,27 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
         "errors": len(_errors(problems, first)),
         "reused_errors": len(_errors(problems, again)),
         "same_fleet_reused": first.fleet.instances == again.fleet.instances,
+        "price_change": _price_summary(prices),
         "load_avg": [min(x[0] for x in load), max(x[0] for x in load)],
+    }
+
+
+def _price_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`price_change` over the repeats: the unbudgeted epoch's CPU, the budgeted epochs' (every
+    epoch of every run), how many epochs it took, and whether every run ended with the same plans."""
+    budgeted = [e["cpu_ms"] for r in runs for e in r["epochs"]]
+    return {
+        "change": dict(PRICE_CHANGE),
+        "budget_s": runs[0]["budget_s"],
+        "changed_apps": runs[0]["changed_apps"],
+        "unbudgeted_cpu": _summary([r["unbudgeted_cpu_ms"] for r in runs]),
+        "budgeted_epoch_cpu": _summary(budgeted),
+        "first_epoch_cpu": _summary([r["epochs"][0]["cpu_ms"] for r in runs]),
+        "epochs_to_converge": [len(r["epochs"]) for r in runs],
+        "converged": all(r["converged"] for r in runs),
+        "same_plans": all(r["same_plans"] for r in runs),
+        "first_billed_over_unbudgeted": max(r["first_billed_over_unbudgeted"] for r in runs),
+        "runs": runs,
     }
 
 
@@ -637,6 +744,18 @@ def render(result: dict[str, Any]) -> None:
             f"{t['load_avg'][0]:.2f}-{t['load_avg'][1]:.2f}",
         )
     console.print(table)
+    for t in result["timing"]:
+        pc = t.get("price_change")
+        if pc:
+            change = ", ".join(f"{h} x{f:g}" for h, f in pc["change"].items())
+            console.print(
+                f"new price list ({t['solver']}; {change}): {pc['changed_apps']} apps' problems changed; "
+                f"solved at once {_ms(pc['unbudgeted_cpu'])} ms CPU; with a {pc['budget_s']:g} s solve "
+                f"budget every epoch {_ms(pc['budgeted_epoch_cpu'])} ms (the first "
+                f"{_ms(pc['first_epoch_cpu'])}, its bill at most {pc['first_billed_over_unbudgeted']:.4f} x "
+                f"the solved one), none carried after {'/'.join(map(str, pc['epochs_to_converge']))} epochs; "
+                f"same plans as solving at once: {pc['same_plans']}"
+            )
     for t in result["timing"]:
         if t.get("registration_solve_cpu"):
             r = t["registration_solve_cpu"]

@@ -28,3 +28,16 @@ def test_steady_run_summary_names_the_types_over_the_target() -> None:
     over = {h for h, v in out["per_hardware"].items() if v["max_changes_per_2_epochs"] > 1}
     assert set(row["types_over"]) == over
     assert row["changes"] == sum(v["changes"] for v in out["per_hardware"].values())
+
+
+def test_a_new_price_list_is_timed_solved_at_once_and_within_the_budget() -> None:
+    from planner.fleet import RealisationCache, plan_fleet
+    from skinflint.bench_fleet import price_change, solver_for
+
+    problems = {f"app{i}": p for i, p in enumerate(generate_problems(4, 11))}
+    first = plan_fleet(problems, solver=solver_for("dispatchable"), cache=RealisationCache())
+    held = price_change(problems, first, "dispatchable", budget_s=0.0, max_epochs=1)
+    assert held["changed_apps"] == 4 and held["epochs"][0]["carried"] == 4 and not held["converged"]
+    out = price_change(problems, first, "dispatchable", budget_s=600.0)
+    assert out["converged"] and out["same_plans"] and len(out["epochs"]) == 1
+    assert out["epochs"][0]["resolved"] == 4
