@@ -631,7 +631,7 @@ def test_a_registration_plan_for_another_problem_or_unreadable_is_solved_again(
 
 
 def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A price change makes every problem new but leaves the plans valid: with no solve budget left the
     epoch keeps the app's plan at the new prices (carried, nothing solved); the next epoch with budget
@@ -673,6 +673,12 @@ def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
     assert dep.plan.billed_per_hour == pytest.approx(
         old.plan.billed_per_hour - t4 * env.ctl.catalog["t4"].price_per_hour
     )
+    from skinflint.cli import main
+
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["last_epoch"]["carried"] == ["cams"]
+    assert main(["status"]) == 0
+    assert "on a carried plan: cams" in " ".join(capsys.readouterr().out.split())
     env.ctl.config = replace(env.ctl.config, solve_budget_s=budget)
     env.frames("cams", 20.0)
     env.clock.t += 60
