@@ -366,7 +366,9 @@ class Controller:
         apps = self.registry.load_all()
         requested = self.registry.replan_requested()
         available = self._available(now, state, previous_at, summary)
-        planned = self._solve(now, state, previous_at, apps, available, cur_deps, cur_fleet, summary)
+        planned = self._solve(
+            now, state, previous_at, apps, available, cur_deps, cur_fleet, summary, requested=requested
+        )
         summary.timings_ms.update(solve=round(planned.solve_ms, 2), pack=round(planned.pack_ms, 2))
         summary.failed_apps = planned.failed
         emulated = {a: self._emulated(p) for a, p in planned.plans.items()}
@@ -540,6 +542,7 @@ class Controller:
         cur_deps: Mapping[str, Deployment],
         cur_fleet: FleetPlan | None,
         summary: EpochSummary,
+        requested: set[str] | frozenset[str] = frozenset(),
     ) -> _Planned:
         from functions.adapters.rates import RateWindow
         from functions.control.problems import app_problem
@@ -592,7 +595,8 @@ class Controller:
             except ValueError as exc:
                 failed[name] = str(exc).splitlines()[0]
         state.observed_until = max(window.end, state.observed_until or window.end)
-        seeds = self._seeds({a: apps[a][0] for a in problems if a not in cur_deps}, summary)
+        # the registration plans of new apps and of re-registered ones (a new revision asks for planning)
+        seeds = self._seeds({a: apps[a][0] for a in problems if a not in cur_deps or a in requested}, summary)
         result = plan_fleet(
             problems,
             previous=cur_fleet,
@@ -629,8 +633,8 @@ class Controller:
         return _Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
 
     def _seeds(self, records: Mapping[str, AppRecord], summary: EpochSummary) -> dict[str, Plan]:
-        """The plans the registrations of apps without a deployment solved (the epoch takes one when
-        it plans the same problem). One that cannot be read is left out with a warning: the app is
+        """The plans the registrations of ``records`` solved (the epoch takes one when it plans the same
+        problem). One that cannot be read is left out with a warning: the app is
         solved."""
         t0 = time.perf_counter()
         out: dict[str, Plan] = {}

@@ -693,3 +693,35 @@ def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
     env.clock.t += 60
     last = env.ctl.run_epoch()  # nothing left to solve
     assert last.status == "unchanged" and last.resolved == [] and solves == ["cams"], last.as_json()
+
+
+def test_a_re_registration_seeds_the_epoch_of_a_deployed_app(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new revision (here: a slower profile) asks for planning; its registration solved it, and the
+    epoch takes that plan although the app has a deployment (the old plan no longer serves)."""
+    import planner.robust
+
+    env.register(SPEC)
+    first = env.ctl.run_epoch()
+    assert first.status == "published"
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "unchanged"
+    slower = copy.deepcopy(SPEC)
+    for entry in slower["profiles"]["cls-net"]:
+        entry["duration_s"] *= 1.2
+    env.register(slower)
+    solves: list[str] = []
+    real = planner.robust.solve_dispatchable
+
+    def counted(problem: Any, **kw: Any) -> Any:
+        solves.append(problem.name)
+        return real(problem, **kw)
+
+    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published" and out.seeded == ["cams"] and solves == [], out.as_json()
+    assert out.carried == []  # the old plan's durations no longer hold: not carried
