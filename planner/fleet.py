@@ -428,11 +428,7 @@ def _assemble(
     prices = {h: s.price_per_hour for h, s in problem.hardware.items()}
     occ = billed = 0.0
     for m, mp in modules.items():
-        o = b = 0.0
-        for g in mp.groups:
-            t = g.concurrency * g.batch / g.duration_s if g.duration_s > 0 else math.inf
-            o += g.machines * prices[g.hardware] * g.rate_per_machine / t
-            b += g.machines * prices[g.hardware]
+        o, b = _costs(mp, prices)
         if mp is not solved.get(m):
             modules[m] = mp.model_copy(update={"occupancy_per_hour": o, "billed_per_hour": b})
         occ += o
@@ -531,7 +527,7 @@ def _solve_all(
     how: _Planning,
     memo: _Memo,
 ) -> _Solved:
-    started = time.process_time()
+    started = time.thread_time()  # this thread: the local stack plans beside its workers
     out = _Solved()
     pending: list[str] = []  # apps on a carried plan: solved again while the budget lasts
     for app in sorted(problems):
@@ -612,7 +608,7 @@ def _resolve(
     assert how.budget is not None or not pending
     order = sorted(pending, key=lambda a: (-out.plans[a].billed_per_hour, a))
     for app in order:
-        if time.process_time() - started >= cast("float", how.budget):
+        if time.thread_time() - started >= cast("float", how.budget):
             out.carried.append(app)
             continue
         problem = problems[app]
@@ -968,10 +964,10 @@ def plan_fleet(
     ``FleetResult.carried``), when it still serves the new problem (the same configurations with the same
     durations, in throughput-cost order at the new prices, the rates within its capacity, the SLO met; its
     costs at the new prices); after the apps that must be solved, the carried ones are solved again,
-    dearest first, until the solve phase has spent the budget (one solve may overrun it), the others in
-    later epochs (``FleetResult.resolved``). Which apps are solved in an epoch depends on the CPU time
-    taken; every plan is valid either way, and once none is carried the plans are those of an epoch
-    without a budget. Bad parameters raise ValueError."""
+    dearest first, until the solve phase has spent the budget (CPU time of the calling thread; one
+    solve may overrun it), the others in later epochs (``FleetResult.resolved``). Which apps are solved
+    in an epoch depends on the CPU time taken; every plan is valid either way, and once none is carried
+    the plans are those of an epoch without a budget. Bad parameters raise ValueError."""
     with _eased_collector():
         return _plan_fleet(
             problems,
