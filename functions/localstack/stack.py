@@ -255,12 +255,7 @@ class LocalStack:
         api_key = "sk-local-" + secrets.token_urlsafe(18)
         ConfigStore(clients["dynamodb"], cfg.config_table).put_api_key(api_key, "local stack")
 
-        from functions.adapters._aws import AWS_ERRORS
-
-        try:
-            overhead = self._overhead(clients["sqs"], clients["dynamodb"])
-        except AWS_ERRORS as exc:  # moto failed or went away during the probe: one line, not a traceback
-            raise StackError(f"the hop probe against moto ({cfg.endpoint_url}) failed: {exc}") from exc
+        overhead = self._hop_overhead(clients, endpoint)
         plans = {app: self._plan_fn(app, overhead) for app in self.apps}
         groups = self._control_plane(cfg, clients, plans)
         manifest = self._first_epoch(max(lp.overhead_s for lp in plans.values()))
@@ -283,7 +278,7 @@ class LocalStack:
             log_dir=str(self.log_dir),
             version=manifest.version,
             groups=groups,
-            dlqs=self._dlqs(clients["sqs"]),
+            dlqs=self._dlqs(clients["sqs"], endpoint),
             region=cfg.region,
         )
         return self.info
@@ -511,14 +506,34 @@ class LocalStack:
                     f"instance agent {e.instance_id} died: {' '.join(tail)} (log: {path})", str(path)
                 )
 
-    def _dlqs(self, sqs: Any) -> dict[str, str]:
+    def _dlqs(self, sqs: Any, endpoint: str) -> dict[str, str]:
+        """Each app's dead-letter queue. It is created with the app's first queues, so an app the first
+        epoch made none for has none yet and is left out; any other failure (moto failed or went
+        away) is a :class:`StackError` naming the call, which stops the stack."""
+        from functions.adapters._aws import AWS_ERRORS, error_code
+        from functions.adapters.queues import GONE_CODES
+
         out: dict[str, str] = {}
         for app in self.apps:
+            name = f"skinflint-{app}-dlq"
             try:
-                out[app] = sqs.get_queue_url(QueueName=f"skinflint-{app}-dlq")["QueueUrl"]
-            except Exception:  # noqa: BLE001 - a DLQ is created with the first queues of the app
-                continue
+                out[app] = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            except AWS_ERRORS as exc:
+                if error_code(exc) in GONE_CODES:
+                    continue
+                raise StackError(f"GetQueueUrl {name} against moto ({endpoint}) failed: {exc}") from exc
         return out
+
+    def _hop_overhead(self, clients: dict[str, Any], endpoint: str) -> float:
+        """:meth:`_overhead` on the stack's clients. Any failure of its calls (moto failed or went away
+        during the probe; each call's answer is needed) is a :class:`StackError`: one line, the stack
+        stops."""
+        from functions.adapters._aws import AWS_ERRORS
+
+        try:
+            return self._overhead(clients["sqs"], clients["dynamodb"])
+        except AWS_ERRORS as exc:
+            raise StackError(f"the hop probe against moto ({endpoint}) failed: {exc}") from exc
 
     def _overhead(self, sqs: Any, ddb: Any) -> float:
         """Measured per-hop overhead of this stack: one SQS send + long-poll receive of a task

@@ -48,6 +48,7 @@ def data_config(endpoint: str | None) -> DataPlaneConfig:
         raise UsageError(str(exc)) from None
     if endpoint:
         cfg = dataclasses.replace(cfg, endpoint_url=endpoint)
+    check_client_settings(cfg)
     if cfg.endpoint_url and cfg.endpoint_url.startswith(("http://127.0.0.1", "http://localhost")):
         from functions.localstack.stack import FAKE_CREDENTIALS
 
@@ -56,19 +57,44 @@ def data_config(endpoint: str | None) -> DataPlaneConfig:
     return cfg
 
 
+def check_client_settings(cfg: DataPlaneConfig) -> None:
+    """The region and endpoint the command's clients are made with, checked as botocore checks them
+    when it makes a client: both come from the user (a flag or the environment), so a malformed one
+    is a one-line usage error here, not a ``ValueError`` traceback from the first client."""
+    from botocore.exceptions import InvalidRegionError
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
+
+    try:
+        validate_region_name(cfg.region)
+        region_ok = bool(cfg.region)  # "" passes, then makes the endpoint https://dynamodb..amazonaws.com
+    except InvalidRegionError:
+        region_ok = False
+    if not region_ok:
+        raise UsageError(f"{cfg.region!r} is not an AWS region name (e.g. us-east-1)")
+    url = cfg.endpoint_url
+    if url and not (is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url)):
+        raise UsageError(f"{url!r} is not an endpoint URL (e.g. http://127.0.0.1:PORT)")
+
+
 def aws_errors(what: str) -> Any:
-    """Context manager: AWS and control-plane failures become one-line usage errors."""
+    """Context manager: a failure of AWS (the adapters' ``DataPlaneError``; an error answer, no
+    answer or no credentials: ``functions.adapters._aws.AWS_ERRORS``) becomes a one-line usage
+    error. A ``ParamValidationError`` is a request botocore refused before sending it: a bug of ours,
+    or a malformed resource name in the deployment's settings (``SKINFLINT_BUCKET``, ...); not the
+    command line's input (the region and endpoint are checked by :func:`check_client_settings`, the
+    app names given become key values). It propagates, as it does from the adapters."""
     from contextlib import contextmanager
 
-    from botocore.exceptions import BotoCoreError, ClientError
-
+    from functions.adapters._aws import AWS_ERRORS
     from functions.errors import DataPlaneError
+
+    failures: tuple[type[Exception], ...] = (DataPlaneError, *AWS_ERRORS)
 
     @contextmanager
     def guard() -> Any:
         try:
             yield
-        except (BotoCoreError, ClientError, DataPlaneError) as exc:
+        except failures as exc:
             raise UsageError(f"{what}: {str(exc).splitlines()[0]}") from None
 
     return guard()

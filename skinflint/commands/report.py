@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from skinflint.commands.apps import check_client_settings
 from skinflint.errors import UsageError
 
 __all__ = ["build_report", "parse_duration", "print_report"]
@@ -70,9 +71,9 @@ def build_report(
     period: int | None = None,
     region: str | None = None,
 ) -> dict[str, Any]:
-    """Read CloudWatch and the config table and compute the report (raises :class:`UsageError`)."""
-    from botocore.exceptions import BotoCoreError
-
+    """Read CloudWatch and the config table and compute the report (raises :class:`UsageError`: a
+    malformed region or endpoint; a failure of AWS, as ``skinflint apps`` reports one)."""
+    from functions.adapters._aws import AWS_ERRORS
     from functions.errors import DataPlaneError
     from functions.localstack.stack import FAKE_CREDENTIALS
     from functions.report import collect_report
@@ -88,12 +89,15 @@ def build_report(
         config_table=base.config_table,
         metrics_namespace=base.metrics_namespace,
     )
+    check_client_settings(cfg)
     if cfg.endpoint_url:  # moto takes any credentials; never reach for real ones
         for k, v in FAKE_CREDENTIALS.items():
             os.environ.setdefault(k, v)
     period_s = period or (LOCAL_PERIOD_S if cfg.endpoint_url else CLOUDWATCH_PERIOD_S)
     if period_s <= 0:
         raise UsageError(f"--period must be positive, got {period_s}")
+    # a failure of AWS, as the adapters wrap it or raw; a ParamValidationError is a bug of ours: it propagates
+    failures: tuple[type[Exception], ...] = (DataPlaneError, *AWS_ERRORS)
     try:
         report = collect_report(
             make_client("cloudwatch", cfg),
@@ -106,7 +110,7 @@ def build_report(
             period_s=period_s,
             apps=apps,
         )
-    except (DataPlaneError, BotoCoreError) as exc:
+    except failures as exc:
         where = cfg.endpoint_url or f"CloudWatch in {cfg.region}"
         raise UsageError(f"cannot build the report from {where}: {str(exc).splitlines()[0]}") from exc
     report["endpoint"] = cfg.endpoint_url
