@@ -74,7 +74,9 @@ RATES_KEY = "solved_rates"  # module rates the plan was solved for
 SOLVED_KEY = "solved_modules"
 KEEP_KEY = "packing_keep"
 #: Plan extra key of a plan carried over a change of its app's problem (:func:`plan_fleet`'s
-#: ``solve_budget_s``): the problem digest it was solved for. The app is solved again when the budget allows.
+#: ``solve_budget_s``): ``digest``, the problem digest it was solved for, and ``sticky``, whether only the
+#: rates changed (it is then solved again as an epoch without a budget solves a plan its rates outgrew,
+#: :func:`_sticky`). The app is solved again when the budget allows.
 CARRIED_KEY = "carried_from"
 #: Module extra key of a residual split: the extra worst case of its full machines, b / W (s).
 SPLIT_KEY = "split_penalty_s"
@@ -618,6 +620,10 @@ def _resolve(
         except PlannerError:
             out.carried.append(app)
             continue
+        carried = out.plans[app]
+        mark = (carried.model_extra or {}).get(CARRIED_KEY)
+        if isinstance(mark, dict) and mark.get("sticky") and how.stick > 0:  # carried over higher rates
+            plan = _sticky(problem, carried, plan, how, memo.cache, schedules)
         digest = problem_digest(problem, how.policy, how.tighten)
         shape = problem_digest(_rateless(problem), how.policy, how.tighten)
         out.plans[app] = _stamped(problem, plan, digest, shape, schedules)
@@ -635,42 +641,46 @@ def _carry(
     cache: RealisationCache | None,
     schedules: Schedules | None,
 ) -> Plan | None:
-    """``old`` (an app's plan for an earlier problem: other prices, another catalog or SLO) serving
-    ``problem`` unchanged, when ``how.budget`` is set and it still serves it: the same modules; every
-    machine's configuration in the new profile with the same duration and throughput (its worst cases
-    hold) and the modules' groups still in throughput-cost order at the new prices; every rate within
-    the plan's capacity and none more than ``how.hold`` below the rate it was solved for; the SLO met
-    (realised again at the new problem when the plan is dispatch-realised, else :func:`check_plan`).
-    The costs are those of the new prices. None otherwise: the app is solved now."""
+    """``old`` (an app's plan for an earlier problem: other prices, another catalog or SLO, higher
+    rates) still serving ``problem``, when ``how.budget`` is set: the same modules; every machine's
+    configuration in the new profile with the same duration and throughput (its worst cases hold) and
+    the modules' groups still in throughput-cost order at the new prices; no rate more than
+    ``how.hold`` below the rate it was solved for; the SLO met (realised again at the new problem when
+    the plan is dispatch-realised, else :func:`check_plan`). A rate above the plan's capacity is met by
+    whole machines of the module's first group (:func:`_grown`, as an epoch without a budget may keep
+    it). The costs are those of the new prices. None otherwise: the app is solved now."""
     if how.budget is None or old is None or how.tighten > 0 or not _tc(old):
-        return None
-    if set(old.modules) != set(problem.modules) or not _serves(problem, old, how.hold):
         return None
     prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
     solved = _solved(old)
-    if set(solved) != set(problem.modules):
+    if set(old.modules) != set(problem.modules) or set(solved) != set(problem.modules):
         return None
     for mods in (old.modules, solved):
         if not all(_same_configs(problem, m, mp, prices) for m, mp in mods.items()):
             return None
     extra: dict[str, Any] = dict(old.model_extra or {})
-    modules = {m: _priced(mp, prices) for m, mp in old.modules.items()}
-    if isinstance(extra.get(SOLVED_KEY), dict):
-        extra[SOLVED_KEY] = {m: _priced(mp, prices).model_dump() for m, mp in solved.items()}
-    extra[CARRIED_KEY] = extra.get(CARRIED_KEY) or extra.get(DIGEST_KEY)
-    extra[SHAPE_KEY] = shape
-    priced = old.model_copy(
-        update={
-            "modules": modules,
-            "cost_per_hour": sum(_costs(mp, prices)[0] for mp in modules.values()),
-            "billed_per_hour": sum(_costs(mp, prices)[1] for mp in modules.values()),
-            **extra,
-        }
-    )
-    held = _at_rates(problem, priced, digest, cache, schedules)
+    mark = extra.get(CARRIED_KEY) or {
+        "digest": extra.get(DIGEST_KEY),
+        "sticky": extra.get(SHAPE_KEY) == shape,
+    }
+    if _serves(problem, old, how.hold):
+        modules = {m: _priced(mp, prices) for m, mp in old.modules.items()}
+        if isinstance(extra.get(SOLVED_KEY), dict):
+            extra[SOLVED_KEY] = {m: _priced(mp, prices).model_dump() for m, mp in solved.items()}
+        priced = old.model_copy(
+            update={
+                "modules": modules,
+                "cost_per_hour": sum(_costs(mp, prices)[0] for mp in modules.values()),
+                "billed_per_hour": sum(_costs(mp, prices)[1] for mp in modules.values()),
+                **extra,
+            }
+        )
+        held = _at_rates(problem, priced, digest, cache, schedules)
+    else:
+        held = _grown_realised(problem, old, how.hold, cache, schedules)
     if held is None or (not realised(held) and check_plan(problem, held)):
         return None
-    return held
+    return held.model_copy(update={CARRIED_KEY: mark, SHAPE_KEY: shape, DIGEST_KEY: digest})
 
 
 def _serves(problem: ProblemSpec, plan: Plan, hold: float) -> bool:
@@ -736,9 +746,7 @@ def _sticky(
     small rate change can move a module to other hardware (the billed optimum jumps with whole machines)
     and the next one back, so the fleet's instance counts flap under steady load."""
     limit = fresh.billed_per_hour * (1 + how.stick) + 1e-9
-    grown = _grown(problem, old, how.hold)
-    if grown is not None and realised(old):  # more machines change the bursts and spread rates
-        grown = redispatch(problem, grown, cache=cache, schedules=schedules)
+    grown = _grown_realised(problem, old, how.hold, cache, schedules)
     if grown is not None and grown.billed_per_hour <= limit:
         return grown
     before = _configs(_solved(old))
@@ -804,11 +812,7 @@ def _grown(problem: ProblemSpec, plan: Plan, hold: float) -> Plan | None:
             more = math.ceil((rate - capacity) / g0.rate_per_machine - 1e-9)
             groups[0] = g0.model_copy(update={"machines": g0.machines + more})
             capacity += more * g0.rate_per_machine
-        o = sum(
-            g.machines * prices[g.hardware] * g.rate_per_machine * g.duration_s / (g.concurrency * g.batch)
-            for g in groups
-        )
-        b = sum(g.machines * prices[g.hardware] for g in groups)
+        o, b = _costs(mp.model_copy(update={"groups": groups}), prices)
         update: dict[str, Any] = {"groups": groups, "dummy_rate": max(0.0, capacity - rate)}
         update.update(occupancy_per_hour=o, billed_per_hour=b)
         if "rate" in (mp.model_extra or {}):
@@ -824,6 +828,92 @@ def _grown(problem: ProblemSpec, plan: Plan, hold: float) -> Plan | None:
         solve_ms=0.0,
         modules=modules,
         **{**extra, "grown": True},
+    )
+
+
+#: Rounds of :func:`_grown_realised`: each raises the children whose spread fell short in the last one.
+GROW_ROUNDS = 4
+
+
+def _grown_realised(
+    problem: ProblemSpec,
+    old: Plan,
+    hold: float,
+    cache: RealisationCache | None,
+    schedules: Schedules | None,
+) -> Plan | None:
+    """:func:`_grown` of ``old``, realised again when ``old`` is dispatch-realised (more machines change
+    the bursts and spread rates). A child whose spread rate falls short of what its parents' bursts now
+    need gets more machines of its first group, planned for that rate (as the dispatch-aware solve's
+    repair plans it), and the plan is realised again, up to :data:`GROW_ROUNDS` times; None when it
+    still does not realise within the SLO (or cannot be grown)."""
+    grown = _grown(problem, old, hold)
+    if grown is None or not realised(old):
+        return grown
+    schedules = {} if schedules is None else schedules  # the rounds share their schedules
+    for _ in range(GROW_ROUNDS):
+        out = redispatch(problem, grown, cache=cache, schedules=schedules)
+        if out is not None:
+            return out
+        need = _short_children(problem, grown, schedules)
+        if not need:
+            return None  # a path over the SLO: more machines of the same configurations do not help
+        grown = _with_capacity(problem, grown, need)
+    return None
+
+
+def _short_children(problem: ProblemSpec, plan: Plan, schedules: Schedules) -> dict[str, float]:
+    """Per module of ``plan`` whose spread falls short of its parents' bursts (not collision free), the
+    planned rate it needs: its rate scaled by required / capacity rate, and at least the required rate,
+    2 % over (the module's own schedule changes with its machines)."""
+    from planner.dispatch import theorem1_latencies
+    from planner.robust import realise
+
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    modules = {}
+    for m, mp in plan.modules.items():
+        t1 = max(theorem1_latencies(mp, prices), default=0.0)
+        modules[m] = mp.model_copy(update={"worst_case_latency_s": t1, "dispatch": {"theorem1_s": t1}})
+    real = realise(problem, plan.model_copy(update={"modules": modules}), cache=schedules)
+    out: dict[str, float] = {}
+    for m, r in real.items():
+        if not r.guaranteed or r.collision_free or not math.isfinite(r.required_rate):
+            continue
+        planned = sum(g.machines * g.rate_per_machine for g in plan.modules[m].groups)
+        out[m] = max(planned * r.required_rate / max(r.capacity_rate, 1e-12), r.required_rate) * 1.02
+    return out
+
+
+def _with_capacity(problem: ProblemSpec, plan: Plan, need: Mapping[str, float]) -> Plan:
+    """``plan`` with more machines in the first group of each module of ``need`` until its planned
+    rate reaches it (its solver's modules and costs to match)."""
+    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
+    modules = dict(plan.modules)
+    for m, target in need.items():
+        mp = modules[m]
+        groups = list(mp.groups)
+        capacity = sum(g.machines * g.rate_per_machine for g in groups)
+        g0 = groups[0]
+        if capacity >= target or g0.rate_per_machine <= 0:
+            continue
+        more = math.ceil((target - capacity) / g0.rate_per_machine - 1e-9)
+        groups[0] = g0.model_copy(update={"machines": g0.machines + more})
+        capacity += more * g0.rate_per_machine
+        occ, billed = _costs(mp.model_copy(update={"groups": groups}), prices)
+        modules[m] = mp.model_copy(
+            update={
+                "groups": groups,
+                "dummy_rate": max(0.0, capacity - problem.modules[m].rate),
+                "occupancy_per_hour": occ,
+                "billed_per_hour": billed,
+            }
+        )
+    return plan.model_copy(
+        update={
+            "modules": modules,
+            "cost_per_hour": sum(_costs(mp, prices)[0] for mp in modules.values()),
+            "billed_per_hour": sum(_costs(mp, prices)[1] for mp in modules.values()),
+        }
     )
 
 

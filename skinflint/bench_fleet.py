@@ -15,10 +15,11 @@ Prints, measured at run time (nothing is hard-coded):
   :func:`~planner.robust.solve_dispatchable`, what the control loop runs): CPU time of this process (one
   core) and wall time, median and spread of repeats, with the load average, the bill over the bound and
   the ``check_fleet`` / ``check_plan`` errors of the fleet timed; and the CPU of each registration's
-  solve; and a **new price list** (:data:`PRICE_CHANGE`: every problem changes at once, every plan still
-  valid): the epoch that solves every app at once against epochs with the control loop's solve budget
-  (plans carried and solved again in later epochs, :func:`~planner.fleet.plan_fleet`'s
-  ``solve_budget_s``), until none is carried, and whether they end with the same plans;
+  solve; and two changes of every app's problem at once, a **new price list** (:data:`PRICE_CHANGE`:
+  every plan still valid) and a **load ramp** (:data:`RAMP`: plans outgrown): the epoch that solves
+  every app at once against epochs with the control loop's solve budget (plans carried, grown where
+  the rates outgrew them, and solved again in later epochs, :func:`~planner.fleet.plan_fleet`'s
+  ``solve_budget_s``), until none is carried, and whether they end with the same solver plans;
 - **verification**: every shared instance replayed with its shares' window schedules (random phases and,
   per share, the phases that make it wait longest): measured worst case against planned + added wait;
 - **steady load**: epochs of noisy load (rates drawn +-noise around a fixed mean, then Poisson counts over
@@ -62,6 +63,8 @@ TARGET_EPOCH_S = 1.0
 #: The benchmark's new price list (factor per hardware type, ``*`` for the rest): every type 5 % cheaper,
 #: T4 20 % (a price cut on one instance family changes which configurations are cheapest).
 PRICE_CHANGE: dict[str, float] = {"*": 0.95, "t4": 0.80}
+#: The benchmark's load ramp: every app's rates 10 % up at once (past most plans' capacity).
+RAMP = 1.10
 #: The control loop's default solve budget (functions.control.epoch.ControlConfig.solve_budget_s).
 SOLVE_BUDGET_S = 0.4
 EPOCH_S = 60.0  # seconds of traffic behind one observed rate
@@ -233,19 +236,48 @@ def _stripped(value: Any) -> Any:
     return value
 
 
-def price_change(
+def ramped(problems: Mapping[str, ProblemSpec], factor: float) -> dict[str, ProblemSpec]:
+    """``problems`` with every module's rate ``factor`` times (a load ramp seen by every app at once)."""
+    return {
+        app: p.model_copy(
+            update={
+                "modules": {m: s.model_copy(update={"rate": s.rate * factor}) for m, s in p.modules.items()}
+            }
+        )
+        for app, p in problems.items()
+    }
+
+
+def _solved_plans(plans: Mapping[str, Plan]) -> dict[str, Any]:
+    """Each app's solver plan (before shaping and packing), timings aside."""
+    from planner.fleet import SOLVED_KEY
+
+    out: dict[str, Any] = {}
+    for app, plan in plans.items():
+        solved = (plan.model_extra or {}).get(SOLVED_KEY)
+        modules = (
+            solved if isinstance(solved, dict) else {m: mp.model_dump() for m, mp in plan.modules.items()}
+        )
+        out[app] = _stripped(json.loads(json.dumps(modules)))
+    return out
+
+
+def changed_problems(
     problems: Mapping[str, ProblemSpec],
     first: Any,
     solver: str,
+    change: str,
     budget_s: float = SOLVE_BUDGET_S,
     max_epochs: int = 20,
 ) -> dict[str, Any]:
-    """The epoch after a new price list (:data:`PRICE_CHANGE`) from ``first`` (a ``FleetResult`` of
-    ``problems``): solved at once (no budget), and epoch by epoch with ``budget_s`` until no plan is
-    carried (each epoch from the previous one's plans, one realisation cache, as one control-loop
-    process); CPU ms and bill of each, and whether the budgeted epochs end with the plans (timings aside)
-    and the bill of the unbudgeted one."""
-    new = repriced(problems, PRICE_CHANGE)
+    """The epochs after every app's problem changed at once, from ``first`` (a ``FleetResult`` of
+    ``problems``): ``change`` ``"prices"`` (a new price list, :data:`PRICE_CHANGE`: every plan still
+    valid) or ``"ramp"`` (every rate :data:`RAMP` times: plans outgrown). Solved at once (no budget), and
+    epoch by epoch with ``budget_s`` until no plan is carried (each epoch from the previous one's plans,
+    one realisation cache, as one control-loop process); CPU ms and bill of each, and whether the
+    budgeted epochs end with every app's solver plan (timings aside) of the unbudgeted one (their shaped
+    and packed forms can differ with the previous fleet) and at what bill."""
+    new = repriced(problems, PRICE_CHANGE) if change == "prices" else ramped(problems, RAMP)
     c = time.process_time()
     fresh = RealisationCache()
     how = solver_for(solver)
@@ -257,12 +289,7 @@ def price_change(
     while carried and len(epochs) < max_epochs:
         c = time.process_time()
         res = plan_fleet(
-            new,
-            previous=fleet,
-            previous_plans=plans,
-            solver=solver_for(solver),
-            cache=cache,
-            solve_budget_s=budget_s,
+            new, previous=fleet, previous_plans=plans, solver=how, cache=cache, solve_budget_s=budget_s
         )
         epochs.append(
             {
@@ -273,18 +300,17 @@ def price_change(
             }
         )
         fleet, plans, carried = res.fleet, res.plans, res.carried
-    same = {a: _stripped(p.model_dump(mode="json")) for a, p in plans.items()} == {
-        a: _stripped(p.model_dump(mode="json")) for a, p in ref.plans.items()
-    }
     return {
+        "change": change,
         "changed_apps": len(new) - len(ref.reused),
         "unbudgeted_cpu_ms": ref_cpu,
         "unbudgeted_billed_per_hour": ref.fleet.billed_per_hour,
         "budget_s": budget_s,
         "epochs": epochs,
         "converged": not carried,
-        "same_plans": same,
+        "same_solved_plans": _solved_plans(plans) == _solved_plans(ref.plans),
         "first_billed_over_unbudgeted": epochs[0]["billed_per_hour"] / ref.fleet.billed_per_hour,
+        "last_billed_over_unbudgeted": epochs[-1]["billed_per_hour"] / ref.fleet.billed_per_hour,
     }
 
 
@@ -294,9 +320,9 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
     registration plan as its seed; ``dispatchable`` only) and then with every plan reused (the next
     epoch of the same process); CPU (this process) and wall time, the bill over the occupancy bound and
     the errors ``check_fleet`` / ``check_plan`` find in the fleet; then, each time, a new price list
-    (:func:`price_change`)."""
+    and a load ramp (:func:`changed_problems`)."""
     cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
-    prices: list[dict[str, Any]] = []
+    changes: dict[str, list[dict[str, Any]]] = {"prices": [], "ramp": []}
     cold_solve, cold_pack, warm_pack = [], [], []
     reg_cpu: list[float] = []
     reg_wall: list[float] = []
@@ -323,7 +349,8 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
         warm_cpu.append((time.process_time() - c) * 1000)
         warm_wall.append((time.perf_counter() - w) * 1000)
         warm_pack.append(again.pack_ms)
-        prices.append(price_change(problems, first, solver))
+        for change, runs in changes.items():
+            runs.append(changed_problems(problems, first, solver, change))
         load.append(os.getloadavg())
     assert first is not None and again is not None
     occ = 0.0
@@ -354,17 +381,17 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
         "errors": len(_errors(problems, first)),
         "reused_errors": len(_errors(problems, again)),
         "same_fleet_reused": first.fleet.instances == again.fleet.instances,
-        "price_change": _price_summary(prices),
+        "changed": {change: _change_summary(runs) for change, runs in changes.items()},
         "load_avg": [min(x[0] for x in load), max(x[0] for x in load)],
     }
 
 
-def _price_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """:func:`price_change` over the repeats: the unbudgeted epoch's CPU, the budgeted epochs' (every
+def _change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`changed_problems` over the repeats: the unbudgeted epoch's CPU, the budgeted epochs' (every
     epoch of every run), how many epochs it took, and whether every run ended with the same plans."""
     budgeted = [e["cpu_ms"] for r in runs for e in r["epochs"]]
     return {
-        "change": dict(PRICE_CHANGE),
+        "change": dict(PRICE_CHANGE) if runs[0]["change"] == "prices" else {"rates": RAMP},
         "budget_s": runs[0]["budget_s"],
         "changed_apps": runs[0]["changed_apps"],
         "unbudgeted_cpu": _summary([r["unbudgeted_cpu_ms"] for r in runs]),
@@ -372,8 +399,9 @@ def _price_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "first_epoch_cpu": _summary([r["epochs"][0]["cpu_ms"] for r in runs]),
         "epochs_to_converge": [len(r["epochs"]) for r in runs],
         "converged": all(r["converged"] for r in runs),
-        "same_plans": all(r["same_plans"] for r in runs),
+        "same_solved_plans": all(r["same_solved_plans"] for r in runs),
         "first_billed_over_unbudgeted": max(r["first_billed_over_unbudgeted"] for r in runs),
+        "last_billed_over_unbudgeted": [r["last_billed_over_unbudgeted"] for r in runs],
         "runs": runs,
     }
 
@@ -457,6 +485,7 @@ def steady(
             previous=prev.fleet if prev else None,
             previous_plans=prev.plans if prev else None,
             solver=solver_for(solver),
+            solve_budget_s=SOLVE_BUDGET_S if solver == "dispatchable" else None,  # as the control loop
         )
         cpu_ms = (time.process_time() - cpu) * 1000
         target = res.fleet.counts()
@@ -745,16 +774,18 @@ def render(result: dict[str, Any]) -> None:
         )
     console.print(table)
     for t in result["timing"]:
-        pc = t.get("price_change")
-        if pc:
+        for name, pc in (t.get("changed") or {}).items():
             change = ", ".join(f"{h} x{f:g}" for h, f in pc["change"].items())
+            last = ", ".join(f"{x:.4f}" for x in pc["last_billed_over_unbudgeted"])
             console.print(
-                f"new price list ({t['solver']}; {change}): {pc['changed_apps']} apps' problems changed; "
-                f"solved at once {_ms(pc['unbudgeted_cpu'])} ms CPU; with a {pc['budget_s']:g} s solve "
-                f"budget every epoch {_ms(pc['budgeted_epoch_cpu'])} ms (the first "
-                f"{_ms(pc['first_epoch_cpu'])}, its bill at most {pc['first_billed_over_unbudgeted']:.4f} x "
-                f"the solved one), none carried after {'/'.join(map(str, pc['epochs_to_converge']))} epochs; "
-                f"same plans as solving at once: {pc['same_plans']}"
+                f"{'new price list' if name == 'prices' else 'load ramp'} ({t['solver']}; {change}): "
+                f"{pc['changed_apps']} apps' problems changed; solved at once {_ms(pc['unbudgeted_cpu'])} ms "
+                f"CPU; with a {pc['budget_s']:g} s solve budget every epoch "
+                f"{_ms(pc['budgeted_epoch_cpu'])} ms "
+                f"(the first {_ms(pc['first_epoch_cpu'])}, its bill at most "
+                f"{pc['first_billed_over_unbudgeted']:.4f} x the solved one), none carried after "
+                f"{'/'.join(map(str, pc['epochs_to_converge']))} epochs, billing {last} x; the same solver "
+                f"plans as solving at once: {pc['same_solved_plans']}"
             )
     for t in result["timing"]:
         if t.get("registration_solve_cpu"):

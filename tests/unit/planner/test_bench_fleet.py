@@ -3,8 +3,13 @@ seed) plans the fleet the cold epoch plans."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planner.generate import generate_problems
 from skinflint.bench_fleet import epoch_times
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def test_registered_epoch_is_timed_and_plans_the_cold_fleet() -> None:
@@ -30,14 +35,20 @@ def test_steady_run_summary_names_the_types_over_the_target() -> None:
     assert row["changes"] == sum(v["changes"] for v in out["per_hardware"].values())
 
 
-def test_a_new_price_list_is_timed_solved_at_once_and_within_the_budget() -> None:
+def test_changed_problems_are_timed_solved_at_once_and_within_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import skinflint.bench_fleet
     from planner.fleet import RealisationCache, plan_fleet
-    from skinflint.bench_fleet import price_change, solver_for
+    from skinflint.bench_fleet import changed_problems, solver_for
 
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(4, 11))}
     first = plan_fleet(problems, solver=solver_for("dispatchable"), cache=RealisationCache())
-    held = price_change(problems, first, "dispatchable", budget_s=0.0, max_epochs=1)
+    held = changed_problems(problems, first, "dispatchable", "prices", budget_s=0.0, max_epochs=1)
     assert held["changed_apps"] == 4 and held["epochs"][0]["carried"] == 4 and not held["converged"]
-    out = price_change(problems, first, "dispatchable", budget_s=600.0)
-    assert out["converged"] and out["same_plans"] and len(out["epochs"]) == 1
+    out = changed_problems(problems, first, "dispatchable", "prices", budget_s=600.0)
+    assert out["converged"] and out["same_solved_plans"] and len(out["epochs"]) == 1
     assert out["epochs"][0]["resolved"] == 4
+    monkeypatch.setattr(skinflint.bench_fleet, "RAMP", 1.6)  # past these small plans' capacity
+    ramp = changed_problems(problems, first, "dispatchable", "ramp", budget_s=600.0)
+    assert ramp["converged"] and ramp["same_solved_plans"] and ramp["changed_apps"] > 0

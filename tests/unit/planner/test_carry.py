@@ -83,7 +83,8 @@ def test_a_price_change_carries_every_plan_that_still_serves(
     assert solver.calls == 0 and out.failed == {} and out.resolved == []
     assert out.carried == sorted(problems) and out.reused == []
     for a, plan in out.plans.items():
-        assert (plan.model_extra or {})[CARRIED_KEY] == (res.plans[a].model_extra or {})["problem_digest"]
+        digest = (res.plans[a].model_extra or {})["problem_digest"]
+        assert (plan.model_extra or {})[CARRIED_KEY] == {"digest": digest, "sticky": False}
         assert plan.billed_per_hour == pytest.approx(_billed(cheaper[a], plan))
         assert plan.billed_per_hour == pytest.approx(0.9 * res.plans[a].billed_per_hour)
         assert realised(plan) or check_plan(cheaper[a], plan) == []
@@ -199,20 +200,66 @@ def test_a_plan_on_hardware_no_longer_available_is_solved(first: tuple[dict[str,
     assert calls == 1 and out.carried == []
 
 
-def test_a_rate_beyond_the_plans_capacity_or_a_tighter_slo_is_solved(
+def _scaled(problem: ProblemSpec, factor: float) -> ProblemSpec:
+    """Every module's rate ``factor`` times."""
+    return problem.model_copy(
+        update={
+            "modules": {m: s.model_copy(update={"rate": s.rate * factor}) for m, s in problem.modules.items()}
+        }
+    )
+
+
+def test_a_rate_that_fell_past_the_hold_or_a_tighter_slo_is_solved(
     first: tuple[dict[str, Any], FleetResult],
 ) -> None:
     problem, old = _one(first)
-    faster = _repriced(problem, 0.9)
-    faster = faster.model_copy(
-        update={"modules": {m: s.model_copy(update={"rate": s.rate * 3}) for m, s in faster.modules.items()}}
-    )
-    out, calls = _epoch(faster, old)
+    out, calls = _epoch(_scaled(_repriced(problem, 0.9), 0.5), old)
     assert calls == 1 and out.carried == []
     worst = max(p["worst_case_latency_s"] for p in (old.model_extra or {})["paths"])
     tighter = _repriced(problem, 0.9).model_copy(update={"slo_s": worst * 0.98})
     out, calls = _epoch(tighter, old)
     assert calls == 1 and out.carried == []
+
+
+def test_rates_past_the_plan_are_carried_on_grown_plans_and_solved_as_without_a_budget(
+    first: tuple[dict[str, Any], FleetResult],
+) -> None:
+    """A ramp: every app's rates rose past its plan. Without a budget every app is solved (and keeps its
+    plan grown by whole machines when that bills within ``stick`` of the fresh one); with one, the grown
+    plans serve at once and the apps are solved again later, to the same plans."""
+    problems, res = first
+    ramp = {a: _scaled(p, 1.6) for a, p in problems.items()}
+    ref = plan_fleet(
+        ramp, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=RealisationCache()
+    )
+    solver = _Counting()
+    cache = RealisationCache()
+    held = plan_fleet(
+        ramp, previous=res.fleet, previous_plans=res.plans, solver=solver, cache=cache, solve_budget_s=0.0
+    )
+    # a grown plan that no longer realises within the SLO (a parent's bursts grew) is solved now
+    assert held.failed == {} and held.carried and solver.calls >= len(problems) - len(held.carried)
+    for a, plan in held.plans.items():
+        if a not in held.carried:
+            assert CARRIED_KEY not in (plan.model_extra or {})
+            continue
+        assert (plan.model_extra or {})[CARRIED_KEY]["sticky"] is True
+        for m, mp in plan.modules.items():  # grown: the plan carries the new rates
+            assert sum(g.machines * g.rate_per_machine for g in mp.groups) >= ramp[a].modules[m].rate * (
+                1 - 1e-9
+            )
+        worst = max(p["worst_case_latency_s"] for p in (plan.model_extra or {})["paths"])
+        assert worst <= ramp[a].slo_s + 1e-9
+    again = plan_fleet(
+        ramp,
+        previous=held.fleet,
+        previous_plans=held.plans,
+        solver=_Counting(),
+        cache=cache,
+        solve_budget_s=600.0,
+    )
+    assert again.resolved == held.carried and again.carried == []
+    assert _dumps(again) == _dumps(ref)
 
 
 def test_a_price_change_that_reorders_the_groups_is_solved() -> None:
