@@ -136,7 +136,8 @@ def _register_diurnal(bsub: Any) -> None:
         "--solver",
         choices=("plain", "dispatchable"),
         default="plain",
-        help="planner.solve (as the control loop) or planner.robust.solve_dispatchable (default plain)",
+        help="planner.solve (the default: faster) or planner.robust.solve_dispatchable (what the "
+        "control loop runs; slower)",
     )
     p.add_argument("--workers", type=_positive, default=2, help="processes running simulations (default 2)")
     p.add_argument("--no-oracle", action="store_true", help="skip the perfect-foresight oracle")
