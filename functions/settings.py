@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ __all__ = [
     "DataPlaneConfig",
     "delete_linger_from_env",
     "make_client",
+    "resource_name_problem",
     "results_retention_from_env",
     "undeleted_bound",
 ]
@@ -80,6 +82,105 @@ def undeleted_bound(rate: float, linger_s: float) -> float:
     return min(DELETE_BATCH - 1.0, rate * 1.25 * linger_s)
 
 
+# -- the AWS resource names a deployment configures --------------------------------------------------
+# Checked where a DataPlaneConfig is built, by AWS's documented naming rules, so a malformed name is one
+# line naming its setting (the CLI's UsageError, the front's 503, a worker's ConfigError) rather than
+# botocore's ParamValidationError or an opaque error answer at the first call.
+
+_BUCKET_CHARS = re.compile(r"[a-z0-9.-]+")
+_IPV4_LIKE = re.compile(r"\d+\.\d+\.\d+\.\d+")
+#: S3 reserves these for its own names (punycode, internal, documentation examples) ...
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+#: ... and these for access point, Object Lambda and Multi-Region aliases, directory and table buckets
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+_TABLE_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
+
+
+def _first_broken(checks: tuple[tuple[bool, str], ...]) -> str | None:
+    return next((rule for ok, rule in checks if not ok), None)
+
+
+def _bucket_problem(name: str) -> str | None:
+    """The S3 general purpose bucket naming rule ``name`` breaks (the S3 User Guide's list), or None."""
+    prefix = next((p for p in _BUCKET_RESERVED_PREFIXES if name.startswith(p)), None)
+    suffix = next((s for s in _BUCKET_RESERVED_SUFFIXES if name.endswith(s)), None)
+    return _first_broken(
+        (
+            (3 <= len(name) <= 63, "3-63 characters"),
+            (_BUCKET_CHARS.fullmatch(name) is not None, "lower-case letters, digits, dots and hyphens only"),
+            (name[:1].isalnum() and name[-1:].isalnum(), "beginning and ending with a letter or digit"),
+            (".." not in name, "no two adjacent dots"),
+            (_IPV4_LIKE.fullmatch(name) is None, "not formatted as an IP address"),
+            (prefix is None, f"not beginning with {prefix!r}, which S3 reserves"),
+            (suffix is None, f"not ending with {suffix!r}, which S3 reserves"),
+        )
+    )
+
+
+def _table_problem(name: str) -> str | None:
+    """The DynamoDB table naming rule ``name`` breaks, or None."""
+    return _first_broken(
+        (
+            (3 <= len(name) <= 255, "3-255 characters"),
+            (_TABLE_CHARS.fullmatch(name) is not None, "letters, digits, '_', '-' and '.' only"),
+        )
+    )
+
+
+def _namespace_problem(name: str) -> str | None:
+    """The rule of CloudWatch's PutMetricData ``Namespace`` that ``name`` breaks, or None."""
+    return _first_broken(
+        (
+            (1 <= len(name) <= 255, "1-255 characters"),
+            (_PRINTABLE_ASCII.fullmatch(name) is not None, "printable ASCII characters only"),
+            (bool(name.strip()), "at least one character other than a space"),
+            (not name.startswith(":"), "not beginning with ':'"),
+            (not name.startswith("AWS/"), "not beginning with 'AWS/', which AWS's own services use"),
+        )
+    )
+
+
+_RULES = {
+    "bucket": ("an S3 bucket name", _bucket_problem),
+    "table": ("a DynamoDB table name", _table_problem),
+    "namespace": ("a CloudWatch namespace", _namespace_problem),
+}
+
+
+def resource_name_problem(kind: str, name: str) -> str | None:
+    """Why ``name`` is not a valid AWS name of ``kind`` (``bucket``, ``table`` or ``namespace``), as
+    one phrase (``"an S3 bucket name (3-63 characters)"``), or None when it is valid."""
+    what, problem = _RULES[kind]
+    broken = problem(name)
+    return None if broken is None else f"{what} ({broken})"
+
+
+def _shown(value: str) -> str:
+    """``value`` quoted for a one-line message, cut short when long."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:60]}... ({len(value)} characters)"
+
+
+#: DataPlaneConfig's resource names: field, the setting that carries it (from_env, to_env), its kind
+_NAMED_RESOURCES = (
+    ("config_table", "SKINFLINT_CONFIG_TABLE", "table"),
+    ("results_table", "SKINFLINT_RESULTS_TABLE", "table"),
+    ("bucket", "SKINFLINT_BUCKET", "bucket"),
+    ("metrics_namespace", "SKINFLINT_METRICS_NAMESPACE", "namespace"),
+)
+
+
+def _int_setting(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of bytes, got {_shown(raw)}") from None
+
+
 @dataclass(frozen=True)
 class DataPlaneConfig:
     """Names of the resources and the endpoint (``endpoint_url`` is moto's server locally)."""
@@ -96,10 +197,22 @@ class DataPlaneConfig:
     results_retention_days: float = DEFAULT_RESULTS_RETENTION_DAYS  # then the results' items expire
     extra: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Every resource name must be valid by AWS's naming rules: raises ValueError naming the
+        setting that carries it (``SKINFLINT_BUCKET must be an S3 bucket name (...), got '...'``)."""
+        for attr, setting, kind in _NAMED_RESOURCES:
+            value = getattr(self, attr)
+            broken = resource_name_problem(kind, value)
+            if broken is not None:
+                raise ValueError(f"{setting} must be {broken}, got {_shown(value)}")
+
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> DataPlaneConfig:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DataPlaneConfig:
         """The settings in ``env`` (default: the process environment). Raises ValueError naming the
-        setting when ``SKINFLINT_RESULTS_RETENTION_DAYS`` is not a valid number of days."""
+        setting when one is malformed: a resource name AWS would refuse (an empty one too: a set but
+        empty variable is a deployment's mistake, never a request for the default name), a byte
+        limit that is not a whole number, ``SKINFLINT_RESULTS_RETENTION_DAYS`` not a valid number
+        of days."""
         e = os.environ if env is None else env
         d = cls()
         return cls(
@@ -109,8 +222,8 @@ class DataPlaneConfig:
             results_table=e.get("SKINFLINT_RESULTS_TABLE", d.results_table),
             bucket=e.get("SKINFLINT_BUCKET", d.bucket),
             metrics_namespace=e.get("SKINFLINT_METRICS_NAMESPACE", d.metrics_namespace),
-            inline_limit_bytes=int(e.get("SKINFLINT_INLINE_LIMIT_BYTES", d.inline_limit_bytes)),
-            max_body_bytes=int(e.get("SKINFLINT_MAX_BODY_BYTES", d.max_body_bytes)),
+            inline_limit_bytes=_int_setting(e, "SKINFLINT_INLINE_LIMIT_BYTES", d.inline_limit_bytes),
+            max_body_bytes=_int_setting(e, "SKINFLINT_MAX_BODY_BYTES", d.max_body_bytes),
             results_retention_days=results_retention_from_env(e),
         )
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from functions.adapters.queues import queue_gone
 from functions.errors import DataPlaneError, QueueError
 from functions.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
-from functions.settings import delete_linger_from_env, results_retention_from_env
+from functions.settings import DataPlaneConfig, delete_linger_from_env
 from gpu_fleet.lifecycle import DrainNotice, LifecycleError
 from gpu_fleet.worker import Device, Worker
 
@@ -832,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
         print("instance: --poll-s and --recheck-s must be positive, --retire-grace-s >= 0", file=sys.stderr)
         return 2
     try:
-        results_retention_from_env()  # checked here: build_agent reads it with the other settings
+        DataPlaneConfig.from_env()  # checked here (names, retention, limits): build_agent reads it again
     except ValueError as exc:
         print(f"instance: {exc}", file=sys.stderr)
         return 2

@@ -714,7 +714,7 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
     try:
         cfg = DataPlaneConfig.from_env()
     except ValueError as exc:
-        raise ConfigError(str(exc), key="SKINFLINT_RESULTS_RETENTION_DAYS") from None
+        raise ConfigError(str(exc), key="environment") from None  # the message names the setting
     try:
         linger = delete_linger_from_env()
     except ValueError as exc:

@@ -50,7 +50,9 @@ def register(sub: Any) -> None:
         "--period",
         type=int,
         default=None,
-        help=f"seconds per data point (default {CLOUDWATCH_PERIOD_S}; {LOCAL_PERIOD_S} with --endpoint)",
+        metavar="SECONDS",
+        help=f"seconds per data point, a positive whole number (default {CLOUDWATCH_PERIOD_S}; "
+        f"{LOCAL_PERIOD_S} with --endpoint)",
     )
     p.add_argument("--region", default=None, help="AWS region (default: AWS_DEFAULT_REGION or us-east-1)")
     p.set_defaults(func=run)
@@ -71,8 +73,12 @@ def build_report(
     period: int | None = None,
     region: str | None = None,
 ) -> dict[str, Any]:
-    """Read CloudWatch and the config table and compute the report (raises :class:`UsageError`: a
-    malformed region or endpoint; a failure of AWS, as ``skinflint apps`` reports one)."""
+    """Read CloudWatch and the config table and compute the report. ``period`` is in seconds, None
+    for the default (:data:`CLOUDWATCH_PERIOD_S`, :data:`LOCAL_PERIOD_S` against an endpoint). Raises
+    :class:`UsageError`: a period that is not positive; a malformed setting, region or endpoint; a
+    failure of AWS, as ``skinflint apps`` reports one."""
+    if period is not None and period <= 0:  # 0 is given, not "use the default"
+        raise UsageError(f"--period must be a positive number of seconds, got {period}")
     from functions.adapters._aws import AWS_ERRORS
     from functions.errors import DataPlaneError
     from functions.localstack.stack import FAKE_CREDENTIALS
@@ -93,9 +99,10 @@ def build_report(
     if cfg.endpoint_url:  # moto takes any credentials; never reach for real ones
         for k, v in FAKE_CREDENTIALS.items():
             os.environ.setdefault(k, v)
-    period_s = period or (LOCAL_PERIOD_S if cfg.endpoint_url else CLOUDWATCH_PERIOD_S)
-    if period_s <= 0:
-        raise UsageError(f"--period must be positive, got {period_s}")
+    if period is not None:
+        period_s = period
+    else:
+        period_s = LOCAL_PERIOD_S if cfg.endpoint_url else CLOUDWATCH_PERIOD_S
     # a failure of AWS, as the adapters wrap it or raw; a ParamValidationError is a bug of ours: it propagates
     failures: tuple[type[Exception], ...] = (DataPlaneError, *AWS_ERRORS)
     try:
