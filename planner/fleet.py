@@ -811,7 +811,7 @@ def _grown(problem: ProblemSpec, plan: Plan, hold: float) -> Plan | None:
             g0 = groups[0]
             more = math.ceil((rate - capacity) / g0.rate_per_machine - 1e-9)
             groups[0] = g0.model_copy(update={"machines": g0.machines + more})
-            capacity += more * g0.rate_per_machine
+            capacity = sum(g.machines * g.rate_per_machine for g in groups)  # as a grown plan sums it
         o, b = _costs(mp.model_copy(update={"groups": groups}), prices)
         update: dict[str, Any] = {"groups": groups, "dummy_rate": max(0.0, capacity - rate)}
         update.update(occupancy_per_hour=o, billed_per_hour=b)
@@ -898,7 +898,7 @@ def _with_capacity(problem: ProblemSpec, plan: Plan, need: Mapping[str, float]) 
             continue
         more = math.ceil((target - capacity) / g0.rate_per_machine - 1e-9)
         groups[0] = g0.model_copy(update={"machines": g0.machines + more})
-        capacity += more * g0.rate_per_machine
+        capacity = sum(g.machines * g.rate_per_machine for g in groups)
         occ, billed = _costs(mp.model_copy(update={"groups": groups}), prices)
         modules[m] = mp.model_copy(
             update={
@@ -1048,16 +1048,18 @@ def plan_fleet(
     to :data:`EPOCH_GC_THRESHOLDS` (restored on return).
 
     ``solve_budget_s`` bounds the epoch's solving when problems change under plans that still serve them
-    (a new price list, a looser SLO, a new hardware type: every problem digest changes at once). None (the
-    default): every such app is solved now. A number of CPU seconds: an app whose previous plan (or
-    registration seed) was made for another problem keeps that plan, *carried* (:data:`CARRIED_KEY`,
-    ``FleetResult.carried``), when it still serves the new problem (the same configurations with the same
-    durations, in throughput-cost order at the new prices, the rates within its capacity, the SLO met; its
-    costs at the new prices); after the apps that must be solved, the carried ones are solved again,
+    (a new price list, a looser SLO, a new hardware type: every problem digest changes at once; a load
+    ramp past many plans). None (the default): every such app is solved now. A number of CPU seconds: an
+    app whose previous plan (or registration seed) was made for another problem keeps that plan,
+    *carried* (:data:`CARRIED_KEY`, ``FleetResult.carried``), when it still serves the new problem (the
+    same configurations with the same durations, in throughput-cost order at the new prices, no rate
+    fallen more than ``hold``, the SLO met; its costs at the new prices; rates past its capacity served by
+    the plan grown as above); after the apps that must be solved, the carried ones are solved again,
     dearest first, until the solve phase has spent the budget (CPU time of the calling thread; one
     solve may overrun it), the others in later epochs (``FleetResult.resolved``). Which apps are solved
     in an epoch depends on the CPU time taken; every plan is valid either way, and once none is carried
-    the plans are those of an epoch without a budget. Bad parameters raise ValueError."""
+    every app has the solver plan an epoch without a budget gives it (its shaped and packed form can
+    differ with the previous fleet). Bad parameters raise ValueError."""
     with _eased_collector():
         return _plan_fleet(
             problems,

@@ -237,8 +237,9 @@ def test_rates_past_the_plan_are_carried_on_grown_plans_and_solved_as_without_a_
     held = plan_fleet(
         ramp, previous=res.fleet, previous_plans=res.plans, solver=solver, cache=cache, solve_budget_s=0.0
     )
-    # a grown plan that no longer realises within the SLO (a parent's bursts grew) is solved now
-    assert held.failed == {} and held.carried and solver.calls >= len(problems) - len(held.carried)
+    # grown (children raised to what their parents' bursts need) and carried; one that would not realise
+    # within the SLO would be solved now
+    assert held.failed == {} and len(held.carried) >= 3
     for a, plan in held.plans.items():
         if a not in held.carried:
             assert CARRIED_KEY not in (plan.model_extra or {})
@@ -304,3 +305,25 @@ def test_a_bad_budget_is_refused() -> None:
         plan_fleet({}, solve_budget_s=-1.0)
     with pytest.raises(ValueError, match="solve_budget_s"):
         plan_fleet({}, solve_budget_s=float("inf"))
+
+
+def test_a_grown_plan_raises_the_children_its_parents_bursts_outgrew() -> None:
+    """More machines of a parent send bigger or denser bursts: the child grown only to its new rate no
+    longer realises; grown to what its spread needs, it does (and stays a valid plan)."""
+    from planner.fleet import _grown, _grown_realised, redispatch
+
+    problem = generate_problem(1)
+    old = plan_fleet({"a": problem}, solver=_Counting(), cache=False).plans["a"]
+    ramp = _scaled(problem, 1.1)
+    grown = _grown(ramp, old, 0.15)
+    assert grown is not None and redispatch(ramp, grown) is None  # the child falls short
+    repaired = _grown_realised(ramp, old, 0.15, None, None)
+    assert repaired is not None
+    assert sum(g.machines for mp in repaired.modules.values() for g in mp.groups) > sum(
+        g.machines for mp in grown.modules.values() for g in mp.groups
+    )
+    assert check_plan(ramp, repaired) == []
+    assert max(p["worst_case_latency_s"] for p in (repaired.model_extra or {})["paths"]) <= ramp.slo_s + 1e-9
+    for mp in repaired.modules.values():
+        d = (mp.model_extra or {})["dispatch"]
+        assert d["spread_rate"] >= d["required_rate"] * (1 - 1e-9)
