@@ -7,8 +7,8 @@
 - SLO attainment (``SloAttainment``, App: 0/1 per finished frame, so the average is the fraction
   within the SLO) and end-to-end latency (``EndToEndLatencyMs``, App);
 - queue age (AWS/SQS), batch fill (``BatchFill``), drops (``Drops``, ``FramesDropped``) and the
-  front's rejections (``FrontRejected``); the planner (``PlanningFailures``, ``EpochMs``,
-  ``PlannedInstances``) and the front function.
+  front's rejections (``FrontRejected``); the planner (``PlanningFailures``, ``CarriedApps``,
+  ``EpochMs``, ``PlannedInstances``) and the front function.
 
 Alarms (DLQ depth, queue age, SLO attainment, planning failures, front errors) notify an encrypted
 SNS topic."""
@@ -330,8 +330,12 @@ class ObservabilityStack(Stack):
         )
         board.add_widgets(
             cw.GraphWidget(
-                title="Planner: failed epochs, failed apps, epoch time (ms)",
-                left=[self.planning_failures(), _expr(_search("App", C.PLANNING_FAILURES_METRIC, "Maximum"))],
+                title="Planner: failed epochs, failed apps, apps on a carried plan; epoch time (ms)",
+                left=[
+                    self.planning_failures(),
+                    _expr(_search("App", C.PLANNING_FAILURES_METRIC, "Maximum")),
+                    cw.Metric(namespace=NS, metric_name="CarriedApps", statistic="Maximum", period=_MINUTE),
+                ],
                 right=[cw.Metric(namespace=NS, metric_name="EpochMs", statistic="Maximum", period=_MINUTE)],
                 width=12,
             ),

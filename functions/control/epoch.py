@@ -836,6 +836,7 @@ class Controller:
         m.put("PlanningFailures", 1 if summary.status == "failed" else 0)
         m.put("PlanningAppFailures", len(summary.failed_apps))
         m.put("PlanVersionPublished", 1 if summary.status == "published" else 0)
+        m.put("CarriedApps", len(summary.carried))  # on a plan made for an earlier problem (solve budget)
         m.put("EpochMs", summary.timings_ms.get("total", 0.0), "Milliseconds")
         m.put("BilledCostPerHour", summary.billed_per_hour, "None")
         m.put("OccupancyCostPerHour", summary.occupancy_per_hour, "None")

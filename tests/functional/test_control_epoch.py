@@ -665,6 +665,7 @@ def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
     env.clock.t += 60
     out = env.ctl.run_epoch()
     assert out.carried == ["cams"] and out.resolved == [] and solves == [], out.as_json()
+    assert env.metrics.total("CarriedApps") == 1  # on the dashboard
     dep = env.ctl.plans.deployment(out.version, "cams")
     assert dep is not None and CARRIED_KEY in (dep.plan.model_extra or {})
     t4 = sum(g.machines for mp in dep.plan.modules.values() for g in mp.groups if g.hardware == "t4")
