@@ -557,7 +557,9 @@ def _solve_all(
             plan = seed.model_copy()  # what the solver returns for this problem (seed_plan)
             out.seeded.append(app)
         else:
-            carried = _carry(problem, old or seed, digest, shape, how, memo.cache, schedules)
+            carried = _carry(problem, old, digest, shape, how, memo.cache, schedules) or _carry(
+                problem, seed, digest, shape, how, memo.cache, schedules
+            )
             if carried is not None:
                 out.plans[app] = carried
                 pending.append(app)
@@ -605,8 +607,9 @@ def _resolve(
 ) -> None:
     """Solve the apps on a carried plan again, dearest first, while the solve phase has spent less than
     ``how.budget`` CPU seconds (since ``started``); the others keep their carried plan (``out.carried``).
-    An app whose solve fails keeps it too. The fresh plan is taken as the solver made it: after enough
-    epochs every app has the plan an epoch without a budget gives it."""
+    An app whose solve fails keeps it too. The fresh plan is taken as an epoch without a budget takes
+    it (through :func:`_sticky` when only the rates changed): once none is carried every app has the
+    solver plan such an epoch gives it."""
     assert how.budget is not None or not pending
     order = sorted(pending, key=lambda a: (-out.plans[a].billed_per_hour, a))
     for app in order:

@@ -327,3 +327,42 @@ def test_a_grown_plan_raises_the_children_its_parents_bursts_outgrew() -> None:
     for mp in repaired.modules.values():
         d = (mp.model_extra or {})["dispatch"]
         assert d["spread_rate"] >= d["required_rate"] * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_carried_plan_serves_its_new_problem(seed: int) -> None:
+    """Random new price lists and rate changes: whatever is carried meets the new problem (its groups in
+    the profile, the rates carried, realised within the SLO, its bill at the new prices)."""
+    import random
+
+    rng = random.Random(seed)
+    problems = {f"a{i}": generate_problem(10 * seed + i) for i in range(4)}
+    res = plan_fleet(problems, solver=_Counting(), cache=False)
+    carried = 0
+    for _ in range(6):
+        new: dict[str, ProblemSpec] = {}
+        factors = {h: rng.uniform(0.5, 1.5) for p in problems.values() for h in sorted(p.hardware)}
+        for a, p in problems.items():  # one price list: every app prices a type alike
+            hw = {
+                h: s.model_copy(update={"price_per_hour": s.price_per_hour * factors[h]})
+                for h, s in p.hardware.items()
+            }
+            new[a] = _scaled(p.model_copy(update={"hardware": hw}), rng.uniform(0.9, 1.4))
+        out = plan_fleet(new, previous_plans=res.plans, solver=_Counting(), cache=False, solve_budget_s=0.0)
+        for a in out.carried:
+            plan, problem = out.plans[a], new[a]
+            carried += 1
+            for m, mp in plan.modules.items():
+                profile = {(e.hardware, e.batch, e.concurrency): e for e in problem.modules[m].profile}
+                for g in mp.groups:
+                    e = profile[(g.hardware, g.batch, g.concurrency)]
+                    assert g.duration_s == pytest.approx(
+                        e.duration_s
+                    ) and g.rate_per_machine <= e.throughput * (1 + 1e-9)
+                assert sum(g.machines * g.rate_per_machine for g in mp.groups) >= problem.modules[m].rate * (
+                    1 - 1e-9
+                )
+            paths = (plan.model_extra or {})["paths"]
+            assert max(p["worst_case_latency_s"] for p in paths) <= problem.slo_s + 1e-9
+            assert plan.billed_per_hour == pytest.approx(_billed(problem, plan))
+    assert carried > 0
