@@ -227,12 +227,14 @@ def repriced(problems: Mapping[str, ProblemSpec], change: Mapping[str, float]) -
     return out
 
 
-def _stripped(value: Any) -> Any:
+def without_timings(value: Any) -> Any:
     """A plan's JSON without its timings (they differ from one solve of the same problem to the next)."""
     if isinstance(value, dict):
-        return {k: _stripped(v) for k, v in value.items() if k not in ("solve_ms", "cpu_ms", "solve_cpu_ms")}
+        return {
+            k: without_timings(v) for k, v in value.items() if k not in ("solve_ms", "cpu_ms", "solve_cpu_ms")
+        }
     if isinstance(value, list):
-        return [_stripped(v) for v in value]
+        return [without_timings(v) for v in value]
     return value
 
 
@@ -258,7 +260,7 @@ def _solved_plans(plans: Mapping[str, Plan]) -> dict[str, Any]:
         modules = (
             solved if isinstance(solved, dict) else {m: mp.model_dump() for m, mp in plan.modules.items()}
         )
-        out[app] = _stripped(json.loads(json.dumps(modules)))
+        out[app] = without_timings(json.loads(json.dumps(modules)))
     return out
 
 

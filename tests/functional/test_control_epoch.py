@@ -137,6 +137,21 @@ def env(clients: dict[str, Any]) -> Any:
         yield Env(cfg, clients, clock, ctl, metrics, registrar)
 
 
+def count_solves(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the problems the dispatch-aware solve is called for from now on (in order)."""
+    import planner.robust
+
+    solves: list[str] = []
+    real = planner.robust.solve_dispatchable
+
+    def counted(problem: Any, **kw: Any) -> Any:
+        solves.append(problem.name)
+        return real(problem, **kw)
+
+    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    return solves
+
+
 def serve_every_slot(env: Env, version: int, at: float | None = None, skip: int = 0) -> list[str]:
     """An instance claims each slot of ``version`` (but the last ``skip``) and heartbeats that it
     serves it (what the agent does once it has loaded the slot's models). Returns the slots served."""
@@ -569,21 +584,13 @@ def test_the_first_epoch_takes_the_plan_the_registration_solved(
 ) -> None:
     """Registration solves the app as the first epoch will and stores that plan with the revision; the
     epoch takes it instead of solving again (the same problem: same rate, hardware, policy)."""
-    import planner.robust
     from planner.fleet import SOLVED_KEY
 
     assert env.ctl.run_epoch().status == "unchanged"  # the worker groups registration checks against
     record = env.register(SPEC)
     seed = env.ctl.registry.seed(record)
     assert record.seed_key is not None and seed is not None
-    solves: list[str] = []
-    real = planner.robust.solve_dispatchable
-
-    def counted(problem: Any, **kw: Any) -> Any:
-        solves.append(problem.name)
-        return real(problem, **kw)
-
-    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    solves = count_solves(monkeypatch)
     env.clock.t += 60
     out = env.ctl.run_epoch()
     assert out.status == "published", out.as_json()
@@ -601,19 +608,10 @@ def test_a_registration_plan_for_another_problem_or_unreadable_is_solved_again(
     whose file is gone is left out with a warning: either way the app is solved and published."""
     from dataclasses import replace
 
-    import planner.robust
-
-    solves: list[str] = []
-    real = planner.robust.solve_dispatchable
-
-    def counted(problem: Any, **kw: Any) -> Any:
-        solves.append(problem.name)
-        return real(problem, **kw)
-
     assert env.ctl.run_epoch().status == "unchanged"
     other = replace(env.registrar, headroom=0.5)  # the epoch plans with ControlConfig's 0.1
     other.register(SPEC, now=env.clock())
-    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    solves = count_solves(monkeypatch)
     env.clock.t += 60
     out = env.ctl.run_epoch()
     assert out.status == "published" and out.seeded == [] and solves == ["cams"], out.as_json()
@@ -638,7 +636,6 @@ def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
     solves it again and publishes the fresh plan."""
     from dataclasses import replace
 
-    import planner.robust
     from planner.fleet import CARRIED_KEY
 
     env.register(SPEC)
@@ -647,14 +644,7 @@ def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
     env.frames("cams", 20.0)
     env.clock.t += 60
     assert env.ctl.run_epoch().status == "unchanged"
-    solves: list[str] = []
-    real = planner.robust.solve_dispatchable
-
-    def counted(problem: Any, **kw: Any) -> Any:
-        solves.append(problem.name)
-        return real(problem, **kw)
-
-    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    solves = count_solves(monkeypatch)
     env.ctl.catalog = {
         h: s.model_copy(update={"price_per_hour": s.price_per_hour * (0.5 if h == "t4" else 1.0)})
         for h, s in env.ctl.catalog.items()
@@ -701,7 +691,6 @@ def test_a_re_registration_seeds_the_epoch_of_a_deployed_app(
 ) -> None:
     """A new revision (here: a slower profile) asks for planning; its registration solved it, and the
     epoch takes that plan although the app has a deployment (the old plan no longer serves)."""
-    import planner.robust
 
     env.register(SPEC)
     first = env.ctl.run_epoch()
@@ -713,14 +702,7 @@ def test_a_re_registration_seeds_the_epoch_of_a_deployed_app(
     for entry in slower["profiles"]["cls-net"]:
         entry["duration_s"] *= 1.2
     env.register(slower)
-    solves: list[str] = []
-    real = planner.robust.solve_dispatchable
-
-    def counted(problem: Any, **kw: Any) -> Any:
-        solves.append(problem.name)
-        return real(problem, **kw)
-
-    monkeypatch.setattr(planner.robust, "solve_dispatchable", counted)
+    solves = count_solves(monkeypatch)
     env.frames("cams", 20.0)
     env.clock.t += 60
     out = env.ctl.run_epoch()

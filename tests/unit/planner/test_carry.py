@@ -11,6 +11,7 @@ from planner.check import check_plan
 from planner.fleet import CARRIED_KEY, RealisationCache, plan_fleet, realised, seed_plan
 from planner.generate import generate_problem
 from planner.robust import solve_dispatchable
+from skinflint.bench_fleet import without_timings
 
 if TYPE_CHECKING:
     from planner.fleet import FleetResult, Schedules
@@ -30,17 +31,23 @@ class _Counting:
         return solve_dispatchable(problem, schedules=schedules)
 
 
-def _strip(value: Any) -> Any:
-    """A plan's JSON without its timings (they differ from one solve to the next)."""
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in ("solve_ms", "cpu_ms", "solve_cpu_ms")}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
-
-
 def _dumps(res: FleetResult) -> dict[str, Any]:
-    return {a: _strip(p.model_dump(mode="json")) for a, p in res.plans.items()}
+    """Every plan's JSON without its timings (they differ from one solve to the next)."""
+    return {a: without_timings(p.model_dump(mode="json")) for a, p in res.plans.items()}
+
+
+def _next(
+    problems: dict[str, ProblemSpec], last: FleetResult, cache: RealisationCache, budget: float
+) -> FleetResult:
+    """The next epoch after ``last`` with a solve budget of ``budget`` s."""
+    return plan_fleet(
+        problems,
+        previous=last.fleet,
+        previous_plans=last.plans,
+        solver=_Counting(),
+        cache=cache,
+        solve_budget_s=budget,
+    )
 
 
 def _repriced(problem: ProblemSpec, factor: float) -> ProblemSpec:
@@ -121,32 +128,15 @@ def test_carried_plans_are_solved_again_and_end_as_the_unbudgeted_epoch(
         new, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=RealisationCache()
     )
     cache = RealisationCache()
-    held = plan_fleet(
-        new, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=cache, solve_budget_s=0.0
-    )
+    held = _next(new, res, cache, 0.0)
     assert held.carried  # kept this epoch (nothing solved within a zero budget) ...
-    again = plan_fleet(
-        new,
-        previous=held.fleet,
-        previous_plans=held.plans,
-        solver=_Counting(),
-        cache=cache,
-        solve_budget_s=600.0,
-    )
+    again = _next(new, held, cache, 600.0)
     assert again.resolved == held.carried and again.carried == []  # ... solved in the next
     assert _dumps(again) == _dumps(ref)
     assert again.fleet.billed_per_hour == pytest.approx(ref.fleet.billed_per_hour)
     # and once solved, the next epoch reuses them (nothing left to solve)
-    solver = _Counting()
-    last = plan_fleet(
-        new,
-        previous=again.fleet,
-        previous_plans=again.plans,
-        solver=solver,
-        cache=cache,
-        solve_budget_s=600.0,
-    )
-    assert solver.calls == 0 and last.reused == sorted(problems) and last.carried == []
+    last = _next(new, again, cache, 600.0)
+    assert last.resolved == [] and last.reused == sorted(problems) and last.carried == []
 
 
 def _one(first: tuple[dict[str, Any], FleetResult]) -> tuple[ProblemSpec, Plan]:
@@ -232,11 +222,8 @@ def test_rates_past_the_plan_are_carried_on_grown_plans_and_solved_as_without_a_
     ref = plan_fleet(
         ramp, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=RealisationCache()
     )
-    solver = _Counting()
     cache = RealisationCache()
-    held = plan_fleet(
-        ramp, previous=res.fleet, previous_plans=res.plans, solver=solver, cache=cache, solve_budget_s=0.0
-    )
+    held = _next(ramp, res, cache, 0.0)
     # grown (children raised to what their parents' bursts need) and carried; one that would not realise
     # within the SLO would be solved now
     assert held.failed == {} and len(held.carried) >= 3
@@ -251,14 +238,7 @@ def test_rates_past_the_plan_are_carried_on_grown_plans_and_solved_as_without_a_
             )
         worst = max(p["worst_case_latency_s"] for p in (plan.model_extra or {})["paths"])
         assert worst <= ramp[a].slo_s + 1e-9
-    again = plan_fleet(
-        ramp,
-        previous=held.fleet,
-        previous_plans=held.plans,
-        solver=_Counting(),
-        cache=cache,
-        solve_budget_s=600.0,
-    )
+    again = _next(ramp, held, cache, 600.0)
     assert again.resolved == held.carried and again.carried == []
     assert _dumps(again) == _dumps(ref)
 
