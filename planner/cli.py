@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -91,5 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlannerError as exc:
         print(f"planner: error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(plan.model_dump(mode="json"), indent=args.indent or None))
+    try:
+        print(json.dumps(plan.model_dump(mode="json"), indent=args.indent or None), flush=True)
+    except BrokenPipeError:  # the reader went away (``... | head``): stop without a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flush goes nowhere
+        return 1
     return 0
