@@ -133,6 +133,8 @@ ALARM_PERIOD_S = 60  # s
 QUEUE_AGE_ALARM_S = 30  # s: an oldest message older than this cannot meet any video SLO
 COST_PERIOD_S = 300  # s: period of the cost widgets (InstanceSeconds summed over it)
 SLO_ATTAINMENT_ALARM = 0.99  # fraction of an app's frames within its SLO (alarm below)
+CARRIED_APPS_METRIC = "CarriedApps"  # apps on a plan carried over a problem change (control/epoch.py)
+CARRIED_ALARM_MINUTES = 30  # apps still carried this long: the planner's solve budget is too small
 SLO_PERIOD_S = 300  # s: period of the SLO alarm (a few frames per minute would make 1 min noisy)
 # Metric names the code emits (namespace METRICS_NAMESPACE); tests/infra checks each against the code.
 SLO_ATTAINMENT_METRIC = "SloAttainment"  # App; 0/1 per finished frame (functions/adapters/outcomes.py)

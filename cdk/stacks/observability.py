@@ -10,8 +10,8 @@
   front's rejections (``FrontRejected``); the planner (``PlanningFailures``, ``CarriedApps``,
   ``EpochMs``, ``PlannedInstances``) and the front function.
 
-Alarms (DLQ depth, queue age, SLO attainment, planning failures, front errors) notify an encrypted
-SNS topic."""
+Alarms (DLQ depth, queue age, SLO attainment, planning failures, plans carried for long, front errors)
+notify an encrypted SNS topic."""
 
 from __future__ import annotations
 
@@ -158,6 +158,9 @@ class ObservabilityStack(Stack):
             namespace=NS, metric_name=C.PLANNING_FAILURES_METRIC, statistic="Maximum", period=_MINUTE
         )
 
+    def carried_apps(self, statistic: str, period: Duration) -> cw.Metric:
+        return cw.Metric(namespace=NS, metric_name=C.CARRIED_APPS_METRIC, statistic=statistic, period=period)
+
     # -- alarms ------------------------------------------------------------------------------------
     def _alarm(self, name: str, alarm: cw.Alarm) -> None:
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
@@ -234,6 +237,21 @@ class ObservabilityStack(Stack):
                 datapoints_to_alarm=2,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.BREACHING,
+            ),
+        )
+        # every epoch emits the count of apps on a carried plan; one that stays above 0 for half an hour
+        # means the solve budget never catches up (the plans serve, but cost more than they need to)
+        self._alarm(
+            "carried",
+            self.carried_apps("Minimum", Duration.minutes(5)).create_alarm(
+                self,
+                "CarriedPlans",
+                alarm_description=f"Apps have stayed on carried plans for {C.CARRIED_ALARM_MINUTES} minutes: "
+                "the planner's solve budget (SKINFLINT_SOLVE_BUDGET_S) is too small for the fleet",
+                threshold=0,
+                evaluation_periods=C.CARRIED_ALARM_MINUTES // 5,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         )
         self._alarm(
@@ -334,7 +352,7 @@ class ObservabilityStack(Stack):
                 left=[
                     self.planning_failures(),
                     _expr(_search("App", C.PLANNING_FAILURES_METRIC, "Maximum")),
-                    cw.Metric(namespace=NS, metric_name="CarriedApps", statistic="Maximum", period=_MINUTE),
+                    self.carried_apps("Maximum", _MINUTE),
                 ],
                 right=[cw.Metric(namespace=NS, metric_name="EpochMs", statistic="Maximum", period=_MINUTE)],
                 width=12,

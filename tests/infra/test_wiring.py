@@ -473,6 +473,11 @@ def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
     planning = by_metric[C.PLANNING_FAILURES_METRIC]
     assert planning["TreatMissingData"] == "breaching"  # the planner stopped running
     assert (planning["DatapointsToAlarm"], planning["EvaluationPeriods"]) == (2, 3)
+    carried = by_metric[C.CARRIED_APPS_METRIC]  # plans carried for half an hour: the budget is too small
+    assert (carried["Statistic"], carried["Period"] * carried["EvaluationPeriods"]) == (
+        "Minimum",
+        C.CARRIED_ALARM_MINUTES * 60,
+    )
     text = json.dumps(alarms)
     assert "ORDER BY AVG() ASC LIMIT 1" in text  # the worst app's attainment, not the worst frame
     assert f"QueueName != '{C.TASKS_DLQ_NAME}'" in text
