@@ -645,42 +645,50 @@ def _carry(
     schedules: Schedules | None,
 ) -> Plan | None:
     """``old`` (an app's plan for an earlier problem: other prices, another catalog or SLO, higher
-    rates) still serving ``problem``, when ``how.budget`` is set: the same modules; every machine's
-    configuration in the new profile with the same duration and throughput (its worst cases hold) and
-    the modules' groups still in throughput-cost order at the new prices; no rate more than
-    ``how.hold`` below the rate it was solved for; the SLO met (realised again at the new problem when
-    the plan is dispatch-realised, else :func:`check_plan`). A rate above the plan's capacity is met by
-    whole machines of the module's first group (:func:`_grown`, as an epoch without a budget may keep
-    it). The costs are those of the new prices. None otherwise: the app is solved now."""
+    rates, other service times) still serving ``problem``, when ``how.budget`` is set: the same
+    modules; every machine's configuration priced and in the new profile, the modules' groups still in
+    throughput-cost order at the new prices (:func:`_retimed`); no rate more than ``how.hold`` below
+    the rate it was solved for; the SLO met (realised again at the new problem when the plan is
+    dispatch-realised, else :func:`check_plan`). A changed service time is taken from the profile (a
+    machine carries at most the new throughput); only a dispatch-realised plan is carried over one (its
+    figures are realised again; a plain plan's come from the solver's latency split). A rate above the
+    plan's capacity is met by whole machines of the module's first group (:func:`_grown_realised`, as an
+    epoch without a budget may keep it). The costs are those of the new prices. None otherwise: the app
+    is solved now."""
     if how.budget is None or old is None or how.tighten > 0 or not _tc(old):
         return None
     prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
     solved = _solved(old)
     if set(old.modules) != set(problem.modules) or set(solved) != set(problem.modules):
         return None
-    for mods in (old.modules, solved):
-        if not all(_same_configs(problem, m, mp, prices) for m, mp in mods.items()):
-            return None
+    served = {m: _retimed(problem, m, mp, prices) for m, mp in old.modules.items()}
+    base = {m: _retimed(problem, m, mp, prices) for m, mp in solved.items()}
+    if any(mp is None for mp in (*served.values(), *base.values())):
+        return None
+    modules = cast("dict[str, ModulePlan]", served)
+    retimed = any(modules[m] is not old.modules[m] for m in modules)
+    if retimed and not realised(old):
+        return None
     extra: dict[str, Any] = dict(old.model_extra or {})
     mark = extra.get(CARRIED_KEY) or {
         "digest": extra.get(DIGEST_KEY),
-        "sticky": extra.get(SHAPE_KEY) == shape,
+        "sticky": extra.get(SHAPE_KEY) == shape,  # only the rates changed
     }
-    if _serves(problem, old, how.hold):
-        modules = {m: _priced(mp, prices) for m, mp in old.modules.items()}
-        if isinstance(extra.get(SOLVED_KEY), dict):
-            extra[SOLVED_KEY] = {m: _priced(mp, prices).model_dump() for m, mp in solved.items()}
-        priced = old.model_copy(
-            update={
-                "modules": modules,
-                "cost_per_hour": sum(_costs(mp, prices)[0] for mp in modules.values()),
-                "billed_per_hour": sum(_costs(mp, prices)[1] for mp in modules.values()),
-                **extra,
-            }
-        )
+    if isinstance(extra.get(SOLVED_KEY), dict):
+        extra[SOLVED_KEY] = {m: _priced(mp, prices).model_dump() for m, mp in base.items() if mp is not None}
+    modules = {m: _priced(mp, prices) for m, mp in modules.items()}
+    priced = old.model_copy(
+        update={
+            "modules": modules,
+            "cost_per_hour": sum(_costs(mp, prices)[0] for mp in modules.values()),
+            "billed_per_hour": sum(_costs(mp, prices)[1] for mp in modules.values()),
+            **extra,
+        }
+    )
+    if _serves(problem, priced, how.hold):
         held = _at_rates(problem, priced, digest, cache, schedules)
     else:
-        held = _grown_realised(problem, old, how.hold, cache, schedules)
+        held = _grown_realised(problem, priced, how.hold, cache, schedules)
     if held is None or (not realised(held) and check_plan(problem, held)):
         return None
     return held.model_copy(update={CARRIED_KEY: mark, SHAPE_KEY: shape, DIGEST_KEY: digest})
@@ -700,21 +708,32 @@ def _serves(problem: ProblemSpec, plan: Plan, hold: float) -> bool:
     return True
 
 
-def _same_configs(problem: ProblemSpec, module: str, mp: ModulePlan, prices: Mapping[str, float]) -> bool:
-    """Every group of ``mp`` has a priced configuration in ``problem``'s profile of ``module`` with its
-    duration, carries no more than its throughput, and the groups are in throughput-cost order."""
+def _retimed(
+    problem: ProblemSpec, module: str, mp: ModulePlan, prices: Mapping[str, float]
+) -> ModulePlan | None:
+    """``mp`` on ``problem``'s profile of ``module``: every group's configuration priced and in the
+    profile, with the profile's duration (a machine then carries at most the profile's throughput),
+    the groups still in throughput-cost order at ``prices``; ``mp`` itself when nothing changes, None
+    when a configuration is gone or the order changed."""
     profile = {(e.hardware, e.batch, e.concurrency): e for e in problem.modules[module].profile}
+    groups: list[MachineGroup] = []
     ratios: list[float] = []
     for g in mp.groups:
         e = profile.get((g.hardware, g.batch, g.concurrency))
         if e is None or g.hardware not in prices or prices[g.hardware] <= 0:
-            return False
-        if abs(e.duration_s - g.duration_s) > 1e-12 * max(1.0, g.duration_s):
-            return False
-        if g.rate_per_machine > e.throughput * (1 + 1e-9):
-            return False
+            return None
+        same = abs(e.duration_s - g.duration_s) <= 1e-12 * max(1.0, g.duration_s)
+        if same and g.rate_per_machine <= e.throughput * (1 + 1e-9):
+            groups.append(g)
+        else:
+            rate = min(g.rate_per_machine, e.throughput)
+            groups.append(g.model_copy(update={"duration_s": e.duration_s, "rate_per_machine": rate}))
         ratios.append(e.throughput / prices[g.hardware])
-    return all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(ratios))
+    if not all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(ratios)):
+        return None
+    if all(a is b for a, b in zip(groups, mp.groups, strict=True)):
+        return mp
+    return mp.model_copy(update={"groups": groups})
 
 
 def _costs(mp: ModulePlan, prices: Mapping[str, float]) -> tuple[float, float]:

@@ -15,8 +15,9 @@ Prints, measured at run time (nothing is hard-coded):
   :func:`~planner.robust.solve_dispatchable`, what the control loop runs): CPU time of this process (one
   core) and wall time, median and spread of repeats, with the load average, the bill over the bound and
   the ``check_fleet`` / ``check_plan`` errors of the fleet timed; and the CPU of each registration's
-  solve; and two changes of every app's problem at once, a **new price list** (:data:`PRICE_CHANGE`:
-  every plan still valid) and a **load ramp** (:data:`RAMP`: plans outgrown): the epoch that solves
+  solve; and three changes of every app's problem at once, a **new price list** (:data:`PRICE_CHANGE`:
+  every plan still valid), a **load ramp** (:data:`RAMP`: plans outgrown) and **longer service times**
+  (:data:`SLOWER_S`, a larger hop overhead: plans re-timed): the epoch that solves
   every app at once against epochs with the control loop's solve budget (plans carried, grown where
   the rates outgrew them, and solved again in later epochs, :func:`~planner.fleet.plan_fleet`'s
   ``solve_budget_s``), until none is carried, and whether they end with the same solver plans;
@@ -65,6 +66,9 @@ TARGET_EPOCH_S = 1.0
 PRICE_CHANGE: dict[str, float] = {"*": 0.95, "t4": 0.80}
 #: The benchmark's load ramp: every app's rates 10 % up at once (past most plans' capacity).
 RAMP = 1.10
+#: The benchmark's service-time change: every profile entry this much longer (s), as a larger hop
+#: overhead (``SKINFLINT_HOP_OVERHEAD_S``) makes every duration.
+SLOWER_S = 0.002
 #: The control loop's default solve budget (functions.control.epoch.ControlConfig.solve_budget_s).
 SOLVE_BUDGET_S = 0.4
 EPOCH_S = 60.0  # seconds of traffic behind one observed rate
@@ -250,6 +254,22 @@ def ramped(problems: Mapping[str, ProblemSpec], factor: float) -> dict[str, Prob
     }
 
 
+def slowed(problems: Mapping[str, ProblemSpec], add_s: float) -> dict[str, ProblemSpec]:
+    """``problems`` with every profile entry ``add_s`` seconds longer."""
+    out: dict[str, ProblemSpec] = {}
+    for app, p in problems.items():
+        modules = {
+            m: s.model_copy(
+                update={
+                    "profile": [e.model_copy(update={"duration_s": e.duration_s + add_s}) for e in s.profile]
+                }
+            )
+            for m, s in p.modules.items()
+        }
+        out[app] = p.model_copy(update={"modules": modules})
+    return out
+
+
 def _solved_plans(plans: Mapping[str, Plan]) -> dict[str, Any]:
     """Each app's solver plan (before shaping and packing), timings aside."""
     from planner.fleet import SOLVED_KEY
@@ -274,12 +294,17 @@ def changed_problems(
 ) -> dict[str, Any]:
     """The epochs after every app's problem changed at once, from ``first`` (a ``FleetResult`` of
     ``problems``): ``change`` ``"prices"`` (a new price list, :data:`PRICE_CHANGE`: every plan still
-    valid) or ``"ramp"`` (every rate :data:`RAMP` times: plans outgrown). Solved at once (no budget), and
+    valid), ``"ramp"`` (every rate :data:`RAMP` times: plans outgrown) or ``"slower"`` (every service
+    time :data:`SLOWER_S` longer: plans re-timed, most of them grown). Solved at once (no budget), and
     epoch by epoch with ``budget_s`` until no plan is carried (each epoch from the previous one's plans,
     one realisation cache, as one control-loop process); CPU ms and bill of each, and whether the
     budgeted epochs end with every app's solver plan (timings aside) of the unbudgeted one (their shaped
     and packed forms can differ with the previous fleet) and at what bill."""
-    new = repriced(problems, PRICE_CHANGE) if change == "prices" else ramped(problems, RAMP)
+    new = {
+        "prices": lambda: repriced(problems, PRICE_CHANGE),
+        "ramp": lambda: ramped(problems, RAMP),
+        "slower": lambda: slowed(problems, SLOWER_S),
+    }[change]()
     c = time.process_time()
     fresh = RealisationCache()
     how = solver_for(solver)
@@ -324,7 +349,7 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
     the errors ``check_fleet`` / ``check_plan`` find in the fleet; then, each time, a new price list
     and a load ramp (:func:`changed_problems`)."""
     cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
-    changes: dict[str, list[dict[str, Any]]] = {"prices": [], "ramp": []}
+    changes: dict[str, list[dict[str, Any]]] = {"prices": [], "ramp": [], "slower": []}
     cold_solve, cold_pack, warm_pack = [], [], []
     reg_cpu: list[float] = []
     reg_wall: list[float] = []
@@ -388,12 +413,19 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
     }
 
 
+_CHANGE_NAMES = {"prices": "new price list", "ramp": "load ramp", "slower": "longer service times"}
+
+
 def _change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """:func:`changed_problems` over the repeats: the unbudgeted epoch's CPU, the budgeted epochs' (every
     epoch of every run), how many epochs it took, and whether every run ended with the same plans."""
     budgeted = [e["cpu_ms"] for r in runs for e in r["epochs"]]
     return {
-        "change": dict(PRICE_CHANGE) if runs[0]["change"] == "prices" else {"rates": RAMP},
+        "change": {
+            "prices": dict(PRICE_CHANGE),
+            "ramp": {"rates": RAMP},
+            "slower": {"duration_s +": SLOWER_S},
+        }[runs[0]["change"]],
         "budget_s": runs[0]["budget_s"],
         "changed_apps": runs[0]["changed_apps"],
         "unbudgeted_cpu": _summary([r["unbudgeted_cpu_ms"] for r in runs]),
@@ -780,7 +812,7 @@ def render(result: dict[str, Any]) -> None:
             change = ", ".join(f"{h} x{f:g}" for h, f in pc["change"].items())
             last = ", ".join(f"{x:.4f}" for x in pc["last_billed_over_unbudgeted"])
             console.print(
-                f"{'new price list' if name == 'prices' else 'load ramp'} ({t['solver']}; {change}): "
+                f"{_CHANGE_NAMES[name]} ({t['solver']}; {change}): "
                 f"{pc['changed_apps']} apps' problems changed; solved at once {_ms(pc['unbudgeted_cpu'])} ms "
                 f"CPU; with a {pc['budget_s']:g} s solve budget every epoch "
                 f"{_ms(pc['budgeted_epoch_cpu'])} ms "

@@ -11,7 +11,7 @@ from planner.check import check_plan
 from planner.fleet import CARRIED_KEY, RealisationCache, plan_fleet, realised, seed_plan
 from planner.generate import generate_problem
 from planner.robust import solve_dispatchable
-from skinflint.bench_fleet import without_timings
+from skinflint.bench_fleet import slowed, without_timings
 
 if TYPE_CHECKING:
     from planner.fleet import FleetResult, Schedules
@@ -152,25 +152,53 @@ def _epoch(problem: ProblemSpec, old: Plan) -> tuple[FleetResult, int]:
     return out, solver.calls
 
 
-def test_a_plan_whose_worst_cases_changed_is_solved(first: tuple[dict[str, Any], FleetResult]) -> None:
-    """A longer service time (a new profile, a calibration correction) invalidates the plan's figures."""
-    problem, old = _one(first)
-    used = {(g.hardware, g.batch, g.concurrency) for mp in old.modules.values() for g in mp.groups}
-    modules = {
-        m: spec.model_copy(
-            update={
-                "profile": [
-                    e.model_copy(update={"duration_s": e.duration_s * 1.05})
-                    if (e.hardware, e.batch, e.concurrency) in used
-                    else e
-                    for e in spec.profile
-                ]
-            }
+def _slower(problem: ProblemSpec, add_s: float) -> ProblemSpec:
+    """Every profile entry ``add_s`` longer (a larger hop overhead, a service-time correction)."""
+    return slowed({"a": problem}, add_s)["a"]
+
+
+def test_a_realised_plan_is_carried_over_longer_service_times(
+    first: tuple[dict[str, Any], FleetResult],
+) -> None:
+    """Longer service times: the dispatch-realised plan is re-timed from the profile (machines carry
+    the new throughput, grown where that falls short), realised again and carried when it still meets
+    the SLO; the next epoch with a budget solves it."""
+    problems, res = first
+    slower = {a: _slower(p, 0.002) for a, p in problems.items()}
+    cache = RealisationCache()
+    held = _next(slower, res, cache, 0.0)
+    assert held.carried and held.failed == {}
+    for a in held.carried:
+        plan, problem = held.plans[a], slower[a]
+        assert (plan.model_extra or {})[CARRIED_KEY]["sticky"] is False  # another problem, not rates
+        for m, mp in plan.modules.items():
+            profile = {(e.hardware, e.batch, e.concurrency): e for e in problem.modules[m].profile}
+            for g in mp.groups:
+                e = profile[(g.hardware, g.batch, g.concurrency)]
+                assert g.duration_s == e.duration_s and g.rate_per_machine <= e.throughput * (1 + 1e-9)
+        assert (
+            max(p["worst_case_latency_s"] for p in (plan.model_extra or {})["paths"]) <= problem.slo_s + 1e-9
         )
-        for m, spec in problem.modules.items()
-    }
-    out, calls = _epoch(problem.model_copy(update={"modules": modules}), old)
-    assert calls == 1 and out.carried == []
+    again = _next(slower, held, cache, 600.0)
+    assert again.resolved == held.carried and again.carried == []
+
+
+def test_a_plain_plan_over_longer_service_times_is_solved(first: tuple[dict[str, Any], FleetResult]) -> None:
+    """A plan without dispatch figures has the solver's latency split: it is not re-timed."""
+    problem, _ = _one(first)
+    old = plan_fleet({"a0": problem}, cache=False).plans["a0"]  # the plain solve
+    calls: list[str] = []
+
+    def plain(p: ProblemSpec) -> Plan:
+        from planner.solve import solve
+
+        calls.append(p.name)
+        return solve(p, objective="billed")
+
+    out = plan_fleet(
+        {"a0": _slower(problem, 0.002)}, previous_plans={"a0": old}, solver=plain, solve_budget_s=0.0
+    )
+    assert calls and out.carried == []
 
 
 def test_a_plan_on_hardware_no_longer_available_is_solved(first: tuple[dict[str, Any], FleetResult]) -> None:
@@ -311,8 +339,8 @@ def test_a_grown_plan_raises_the_children_its_parents_bursts_outgrew() -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_carried_plan_serves_its_new_problem(seed: int) -> None:
-    """Random new price lists and rate changes: whatever is carried meets the new problem (its groups in
-    the profile, the rates carried, realised within the SLO, its bill at the new prices)."""
+    """Random new price lists, rate and service-time changes: whatever is carried meets the new problem
+    (its groups in the profile, the rates carried, realised within the SLO, its bill at the new prices)."""
     import random
 
     rng = random.Random(seed)
@@ -322,12 +350,13 @@ def test_every_carried_plan_serves_its_new_problem(seed: int) -> None:
     for _ in range(6):
         new: dict[str, ProblemSpec] = {}
         factors = {h: rng.uniform(0.5, 1.5) for p in problems.values() for h in sorted(p.hardware)}
+        slower = rng.choice([0.0, 0.0, 0.001, 0.003])  # service times (the hop overhead) changed too
         for a, p in problems.items():  # one price list: every app prices a type alike
             hw = {
                 h: s.model_copy(update={"price_per_hour": s.price_per_hour * factors[h]})
                 for h, s in p.hardware.items()
             }
-            new[a] = _scaled(p.model_copy(update={"hardware": hw}), rng.uniform(0.9, 1.4))
+            new[a] = _slower(_scaled(p.model_copy(update={"hardware": hw}), rng.uniform(0.9, 1.4)), slower)
         out = plan_fleet(new, previous_plans=res.plans, solver=_Counting(), cache=False, solve_budget_s=0.0)
         for a in out.carried:
             plan, problem = out.plans[a], new[a]
