@@ -34,7 +34,7 @@ still holds (``fifo_wait_s``), because ``sum d <= cycle`` implies ``sum busy <= 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -545,19 +545,21 @@ def _name_slots(bins: list[_Bin], previous: FleetPlan | None) -> None:
     """Bins without a slot take the free previous slot of their hardware with the most equal share keys,
     else a slot name the previous fleet did not use."""
     taken = {b.slot for b in bins if b.slot is not None}
-    old: dict[str, list[tuple[str, list[ShareKey]]]] = defaultdict(list)
+    old: dict[str, Counter[ShareKey]] = {}  # free previous slot -> its share keys
+    holding: dict[tuple[str, ShareKey], list[str]] = defaultdict(list)  # (hardware, key) -> those slots
     if previous is not None:
         for inst in previous.instances:
             if inst.slot not in taken:
-                old[inst.hardware].append((inst.slot, [s.key for s in inst.shares]))
+                old[inst.slot] = Counter(s.key for s in inst.shares)
+                for k in old[inst.slot]:
+                    holding[(inst.hardware, k)].append(inst.slot)
     pairs: list[tuple[int, str, int]] = []
     unnamed = [b for b in bins if b.slot is None]
-    for bi, b in enumerate(unnamed):
-        keys = [it.share.key for it in b.items]
-        for slot, old_keys in old[b.hw]:
-            common = sum(min(keys.count(k), old_keys.count(k)) for k in set(keys))
-            if common:
-                pairs.append((-common, slot, bi))
+    for bi, b in enumerate(unnamed):  # only the slots holding one of its keys (a new key matches none)
+        keys = Counter(it.share.key for it in b.items)
+        for slot in {slot for k in keys for slot in holding.get((b.hw, k), ())}:
+            common = sum((keys & old[slot]).values())
+            pairs.append((-common, slot, bi))
     for _, slot, bi in sorted(pairs, key=lambda p: (p[0], _slot_order(p[1]), p[2])):
         if unnamed[bi].slot is None and slot not in taken:
             unnamed[bi].slot = slot
