@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from planner.dispatch import DispatchSchedule
     from planner.models import ProblemSpec
+    from planner.robust import Realisation
 
     #: Module schedules by :func:`planner.robust.realise`'s cache key (module, groups, prices).
     Schedules = dict[tuple[object, ...], DispatchSchedule]
@@ -343,6 +344,14 @@ _REALISED_FIELDS = ("modules", "paths", "slo_s", "dispatch_realised", "guarantee
 
 
 def _redispatch(problem: ProblemSpec, plan: Plan, schedules: Schedules | None) -> Plan | None:
+    return _realised_or_not(problem, plan, schedules)[0]
+
+
+def _realised_or_not(
+    problem: ProblemSpec, plan: Plan, schedules: Schedules | None
+) -> tuple[Plan | None, Mapping[str, Realisation]]:
+    """``plan`` realised (:func:`redispatch` without its cache; None when it misses the SLO on a path or
+    a child's spread falls short) and the realisation it was judged by."""
     from planner.dispatch import theorem1_latencies
     from planner.robust import annotate, realise
 
@@ -362,10 +371,10 @@ def _redispatch(problem: ProblemSpec, plan: Plan, schedules: Schedules | None) -
     real = realise(problem, plan.model_copy(update={"modules": modules}), cache=schedules)
     for path in topology(problem).paths:
         if sum(real[m].worst_case_s for m in path) > problem.slo_s + 1e-9:
-            return None
+            return None, real
     if any(r.guaranteed and not r.collision_free for r in real.values()):
-        return None
-    return annotate(problem, plan.model_copy(update={"modules": kept}), real)
+        return None, real
+    return annotate(problem, plan.model_copy(update={"modules": kept}), real), real
 
 
 class RealisationCache:
@@ -685,9 +694,10 @@ def _carry(
             **extra,
         }
     )
-    if _serves(problem, priced, how.hold):
-        held = _at_rates(problem, priced, digest, cache, schedules)
-    else:
+    # the served (shaped) plan as it is, unless its service times changed (then the solver's, grown)
+    serves = not retimed and _serves(problem, priced, how.hold)
+    held = _at_rates(problem, priced, digest, cache, schedules) if serves else None
+    if held is None:  # the rates outgrew it, or its shape no longer realises: the solver's plan, grown
         held = _grown_realised(problem, priced, how.hold, cache, schedules)
     if held is None or (not realised(held) and check_plan(problem, held)):
         return None
@@ -853,8 +863,8 @@ def _grown(problem: ProblemSpec, plan: Plan, hold: float) -> Plan | None:
     )
 
 
-#: Rounds of :func:`_grown_realised`: each raises the children whose spread fell short in the last one.
-GROW_ROUNDS = 4
+#: Rounds of :func:`_grown_realised`: each raises the modules the last one found short (:func:`_shortfall`).
+GROW_ROUNDS = 6
 
 
 def _grown_realised(
@@ -865,44 +875,58 @@ def _grown_realised(
     schedules: Schedules | None,
 ) -> Plan | None:
     """:func:`_grown` of ``old``, realised again when ``old`` is dispatch-realised (more machines change
-    the bursts and spread rates). A child whose spread rate falls short of what its parents' bursts now
-    need gets more machines of its first group, planned for that rate (as the dispatch-aware solve's
-    repair plans it), and the plan is realised again, up to :data:`GROW_ROUNDS` times; None when it
-    still does not realise within the SLO (or cannot be grown)."""
+    the bursts and spread rates). While it does not realise, it is repaired and realised again, up to
+    :data:`GROW_ROUNDS` times (:func:`_shortfall`): a child whose spread rate falls short of what its
+    parents' bursts now need gets more machines of its first group, planned for that rate (as the
+    dispatch-aware solve's repair plans it); else, on each path over the SLO (longer service times), the
+    module waiting longest for its batch gets one machine more. None when it still does not realise (or
+    cannot be grown)."""
     grown = _grown(problem, old, hold)
     if grown is None or not realised(old):
         return grown
     schedules = {} if schedules is None else schedules  # the rounds share their schedules
+    out = redispatch(problem, grown, cache=cache, schedules=schedules)  # an earlier epoch's may be cached
+    real: Mapping[str, Realisation] | None = None
     for _ in range(GROW_ROUNDS):
-        out = redispatch(problem, grown, cache=cache, schedules=schedules)
         if out is not None:
             return out
-        need = _short_children(problem, grown, schedules)
+        if real is None:  # the first miss (perhaps from the cache): its figures
+            real = _realised_or_not(problem, grown, schedules)[1]
+        need = _shortfall(problem, grown, real)
         if not need:
-            return None  # a path over the SLO: more machines of the same configurations do not help
+            return None
         grown = _with_capacity(problem, grown, need)
-    return None
+        out, real = _realised_or_not(problem, grown, schedules)
+    return out
 
 
-def _short_children(problem: ProblemSpec, plan: Plan, schedules: Schedules) -> dict[str, float]:
-    """Per module of ``plan`` whose spread falls short of its parents' bursts (not collision free), the
-    planned rate it needs: its rate scaled by required / capacity rate, and at least the required rate,
-    2 % over (the module's own schedule changes with its machines)."""
-    from planner.dispatch import theorem1_latencies
-    from planner.robust import realise
-
-    prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
-    modules = {}
-    for m, mp in plan.modules.items():
-        t1 = max(theorem1_latencies(mp, prices), default=0.0)
-        modules[m] = mp.model_copy(update={"worst_case_latency_s": t1, "dispatch": {"theorem1_s": t1}})
-    real = realise(problem, plan.model_copy(update={"modules": modules}), cache=schedules)
+def _shortfall(problem: ProblemSpec, plan: Plan, real: Mapping[str, Realisation]) -> dict[str, float]:
+    """The planned rate (req/s) modules of ``plan`` need so that it realises, from its realisation
+    ``real``. Each module whose spread falls short of its parents' bursts (not collision free): its rate
+    scaled by required / capacity rate, and at least the required rate, 2 % over (its own schedule
+    changes with its machines). If none, for each path over the SLO the module on it with the longest
+    wait for its batch (realised worst case less its shortest duration) gets one machine more of its
+    first group. Empty: more machines of these configurations would not help."""
     out: dict[str, float] = {}
     for m, r in real.items():
         if not r.guaranteed or r.collision_free or not math.isfinite(r.required_rate):
             continue
         planned = sum(g.machines * g.rate_per_machine for g in plan.modules[m].groups)
         out[m] = max(planned * r.required_rate / max(r.capacity_rate, 1e-12), r.required_rate) * 1.02
+    if out:
+        return out
+    for path in topology(problem).paths:
+        if sum(real[m].worst_case_s for m in path) <= problem.slo_s + 1e-9:
+            continue
+
+        def wait(m: str) -> float:
+            return real[m].worst_case_s - min((g.duration_s for g in plan.modules[m].groups), default=0.0)
+
+        m = max(path, key=wait)
+        mp = plan.modules[m]
+        if mp.groups and mp.groups[0].rate_per_machine > 0:
+            planned = sum(g.machines * g.rate_per_machine for g in mp.groups)
+            out[m] = max(out.get(m, 0.0), planned + mp.groups[0].rate_per_machine * (1 - 1e-9))
     return out
 
 
@@ -1071,12 +1095,13 @@ def plan_fleet(
 
     ``solve_budget_s`` bounds the epoch's solving when problems change under plans that still serve them
     (a new price list, a looser SLO, a new hardware type: every problem digest changes at once; a load
-    ramp past many plans). None (the default): every such app is solved now. A number of CPU seconds: an
-    app whose previous plan (or registration seed) was made for another problem keeps that plan,
-    *carried* (:data:`CARRIED_KEY`, ``FleetResult.carried``), when it still serves the new problem (the
-    same configurations with the same durations, in throughput-cost order at the new prices, no rate
-    fallen more than ``hold``, the SLO met; its costs at the new prices; rates past its capacity served by
-    the plan grown as above); after the apps that must be solved, the carried ones are solved again,
+    ramp past many plans; longer service times). None (the default): every such app is solved now. A
+    number of CPU seconds: an app whose previous plan (or registration seed) was made for another problem
+    keeps that plan, *carried* (:data:`CARRIED_KEY`, ``FleetResult.carried``), when it still serves the
+    new problem (the same configurations, in throughput-cost order at the new prices, no rate fallen
+    more than ``hold``, the SLO met; its costs at the new prices; a dispatch-realised plan re-timed to
+    changed service times; rates past its capacity served by the plan grown as above: :func:`_carry`);
+    after the apps that must be solved, the carried ones are solved again,
     dearest first, until the solve phase has spent the budget (CPU time of the calling thread; one
     solve may overrun it), the others in later epochs (``FleetResult.resolved``). Which apps are solved
     in an epoch depends on the CPU time taken; every plan is valid either way, and once none is carried

@@ -227,15 +227,24 @@ def _scaled(problem: ProblemSpec, factor: float) -> ProblemSpec:
     )
 
 
-def test_a_rate_that_fell_past_the_hold_or_a_tighter_slo_is_solved(
+def test_a_rate_that_fell_past_the_hold_or_an_slo_below_the_durations_is_solved(
     first: tuple[dict[str, Any], FleetResult],
 ) -> None:
     problem, old = _one(first)
     out, calls = _epoch(_scaled(_repriced(problem, 0.9), 0.5), old)
     assert calls == 1 and out.carried == []
     worst = max(p["worst_case_latency_s"] for p in (old.model_extra or {})["paths"])
+    # a little tighter: more machines shorten the waits, and the grown plan meets it
     tighter = _repriced(problem, 0.9).model_copy(update={"slo_s": worst * 0.98})
     out, calls = _epoch(tighter, old)
+    assert calls == 0 and out.carried == ["a0"]
+    assert (
+        max(p["worst_case_latency_s"] for p in (out.plans["a0"].model_extra or {})["paths"])
+        <= worst * 0.98 + 1e-9
+    )
+    assert out.plans["a0"].billed_per_hour > 0.9 * old.billed_per_hour  # it took more machines
+    # far tighter: no number of these machines gets under it
+    out, calls = _epoch(_repriced(problem, 0.9).model_copy(update={"slo_s": worst * 0.5}), old)
     assert calls == 1 and out.carried == []
 
 
