@@ -1226,13 +1226,18 @@ def _shape_all(
     reused: set[str],
     memo: _Memo,
 ) -> dict[float, dict[str, Plan]]:
-    """Every app's plan shaped with every ``keep``. An app's shapes share its module schedules with its
-    solve and its later realisations (a module the shaping leaves alone is not scheduled again)."""
+    """Every app's plan shaped with every ``keep`` (but a carried plan not shaped before, a grown one:
+    it is solved again soon). An app's shapes share its module schedules with its solve and its later
+    realisations (a module the shaping leaves alone is not scheduled again)."""
     out: dict[float, dict[str, Plan]] = {k: {} for k in keeps}
     for a, plan in plans.items():
         schedules = memo.of(a)
+        extra = plan.model_extra or {}
         for keep in keeps:
-            out[keep][a] = _shaped(problems[a], plan, keep, a in reused, memo.cache, schedules)
+            if CARRIED_KEY in extra and KEEP_KEY not in extra:
+                out[keep][a] = plan  # carried and grown: solved again soon, so not worth shaping
+            else:
+                out[keep][a] = _shaped(problems[a], plan, keep, a in reused, memo.cache, schedules)
     return out
 
 
