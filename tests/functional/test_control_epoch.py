@@ -137,6 +137,18 @@ def env(clients: dict[str, Any]) -> Any:
         yield Env(cfg, clients, clock, ctl, metrics, registrar)
 
 
+def deployed_and_steady(env: Env) -> Any:
+    """Register SPEC, publish it, and run one epoch at its registered rate (nothing changes): the
+    published epoch's summary."""
+    env.register(SPEC)
+    first = env.ctl.run_epoch()
+    assert first.status == "published"
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "unchanged"
+    return first
+
+
 def count_solves(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the problems the dispatch-aware solve is called for from now on (in order)."""
     import planner.robust
@@ -638,12 +650,7 @@ def test_a_new_price_list_carries_the_plan_and_a_later_epoch_solves_it(
 
     from planner.fleet import CARRIED_KEY
 
-    env.register(SPEC)
-    first = env.ctl.run_epoch()
-    assert first.status == "published"
-    env.frames("cams", 20.0)
-    env.clock.t += 60
-    assert env.ctl.run_epoch().status == "unchanged"
+    first = deployed_and_steady(env)
     solves = count_solves(monkeypatch)
     env.ctl.catalog = {
         h: s.model_copy(update={"price_per_hour": s.price_per_hour * (0.5 if h == "t4" else 1.0)})
@@ -690,14 +697,9 @@ def test_a_re_registration_seeds_the_epoch_of_a_deployed_app(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new revision (here: a slower profile) asks for planning; its registration solved it, and the
-    epoch takes that plan although the app has a deployment (the old plan no longer serves)."""
-
-    env.register(SPEC)
-    first = env.ctl.run_epoch()
-    assert first.status == "published"
-    env.frames("cams", 20.0)
-    env.clock.t += 60
-    assert env.ctl.run_epoch().status == "unchanged"
+    epoch takes that plan although the app has a deployment (the solver's plan for the new problem comes
+    before re-timing the old one)."""
+    deployed_and_steady(env)
     slower = copy.deepcopy(SPEC)
     for entry in slower["profiles"]["cls-net"]:
         entry["duration_s"] *= 1.2
@@ -707,4 +709,4 @@ def test_a_re_registration_seeds_the_epoch_of_a_deployed_app(
     env.clock.t += 60
     out = env.ctl.run_epoch()
     assert out.status == "published" and out.seeded == ["cams"] and solves == [], out.as_json()
-    assert out.carried == []  # the old plan's durations no longer hold: not carried
+    assert out.carried == []  # the seed, not the old plan re-timed to the new durations
