@@ -47,17 +47,6 @@ SPEC = {
 }
 
 
-@pytest.fixture(autouse=True)
-def environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deployment's settings at their defaults, fake credentials, no endpoint: nothing of the
-    developer's environment reaches the commands (and what they set is undone after each test)."""
-    for k in ("AWS_REGION", "SKINFLINT_ENDPOINT_URL", "SKINFLINT_CONFIG_TABLE", "SKINFLINT_BUCKET"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-
-
 def fail_every_call(monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[FakeClient]:
     """Every client the commands make is a fake on which every call raises ``error``, except that S3
     has no stored hardware catalog (the packaged one is read): the calls that fail are the command's

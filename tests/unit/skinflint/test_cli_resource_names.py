@@ -31,23 +31,6 @@ BAD_SETTINGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deployment's settings at their defaults, fake credentials, no endpoint."""
-    for k in (
-        "AWS_REGION",
-        "SKINFLINT_ENDPOINT_URL",
-        "SKINFLINT_BUCKET",
-        "SKINFLINT_CONFIG_TABLE",
-        "SKINFLINT_RESULTS_TABLE",
-        "SKINFLINT_METRICS_NAMESPACE",
-    ):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-
-
 @pytest.mark.parametrize(("setting", "value", "what"), BAD_SETTINGS)
 @pytest.mark.parametrize("argv", COMMANDS)
 def test_a_malformed_name_is_one_line_naming_the_setting_before_any_client(

@@ -17,21 +17,6 @@ from skinflint.commands.report import CLOUDWATCH_PERIOD_S, LOCAL_PERIOD_S, build
 from skinflint.errors import UsageError
 
 
-@pytest.fixture(autouse=True)
-def environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deployment's settings at their defaults, fake credentials, no endpoint."""
-    for k in (
-        "AWS_REGION",
-        "SKINFLINT_ENDPOINT_URL",
-        "SKINFLINT_CONFIG_TABLE",
-        "SKINFLINT_METRICS_NAMESPACE",
-    ):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-
-
 @pytest.fixture
 def periods(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The period each report was collected with (fake clients, a fake collection)."""
