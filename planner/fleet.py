@@ -77,7 +77,9 @@ KEEP_KEY = "packing_keep"
 #: Plan extra key of a plan carried over a change of its app's problem (:func:`plan_fleet`'s
 #: ``solve_budget_s``): ``digest``, the problem digest it was solved for, and ``sticky``, whether only the
 #: rates changed (it is then solved again as an epoch without a budget solves a plan its rates outgrew,
-#: :func:`_sticky`). The app is solved again when the budget allows.
+#: :func:`_sticky`). The app is solved again when the budget allows. A quick plan (the solver's first
+#: realisable plan, made when a budgeted epoch has more apps without a plan than it can solve in full)
+#: carries the same mark with ``quick: True`` and its own problem's digest.
 CARRIED_KEY = "carried_from"
 #: Module extra key of a residual split: the extra worst case of its full machines, b / W (s).
 SPLIT_KEY = "split_penalty_s"
@@ -114,6 +116,7 @@ class FleetResult:
     seeded: list[str] = field(default_factory=list)
     carried: list[str] = field(default_factory=list)  # apps on a carried plan, to solve again
     resolved: list[str] = field(default_factory=list)  # apps whose carried plan was replaced this epoch
+    quick: list[str] = field(default_factory=list)  # given the solver's first realisable plan (carried)
 
 
 def problem_digest(problem: ProblemSpec, policy: str, tighten: float = 0.0) -> str:
@@ -473,13 +476,15 @@ class _Planning:
     solver: Callable[[ProblemSpec], Plan] | None
     shares: bool = False  # the solver takes a ``schedules`` keyword (:class:`ScheduleSharingSolver`)
     budget: float | None = None  # CPU s of the solve phase before carried plans stay (None: no carrying)
+    quick: bool = False  # the solver takes a ``first_found`` keyword (a quick mode)
 
-    def plan(self, problem: ProblemSpec, schedules: Schedules | None) -> Plan:
+    def plan(self, problem: ProblemSpec, schedules: Schedules | None, *, first_found: bool = False) -> Plan:
         if self.solver is None:
             return solve(problem, policy=self.policy, objective="billed")
+        kwargs: dict[str, Any] = {"first_found": True} if first_found and self.quick else {}
         if self.shares and schedules is not None:
-            return cast("ScheduleSharingSolver", self.solver)(problem, schedules=schedules)
-        return self.solver(problem)
+            kwargs["schedules"] = schedules
+        return self.solver(problem, **kwargs)
 
 
 class ScheduleSharingSolver(Protocol):
@@ -491,12 +496,13 @@ class ScheduleSharingSolver(Protocol):
     def __call__(self, problem: ProblemSpec, /, *, schedules: Schedules | None = None) -> Plan: ...
 
 
-def _takes_schedules(solver: Callable[..., Plan] | None) -> bool:
-    """Whether ``solver`` takes a ``schedules`` keyword (a :class:`ScheduleSharingSolver`)."""
+def _takes_keyword(solver: Callable[..., Plan] | None, name: str) -> bool:
+    """Whether ``solver`` takes keyword ``name`` (``schedules``: a :class:`ScheduleSharingSolver`;
+    ``first_found``: a quick mode, as :func:`planner.robust.solve_dispatchable` has)."""
     if solver is None:
         return False
     try:
-        param = inspect.signature(solver).parameters.get("schedules")
+        param = inspect.signature(solver).parameters.get(name)
     except (TypeError, ValueError):  # no signature to read (some builtins): call it plainly
         return False
     return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
@@ -524,6 +530,7 @@ class _Solved:
     seeded: list[str] = field(default_factory=list)
     carried: list[str] = field(default_factory=list)  # on a carried plan at the end of the solve phase
     resolved: list[str] = field(default_factory=list)  # carried before, solved again now
+    quick: list[str] = field(default_factory=list)  # given the solver's first realisable plan (carried)
 
     @property
     def unchanged(self) -> set[str]:
@@ -541,6 +548,7 @@ def _solve_all(
     started = time.thread_time()  # this thread: the local stack plans beside its workers
     out = _Solved()
     pending: list[str] = []  # apps on a carried plan: solved again while the budget lasts
+    unplanned: list[str] = []  # apps with no plan that serves them: solved now
     for app in sorted(problems):
         problem = problems[app]
         schedules = memo.of(app)
@@ -563,36 +571,99 @@ def _solve_all(
             continue
         seed = seeds.get(app)
         if seed is not None and how.tighten <= 0 and (seed.model_extra or {}).get(DIGEST_KEY) == digest:
-            plan = seed.model_copy()  # what the solver returns for this problem (seed_plan)
             out.seeded.append(app)
-        else:
-            carried = _carry(problem, old, digest, shape, how, memo.cache, schedules) or _carry(
-                problem, seed, digest, shape, how, memo.cache, schedules
-            )
-            if carried is not None:
-                out.plans[app] = carried
-                pending.append(app)
-                continue
-            try:
-                plan = _solved_plan(problem, how, schedules)
-            except PlannerError as exc:
-                out.failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
-                continue
-        if old is not None and extra.get(SHAPE_KEY) == shape and how.stick > 0:
-            plan = _sticky(problem, old, plan, how, memo.cache, schedules)
-        out.plans[app] = _stamped(problem, plan, digest, shape, schedules)
+            out.plans[app] = _taken(
+                problem, old, seed.model_copy(), how, memo.cache, schedules
+            )  # the solver's
+            continue
+        carried = _carry(problem, old, digest, shape, how, memo.cache, schedules) or _carry(
+            problem, seed, digest, shape, how, memo.cache, schedules
+        )
+        if carried is not None:
+            out.plans[app] = carried
+            pending.append(app)
+            continue
+        unplanned.append(app)
+    _solve_unplanned(problems, previous_plans, unplanned, how, memo, started, out, pending)
     _resolve(problems, pending, how, memo, started, out)
     return out
 
 
-def _solved_plan(problem: ProblemSpec, how: _Planning, schedules: Schedules | None) -> Plan:
-    """The solver's plan for ``problem`` (for an SLO ``how.tighten`` shorter)."""
+def _solve_unplanned(
+    problems: Mapping[str, ProblemSpec],
+    previous_plans: Mapping[str, Plan],
+    apps: Sequence[str],
+    how: _Planning,
+    memo: _Memo,
+    started: float,
+    out: _Solved,
+    pending: list[str],
+) -> None:
+    """Solve ``apps`` (none has a plan that serves it). With a budget and a solver that has a quick
+    mode (``first_found``), once the solve phase's CPU so far plus the rest at the mean CPU of this
+    epoch's full solves would pass the budget, an app that is new to its problem's shape (no previous
+    plan to stick to) gets the solver's first realisable plan, marked carried (``quick``): it is solved
+    in full in a later epoch, dearest first, as carried plans are (:func:`_resolve`)."""
+    from planner.robust import FIRST_FOUND_KEY
+
+    full_cpu: list[float] = []
+    for i, app in enumerate(apps):
+        problem = problems[app]
+        old = previous_plans.get(app)
+        shape = problem_digest(_rateless(problem), how.policy, how.tighten)
+        sticks = old is not None and (old.model_extra or {}).get(SHAPE_KEY) == shape and how.stick > 0
+        quick = False
+        if how.budget is not None and how.quick and not sticks and full_cpu:
+            mean = sum(full_cpu) / len(full_cpu)
+            quick = time.thread_time() - started + mean * (len(apps) - i) > how.budget
+        began = time.thread_time()
+        try:
+            plan = _solved_plan(problem, how, memo.of(app), first_found=quick)
+        except PlannerError as exc:
+            out.failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
+            continue
+        if not quick:
+            full_cpu.append(time.thread_time() - began)
+        if (plan.model_extra or {}).get(FIRST_FOUND_KEY):
+            digest = problem_digest(problem, how.policy, how.tighten)
+            plan = _stamped(problem, plan, digest, shape, memo.of(app))
+            mark = {"digest": digest, "sticky": False, "quick": True}
+            out.plans[app] = plan.model_copy(update={CARRIED_KEY: mark})
+            out.quick.append(app)
+            pending.append(app)
+            continue
+        out.plans[app] = _taken(problem, old, plan, how, memo.cache, memo.of(app))
+
+
+def _taken(
+    problem: ProblemSpec,
+    old: Plan | None,
+    plan: Plan,
+    how: _Planning,
+    cache: RealisationCache | None,
+    schedules: Schedules | None,
+) -> Plan:
+    """The solver's ``plan`` for ``problem`` as the epoch takes it: the previous plan ``old`` grown
+    instead when only the rates changed and it bills at most ``how.stick`` more (:func:`_sticky`),
+    stamped with the problem it serves."""
+    digest = problem_digest(problem, how.policy, how.tighten)
+    shape = problem_digest(_rateless(problem), how.policy, how.tighten)
+    if old is not None and (old.model_extra or {}).get(SHAPE_KEY) == shape and how.stick > 0:
+        plan = _sticky(problem, old, plan, how, cache, schedules)
+    return _stamped(problem, plan, digest, shape, schedules)
+
+
+def _solved_plan(
+    problem: ProblemSpec, how: _Planning, schedules: Schedules | None, *, first_found: bool = False
+) -> Plan:
+    """The solver's plan for ``problem`` (for an SLO ``how.tighten`` shorter; its quick mode when
+    ``first_found``)."""
     target = (
         problem
         if how.tighten <= 0
         else problem.model_copy(update={"slo_s": problem.slo_s * (1 - how.tighten)})
     )
-    return how.plan(target, schedules)
+    return how.plan(target, schedules, first_found=first_found)
 
 
 def _stamped(problem: ProblemSpec, plan: Plan, digest: str, shape: str, schedules: Schedules | None) -> Plan:
@@ -1103,7 +1174,12 @@ def plan_fleet(
     changed service times; rates past its capacity served by the plan grown as above: :func:`_carry`);
     after the apps that must be solved, the carried ones are solved again,
     dearest first, until the solve phase has spent the budget (CPU time of the calling thread; one
-    solve may overrun it), the others in later epochs (``FleetResult.resolved``). Which apps are solved
+    solve may overrun it), the others in later epochs (``FleetResult.resolved``). Apps with no plan
+    that serves them are solved first; when the solver has a quick mode (a ``first_found`` keyword, as
+    :func:`planner.robust.solve_dispatchable`) and solving them all in full would pass the budget (the
+    CPU so far plus the rest at the mean of this epoch's full solves), the rest get the solver's quick
+    plan, carried as above (``FleetResult.quick``), unless their previous plan has the same shape (only
+    the rates changed: solved in full, as without a budget). Which apps are solved
     in an epoch depends on the CPU time taken; every plan is valid either way, and once none is carried
     every app has the solver plan an epoch without a budget gives it (its shaped and packed form can
     differ with the previous fleet). Bad parameters raise ValueError."""
@@ -1152,7 +1228,16 @@ def _plan_fleet(
         raise ValueError(f"stick must be a fraction >= 0, got {stick}")
     if solve_budget_s is not None and not 0 <= solve_budget_s < math.inf:
         raise ValueError(f"solve_budget_s must be finite seconds >= 0 or None, got {solve_budget_s}")
-    how = _Planning(policy, tighten, hold, stick, solver, _takes_schedules(solver), solve_budget_s)
+    how = _Planning(
+        policy,
+        tighten,
+        hold,
+        stick,
+        solver,
+        _takes_keyword(solver, "schedules"),
+        solve_budget_s,
+        _takes_keyword(solver, "first_found"),
+    )
     memo = _Memo((REALISATIONS if cache else None) if isinstance(cache, bool) else cache)
     done = _solve_all(problems, previous_plans or {}, seeds or {}, how, memo)
     solved = done.plans
@@ -1189,6 +1274,7 @@ def _plan_fleet(
         done.seeded,
         carried=done.carried,
         resolved=done.resolved,
+        quick=done.quick,
     )
 
 

@@ -83,6 +83,15 @@ DEFAULT_CHILD_HEADROOM = 0.0
 #: 30, 1649.8 at 60, 1647.4 at 120 and 1625.8 without a limit, for about +7 % (30-60), +12 % (120)
 #: and +144 % (no limit) of a cold fleet epoch's function calls; 239 of the 300 need fewer than 60.
 DEFAULT_SEARCH_WORK = 60
+#: Plan extra of a :func:`solve_dispatchable` plan made with ``first_found`` (not the full solve's plan).
+FIRST_FOUND_KEY = "first_found"
+#: Where ``first_found`` starts: children planned this much above their rate (a fraction) and the
+#: splitter SLO this fraction of the SLO, so that the first round realises more often. On the 100
+#: generated problems of seed 0 (CPU of the solves, one process): 159 rounds instead of 252 starting
+#: from the plain attempt, 0.50-0.58 s instead of 0.93 s, 566.1 $/h instead of 554.2 (the full solve:
+#: 518.9); seeds 1 and 2: 0.67 s against 0.96-1.0 s.
+QUICK_HEADROOM = 0.2
+QUICK_SLO = 0.9
 #: Bisection steps spent, once a realisable plan is found, looking for a cheaper one.
 _REFINE_STEPS = 3
 _SLO_STEP = 1e-7  # seconds: a shrink goes at least this far below the previous splitter SLO
@@ -550,6 +559,7 @@ class _Attempt:
     excess: float  # largest realised-minus-planned sum over the paths that miss the SLO
     short: dict[str, float]  # children below their required spread rate -> that rate
     cost: float
+    round: int = 0  # which attempt of its search (1: the first), where a caller needs it
 
     @property
     def ok(self) -> bool:
@@ -727,6 +737,49 @@ def _relax(search: _Search, good: _Attempt, floor: Mapping[str, float], max_roun
         current = a
 
 
+def _rounds(
+    search: _Search, last: _Attempt, rates: dict[str, float], only: dict[str, Key], max_rounds: int
+) -> None:
+    """Solve again from ``last`` until an attempt realises or ``max_rounds`` attempts were made: a child
+    short of its spread rate is raised (:func:`_repair`); else the splitter SLO is lowered by the worst
+    missing path's excess (at ``rates`` and ``only``, the variant of the rounds so far)."""
+    problem = search.problem
+    while not last.ok and len(search.attempts) < max_rounds:
+        nxt_slo = last.splitter_slo
+        if last.short:
+            rates, only = _repair(search.attempts, problem)
+            if (rates, only) == (last.rates, last.only):
+                return  # nothing a rate can fix (a requirement without bound)
+        else:  # the same excess on a plan whose paths fit slo - excess fits the SLO
+            nxt_slo = min(problem.slo_s - last.excess, last.splitter_slo - _SLO_STEP)
+        try:
+            last = search.attempt(nxt_slo, rates, only)
+        except InfeasibleError:
+            return
+
+
+def _first_found(
+    problem: ProblemSpec,
+    policy: str,
+    objective: Objective,
+    fan_out: Mapping[tuple[str, str], float] | None,
+    schedules: dict[tuple[object, ...], DispatchSchedule] | None,
+    parents: Mapping[str, Sequence[str]],
+    max_rounds: int,
+) -> _Attempt | None:
+    """The first realisable attempt of the rounds started at ``QUICK_HEADROOM`` and ``QUICK_SLO``
+    (``round``: how many it took), or None."""
+    search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out, schedules=schedules)
+    rates = {m: s.rate * (1 + QUICK_HEADROOM) if parents[m] else s.rate for m, s in problem.modules.items()}
+    try:
+        first = search.attempt(problem.slo_s * QUICK_SLO, rates, {})
+    except InfeasibleError:
+        return None
+    _rounds(search, first, rates, {}, max_rounds)
+    found = next((a for a in search.attempts if a.ok), None)
+    return None if found is None else replace(found, round=search.attempts.index(found) + 1)
+
+
 def solve_dispatchable(
     problem: ProblemSpec,
     *,
@@ -737,6 +790,7 @@ def solve_dispatchable(
     max_rounds: int = 12,
     schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
     search_work: int = DEFAULT_SEARCH_WORK,
+    first_found: bool = False,
 ) -> Plan:
     """The cheapest plan found whose dispatch-realised worst cases (:func:`realise`) meet the SLO.
 
@@ -762,6 +816,14 @@ def solve_dispatchable(
     default a dict of this call's own). A caller that passes one dict gets them back, e.g. to realise
     the plan again after shaping it (:func:`planner.fleet.plan_fleet`) without building them again; it
     changes only the time taken, never the plan.
+
+    ``first_found``: a quick mode, for a caller that must plan many problems at once under a time
+    budget and solves them in full later (:func:`planner.fleet.plan_fleet`). The rounds start with
+    children at ``QUICK_HEADROOM`` above their rate and the splitter SLO at ``QUICK_SLO`` of the SLO
+    (no plain attempt), and the first realisable plan is returned, without the search, the re-planned
+    children or the bisections: about 0.6 of the full solve's CPU on generated problems, and about 9 %
+    dearer. It records ``first_found: True`` and no plain optimum. When those rounds find nothing, the
+    full solve runs.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -771,8 +833,22 @@ def solve_dispatchable(
         raise ValueError(f"search_work must be >= 0, got {search_work}")
     started, cpu_started = time.perf_counter(), time.process_time()
     parents = topology(problem).parents
-    search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out, schedules=schedules)
     base = {m: s.rate for m, s in problem.modules.items()}
+    if first_found:
+        quick = _first_found(problem, policy, objective, fan_out, schedules, parents, max_rounds)
+        if quick is not None:
+            plan = _assemble(
+                problem,
+                quick,
+                None,
+                None,
+                child_headroom=QUICK_HEADROOM,
+                rounds=quick.round,
+                solve_ms=(time.perf_counter() - started) * 1000,
+                cpu_ms=(time.process_time() - cpu_started) * 1000,
+            )
+            return plan.model_copy(update={FIRST_FOUND_KEY: True})
+    search = _Search(problem, policy=policy, objective=objective, fan_out=fan_out, schedules=schedules)
     # raises InfeasibleError when Theorem 1 cannot
     plain = search.attempt(problem.slo_s, base, {}, plain=True)
     rates = {m: r * (1 + child_headroom) if parents[m] else r for m, r in base.items()}
@@ -783,18 +859,7 @@ def solve_dispatchable(
         last = plain if reuse else search.attempt(problem.slo_s, rates, only)
     except InfeasibleError:
         last = plain
-    while not last.ok and len(search.attempts) < max_rounds:
-        nxt_slo = last.splitter_slo
-        if last.short:
-            rates, only = _repair(search.attempts, problem)
-            if (rates, only) == (last.rates, last.only):
-                break  # nothing a rate can fix (a requirement without bound)
-        else:  # the same excess on a plan whose paths fit slo - excess fits the SLO
-            nxt_slo = min(problem.slo_s - last.excess, last.splitter_slo - _SLO_STEP)
-        try:
-            last = search.attempt(nxt_slo, rates, only)
-        except InfeasibleError:
-            break
+    _rounds(search, last, rates, only, max_rounds)
     good = search.best()
     if good is None:
         raise InfeasibleError(
@@ -1224,10 +1289,23 @@ def annotate(problem: ProblemSpec, plan: Plan, real: Mapping[str, Realisation]) 
     )
 
 
+def _plain_figures(problem: ProblemSpec, best: _Attempt, plain: _Attempt | None) -> dict[str, Any]:
+    """What a plan records of the plain optimum (None each without a plain attempt)."""
+    if plain is None:
+        keys = ("plain_cost_per_hour", "plain_billed_per_hour", "plain_realised_worst_path_s")
+        return {**dict.fromkeys(keys), "price_of_realisability": None}
+    return {
+        "plain_cost_per_hour": plain.plan.cost_per_hour,
+        "plain_billed_per_hour": plain.plan.billed_per_hour,
+        "plain_realised_worst_path_s": plain.over + problem.slo_s,
+        "price_of_realisability": (best.cost - plain.cost) / plain.cost if plain.cost > 0 else 0.0,
+    }
+
+
 def _assemble(
     problem: ProblemSpec,
     best: _Attempt,
-    plain: _Attempt,
+    plain: _Attempt | None,
     searched: dict[str, Any] | None,
     *,
     child_headroom: float,
@@ -1255,10 +1333,7 @@ def _assemble(
             "splitter_slo_s": best.splitter_slo,
             "dispatch_rounds": rounds,
             "child_headroom": child_headroom,
-            "plain_cost_per_hour": plain.plan.cost_per_hour,
-            "plain_billed_per_hour": plain.plan.billed_per_hour,
-            "plain_realised_worst_path_s": plain.over + problem.slo_s,
-            "price_of_realisability": (best.cost - plain.cost) / plain.cost if plain.cost > 0 else 0.0,
+            **_plain_figures(problem, best, plain),
             "dispatch_search": searched,
         }
     )

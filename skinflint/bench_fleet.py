@@ -87,15 +87,18 @@ def solver_for(name: str) -> Solver | None:
     raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {name!r}")
 
 
-def _dispatchable(problem: ProblemSpec, *, schedules: dict[Any, Any] | None = None) -> Plan:
+def _dispatchable(
+    problem: ProblemSpec, *, schedules: dict[Any, Any] | None = None, first_found: bool = False
+) -> Plan:
     """What the control loop runs (``functions/control/epoch.py`` ``_solver``), sharing the fleet's
-    schedule cache."""
+    schedule cache (and its quick mode, which a budgeted epoch asks for)."""
     return solve_dispatchable(
         problem,
         policy="skinflint",
         objective="billed",
         child_headroom=DEFAULT_CHILD_HEADROOM,
         schedules=schedules,
+        first_found=first_found,
     )
 
 
@@ -270,7 +273,7 @@ def slowed(problems: Mapping[str, ProblemSpec], add_s: float) -> dict[str, Probl
     return out
 
 
-def _solved_plans(plans: Mapping[str, Plan]) -> dict[str, Any]:
+def solved_plans(plans: Mapping[str, Plan]) -> dict[str, Any]:
     """Each app's solver plan (before shaping and packing), timings aside."""
     from planner.fleet import SOLVED_KEY
 
@@ -294,8 +297,10 @@ def changed_problems(
 ) -> dict[str, Any]:
     """The epochs after every app's problem changed at once, from ``first`` (a ``FleetResult`` of
     ``problems``): ``change`` ``"prices"`` (a new price list, :data:`PRICE_CHANGE`: every plan still
-    valid), ``"ramp"`` (every rate :data:`RAMP` times: plans outgrown) or ``"slower"`` (every service
-    time :data:`SLOWER_S` longer: plans re-timed, most of them grown). Solved at once (no budget), and
+    valid), ``"ramp"`` (every rate :data:`RAMP` times: plans outgrown), ``"slower"`` (every service
+    time :data:`SLOWER_S` longer: plans re-timed, most of them grown) or ``"cold"`` (the same problems
+    with no plan at all, ``first`` unused: a lost plan store, apps stored without a registration
+    plan; the budgeted epochs give quick plans). Solved at once (no budget), and
     epoch by epoch with ``budget_s`` until no plan is carried (each epoch from the previous one's plans,
     one realisation cache, as one control-loop process); CPU ms and bill of each, and whether the
     budgeted epochs end with every app's solver plan (timings aside) of the unbudgeted one (their shaped
@@ -304,14 +309,16 @@ def changed_problems(
         "prices": lambda: repriced(problems, PRICE_CHANGE),
         "ramp": lambda: ramped(problems, RAMP),
         "slower": lambda: slowed(problems, SLOWER_S),
+        "cold": lambda: dict(problems),
     }[change]()
+    fleet, plans = (None, {}) if change == "cold" else (first.fleet, first.plans)
     c = time.process_time()
     fresh = RealisationCache()
     how = solver_for(solver)
-    ref = plan_fleet(new, previous=first.fleet, previous_plans=first.plans, solver=how, cache=fresh)
+    ref = plan_fleet(new, previous=fleet, previous_plans=plans, solver=how, cache=fresh)
     ref_cpu = (time.process_time() - c) * 1000
     cache = RealisationCache()
-    fleet, plans, carried = first.fleet, first.plans, [""]
+    carried = [""]
     epochs: list[dict[str, Any]] = []
     while carried and len(epochs) < max_epochs:
         c = time.process_time()
@@ -323,6 +330,7 @@ def changed_problems(
                 "cpu_ms": (time.process_time() - c) * 1000,
                 "carried": len(res.carried),
                 "resolved": len(res.resolved),
+                "quick": len(res.quick),
                 "billed_per_hour": res.fleet.billed_per_hour,
             }
         )
@@ -335,7 +343,7 @@ def changed_problems(
         "budget_s": budget_s,
         "epochs": epochs,
         "converged": not carried,
-        "same_solved_plans": _solved_plans(plans) == _solved_plans(ref.plans),
+        "same_solved_plans": solved_plans(plans) == solved_plans(ref.plans),
         "first_billed_over_unbudgeted": epochs[0]["billed_per_hour"] / ref.fleet.billed_per_hour,
         "last_billed_over_unbudgeted": epochs[-1]["billed_per_hour"] / ref.fleet.billed_per_hour,
     }
@@ -349,7 +357,7 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
     the errors ``check_fleet`` / ``check_plan`` find in the fleet; then, each time, a new price list
     and a load ramp (:func:`changed_problems`)."""
     cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
-    changes: dict[str, list[dict[str, Any]]] = {"prices": [], "ramp": [], "slower": []}
+    changes: dict[str, list[dict[str, Any]]] = {"prices": [], "ramp": [], "slower": [], "cold": []}
     cold_solve, cold_pack, warm_pack = [], [], []
     reg_cpu: list[float] = []
     reg_wall: list[float] = []
@@ -413,7 +421,12 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
     }
 
 
-_CHANGE_NAMES = {"prices": "new price list", "ramp": "load ramp", "slower": "longer service times"}
+_CHANGE_NAMES = {
+    "prices": "new price list",
+    "ramp": "load ramp",
+    "slower": "longer service times",
+    "cold": "no plan at all",
+}
 
 
 def _change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -425,6 +438,7 @@ def _change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "prices": dict(PRICE_CHANGE),
             "ramp": {"rates": RAMP},
             "slower": {"duration_s +": SLOWER_S},
+            "cold": {"previous plans": 0},
         }[runs[0]["change"]],
         "budget_s": runs[0]["budget_s"],
         "changed_apps": runs[0]["changed_apps"],

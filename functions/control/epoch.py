@@ -203,8 +203,10 @@ class EpochSummary:
     activation: dict[str, Any] = field(default_factory=dict)  # functions.control.activation.ActivationCheck
     corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
     seeded: list[str] = field(default_factory=list)  # apps planned with their registration's plan
-    carried: list[str] = field(default_factory=list)  # apps on a plan made for an earlier problem
+    # apps on a plan to solve again: made for an earlier problem, or the solve's quick plan
+    carried: list[str] = field(default_factory=list)
     resolved: list[str] = field(default_factory=list)  # apps whose carried plan was replaced
+    quick: list[str] = field(default_factory=list)  # apps given the solve's quick plan (also carried)
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -621,6 +623,7 @@ class Controller:
             )
         summary.seeded = sorted(result.seeded)
         summary.carried, summary.resolved = sorted(result.carried), sorted(result.resolved)
+        summary.quick = sorted(result.quick)
         failed.update(result.failed)
         plans = dict(result.plans)
         fleet = result.fleet
@@ -699,13 +702,19 @@ class Controller:
         }
 
     def _solver(
-        self, problem: ProblemSpec, *, schedules: dict[tuple[object, ...], DispatchSchedule] | None = None
+        self,
+        problem: ProblemSpec,
+        *,
+        schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
+        first_found: bool = False,
     ) -> Plan:
         """The dispatch-aware solve (docs/dispatch.md): each module's worst case is what the
         time-window dispatch realises (schedule bound, bursts of at most ``max_children_per_request``
         children per parent request), children get the spread capacity their bursts need, and the
         plan records ``dispatch.spread_rate`` for the data plane. ``schedules``: plan_fleet's dict for
-        this app (the schedules the solve builds are reused when its shapes are realised)."""
+        this app (the schedules the solve builds are reused when its shapes are realised);
+        ``first_found``: the solve's quick mode, which plan_fleet asks for when a budgeted epoch has
+        more apps without a plan than it can solve in full (they are solved in full in later epochs)."""
         from planner.robust import solve_dispatchable
 
         def solve(p: ProblemSpec) -> Plan:
@@ -715,6 +724,7 @@ class Controller:
                 objective="billed",
                 child_headroom=self.config.child_headroom,
                 schedules=schedules,
+                first_found=first_found,
             )
 
         if not self.config.machine_caps:
@@ -836,7 +846,7 @@ class Controller:
         m.put("PlanningFailures", 1 if summary.status == "failed" else 0)
         m.put("PlanningAppFailures", len(summary.failed_apps))
         m.put("PlanVersionPublished", 1 if summary.status == "published" else 0)
-        m.put("CarriedApps", len(summary.carried))  # on a plan made for an earlier problem (solve budget)
+        m.put("CarriedApps", len(summary.carried))  # on a plan to solve again (solve budget)
         m.put("EpochMs", summary.timings_ms.get("total", 0.0), "Milliseconds")
         m.put("BilledCostPerHour", summary.billed_per_hour, "None")
         m.put("OccupancyCostPerHour", summary.occupancy_per_hour, "None")

@@ -164,8 +164,10 @@ def _last(console: Any, doc: dict[str, Any]) -> None:
         bits.append("failed apps " + ", ".join(f"{a} ({why})" for a, why in last["failed_apps"].items()))
     if last.get("excluded_hardware"):
         bits.append("left out " + ", ".join(last["excluded_hardware"]))
-    if last.get("carried"):  # plans kept over a problem change (new prices), to be solved again
+    if last.get("carried"):  # plans kept over a problem change (new prices), or quick: to be solved again
         bits.append(f"{len(last['carried'])} app(s) on a carried plan: " + ", ".join(last["carried"]))
+    if last.get("quick"):
+        bits.append(f"{len(last['quick'])} of them on a quick plan (too many new apps for one epoch)")
     if last.get("resolved"):
         bits.append(f"{len(last['resolved'])} carried plan(s) solved again")
     console.print("; ".join(bits))

@@ -52,3 +52,18 @@ def test_changed_problems_are_timed_solved_at_once_and_within_the_budget(
     monkeypatch.setattr(skinflint.bench_fleet, "RAMP", 1.6)  # past these small plans' capacity
     ramp = changed_problems(problems, first, "dispatchable", "ramp", budget_s=600.0)
     assert ramp["converged"] and ramp["same_solved_plans"] and ramp["changed_apps"] > 0
+
+
+def test_cold_epochs_give_quick_plans_past_the_budget_and_converge_with_it() -> None:
+    from planner.fleet import RealisationCache, plan_fleet
+    from skinflint.bench_fleet import changed_problems, solver_for
+
+    problems = {f"app{i}": p for i, p in enumerate(generate_problems(4, 11))}
+    first = plan_fleet(problems, solver=solver_for("dispatchable"), cache=RealisationCache())
+    tight = changed_problems(problems, first, "dispatchable", "cold", budget_s=0.0, max_epochs=1)
+    epoch = tight["epochs"][0]
+    assert tight["changed_apps"] == 4 and not tight["converged"]
+    assert epoch["quick"] == epoch["carried"] == 3  # the first app solved in full: no mean yet
+    out = changed_problems(problems, first, "dispatchable", "cold", budget_s=600.0)
+    assert out["converged"] and out["same_solved_plans"] and len(out["epochs"]) == 1
+    assert out["epochs"][0]["quick"] == 0

@@ -1,0 +1,137 @@
+"""The dispatch-aware solve's quick mode (``first_found``) and a budgeted epoch with more apps without a
+plan than its budget can solve in full: they get quick plans, valid at once, and are solved in full in
+later epochs, ending as the epoch without a budget."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from planner.errors import InfeasibleError
+from planner.fleet import CARRIED_KEY, RealisationCache, plan_fleet, realised, redispatch
+from planner.generate import generate_problem
+from planner.packing import check_fleet
+from planner.robust import FIRST_FOUND_KEY, QUICK_SLO, solve_dispatchable
+from skinflint.bench_fleet import solved_plans, without_timings
+
+if TYPE_CHECKING:
+    from planner.fleet import Schedules
+    from planner.models import Plan, ProblemSpec
+
+APPS = 6
+
+
+class _Quick:
+    """The control loop's solver (with its quick mode), counting the quick calls."""
+
+    def __init__(self) -> None:
+        self.quick = 0
+
+    def __call__(
+        self, problem: ProblemSpec, *, schedules: Schedules | None = None, first_found: bool = False
+    ) -> Plan:
+        self.quick += first_found
+        return solve_dispatchable(problem, schedules=schedules, first_found=first_found)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_quick_plan_realises_within_the_slo_and_costs_no_less_than_the_full_solve(seed: int) -> None:
+    problem = generate_problem(seed)
+    full = solve_dispatchable(problem)
+    quick = solve_dispatchable(problem, first_found=True)
+    assert FIRST_FOUND_KEY not in (full.model_extra or {})
+    assert (quick.model_extra or {})[FIRST_FOUND_KEY] is True
+    assert realised(quick)
+    assert redispatch(problem, quick) is not None  # realised afresh: every path within the SLO
+    assert quick.billed_per_hour >= full.billed_per_hour - 1e-9  # the full solve keeps the cheapest
+    assert (quick.model_extra or {})["plain_billed_per_hour"] is None  # no plain attempt was made
+
+
+def test_when_the_quick_start_finds_nothing_the_full_solve_runs() -> None:
+    """An SLO so tight that ``QUICK_SLO`` of it has no plan: the quick mode returns the full plan."""
+    problem = generate_problem(3)
+    with pytest.raises(InfeasibleError) as err:
+        solve_dispatchable(problem.model_copy(update={"slo_s": 1e-4}))
+    floor = err.value.min_latency_s
+    assert floor is not None
+    lo, hi = floor, problem.slo_s  # the least SLO (within 1 %) with a realisable plan
+    while hi - lo > 0.01 * hi:
+        mid = (lo + hi) / 2
+        try:
+            solve_dispatchable(problem.model_copy(update={"slo_s": mid}))
+            hi = mid
+        except InfeasibleError:
+            lo = mid
+    tight = problem.model_copy(update={"slo_s": hi})
+    with pytest.raises(InfeasibleError):  # the quick start is infeasible...
+        solve_dispatchable(tight.model_copy(update={"slo_s": hi * QUICK_SLO}))
+    quick = solve_dispatchable(tight, first_found=True)  # ...so this is the full solve
+    assert FIRST_FOUND_KEY not in (quick.model_extra or {})
+    full = solve_dispatchable(tight)
+    assert without_timings(quick.model_dump(mode="json")) == without_timings(full.model_dump(mode="json"))
+
+
+@pytest.fixture(scope="module")
+def problems() -> dict[str, ProblemSpec]:
+    return {f"a{i}": generate_problem(i) for i in range(APPS)}
+
+
+def test_a_budget_too_small_for_the_new_apps_gives_quick_plans_that_serve(
+    problems: dict[str, ProblemSpec],
+) -> None:
+    solver = _Quick()
+    res = plan_fleet(problems, solver=solver, cache=RealisationCache(), solve_budget_s=0.0)
+    # the first app is solved in full (no mean yet); past the budget the others are quick
+    assert res.quick and res.quick == sorted(res.quick)
+    assert "a0" not in res.quick
+    assert solver.quick == len(problems) - 1
+    assert set(res.quick) <= set(res.carried)
+    assert set(res.plans) == set(problems) and not res.failed
+    for app in res.quick:
+        mark = (res.plans[app].model_extra or {})[CARRIED_KEY]
+        assert mark["quick"] is True and mark["sticky"] is False
+    apps = {a: (problems[a], res.plans[a]) for a in problems}
+    assert not check_fleet(res.fleet, apps)  # valid at once, every plan within its SLO
+
+
+def test_quick_plans_are_solved_in_full_later_and_end_as_the_unbudgeted_epoch(
+    problems: dict[str, ProblemSpec],
+) -> None:
+    cache = RealisationCache()
+    first = plan_fleet(problems, solver=_Quick(), cache=cache, solve_budget_s=0.0)
+    again = plan_fleet(
+        problems,
+        previous=first.fleet,
+        previous_plans=first.plans,
+        solver=_Quick(),
+        cache=cache,
+        solve_budget_s=0.0,
+    )
+    assert again.carried == first.carried and not again.resolved  # no budget left: still quick
+    later = plan_fleet(
+        problems,
+        previous=again.fleet,
+        previous_plans=again.plans,
+        solver=_Quick(),
+        cache=cache,
+        solve_budget_s=60.0,
+    )
+    assert later.resolved == first.carried and not later.carried and not later.quick
+    unbudgeted = plan_fleet(problems, solver=_Quick(), cache=RealisationCache())
+    assert not unbudgeted.quick and not unbudgeted.carried
+    assert solved_plans(later.plans) == solved_plans(unbudgeted.plans)
+    assert later.fleet.billed_per_hour <= first.fleet.billed_per_hour + 1e-9
+
+
+def test_a_large_enough_budget_solves_every_new_app_in_full(problems: dict[str, ProblemSpec]) -> None:
+    res = plan_fleet(problems, solver=_Quick(), cache=RealisationCache(), solve_budget_s=60.0)
+    assert not res.quick and not res.carried
+
+
+def test_a_solver_without_a_quick_mode_solves_every_new_app_in_full(problems: dict[str, ProblemSpec]) -> None:
+    def plain_call(problem: ProblemSpec, *, schedules: Schedules | None = None) -> Plan:
+        return solve_dispatchable(problem, schedules=schedules)
+
+    res = plan_fleet(problems, solver=plain_call, cache=RealisationCache(), solve_budget_s=0.0)
+    assert not res.quick and not res.carried
