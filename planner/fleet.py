@@ -1247,9 +1247,15 @@ def _plan_fleet(
     tried = sorted(set(keeps) | ({last} if last is not None else set()), reverse=True)
     shapes = _shape_all(problems, solved, tried, done.unchanged, memo)
     best: tuple[float, float, dict[str, Plan], FleetPlan, dict[str, Plan]] | None = None
+    packed: list[tuple[dict[str, Plan], tuple[FleetPlan, dict[str, Plan]]]] = []
     for keep in tried:
         shaped = shapes[keep]
-        fleet, plans = packing.pack(shaped)
+        # the same plans as another keep's (none shaped: carried, quick): the same fleet, not packed again
+        same = next(
+            (r for s, r in packed if s.keys() == shaped.keys() and all(s[a] is shaped[a] for a in s)), None
+        )
+        fleet, plans = same if same is not None else packing.pack(shaped)
+        packed.append((shaped, (fleet, plans)))
         cost = fleet.billed_per_hour * (1 if keep == last else 1 + REPACK_THRESHOLD)
         if best is None or cost < best[0] - 1e-9:
             best = (cost, keep, shaped, fleet, plans)
@@ -1351,8 +1357,8 @@ def _restored(
 ) -> Plan:
     """``plan`` with ``modules`` as solved; a dispatch-realised plan is realised again (a restored parent
     changes its children's bursts), and stays as shaped when that misses the SLO."""
-    if not modules or not _tc(plan):
-        return plan
+    if not modules or not _tc(plan) or not isinstance((plan.model_extra or {}).get(SOLVED_KEY), dict):
+        return plan  # (a plan not shaped has the solver's modules)
     out = restore_modules(problem, plan, modules)
     if not realised(plan):
         return out
