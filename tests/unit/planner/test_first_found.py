@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from planner.errors import InfeasibleError
-from planner.fleet import CARRIED_KEY, RealisationCache, plan_fleet, realised, redispatch
+from planner.fleet import CARRIED_KEY, KEEP_KEY, RealisationCache, plan_fleet, realised, redispatch
 from planner.generate import generate_problem
 from planner.packing import check_fleet
 from planner.robust import FIRST_FOUND_KEY, QUICK_SLO, solve_dispatchable
@@ -91,6 +91,7 @@ def test_a_budget_too_small_for_the_new_apps_gives_quick_plans_that_serve(
     for app in res.quick:
         mark = (res.plans[app].model_extra or {})[CARRIED_KEY]
         assert mark["quick"] is True and mark["sticky"] is False
+        assert KEEP_KEY not in (res.plans[app].model_extra or {})  # packed as solved: not shaped
     apps = {a: (problems[a], res.plans[a]) for a in problems}
     assert not check_fleet(res.fleet, apps)  # valid at once, every plan within its SLO
 
