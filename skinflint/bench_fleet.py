@@ -17,9 +17,10 @@ Prints, measured at run time (nothing is hard-coded):
   the ``check_fleet`` / ``check_plan`` errors of the fleet timed; and the CPU of each registration's
   solve; and three changes of every app's problem at once, a **new price list** (:data:`PRICE_CHANGE`:
   every plan still valid), a **load ramp** (:data:`RAMP`: plans outgrown) and **longer service times**
-  (:data:`SLOWER_S`, a larger hop overhead: plans re-timed): the epoch that solves
-  every app at once against epochs with the control loop's solve budget (plans carried, grown where
-  the rates outgrew them, and solved again in later epochs, :func:`~planner.fleet.plan_fleet`'s
+  (:data:`SLOWER_S`, a larger hop overhead: plans re-timed), and **no plan at all** (the same apps
+  without previous plans): the epoch that solves every app at once against epochs with the control
+  loop's solve budget (plans carried, grown where the rates outgrew them, quick plans where too many
+  apps have none, solved again in later epochs, :func:`~planner.fleet.plan_fleet`'s
   ``solve_budget_s``), until none is carried, and whether they end with the same solver plans;
 - **verification**: every shared instance replayed with its shares' window schedules (random phases and,
   per share, the phases that make it wait longest): measured worst case against planned + added wait;
@@ -438,7 +439,7 @@ def _change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "prices": dict(PRICE_CHANGE),
             "ramp": {"rates": RAMP},
             "slower": {"duration_s +": SLOWER_S},
-            "cold": {"previous plans": 0},
+            "cold": {"previous plans": 0},  # (printed as "no previous plan")
         }[runs[0]["change"]],
         "budget_s": runs[0]["budget_s"],
         "changed_apps": runs[0]["changed_apps"],
@@ -823,14 +824,17 @@ def render(result: dict[str, Any]) -> None:
     console.print(table)
     for t in result["timing"]:
         for name, pc in (t.get("changed") or {}).items():
-            change = ", ".join(f"{h} x{f:g}" for h, f in pc["change"].items())
+            cold = name == "cold"
+            change = "no previous plan" if cold else ", ".join(f"{h} x{f:g}" for h, f in pc["change"].items())
             last = ", ".join(f"{x:.4f}" for x in pc["last_billed_over_unbudgeted"])
+            quick = "/".join(str(r["epochs"][0]["quick"]) for r in pc["runs"])
             console.print(
                 f"{_CHANGE_NAMES[name]} ({t['solver']}; {change}): "
-                f"{pc['changed_apps']} apps' problems changed; solved at once {_ms(pc['unbudgeted_cpu'])} ms "
+                f"{pc['changed_apps']} apps {'to plan' if cold else 'whose problems changed'}; "
+                f"solved at once {_ms(pc['unbudgeted_cpu'])} ms "
                 f"CPU; with a {pc['budget_s']:g} s solve budget every epoch "
                 f"{_ms(pc['budgeted_epoch_cpu'])} ms "
-                f"(the first {_ms(pc['first_epoch_cpu'])}, its bill at most "
+                f"(the first {_ms(pc['first_epoch_cpu'])}, {quick} quick plans, its bill at most "
                 f"{pc['first_billed_over_unbudgeted']:.4f} x the solved one), none carried after "
                 f"{'/'.join(map(str, pc['epochs_to_converge']))} epochs, billing {last} x; the same solver "
                 f"plans as solving at once: {pc['same_solved_plans']}"

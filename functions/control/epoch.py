@@ -107,7 +107,8 @@ class ControlConfig:
     delete_linger_s: float = DEFAULT_DELETE_LINGER_S
     # CPU s an epoch's solving may take before apps whose plan still serves a changed problem (new
     # prices, a looser SLO) keep it and are solved in a later epoch (planner.fleet.plan_fleet's
-    # solve_budget_s; None: all solved at once); apps without a serving plan are always solved
+    # solve_budget_s; None: all solved at once); apps without a serving plan are solved now, in full
+    # while the budget allows, the rest with the solve's quick plan (carried, solved in full later)
     solve_budget_s: float | None = 0.4
 
     def __post_init__(self) -> None:
