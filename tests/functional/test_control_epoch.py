@@ -710,3 +710,44 @@ def test_a_re_registration_seeds_the_epoch_of_a_deployed_app(
     out = env.ctl.run_epoch()
     assert out.status == "published" and out.seeded == ["cams"] and solves == [], out.as_json()
     assert out.carried == []  # the seed, not the old plan re-timed to the new durations
+
+
+def test_new_apps_past_the_budget_get_quick_plans_and_a_later_epoch_solves_them(
+    env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two apps without a registration plan (stored without one) and no solve budget: the first is
+    solved in full, the other gets the solve's quick plan (valid, published, carried); the next epoch
+    with budget solves it in full."""
+    from dataclasses import replace
+
+    from planner.fleet import CARRIED_KEY
+
+    assert env.ctl.run_epoch().status == "unchanged"
+    for name in ("cams", "cams2"):
+        record = env.register({**SPEC, "name": name})
+        assert record.seed_key is not None
+        env.clients["s3"].delete_object(Bucket=env.cfg.bucket, Key=record.seed_key)
+    budget = env.ctl.config.solve_budget_s
+    env.ctl.config = replace(env.ctl.config, solve_budget_s=0.0)
+    solves = count_solves(monkeypatch)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published" and out.quick == ["cams2"] and out.carried == ["cams2"], out.as_json()
+    assert solves == ["cams", "cams2"]
+    dep = env.ctl.plans.deployment(out.version, "cams2")
+    assert dep is not None and (dep.plan.model_extra or {})[CARRIED_KEY]["quick"] is True
+    from skinflint.cli import main
+
+    assert main(["status"]) == 0
+    assert "1 of them on a quick plan" in " ".join(capsys.readouterr().out.split())
+    env.ctl.config = replace(env.ctl.config, solve_budget_s=budget)
+    for name in ("cams", "cams2"):
+        env.frames(name, 20.0)
+    env.clock.t += 60
+    again = env.ctl.run_epoch()
+    assert again.resolved == ["cams2"] and again.carried == [] and again.quick == [], again.as_json()
+    assert solves == ["cams", "cams2", "cams2"]
+    cur = env.ctl.plans.current()
+    assert cur is not None
+    dep = env.ctl.plans.deployment(cur.version, "cams2")
+    assert dep is not None and CARRIED_KEY not in (dep.plan.model_extra or {})
