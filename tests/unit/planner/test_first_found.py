@@ -16,7 +16,7 @@ from planner.robust import FIRST_FOUND_KEY, QUICK_SLO, solve_dispatchable
 from skinflint.bench_fleet import solved_plans, without_timings
 
 if TYPE_CHECKING:
-    from planner.fleet import Schedules
+    from planner.fleet import FleetResult, Schedules
     from planner.models import Plan, ProblemSpec
 
 APPS = 6
@@ -72,6 +72,20 @@ def test_when_the_quick_start_finds_nothing_the_full_solve_runs() -> None:
     assert without_timings(quick.model_dump(mode="json")) == without_timings(full.model_dump(mode="json"))
 
 
+def _next(
+    problems: dict[str, ProblemSpec], last: FleetResult, cache: RealisationCache, budget: float
+) -> FleetResult:
+    """The next epoch after ``last`` with a solve budget of ``budget`` s."""
+    return plan_fleet(
+        problems,
+        previous=last.fleet,
+        previous_plans=last.plans,
+        solver=_Quick(),
+        cache=cache,
+        solve_budget_s=budget,
+    )
+
+
 @pytest.fixture(scope="module")
 def problems() -> dict[str, ProblemSpec]:
     return {f"a{i}": generate_problem(i) for i in range(APPS)}
@@ -101,23 +115,9 @@ def test_quick_plans_are_solved_in_full_later_and_end_as_the_unbudgeted_epoch(
 ) -> None:
     cache = RealisationCache()
     first = plan_fleet(problems, solver=_Quick(), cache=cache, solve_budget_s=0.0)
-    again = plan_fleet(
-        problems,
-        previous=first.fleet,
-        previous_plans=first.plans,
-        solver=_Quick(),
-        cache=cache,
-        solve_budget_s=0.0,
-    )
+    again = _next(problems, first, cache, 0.0)
     assert again.carried == first.carried and not again.resolved  # no budget left: still quick
-    later = plan_fleet(
-        problems,
-        previous=again.fleet,
-        previous_plans=again.plans,
-        solver=_Quick(),
-        cache=cache,
-        solve_budget_s=60.0,
-    )
+    later = _next(problems, again, cache, 60.0)
     assert later.resolved == first.carried and not later.carried and not later.quick
     unbudgeted = plan_fleet(problems, solver=_Quick(), cache=RealisationCache())
     assert not unbudgeted.quick and not unbudgeted.carried
