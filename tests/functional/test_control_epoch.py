@@ -751,3 +751,30 @@ def test_new_apps_past_the_budget_get_quick_plans_and_a_later_epoch_solves_them(
     assert cur is not None
     dep = env.ctl.plans.deployment(cur.version, "cams2")
     assert dep is not None and CARRIED_KEY not in (dep.plan.model_extra or {})
+
+
+def test_a_registration_plan_on_hardware_without_a_worker_group_is_solved_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registered before the first epoch, the app is checked against the whole catalog, and its plan
+    puts the detector on a V100 (one V100 for what seven T4 would do). The fleet has no V100 group: the
+    epoch neither takes nor carries that plan; it solves the app on the groups there are."""
+    spec = copy.deepcopy(SPEC)
+    spec["hardware"] = ["t4", "c6i.large", "v100"]
+    spec["profiles"]["det-net"] = [
+        {"hardware": "t4", "batch": 1, "duration_s": 0.3},
+        {"hardware": "v100", "batch": 4, "duration_s": 0.01},
+    ]
+    record = env.register(spec)  # before any epoch: no worker groups known yet
+    seed = env.ctl.registry.seed(record)
+    assert seed is not None
+    assert {g.hardware for g in seed.modules["det"].groups} == {"v100"}
+    solves = count_solves(monkeypatch)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published" and out.seeded == [] and out.carried == [], out.as_json()
+    assert solves == ["cams"]
+    dep = env.ctl.plans.deployment(out.version, "cams")
+    assert dep is not None
+    used = {g.hardware for mp in dep.plan.modules.values() for g in mp.groups}
+    assert used <= set(ASGS) and "t4" in used
