@@ -724,17 +724,18 @@ def _carry(
     cache: RealisationCache | None,
     schedules: Schedules | None,
 ) -> Plan | None:
-    """``old`` (an app's plan for an earlier problem: other prices, another catalog or SLO, higher
+    """``old`` (an app's plan for an earlier problem: other prices, another catalog or SLO, other
     rates, other service times) still serving ``problem``, when ``how.budget`` is set: the same
     modules; every machine's configuration priced and in the new profile, the modules' groups still in
-    throughput-cost order at the new prices (:func:`_retimed`); no rate more than ``how.hold`` below
-    the rate it was solved for; the SLO met (realised again at the new problem when the plan is
-    dispatch-realised, else :func:`check_plan`). A changed service time is taken from the profile (a
-    machine carries at most the new throughput); only a dispatch-realised plan is carried over one (its
-    figures are realised again; a plain plan's come from the solver's latency split). A rate above the
-    plan's capacity is met by whole machines of the module's first group (:func:`_grown_realised`, as an
-    epoch without a budget may keep it). The costs are those of the new prices. None otherwise: the app
-    is solved now."""
+    throughput-cost order at the new prices (:func:`_retimed`); the SLO met (realised again at the new
+    problem when the plan is dispatch-realised, else :func:`check_plan`). A changed service time is
+    taken from the profile (a machine carries at most the new throughput); only a dispatch-realised plan
+    is carried over one (its figures are realised again; a plain plan's come from the solver's latency
+    split). A rate above the plan's capacity is met by whole machines of the module's first group
+    (:func:`_grown_realised`, as an epoch without a budget may keep it); a rate that fell, even past
+    ``how.hold``, is served by the same machines with more dummy load (solved again soon, through
+    :func:`_sticky` as an epoch without a budget solves it). The costs are those of the new prices. None
+    otherwise: the app is solved now."""
     if how.budget is None or old is None or how.tighten > 0 or not _tc(old):
         return None
     prices = {h: x.price_per_hour for h, x in problem.hardware.items()}
@@ -765,11 +766,12 @@ def _carry(
             **extra,
         }
     )
-    # the served (shaped) plan as it is, unless its service times changed (then the solver's, grown)
-    serves = not retimed and _serves(problem, priced, how.hold)
+    # the served (shaped) plan as it is, unless its service times changed (then the solver's, grown);
+    # rates that fell past the hold band too: the plan serves them (it is solved again soon)
+    serves = not retimed and _serves(problem, priced, math.inf)
     held = _at_rates(problem, priced, digest, cache, schedules) if serves else None
     if held is None:  # the rates outgrew it, or its shape no longer realises: the solver's plan, grown
-        held = _grown_realised(problem, priced, how.hold, cache, schedules)
+        held = _grown_realised(problem, priced, math.inf, cache, schedules)
     if held is None or (not realised(held) and check_plan(problem, held)):
         return None
     return held.model_copy(update={CARRIED_KEY: mark, SHAPE_KEY: shape, DIGEST_KEY: digest})

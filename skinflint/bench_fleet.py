@@ -15,8 +15,9 @@ Prints, measured at run time (nothing is hard-coded):
   :func:`~planner.robust.solve_dispatchable`, what the control loop runs): CPU time of this process (one
   core) and wall time, median and spread of repeats, with the load average, the bill over the bound and
   the ``check_fleet`` / ``check_plan`` errors of the fleet timed; and the CPU of each registration's
-  solve; and three changes of every app's problem at once, a **new price list** (:data:`PRICE_CHANGE`:
-  every plan still valid), a **load ramp** (:data:`RAMP`: plans outgrown) and **longer service times**
+  solve; and four changes of every app's problem at once, a **new price list** (:data:`PRICE_CHANGE`:
+  every plan still valid), a **load ramp** (:data:`RAMP`: plans outgrown), a **load drop** (:data:`DROP`:
+  plans over-provisioned past the hold band), **longer service times**
   (:data:`SLOWER_S`, a larger hop overhead: plans re-timed), and **no plan at all** (the same apps
   without previous plans): the epoch that solves every app at once against epochs with the control
   loop's solve budget (plans carried, grown where the rates outgrew them, quick plans where too many
@@ -67,6 +68,8 @@ TARGET_EPOCH_S = 1.0
 PRICE_CHANGE: dict[str, float] = {"*": 0.95, "t4": 0.80}
 #: The benchmark's load ramp: every app's rates 10 % up at once (past most plans' capacity).
 RAMP = 1.10
+#: The benchmark's load drop: every app's rates 20 % down at once (past the hold band of every plan).
+DROP = 0.80
 #: The benchmark's service-time change: every profile entry this much longer (s), as a larger hop
 #: overhead (``SKINFLINT_HOP_OVERHEAD_S``) makes every duration.
 SLOWER_S = 0.002
@@ -298,7 +301,8 @@ def changed_problems(
 ) -> dict[str, Any]:
     """The epochs after every app's problem changed at once, from ``first`` (a ``FleetResult`` of
     ``problems``): ``change`` ``"prices"`` (a new price list, :data:`PRICE_CHANGE`: every plan still
-    valid), ``"ramp"`` (every rate :data:`RAMP` times: plans outgrown), ``"slower"`` (every service
+    valid), ``"ramp"`` (every rate :data:`RAMP` times: plans outgrown), ``"drop"`` (every rate
+    :data:`DROP` times: plans over-provisioned past the hold band), ``"slower"`` (every service
     time :data:`SLOWER_S` longer: plans re-timed, most of them grown) or ``"cold"`` (the same problems
     with no plan at all, ``first`` unused: a lost plan store, apps stored without a registration
     plan; the budgeted epochs give quick plans). Solved at once (no budget), and
@@ -309,6 +313,7 @@ def changed_problems(
     new = {
         "prices": lambda: repriced(problems, PRICE_CHANGE),
         "ramp": lambda: ramped(problems, RAMP),
+        "drop": lambda: ramped(problems, DROP),
         "slower": lambda: slowed(problems, SLOWER_S),
         "cold": lambda: dict(problems),
     }[change]()
@@ -358,7 +363,13 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
     the errors ``check_fleet`` / ``check_plan`` find in the fleet; then, each time, a new price list
     and a load ramp (:func:`changed_problems`)."""
     cold_cpu, cold_wall, warm_cpu, warm_wall = [], [], [], []
-    changes: dict[str, list[dict[str, Any]]] = {"prices": [], "ramp": [], "slower": [], "cold": []}
+    changes: dict[str, list[dict[str, Any]]] = {
+        "prices": [],
+        "ramp": [],
+        "drop": [],
+        "slower": [],
+        "cold": [],
+    }
     cold_solve, cold_pack, warm_pack = [], [], []
     reg_cpu: list[float] = []
     reg_wall: list[float] = []
@@ -425,6 +436,7 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
 _CHANGE_NAMES = {
     "prices": "new price list",
     "ramp": "load ramp",
+    "drop": "load drop",
     "slower": "longer service times",
     "cold": "no plan at all",
 }
@@ -438,6 +450,7 @@ def _change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "change": {
             "prices": dict(PRICE_CHANGE),
             "ramp": {"rates": RAMP},
+            "drop": {"rates": DROP},
             "slower": {"duration_s +": SLOWER_S},
             "cold": {"previous plans": 0},  # (printed as "no previous plan")
         }[runs[0]["change"]],

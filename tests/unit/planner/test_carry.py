@@ -227,12 +227,13 @@ def _scaled(problem: ProblemSpec, factor: float) -> ProblemSpec:
     )
 
 
-def test_a_rate_that_fell_past_the_hold_or_an_slo_below_the_durations_is_solved(
+def test_a_rate_that_fell_past_the_hold_is_carried_and_an_slo_below_the_durations_is_solved(
     first: tuple[dict[str, Any], FleetResult],
 ) -> None:
     problem, old = _one(first)
     out, calls = _epoch(_scaled(_repriced(problem, 0.9), 0.5), old)
-    assert calls == 1 and out.carried == []
+    assert calls == 0 and out.carried == ["a0"]  # the same machines serve half the rate
+    assert out.plans["a0"].billed_per_hour == pytest.approx(0.9 * old.billed_per_hour)
     worst = max(p["worst_case_latency_s"] for p in (old.model_extra or {})["paths"])
     # a little tighter: more machines shorten the waits, and the grown plan meets it
     tighter = _repriced(problem, 0.9).model_copy(update={"slo_s": worst * 0.98})
@@ -248,14 +249,16 @@ def test_a_rate_that_fell_past_the_hold_or_an_slo_below_the_durations_is_solved(
     assert calls == 1 and out.carried == []
 
 
-def test_rates_past_the_plan_are_carried_on_grown_plans_and_solved_as_without_a_budget(
-    first: tuple[dict[str, Any], FleetResult],
+@pytest.mark.parametrize("factor", [1.6, 0.5])
+def test_rates_past_the_plan_are_carried_and_solved_as_without_a_budget(
+    first: tuple[dict[str, Any], FleetResult], factor: float
 ) -> None:
-    """A ramp: every app's rates rose past its plan. Without a budget every app is solved (and keeps its
-    plan grown by whole machines when that bills within ``stick`` of the fresh one); with one, the grown
-    plans serve at once and the apps are solved again later, to the same plans."""
+    """A ramp: every app's rates rose past its plan (1.6) or fell past the hold band (0.5). Without a
+    budget every app is solved (and keeps its plan grown by whole machines, or its configurations, when
+    that bills within ``stick`` of the fresh one); with one, the grown plans (the same machines, for a
+    fall) serve at once and the apps are solved again later, to the same plans."""
     problems, res = first
-    ramp = {a: _scaled(p, 1.6) for a, p in problems.items()}
+    ramp = {a: _scaled(p, factor) for a, p in problems.items()}
     ref = plan_fleet(
         ramp, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=RealisationCache()
     )
@@ -269,7 +272,7 @@ def test_rates_past_the_plan_are_carried_on_grown_plans_and_solved_as_without_a_
             assert CARRIED_KEY not in (plan.model_extra or {})
             continue
         assert (plan.model_extra or {})[CARRIED_KEY]["sticky"] is True
-        for m, mp in plan.modules.items():  # grown: the plan carries the new rates
+        for m, mp in plan.modules.items():  # grown where they rose: the plan carries the new rates
             assert sum(g.machines * g.rate_per_machine for g in mp.groups) >= ramp[a].modules[m].rate * (
                 1 - 1e-9
             )
