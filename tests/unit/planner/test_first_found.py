@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from planner.errors import InfeasibleError
 from planner.fleet import CARRIED_KEY, KEEP_KEY, RealisationCache, plan_fleet, realised, redispatch
 from planner.generate import generate_problem
 from planner.packing import check_fleet
 from planner.robust import FIRST_FOUND_KEY, QUICK_SLO, solve_dispatchable
+from planner.simulator import simulate
 from skinflint.bench_fleet import solved_plans, without_timings
 
 if TYPE_CHECKING:
@@ -46,6 +49,24 @@ def test_a_quick_plan_realises_within_the_slo_and_costs_no_less_than_the_full_so
     assert redispatch(problem, quick) is not None  # realised afresh: every path within the SLO
     assert quick.billed_per_hour >= full.billed_per_hour - 1e-9  # the full solve keeps the cheapest
     assert (quick.model_extra or {})["plain_billed_per_hour"] is None  # no plain attempt was made
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 100_000))
+def test_a_simulated_quick_plan_stays_within_its_figures_and_the_slo(seed: int) -> None:
+    """As the full solve's plans (tests/unit/planner/test_robust.py): simulated under uniform arrivals, no
+    window overflows, every module within its realised figure, every frame within the SLO."""
+    problem = generate_problem(seed)
+    try:
+        plan = solve_dispatchable(problem, first_found=True)
+    except InfeasibleError:
+        assume(False)
+    report = simulate(problem, plan, 8.0)
+    for name, m in report.modules.items():
+        assert m.overflow_batches == 0, name
+        assert m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9, name
+    assert report.end_to_end.latency.max_s <= problem.slo_s + 1e-9
+    assert report.end_to_end.slo_attainment == 1.0
 
 
 def test_when_the_quick_start_finds_nothing_the_full_solve_runs() -> None:
