@@ -20,6 +20,7 @@ __all__ = [
     "resource_name_problem",
     "results_retention_from_env",
     "undeleted_bound",
+    "usage_metering_from_env",
 ]
 
 # SQS's message size limit is 256 KiB; frames whose message would exceed this go to S3.
@@ -80,6 +81,26 @@ def undeleted_bound(rate: float, linger_s: float) -> float:
     if linger_s <= 0:
         return 0.0
     return min(DELETE_BATCH - 1.0, rate * 1.25 * linger_s)
+
+
+#: ``SKINFLINT_USAGE_METERING``: ``on`` (the default) counts the AWS requests of every client
+#: :func:`make_client` makes for a component, and the units AWS bills them by, and publishes them with
+#: the component's metrics (``AwsRequests``, ``AwsRequestUnits``: functions/adapters/usage.py, the data
+#: plane's part of ``skinflint report``); ``off`` makes no hook and publishes nothing (the metrics are
+#: custom metrics CloudWatch bills per month, and each flush with them is one more PutMetricData).
+_USAGE_METERING = {"on": True, "1": True, "true": True, "off": False, "0": False, "false": False}
+
+
+def usage_metering_from_env(env: Mapping[str, str] | None = None) -> bool:
+    """``SKINFLINT_USAGE_METERING`` (on/off, 1/0, true/false; default on). Raises ValueError with the
+    setting's name on anything else."""
+    raw = (os.environ if env is None else env).get("SKINFLINT_USAGE_METERING")
+    if raw is None or not raw.strip():
+        return True
+    try:
+        return _USAGE_METERING[raw.strip().lower()]
+    except KeyError:
+        raise ValueError(f"SKINFLINT_USAGE_METERING must be on or off, got {_shown(raw)}") from None
 
 
 # -- the AWS resource names a deployment configures --------------------------------------------------
@@ -196,6 +217,7 @@ class DataPlaneConfig:
     output_inline_limit_bytes: int = 64 * 1024  # task outputs larger than this go to S3
     results_retention_days: float = DEFAULT_RESULTS_RETENTION_DAYS  # then the results' items expire
     extra: dict[str, str] = field(default_factory=dict)
+    usage_metering: bool = True  # SKINFLINT_USAGE_METERING: count the components' AWS requests
 
     def __post_init__(self) -> None:
         """Every resource name must be valid by AWS's naming rules: raises ValueError naming the
@@ -212,7 +234,7 @@ class DataPlaneConfig:
         setting when one is malformed: a resource name AWS would refuse (an empty one too: a set but
         empty variable is a deployment's mistake, never a request for the default name), a byte
         limit that is not a whole number, ``SKINFLINT_RESULTS_RETENTION_DAYS`` not a valid number
-        of days."""
+        of days, ``SKINFLINT_USAGE_METERING`` neither on nor off."""
         e = os.environ if env is None else env
         d = cls()
         return cls(
@@ -225,6 +247,7 @@ class DataPlaneConfig:
             inline_limit_bytes=_int_setting(e, "SKINFLINT_INLINE_LIMIT_BYTES", d.inline_limit_bytes),
             max_body_bytes=_int_setting(e, "SKINFLINT_MAX_BODY_BYTES", d.max_body_bytes),
             results_retention_days=results_retention_from_env(e),
+            usage_metering=usage_metering_from_env(e),
         )
 
     @property
@@ -241,20 +264,28 @@ class DataPlaneConfig:
             "SKINFLINT_INLINE_LIMIT_BYTES": str(self.inline_limit_bytes),
             "SKINFLINT_MAX_BODY_BYTES": str(self.max_body_bytes),
             "SKINFLINT_RESULTS_RETENTION_DAYS": repr(float(self.results_retention_days)),
+            "SKINFLINT_USAGE_METERING": "on" if self.usage_metering else "off",
         }
         if self.endpoint_url:
             env["SKINFLINT_ENDPOINT_URL"] = self.endpoint_url
         return env
 
 
-def make_client(service: str, config: DataPlaneConfig) -> Any:
-    """A boto3 client for ``service`` (imported lazily: Lambda cold start)."""
+def make_client(service: str, config: DataPlaneConfig, component: str | None = None) -> Any:
+    """A boto3 client for ``service`` (imported lazily: Lambda cold start). With ``component``
+    (``front``, ``worker``, ``instance``, ``control``) its requests are counted in that component's
+    usage meter (functions/adapters/usage.py) unless ``config.usage_metering`` is off."""
     import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    client = boto3.client(
         service,
         region_name=config.region,
         endpoint_url=config.endpoint_url,
         config=Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=32),
     )
+    if component is not None and config.usage_metering:
+        from functions.adapters.usage import attach
+
+        attach(client, component)
+    return client

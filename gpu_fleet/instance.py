@@ -756,25 +756,28 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     from functions.adapters.plan_store import InstanceStatus, PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
+    from functions.adapters.usage import report_to
     from functions.settings import DataPlaneConfig, make_client
     from gpu_fleet.lifecycle import AutoScalingCompleter, ImdsClient, LifecycleWatcher
 
     cfg = DataPlaneConfig.from_env()
     imds = ImdsClient(args.imds_url) if not args.no_lifecycle or not args.instance_id else None
     instance_id = args.instance_id or (imds.instance_id() if imds else "")
-    ddb, s3 = make_client("dynamodb", cfg), make_client("s3", cfg)
+    ddb, s3 = make_client("dynamodb", cfg, "instance"), make_client("s3", cfg, "instance")
     plans = PlanStore(ddb, cfg.config_table)
-    metrics = CloudWatchMetrics(make_client("cloudwatch", cfg), cfg.metrics_namespace)
+    metrics = report_to(
+        CloudWatchMetrics(make_client("cloudwatch", cfg, "instance"), cfg.metrics_namespace), "instance"
+    )
     completer = None
     asg, hook = os.environ.get("SKINFLINT_ASG_NAME"), os.environ.get("SKINFLINT_DRAIN_HOOK")
     if asg and hook:
-        completer = AutoScalingCompleter(make_client("autoscaling", cfg), asg, hook).complete
+        completer = AutoScalingCompleter(make_client("autoscaling", cfg, "instance"), asg, hook).complete
     agent = InstanceAgent(
         instance_id=instance_id,
         hardware=args.hardware,
         plans=plans,
         services=WorkerServices(
-            queues=TaskQueues(make_client("sqs", cfg)),
+            queues=TaskQueues(make_client("sqs", cfg, "instance")),
             results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
             blobs=BlobStore(s3, cfg.bucket),
             metrics=metrics,

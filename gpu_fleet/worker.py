@@ -706,6 +706,7 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
     from functions.adapters.metrics import CloudWatchMetrics
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
+    from functions.adapters.usage import report_to
     from functions.errors import ConfigError
     from functions.routing import Router
     from functions.settings import DataPlaneConfig, make_client
@@ -719,19 +720,21 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
         linger = delete_linger_from_env()
     except ValueError as exc:
         raise ConfigError(str(exc), key="SKINFLINT_DELETE_LINGER_S") from None
-    ddb = make_client("dynamodb", cfg)
+    ddb = make_client("dynamodb", cfg, "worker")
     store = ConfigStore(ddb, cfg.config_table)
     assignment = store.get_assignment(worker_id)
     deployment = store.get_deployment(assignment.app)
     if deployment is None:
         raise ConfigError(f"app {assignment.app!r} is not deployed", key=f"app#{assignment.app}")
-    metrics = CloudWatchMetrics(make_client("cloudwatch", cfg), cfg.metrics_namespace)
+    metrics = report_to(
+        CloudWatchMetrics(make_client("cloudwatch", cfg, "worker"), cfg.metrics_namespace), "worker"
+    )
     worker = Worker(
         assignment=assignment,
         router=Router.for_deployment(deployment),
-        queues=TaskQueues(make_client("sqs", cfg)),
+        queues=TaskQueues(make_client("sqs", cfg, "worker")),
         results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
-        blobs=BlobStore(make_client("s3", cfg), cfg.bucket),
+        blobs=BlobStore(make_client("s3", cfg, "worker"), cfg.bucket),
         metrics=metrics,
         runtime=make_runtime(assignment),
         output_inline_limit_bytes=cfg.output_inline_limit_bytes,

@@ -20,9 +20,12 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.errors import MetricsError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["CloudWatchMetrics", "MemoryMetrics", "Metrics"]
 
@@ -63,6 +66,7 @@ class Metrics:
     _stats: dict[_Key, _Stat] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     resolution_s: float = field(default_factory=resolution_from_env)
+    _collectors: list[Callable[[Metrics], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not (0 < self.resolution_s < math.inf):
@@ -83,7 +87,14 @@ class Metrics:
                 stat = self._stats[key] = _Stat()
             stat.add(float(value))
 
+    def add_collector(self, collect: Callable[[Metrics], None]) -> None:
+        """Call ``collect(self)`` at every drain, before the values are taken: a source that counts
+        on its own (``functions/adapters/usage.py``) puts its counts then, into the same flush."""
+        self._collectors.append(collect)
+
     def drain(self) -> dict[_Key, _Stat]:
+        for collect in self._collectors:
+            collect(self)
         with self._lock:
             stats, self._stats = self._stats, {}
         return stats

@@ -75,12 +75,14 @@ def build_controller(
     clock: Callable[[], float] = time.time,
 ) -> Controller:
     """A controller on ``data``'s resources. ``clients`` maps a service name (dynamodb, sqs, s3,
-    cloudwatch, autoscaling) to a client; missing ones are made with :func:`make_client`."""
+    cloudwatch, autoscaling) to a client; missing ones are made with :func:`make_client`, their
+    requests counted as the ``control`` component's (functions/adapters/usage.py; given ones are not)."""
     from functions.adapters.autoscaling import FleetGroups
     from functions.adapters.metrics import CloudWatchMetrics
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.rates import ObservedRates, ServiceOverruns
+    from functions.adapters.usage import report_to
     from functions.control.epoch import Controller
     from functions.control.registry import AppRegistry
     from functions.control.state import StateStore
@@ -90,7 +92,7 @@ def build_controller(
 
     def client(name: str) -> Any:
         if name not in given:
-            given[name] = make_client(name, data)
+            given[name] = make_client(name, data, "control")
         return given[name]
 
     ddb, s3, cw, sqs = client("dynamodb"), client("s3"), client("cloudwatch"), client("sqs")
@@ -104,7 +106,7 @@ def build_controller(
         groups=FleetGroups(client("autoscaling"), control.asg_names),
         sqs=sqs,
         depth=TaskQueues(sqs).depth,
-        metrics=CloudWatchMetrics(cw, data.metrics_namespace),
+        metrics=report_to(CloudWatchMetrics(cw, data.metrics_namespace), "control"),
         catalog=load_catalog(s3, data.bucket),
         clock=clock,
     )

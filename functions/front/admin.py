@@ -109,9 +109,9 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
     from functions.control.state import StateStore
     from functions.settings import make_client
 
-    ddb, s3 = make_client("dynamodb", config), make_client("s3", config)
+    ddb, s3 = make_client("dynamodb", config, "front"), make_client("s3", config, "front")
     function = os.environ.get("SKINFLINT_PLANNER_FUNCTION")
-    invoke = _planner_invoker(make_client("lambda", config), function) if function else None
+    invoke = _planner_invoker(make_client("lambda", config, "front"), function) if function else None
     registrar = Registrar(
         registry=AppRegistry(ddb, config.config_table, s3, config.bucket),
         states=StateStore(ddb, config.config_table),

@@ -85,6 +85,7 @@ def create_app(
 
     app.state.service = service
     app.state.service_holder = holder
+    _meter_requests(app)
 
     @app.exception_handler(Rejection)
     async def _rejected(_: Request, exc: Rejection) -> JSONResponse:
@@ -163,6 +164,21 @@ def create_app(
 
     add_admin_routes(app, admin_factory or (lambda: admin_from_config(service().config)))
     return app
+
+
+def _meter_requests(app: FastAPI) -> None:
+    """Count every HTTP request as the deployed front is billed for it (API Gateway request, Lambda
+    invocation and milliseconds: functions/adapters/usage.py), unless SKINFLINT_USAGE_METERING is off
+    (malformed: off here, and the service's configuration names the setting in its 503)."""
+    from functions.adapters.usage import HttpUsage, meter
+    from functions.settings import usage_metering_from_env
+
+    try:
+        on = usage_metering_from_env()
+    except ValueError:
+        on = False
+    if on:
+        app.add_middleware(HttpUsage, meter=meter("front"))
 
 
 def _frames_from_json(svc: FrontService, body: bytes) -> list[tuple[bytes, str]]:

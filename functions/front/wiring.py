@@ -20,6 +20,7 @@ def service_from_config(
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
+    from functions.adapters.usage import report_to
     from functions.errors import ConfigError
     from functions.front.admission import Admission, AdmissionConfig
     from functions.front.service import FrontService
@@ -31,16 +32,18 @@ def service_from_config(
         except ValueError as exc:  # a bad setting: 503 with this one line in the log, no traceback
             raise ConfigError(str(exc), key="environment") from None
     cfg = config
-    ddb = make_client("dynamodb", cfg)
-    metrics = CloudWatchMetrics(make_client("cloudwatch", cfg), cfg.metrics_namespace)
+    ddb = make_client("dynamodb", cfg, "front")
+    metrics = report_to(
+        CloudWatchMetrics(make_client("cloudwatch", cfg, "front"), cfg.metrics_namespace), "front"
+    )
     if background_metrics:
         metrics.start()
     return FrontService(
         config=cfg,
         store=ConfigStore(ddb, cfg.config_table),
         results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
-        queues=TaskQueues(make_client("sqs", cfg)),
-        blobs=BlobStore(make_client("s3", cfg), cfg.bucket),
+        queues=TaskQueues(make_client("sqs", cfg, "front")),
+        blobs=BlobStore(make_client("s3", cfg, "front"), cfg.bucket),
         metrics=metrics,
         admission=Admission(AdmissionConfig.from_env()),
         plans=PlanStore(ddb, cfg.config_table),

@@ -1,5 +1,6 @@
 """Gather a report's inputs: which series exist (ListMetrics), their statistics (GetMetricData), the
-plans (config table) and the prices (``profiles/hardware.json``), then compute it."""
+plans (config table) and the prices (``profiles/hardware.json``; the data plane's AWS requests:
+``profiles/aws_prices.json``), then compute it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from functions.report.plans import load_plan_history
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from profiles.aws_prices import AwsPrices
 
 __all__ = ["METRIC_STATS", "collect_report"]
 
@@ -30,10 +33,15 @@ METRIC_STATS: dict[str, tuple[str, ...]] = {
     "EndToEndLatencyMs": ("Sum", "SampleCount", "Maximum"),
     "EndToEndLatencyBucket": ("Sum",),
     "FramesDropped": ("Sum",),
+    "AwsRequests": ("Sum",),  # Component, Service, Operation (functions/adapters/usage.py)
+    "AwsRequestUnits": ("Sum",),  # Component, Service, Unit
 }
+_DATA_PLANE = ("AwsRequests", "AwsRequestUnits")  # every app's: never filtered by app
 
 
 def _wanted(metric: str, dims: Mapping[str, str], apps: list[str] | None) -> bool:
+    if metric in _DATA_PLANE:
+        return True
     if "App" not in dims:  # fleet-wide series (instances by hardware); front rejections without an app
         return metric == "InstanceSeconds" and "Hardware" in dims
     return apps is None or dims["App"] in apps
@@ -50,8 +58,12 @@ def collect_report(
     end: float,
     period_s: int,
     apps: list[str] | None = None,
+    aws_prices: AwsPrices | None = None,
+    front_memory_mb: float | None = None,
 ) -> dict[str, Any]:
-    """The report of ``apps`` (default: every app with metrics or a plan) over ``[start, end)``."""
+    """The report of ``apps`` (default: every app with metrics or a plan) over ``[start, end)``;
+    the data plane's AWS requests priced with ``aws_prices`` (None: counted only), the front's
+    Lambda milliseconds as GB-seconds at ``front_memory_mb``."""
     reader = CloudWatchReader(cw, namespace)
     requests: list[SeriesRequest] = []
     seen_apps: set[str] = set()
@@ -70,6 +82,14 @@ def collect_report(
     series = reader.fetch(requests, start, end, period_s)
     return compute_report(
         ReportInput(
-            start=start, end=end, period_s=period_s, apps=names, prices=prices, series=series, plans=plans
+            start=start,
+            end=end,
+            period_s=period_s,
+            apps=names,
+            prices=prices,
+            series=series,
+            plans=plans,
+            aws_prices=aws_prices,
+            front_memory_mb=front_memory_mb,
         )
     )

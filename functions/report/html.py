@@ -23,6 +23,7 @@ _CSS = (
 
 _KINDS = {
     "usd": lambda v: f"${v:.4f}",
+    "usd6": lambda v: f"${v:.6f}",  # the data plane's request bill: fractions of a cent
     "pct": lambda v: f"{v:+.1%}",
     "frac": lambda v: f"{v:.2%}",
     "ms": lambda v: "inf" if math.isinf(v) else f"{v * 1e3:.0f} ms",
@@ -47,6 +48,46 @@ def _table(rows: list[tuple[str, str]]) -> str:
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _row(cells: tuple[str, ...], head: bool = False) -> str:
+    tag = "th" if head else "td"
+    return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>"
+
+
+def _data_plane(dp: dict[str, Any], total: dict[str, Any]) -> list[str]:
+    """The data plane's AWS request bill per service, its total, the fleet's and both added up."""
+    priced = f"priced at {dp['priced_at']}" if dp["priced_at"] else "not priced"
+    head = ("service", "requests", "billing units", "USD (window)", "USD/h", "USD / 1000 frames")
+    rows = [_row(head, head=True)]
+    for name, s in dp["services"].items():
+        units = ", ".join(f"{html.escape(u)} {v:,.6g}" for u, v in s["billed_units"].items()) or "-"
+        rows.append(
+            _row(
+                (
+                    html.escape(name),
+                    f"{s['requests']:,.0f}",
+                    units,
+                    _fmt(s["usd"], "usd6"),
+                    _fmt(s["usd_per_hour"], "usd6"),
+                    _fmt(s["usd_per_1000_frames"], "usd6"),
+                )
+            )
+        )
+    totals = (
+        ("data plane total", dp, ""),
+        ("fleet (billed)", total, "fleet_"),
+        ("fleet + data plane", total, ""),
+    )
+    for label, src, pre in totals:
+        figures = (src[f"{pre}usd"], src[f"{pre}usd_per_hour"], src[f"{pre}usd_per_1000_frames"])
+        rows.append(_row((f"<b>{label}</b>", "", "", *(_fmt(v, "usd6") for v in figures))))
+    return [
+        f"<h2>Data plane (AWS requests), {html.escape(priced)}</h2>",
+        f"<table>{''.join(rows)}</table>",
+        f"<p>data plane share of the total: {_fmt(total['data_plane_share'], 'frac')}; prices: "
+        f"{html.escape(dp['prices_source'] or '-')}</p>",
+    ]
 
 
 def render_html(report: dict[str, Any], plots: dict[str, Path]) -> str:
@@ -76,6 +117,8 @@ def render_html(report: dict[str, Any], plots: dict[str, Path]) -> str:
     ]
     if "cost" in plots:
         parts.append(_img(plots["cost"]))
+    if report.get("data_plane") is not None:
+        parts += _data_plane(report["data_plane"], report["total"])
     for app, a in report["apps"].items():
         parts.append(f"<h2>{html.escape(app)}</h2>")
         parts.append(

@@ -10,6 +10,9 @@ Planned cost is the plan in force at each period (the versions' manifests), so r
 the window is followed. Occupancy is measured from the batches: model busy time (``BatchMs``) over
 (concurrency x machine-seconds). An app's part of a shared fleet's bill is split like the plan
 splits it (each instance's price over its shares by occupancy).
+
+The data plane's AWS requests (``AwsRequests``, ``AwsRequestUnits``) are priced with the AWS price
+table (functions/report/dataplane.py) and added to the fleet's billed cost in ``total``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from functions.adapters.outcomes import LATENCY_BUCKETS_MS
+from functions.report.dataplane import FRONT_DURATION, data_plane, grand_total
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from functions.report.cloudwatch import Series
     from functions.report.plans import PlanHistory
+    from profiles.aws_prices import AwsPrices
 
 __all__ = ["ReportInput", "compute_report", "latency_cdf", "quantile_from_cdf"]
 
@@ -39,6 +44,8 @@ class ReportInput:
     prices: Mapping[str, float]  # hardware -> USD/h
     series: list[Series]
     plans: PlanHistory
+    aws_prices: AwsPrices | None = None  # the data plane's requests (None: counted, not priced)
+    front_memory_mb: float | None = None  # MB of the front's Lambda: its milliseconds -> GB-seconds
 
 
 def _of(series: Iterable[Series], name: str, stat: str, **dims: str) -> list[Series]:
@@ -282,11 +289,41 @@ def compute_report(inp: ReportInput) -> dict[str, Any]:
         )
     if inp.plans.source == "none":
         notes.append("no plan found in the config table: planned figures are missing")
+    apps = {a: _app(inp, a, fleet, source) for a in inp.apps}
+    frames = sum(a["frames"] for a in apps.values())
+    dp = data_plane(
+        inp.series, inp.aws_prices, period_s=inp.period_s, frames=frames, front_memory_mb=inp.front_memory_mb
+    )
+    notes += _data_plane_notes(inp, dp)
     return {
         "window": {"start": inp.start, "end": inp.end, "period_s": inp.period_s},
         "plan_source": inp.plans.source,
         "plan_versions": [v.version for v in inp.plans.versions],
         "fleet": fleet,
-        "apps": {a: _app(inp, a, fleet, source) for a in inp.apps},
+        "apps": apps,
+        "data_plane": dp,
+        "total": grand_total(fleet, dp, frames),
         "notes": notes,
     }
+
+
+def _data_plane_notes(inp: ReportInput, dp: dict[str, Any]) -> list[str]:
+    notes: list[str] = []
+    if not dp["services"]:
+        notes.append(
+            "no AwsRequests metrics in the window: the data plane's requests are not counted "
+            "(SKINFLINT_USAGE_METERING off, or components older than the meter)"
+        )
+        return notes
+    if inp.aws_prices is None:
+        notes.append("no AWS price table: the data plane's requests are counted, not priced")
+    elif dp["unpriced"]:
+        notes.append(f"no AWS price for {', '.join(dp['unpriced'])}: counted as 0")
+    has_ms = any(
+        (s.dims.get("Service"), s.dims.get("Unit")) == FRONT_DURATION
+        for s in inp.series
+        if s.name == "AwsRequestUnits"
+    )
+    if has_ms and inp.front_memory_mb is None:
+        notes.append("the front's memory size is unknown: its Lambda duration is not priced")
+    return notes

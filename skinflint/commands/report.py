@@ -2,10 +2,13 @@
 the plans in the config table -- for the fleet, planned against billed USD/h (whole instances x the
 catalog's price), in steady state and over the window; per app, its part of the bill, observed
 occupancy, frames, cost per 1,000 frames, SLO attainment, end-to-end latency, rejections and drops,
-and per module the machine time, batches, empty slots and worst latency against the plan.
-``--plots DIR`` writes PNGs (cost over time, each app's latency CDF against its SLO), ``--html FILE``
-a self-contained page. Works against real CloudWatch (your AWS credentials) and against the local
-stack's moto (``--endpoint``: the URL ``skinflint up`` logs as "moto server on ...")."""
+and per module the machine time, batches, empty slots and worst latency against the plan; the data
+plane's AWS requests (DynamoDB, SQS, CloudWatch, S3, API Gateway, WAF and the front's Lambda, as the
+components count them) priced at the list prices of ``profiles/aws_prices.json`` (``--aws-prices``),
+next to the fleet's billed cost and added to it. ``--plots DIR`` writes PNGs (cost over time, each
+app's latency CDF against its SLO), ``--html FILE`` a self-contained page. Works against real
+CloudWatch (your AWS credentials) and against the local stack's moto (``--endpoint``: the URL
+``skinflint up`` logs as "moto server on ...")."""
 
 from __future__ import annotations
 
@@ -55,6 +58,13 @@ def register(sub: Any) -> None:
         f"{LOCAL_PERIOD_S} with --endpoint)",
     )
     p.add_argument("--region", default=None, help="AWS region (default: AWS_DEFAULT_REGION or us-east-1)")
+    p.add_argument(
+        "--aws-prices",
+        default=None,
+        metavar="FILE",
+        help="price table of the data plane's AWS requests (default: the packaged profiles/aws_prices.json, "
+        "us-east-1 list prices entered by hand: see its as_of and source)",
+    )
     p.set_defaults(func=run)
 
 
@@ -62,6 +72,25 @@ def _prices() -> dict[str, float]:
     from profiles.hardware import load_catalog
 
     return {name: float(spec.price_per_hour) for name, spec in load_catalog().items()}
+
+
+def _aws_prices(path: str | None) -> Any:
+    """The data plane's price table (:class:`profiles.aws_prices.AwsPrices`); a missing or malformed
+    file is a one-line :class:`UsageError`."""
+    from profiles.aws_prices import load_aws_prices
+    from profiles.errors import ProfilesError
+
+    try:
+        return load_aws_prices(path)
+    except ProfilesError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _front_memory_mb() -> int:
+    """The front Lambda's memory size the CDK stack deploys (MB): its milliseconds -> GB-seconds."""
+    from cdk.constants import FRONT_MEMORY_MB
+
+    return FRONT_MEMORY_MB
 
 
 def build_report(
@@ -72,13 +101,16 @@ def build_report(
     end: float,
     period: int | None = None,
     region: str | None = None,
+    aws_prices: str | None = None,
 ) -> dict[str, Any]:
     """Read CloudWatch and the config table and compute the report. ``period`` is in seconds, None
-    for the default (:data:`CLOUDWATCH_PERIOD_S`, :data:`LOCAL_PERIOD_S` against an endpoint). Raises
-    :class:`UsageError`: a period that is not positive; a malformed setting, region or endpoint; a
-    failure of AWS, as ``skinflint apps`` reports one."""
+    for the default (:data:`CLOUDWATCH_PERIOD_S`, :data:`LOCAL_PERIOD_S` against an endpoint);
+    ``aws_prices`` the data plane's price table (None: the packaged one). Raises
+    :class:`UsageError`: a period that is not positive; a malformed setting, region, endpoint or price
+    table; a failure of AWS, as ``skinflint apps`` reports one."""
     if period is not None and period <= 0:  # 0 is given, not "use the default"
         raise UsageError(f"--period must be a positive number of seconds, got {period}")
+    table = _aws_prices(aws_prices)
     from functions.adapters._aws import AWS_ERRORS
     from functions.errors import DataPlaneError
     from functions.localstack.stack import FAKE_CREDENTIALS
@@ -116,6 +148,8 @@ def build_report(
             end=end,
             period_s=period_s,
             apps=apps,
+            aws_prices=table,
+            front_memory_mb=_front_memory_mb(),
         )
     except failures as exc:
         where = cfg.endpoint_url or f"CloudWatch in {cfg.region}"
@@ -127,17 +161,20 @@ def build_report(
 # -- output ------------------------------------------------------------------------------------------
 
 
+_KINDS = {
+    "usd": lambda v: f"${v:.4f}",
+    "usd6": lambda v: f"${v:.6f}",  # the data plane's request bill: fractions of a cent
+    "pct": lambda v: f"{v:+.2%}",
+    "frac": lambda v: f"{v:.2%}",
+    "ms": lambda v: "inf" if math.isinf(v) else f"{v * 1e3:.0f} ms",
+}
+
+
 def _f(v: Any, kind: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
-    if kind == "usd":
-        return f"${v:.4f}"
-    if kind == "pct":
-        return f"{v:+.2%}"
-    if kind == "frac":
-        return f"{v:.2%}"
-    if kind == "ms":
-        return "inf" if math.isinf(v) else f"{v * 1e3:.0f} ms"
+    if kind in _KINDS:
+        return str(_KINDS[kind](v))
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
@@ -209,10 +246,61 @@ def print_report(r: dict[str, Any]) -> None:
                 _f(m["planned_worst_s"], "ms"),
             )
     console.print(mods)
+    if r.get("data_plane") is not None:
+        _print_data_plane(console, r["data_plane"], r["total"])
     for n in r["notes"]:
         console.print(f"note: {n}")
     for k, v in (r.get("files") or {}).items():
         console.print(f"{k}: {v}")
+
+
+def _units_text(units: dict[str, float]) -> str:
+    return ", ".join(f"{u} {v:,.6g}" for u, v in units.items()) or "-"
+
+
+def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    priced = f"priced at {dp['priced_at']}" if dp["priced_at"] else "not priced"
+    t = Table(title=f"Data plane (AWS requests), {priced}")
+    for c in ("service", "requests", "billing units", "USD (window)", "USD/h", "USD / 1000 frames"):
+        t.add_column(c)
+    for name, s in dp["services"].items():
+        t.add_row(
+            name,
+            f"{s['requests']:,.0f}",
+            _units_text(s["billed_units"]),
+            _f(s["usd"], "usd6"),
+            _f(s["usd_per_hour"], "usd6"),
+            _f(s["usd_per_1000_frames"], "usd6"),
+        )
+    t.add_row(
+        "data plane total",
+        f"{dp['requests']:,.0f}",
+        "",
+        _f(dp["usd"], "usd6"),
+        _f(dp["usd_per_hour"], "usd6"),
+        _f(dp["usd_per_1000_frames"], "usd6"),
+        style="bold",
+    )
+    t.add_row(
+        "fleet (billed)",
+        "",
+        "",
+        _f(total["fleet_usd"], "usd6"),
+        _f(total["fleet_usd_per_hour"], "usd6"),
+        _f(total["fleet_usd_per_1000_frames"], "usd6"),
+    )
+    t.add_row(
+        "fleet + data plane",
+        "",
+        f"data plane {_f(total['data_plane_share'], 'frac')} of it",
+        _f(total["usd"], "usd6"),
+        _f(total["usd_per_hour"], "usd6"),
+        _f(total["usd_per_1000_frames"], "usd6"),
+        style="bold",
+    )
+    console.print(t)
 
 
 def write_outputs(r: dict[str, Any], plots_dir: str | None, html_file: str | None) -> dict[str, str]:
@@ -241,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
         end=end,
         period=args.period,
         region=args.region,
+        aws_prices=args.aws_prices,
     )
     r["files"] = write_outputs(r, args.plots, args.html)
     if args.json:
