@@ -57,3 +57,36 @@ def test_memory_metrics_keep_values_and_resolution_is_checked() -> None:
     assert m.total("X", Module="m") == 2.0
     with pytest.raises(ValueError, match="resolution"):
         CloudWatchMetrics(_Recorder(), "ns", resolution_s=0.0)
+
+
+class _Calls(_Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def put_metric_data(self, Namespace: str, MetricData: list[dict[str, Any]]) -> None:  # noqa: N803
+        self.calls.append(len(MetricData))
+        super().put_metric_data(Namespace, MetricData)
+
+
+def test_a_flush_makes_as_few_calls_as_the_api_allows() -> None:
+    """1,000 data per PutMetricData (the API's limit; each call is billed), and no call above its
+    byte budget: 2,500 series of one bucket take three calls; long dimension values take more."""
+    from functions.adapters.metrics import PUT_BATCH, PUT_BYTES, _datum_bytes
+
+    cw = _Calls()
+    m = CloudWatchMetrics(cw, "ns", resolution_s=1.0)
+    for i in range(2500):
+        m.put("BatchMs", 1.0, at=100.0, App=f"app{i}", Module="det", Hardware="t4")
+    m.flush()
+    assert cw.calls == [PUT_BATCH, PUT_BATCH, 500] and len(cw.data) == 2500
+    cw = _Calls()
+    m = CloudWatchMetrics(cw, "ns", resolution_s=1.0)
+    for i in range(600):  # dimension values near their 1,024-character limit
+        m.put("BatchMs", 1.0, at=100.0, App=f"app{i}" + "x" * 1000, Module="det", Hardware="t4")
+    m.flush()
+    assert len(cw.calls) > 1 and sum(cw.calls) == 600
+    start = 0
+    for n in cw.calls:
+        assert sum(_datum_bytes(d) for d in cw.data[start : start + n]) <= PUT_BYTES
+        start += n
