@@ -75,7 +75,12 @@ def latency_cdf_plot(app: str, a: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("fraction of done frames")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="lower right", fontsize=8)
+    if not cdf:  # no frame finished in the window
+        ax.text(
+            0.5, 0.5, "no finished frames in the window", ha="center", va="center", transform=ax.transAxes
+        )
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
