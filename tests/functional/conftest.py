@@ -38,6 +38,27 @@ def _fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SKINFLINT_ENDPOINT_URL", raising=False)
 
 
+@pytest.fixture
+def moto_url() -> Any:
+    """A moto server on a free local port with the base resources (config and results tables, the
+    bucket) of ``DataPlaneConfig(endpoint_url=url)``: its URL, for commands that take ``--endpoint``."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from functions.localstack.stack import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        clients = (boto3.client(s, region_name="us-east-1", endpoint_url=url) for s in ("dynamodb", "s3"))
+        create_base(*clients, DataPlaneConfig(endpoint_url=url))
+        yield url
+    finally:
+        server.stop()
+
+
 def two_module_app() -> AppSpec:
     # detector -> car with 1.5 cars per frame on average
     return AppSpec(

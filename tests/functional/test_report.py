@@ -248,42 +248,32 @@ def test_a_version_superseded_before_it_activated_is_not_in_the_plan_history(aws
     assert [v.version for v in history.versions] == [1, 3]
 
 
-def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys):
+def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys, moto_url):
     import boto3
-    from moto.server import ThreadedMotoServer
 
     from functions.adapters.config_store import ConfigStore
     from functions.localstack.stack import free_port
     from skinflint.cli import main
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        url = f"http://127.0.0.1:{port}"
-        cfg = DataPlaneConfig(endpoint_url=url)
-        ddb, sqs, s3 = (
-            boto3.client(s, region_name="us-east-1", endpoint_url=url) for s in ("dynamodb", "sqs", "s3")
-        )
-        create_base(ddb, s3, cfg)
-        now = time.time()
-        deploy(ConfigStore(ddb, cfg.config_table), sqs, APP, plan(), 10.0, origin_s=now - 600)
-        # the data plane's own metrics path: aggregated values flushed by CloudWatchMetrics
-        metrics = CloudWatchMetrics(
-            boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=url), "Skinflint"
-        )
-        metrics.put("FramesAccepted", 3, App="traffic")
-        metrics.put("SloAttainment", 1.0, "None", App="traffic")
-        metrics.put("InstanceSeconds", 5.0, "Seconds", App="traffic", Module="detector", Hardware="t4")
-        metrics.flush()
-        rc = main(
-            ["report", "--endpoint", url, "--since", "10m", "--json", "--plots", str(tmp_path / "plots"),
-             "--html", str(tmp_path / "r.html")]
-        )  # fmt: skip
-        out = json.loads(capsys.readouterr().out)
-        bad = main(["report", "--endpoint", f"http://127.0.0.1:{free_port()}", "--since", "1m"])
-    finally:
-        server.stop()
+    url = moto_url
+    cfg = DataPlaneConfig(endpoint_url=url)
+    ddb, sqs = (boto3.client(s, region_name="us-east-1", endpoint_url=url) for s in ("dynamodb", "sqs"))
+    now = time.time()
+    deploy(ConfigStore(ddb, cfg.config_table), sqs, APP, plan(), 10.0, origin_s=now - 600)
+    # the data plane's own metrics path: aggregated values flushed by CloudWatchMetrics
+    metrics = CloudWatchMetrics(
+        boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=url), "Skinflint"
+    )
+    metrics.put("FramesAccepted", 3, App="traffic")
+    metrics.put("SloAttainment", 1.0, "None", App="traffic")
+    metrics.put("InstanceSeconds", 5.0, "Seconds", App="traffic", Module="detector", Hardware="t4")
+    metrics.flush()
+    rc = main(
+        ["report", "--endpoint", url, "--since", "10m", "--json", "--plots", str(tmp_path / "plots"),
+         "--html", str(tmp_path / "r.html")]
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    bad = main(["report", "--endpoint", f"http://127.0.0.1:{free_port()}", "--since", "1m"])
     assert rc == 0
     a = out["apps"]["traffic"]
     assert a["frames"] == 3 and a["slo_attainment"] == 1.0 and a["planned_billed_per_hour"] == 1.4

@@ -13,7 +13,6 @@ from fastapi.testclient import TestClient
 
 from functions.adapters.metrics import CloudWatchMetrics
 from functions.adapters.usage import meter, report_to
-from functions.localstack.provision import create_base
 from functions.report import collect_report
 from functions.settings import DataPlaneConfig, make_client
 from profiles.aws_prices import load_aws_prices
@@ -116,39 +115,26 @@ def test_the_fronts_requests_api_gateway_and_lambda_are_counted_per_post(stack):
     assert set(dp["components"]) == {"front"}
 
 
-def test_the_cli_prints_the_data_plane_table_json_and_html(tmp_path, capsys):
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    from functions.localstack.stack import free_port
+def test_the_cli_prints_the_data_plane_table_json_and_html(tmp_path, capsys, moto_url):
     from skinflint.cli import main
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        url = f"http://127.0.0.1:{port}"
-        cfg = DataPlaneConfig(endpoint_url=url)
-        create_base(
-            *(boto3.client(s, region_name="us-east-1", endpoint_url=url) for s in ("dynamodb", "s3")), cfg
-        )
-        meter("instance").clear()
-        metrics = report_to(
-            CloudWatchMetrics(make_client("cloudwatch", cfg, "instance"), "Skinflint"), "instance"
-        )
-        metrics.put("InstanceSeconds", 10.0, "Seconds", Hardware="t4", State="serving")
-        metrics.put("FramesAccepted", 2, App="traffic")
-        worker_calls(cfg, "instance")
-        metrics.flush()
-        assert main(["report", "--endpoint", url, "--since", "5m"]) == 0
-        text = capsys.readouterr().out
-        assert (
-            main(["report", "--endpoint", url, "--since", "5m", "--json", "--html", str(tmp_path / "r.html")])
-            == 0
-        )
-        out = json.loads(capsys.readouterr().out)
-    finally:
-        server.stop()
+    url = moto_url
+    cfg = DataPlaneConfig(endpoint_url=url)
+    meter("instance").clear()
+    metrics = report_to(
+        CloudWatchMetrics(make_client("cloudwatch", cfg, "instance"), "Skinflint"), "instance"
+    )
+    metrics.put("InstanceSeconds", 10.0, "Seconds", Hardware="t4", State="serving")
+    metrics.put("FramesAccepted", 2, App="traffic")
+    worker_calls(cfg, "instance")
+    metrics.flush()
+    assert main(["report", "--endpoint", url, "--since", "5m"]) == 0
+    text = capsys.readouterr().out
+    assert (
+        main(["report", "--endpoint", url, "--since", "5m", "--json", "--html", str(tmp_path / "r.html")])
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
     assert "Data plane (AWS requests), priced at us-east-1 list prices as of 2025-01" in " ".join(
         text.split()
     )

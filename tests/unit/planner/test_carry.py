@@ -14,6 +14,8 @@ from planner.robust import solve_dispatchable
 from skinflint.bench_fleet import slowed, without_timings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from planner.fleet import FleetResult, Schedules
     from planner.models import Plan, ProblemSpec
 
@@ -36,15 +38,20 @@ def _dumps(res: FleetResult) -> dict[str, Any]:
     return {a: without_timings(p.model_dump(mode="json")) for a, p in res.plans.items()}
 
 
-def _next(
-    problems: dict[str, ProblemSpec], last: FleetResult, cache: RealisationCache, budget: float
+def next_epoch(
+    problems: dict[str, ProblemSpec],
+    last: FleetResult,
+    cache: RealisationCache,
+    budget: float,
+    solver: Callable[..., Plan] | None = None,
 ) -> FleetResult:
-    """The next epoch after ``last`` with a solve budget of ``budget`` s."""
+    """The next epoch after ``last`` with a solve budget of ``budget`` s (``solver``: default the
+    control loop's, counting its calls)."""
     return plan_fleet(
         problems,
         previous=last.fleet,
         previous_plans=last.plans,
-        solver=_Counting(),
+        solver=solver or _Counting(),
         cache=cache,
         solve_budget_s=budget,
     )
@@ -128,14 +135,14 @@ def test_carried_plans_are_solved_again_and_end_as_the_unbudgeted_epoch(
         new, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=RealisationCache()
     )
     cache = RealisationCache()
-    held = _next(new, res, cache, 0.0)
+    held = next_epoch(new, res, cache, 0.0)
     assert held.carried  # kept this epoch (nothing solved within a zero budget) ...
-    again = _next(new, held, cache, 600.0)
+    again = next_epoch(new, held, cache, 600.0)
     assert again.resolved == held.carried and again.carried == []  # ... solved in the next
     assert _dumps(again) == _dumps(ref)
     assert again.fleet.billed_per_hour == pytest.approx(ref.fleet.billed_per_hour)
     # and once solved, the next epoch reuses them (nothing left to solve)
-    last = _next(new, again, cache, 600.0)
+    last = next_epoch(new, again, cache, 600.0)
     assert last.resolved == [] and last.reused == sorted(problems) and last.carried == []
 
 
@@ -166,7 +173,7 @@ def test_a_realised_plan_is_carried_over_longer_service_times(
     problems, res = first
     slower = {a: _slower(p, 0.002) for a, p in problems.items()}
     cache = RealisationCache()
-    held = _next(slower, res, cache, 0.0)
+    held = next_epoch(slower, res, cache, 0.0)
     assert held.carried and held.failed == {}
     for a in held.carried:
         plan, problem = held.plans[a], slower[a]
@@ -179,7 +186,7 @@ def test_a_realised_plan_is_carried_over_longer_service_times(
         assert (
             max(p["worst_case_latency_s"] for p in (plan.model_extra or {})["paths"]) <= problem.slo_s + 1e-9
         )
-    again = _next(slower, held, cache, 600.0)
+    again = next_epoch(slower, held, cache, 600.0)
     assert again.resolved == held.carried and again.carried == []
 
 
@@ -263,7 +270,7 @@ def test_rates_past_the_plan_are_carried_and_solved_as_without_a_budget(
         ramp, previous=res.fleet, previous_plans=res.plans, solver=_Counting(), cache=RealisationCache()
     )
     cache = RealisationCache()
-    held = _next(ramp, res, cache, 0.0)
+    held = next_epoch(ramp, res, cache, 0.0)
     # grown (children raised to what their parents' bursts need) and carried; one that would not realise
     # within the SLO would be solved now
     assert held.failed == {} and len(held.carried) >= 3
@@ -278,7 +285,7 @@ def test_rates_past_the_plan_are_carried_and_solved_as_without_a_budget(
             )
         worst = max(p["worst_case_latency_s"] for p in (plan.model_extra or {})["paths"])
         assert worst <= ramp[a].slo_s + 1e-9
-    again = _next(ramp, held, cache, 600.0)
+    again = next_epoch(ramp, held, cache, 600.0)
     assert again.resolved == held.carried and again.carried == []
     assert _dumps(again) == _dumps(ref)
 

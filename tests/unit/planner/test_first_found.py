@@ -15,11 +15,12 @@ from planner.fleet import CARRIED_KEY, KEEP_KEY, RealisationCache, plan_fleet, r
 from planner.generate import generate_problem
 from planner.packing import check_fleet
 from planner.robust import FIRST_FOUND_KEY, QUICK_SLO, solve_dispatchable
-from planner.simulator import simulate
 from skinflint.bench_fleet import solved_plans, without_timings
+from tests.unit.planner.test_carry import next_epoch
+from tests.unit.planner.test_robust import assert_simulated_within
 
 if TYPE_CHECKING:
-    from planner.fleet import FleetResult, Schedules
+    from planner.fleet import Schedules
     from planner.models import Plan, ProblemSpec
 
 APPS = 6
@@ -61,12 +62,7 @@ def test_a_simulated_quick_plan_stays_within_its_figures_and_the_slo(seed: int) 
         plan = solve_dispatchable(problem, first_found=True)
     except InfeasibleError:
         assume(False)
-    report = simulate(problem, plan, 8.0)
-    for name, m in report.modules.items():
-        assert m.overflow_batches == 0, name
-        assert m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9, name
-    assert report.end_to_end.latency.max_s <= problem.slo_s + 1e-9
-    assert report.end_to_end.slo_attainment == 1.0
+    assert_simulated_within(problem, plan)
 
 
 def test_when_the_quick_start_finds_nothing_the_full_solve_runs() -> None:
@@ -91,20 +87,6 @@ def test_when_the_quick_start_finds_nothing_the_full_solve_runs() -> None:
     assert FIRST_FOUND_KEY not in (quick.model_extra or {})
     full = solve_dispatchable(tight)
     assert without_timings(quick.model_dump(mode="json")) == without_timings(full.model_dump(mode="json"))
-
-
-def _next(
-    problems: dict[str, ProblemSpec], last: FleetResult, cache: RealisationCache, budget: float
-) -> FleetResult:
-    """The next epoch after ``last`` with a solve budget of ``budget`` s."""
-    return plan_fleet(
-        problems,
-        previous=last.fleet,
-        previous_plans=last.plans,
-        solver=_Quick(),
-        cache=cache,
-        solve_budget_s=budget,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +118,9 @@ def test_quick_plans_are_solved_in_full_later_and_end_as_the_unbudgeted_epoch(
 ) -> None:
     cache = RealisationCache()
     first = plan_fleet(problems, solver=_Quick(), cache=cache, solve_budget_s=0.0)
-    again = _next(problems, first, cache, 0.0)
+    again = next_epoch(problems, first, cache, 0.0, _Quick())
     assert again.carried == first.carried and not again.resolved  # no budget left: still quick
-    later = _next(problems, again, cache, 60.0)
+    later = next_epoch(problems, again, cache, 60.0, _Quick())
     assert later.resolved == first.carried and not later.carried and not later.quick
     unbudgeted = plan_fleet(problems, solver=_Quick(), cache=RealisationCache())
     assert not unbudgeted.quick and not unbudgeted.carried

@@ -409,8 +409,14 @@ def test_simulated_worst_case_within_the_realised_plan(seed, objective):
     except InfeasibleError:
         assume(False)
     # WHEN it is simulated under uniform arrivals
-    report = simulate(problem, plan, 8.0)
     # THEN no window overflows, every module stays within its realised figure and every path within the SLO
+    assert_simulated_within(problem, plan)
+
+
+def assert_simulated_within(problem, plan):
+    """``plan`` simulated 8 s under uniform arrivals: no window overflows, every module within its
+    realised figure, every path and every frame within the SLO."""
+    report = simulate(problem, plan, 8.0)
     for name, m in report.modules.items():
         assert m.overflow_batches == 0, name
         assert m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9, name
