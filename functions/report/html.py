@@ -24,20 +24,26 @@ _CSS = (
 _KINDS = {
     "usd": lambda v: f"${v:.4f}",
     "usd6": lambda v: f"${v:.6f}",  # the data plane's request bill: fractions of a cent
-    "pct": lambda v: f"{v:+.1%}",
     "frac": lambda v: f"{v:.2%}",
     "ms": lambda v: "inf" if math.isinf(v) else f"{v * 1e3:.0f} ms",
 }
 
 
-def _fmt(v: Any, kind: str = "") -> str:
+def value_text(v: Any, kind: str = "", *, pct_places: int = 1) -> str:
+    """A report figure as text (the page and the terminal): ``-`` for none; by ``kind`` (``usd``,
+    ``usd6``, ``pct``: signed, ``pct_places`` decimals; ``frac``, ``ms``); else 4 significant digits."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
+    if kind == "pct":
+        return f"{v:+.{pct_places}%}"
     if kind in _KINDS:
         return str(_KINDS[kind](v))
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return html.escape(str(v))
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _fmt(v: Any, kind: str = "") -> str:
+    text = value_text(v, kind)
+    return text if kind == "pct" or kind in _KINDS or isinstance(v, float) else html.escape(text)
 
 
 def _table(rows: list[tuple[str, str]]) -> str:

@@ -161,21 +161,10 @@ def build_report(
 # -- output ------------------------------------------------------------------------------------------
 
 
-_KINDS = {
-    "usd": lambda v: f"${v:.4f}",
-    "usd6": lambda v: f"${v:.6f}",  # the data plane's request bill: fractions of a cent
-    "pct": lambda v: f"{v:+.2%}",
-    "frac": lambda v: f"{v:.2%}",
-    "ms": lambda v: "inf" if math.isinf(v) else f"{v * 1e3:.0f} ms",
-}
-
-
 def _f(v: Any, kind: str = "") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if kind in _KINDS:
-        return str(_KINDS[kind](v))
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    from functions.report.html import value_text
+
+    return value_text(v, kind, pct_places=2)
 
 
 def print_report(r: dict[str, Any]) -> None:
