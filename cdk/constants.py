@@ -81,6 +81,12 @@ FLEET_EVENTS_CONCURRENCY = 2  # SQS event source maximum concurrency (2 is the m
 FLEET_EVENTS_BATCH = 10  # fleet-event records per invocation
 PLANNER_EPOCH_S = 60  # s: EventBridge schedule rate(1 minute)
 PLANNER_QUEUE_WORKERS = 16  # apps whose queues are created in parallel (SKINFLINT_QUEUE_WORKERS)
+# s the planner's rate window ends before now (SKINFLINT_RATE_LAG_S; the code's default is 5 s, the
+# writers' flush interval): on AWS a value is readable only once CloudWatch has ingested it, and the
+# front's values come through its log group (Embedded Metric Format), which AWS does not bound. A
+# judgement, not a measurement (no AWS account here): a period read before all of it has arrived
+# under-counts the rate and the plan under-provisions; each second of lag delays a ramp by as much.
+PLANNER_RATE_LAG_S = 30
 LOG_RETENTION_DAYS = 30  # days for every log group
 POWERTOOLS_ACCOUNT = "017000801446"  # AWS account publishing the Powertools layers
 POWERTOOLS_LAYER_VERSION = 27  # AWSLambdaPowertoolsPythonV3-python313-x86_64:27; -c powertools_layer_version

@@ -74,6 +74,7 @@ class ControlStack(Stack):
                     "SKINFLINT_TASKS_DLQ_ARN": props.tasks_dlq.queue_arn,
                     "SKINFLINT_ASG_NAMES": json.dumps(props.asg_names, sort_keys=True),
                     "SKINFLINT_PLANNER_EPOCH_S": str(C.PLANNER_EPOCH_S),
+                    "SKINFLINT_RATE_LAG_S": str(C.PLANNER_RATE_LAG_S),
                     "SKINFLINT_QUEUE_PREFIX": C.QUEUE_NAME_PREFIX,
                     "SKINFLINT_QUEUE_WORKERS": str(C.PLANNER_QUEUE_WORKERS),
                 },

@@ -1,6 +1,7 @@
 """Metrics: aggregated in process, flushed as CloudWatch ``StatisticValues`` (as few PutMetricData
 calls as the API allows: up to 1,000 data per call and 1 MB, :data:`PUT_BATCH` and :data:`PUT_BYTES`),
-so a hot path only takes a lock and adds to a sum. ``MemoryMetrics`` keeps every value
+so a hot path only takes a lock and adds to a sum; or, in AWS Lambda, written as CloudWatch Embedded
+Metric Format log lines (:class:`EmfMetrics`: no API call at all). ``MemoryMetrics`` keeps every value
 for tests. Metrics are best effort: a failed flush is reported to the caller, never raised into a
 request.
 
@@ -15,8 +16,10 @@ equal timestamp. A reader must therefore lag by the writers' flush interval
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -28,7 +31,7 @@ from functions.errors import MetricsError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["CloudWatchMetrics", "MemoryMetrics", "Metrics"]
+__all__ = ["CloudWatchMetrics", "EmfMetrics", "MemoryMetrics", "Metrics", "emf_documents"]
 
 _Key = tuple[str, str, tuple[tuple[str, str], ...], float]  # name, unit, dimensions, bucket start
 
@@ -39,6 +42,13 @@ DEFAULT_FLUSH_S = 5.0
 PUT_BATCH = 1000
 #: Bytes per call, under the API's 1 MB for a POST, estimated per datum (:func:`_datum_bytes`).
 PUT_BYTES = 900_000
+#: Metrics per EMF document: one MetricDirective's ``Metrics`` (CloudWatch Logs' limit, 100).
+EMF_MAX_METRICS = 100
+#: Dimension keys per EMF dimension set (the same 30 as PutMetricData).
+EMF_MAX_DIMENSIONS = 30
+#: What CloudWatch Logs adds to each event's message bytes when it sizes a batch (PutLogEvents); the
+#: ingestion counted for an EMF line is its bytes plus this (an estimate: docs/report.md).
+LOG_EVENT_OVERHEAD_BYTES = 26
 
 
 def resolution_from_env() -> float:
@@ -205,3 +215,124 @@ def _calls(data: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         out[-1].append(datum)
         size += n
     return out
+
+
+class EmfMetrics(Metrics):
+    """Flushes as CloudWatch Embedded Metric Format documents, one JSON line each, to ``write``
+    (default: stdout). In AWS Lambda, stdout goes to the function's log group and CloudWatch Logs
+    extracts the metrics from it: a flush is a few lines of log, not a PutMetricData call (no
+    per-call price, no API rate quota to be throttled by, nothing to wait for in the request).
+
+    The series are the same as :class:`CloudWatchMetrics` publishes (namespace, name, unit,
+    dimensions, timestamp = the bucket's start), with the same statistics: :func:`emf_documents`.
+    ``on_written(n)`` is told the bytes of every flush (the usage meter counts them as CloudWatch
+    Logs ingestion)."""
+
+    def __init__(
+        self,
+        namespace: str,
+        write: Callable[[str], object] | None = None,
+        resolution_s: float | None = None,
+        on_written: Callable[[int], object] | None = None,
+    ):
+        super().__init__(resolution_s=resolution_s if resolution_s is not None else resolution_from_env())
+        self.namespace = namespace
+        self._write = write if write is not None else _stdout_line
+        self._on_written = on_written
+
+    def flush(self) -> None:
+        docs, skipped = emf_documents(self.namespace, self.drain())
+        written = 0
+        for doc in docs:
+            line = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+            self._write(line)
+            written += len(line.encode()) + LOG_EVENT_OVERHEAD_BYTES
+        if written and self._on_written is not None:
+            self._on_written(written)
+        if skipped:
+            raise MetricsError(f"EMF: values that are not finite numbers were left out: {', '.join(skipped)}")
+
+
+def _stdout_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _emf_value(s: _Stat) -> float | dict[str, Any]:
+    """One series' aggregate as an EMF value: a plain number for one value, else a value set whose
+    ``Values`` x ``Counts`` reproduce the count, sum, minimum and maximum (the minimum and maximum
+    once each, the rest at their mean), with those four also stated (``Count``, ``Sum``, ``Min``,
+    ``Max``: the form AWS's EMF libraries write for an aggregate)."""
+    if s.count == 1:
+        return s.total
+    if s.low == s.high:
+        values, counts = [s.low], [s.count]
+    else:
+        values, counts = [s.low, s.high], [1, 1]
+        if s.count > 2:
+            mid = (s.total - s.low - s.high) / (s.count - 2)
+            values.append(min(max(mid, s.low), s.high))
+            counts.append(s.count - 2)
+    return {"Values": values, "Counts": counts, "Count": s.count, "Sum": s.total, "Min": s.low, "Max": s.high}
+
+
+@dataclass
+class _EmfDoc:
+    """One EMF document being filled: its root members' dimension values, its metric names, and a
+    directive per set of dimension keys."""
+
+    dims: dict[str, str] = field(default_factory=dict)
+    values: dict[str, float | dict[str, Any]] = field(default_factory=dict)
+    directives: dict[tuple[str, ...], list[dict[str, str]]] = field(default_factory=dict)
+
+    def takes(self, name: str, dims: tuple[tuple[str, str], ...]) -> bool:
+        return (
+            len(self.values) < EMF_MAX_METRICS
+            and name not in self.values
+            and name not in self.dims
+            and all(self.dims.get(k, v) == v and k not in self.values for k, v in dims)
+        )
+
+    def add(self, name: str, unit: str, dims: tuple[tuple[str, str], ...], s: _Stat) -> None:
+        self.dims.update(dims)
+        self.values[name] = _emf_value(s)
+        self.directives.setdefault(tuple(k for k, _ in dims), []).append({"Name": name, "Unit": unit})
+
+    def document(self, namespace: str, bucket: float) -> dict[str, Any]:
+        directives = [
+            {"Namespace": namespace, "Dimensions": [list(keys)], "Metrics": metrics}
+            for keys, metrics in self.directives.items()
+        ]
+        meta = {"Timestamp": round(bucket * 1000), "CloudWatchMetrics": directives}
+        return {"_aws": meta, **self.dims, **self.values}
+
+
+def emf_documents(namespace: str, stats: dict[_Key, _Stat]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The EMF documents of drained ``stats`` and the series left out (a value that is not a finite
+    number: JSON cannot carry it). A document holds one bucket (its timestamp) and as many series as
+    agree on it: each metric name once, each dimension key with one value (the root members), no
+    name both a metric and a dimension, at most :data:`EMF_MAX_METRICS` metrics; one directive per
+    set of dimension keys. Series are placed in order into the first document that takes them (so a
+    Lambda invocation's dozen series make a few lines, not a dozen)."""
+    buckets: dict[float, list[tuple[str, str, tuple[tuple[str, str], ...], _Stat]]] = defaultdict(list)
+    skipped: list[str] = []
+    for (name, unit, dims, bucket), s in stats.items():
+        if not all(math.isfinite(v) for v in (s.total, s.low, s.high)):
+            skipped.append(name)
+            continue
+        if len(dims) > EMF_MAX_DIMENSIONS:
+            raise MetricsError(f"EMF: {name} has {len(dims)} dimensions, at most {EMF_MAX_DIMENSIONS}")
+        if name == "_aws" or any(k in (name, "_aws") for k, _ in dims):
+            raise MetricsError(f"EMF: the metric name {name!r} is also a dimension or reserved")
+        buckets[bucket].append((name, unit, dims, s))
+    docs: list[dict[str, Any]] = []
+    for bucket in sorted(buckets):
+        filling: list[_EmfDoc] = []
+        for name, unit, dims, s in sorted(buckets[bucket], key=lambda e: (e[2], e[0], e[1])):
+            home = next((d for d in filling if d.takes(name, dims)), None)
+            if home is None:
+                home = _EmfDoc()
+                filling.append(home)
+            home.add(name, unit, dims, s)
+        docs += [d.document(namespace, bucket) for d in filling]
+    return docs, skipped

@@ -30,6 +30,10 @@ under a lock -- the hook adds to a number, nothing is sent -- and go out with th
   * S3 ``PutClassRequests`` (PUT, COPY, POST, LIST, create and complete) and ``GetClassRequests``
     (GET, HEAD and every other call); DELETE and abort are free. Errors are billed too.
   * Lambda ``Requests`` (Invoke).
+  * CloudWatch Logs ``IngestedBytes`` (:data:`LOGS_INGESTED`): the Embedded Metric Format lines the
+    Lambda front writes instead of calling PutMetricData (``EmfMetrics``), each line's bytes plus the
+    26 bytes CloudWatch Logs adds per event; counted after the flush that wrote them, so they go
+    out with the next one (a frozen Lambda's last flush is not counted).
   * The front's own HTTP requests (:class:`HttpUsage`): ``apigateway`` ``Requests`` per request and
     ``lambda`` ``Requests`` and ``DurationMs`` (the handler's milliseconds, rounded up per request as
     Lambda rounds its billed duration): the report turns these into GB-seconds with the front's
@@ -63,6 +67,7 @@ __all__ = [
     "SQS_CHUNK_BYTES",
     "UNSEEN_ITEM_BYTES",
     "WRITE_UNIT_BYTES",
+    "LOGS_INGESTED",
     "HttpUsage",
     "UsageMeter",
     "attach",
@@ -82,6 +87,9 @@ WRITE_UNIT_BYTES = 1024  # one write request unit writes up to 1 KB
 SQS_CHUNK_BYTES = 64 * 1024  # SQS bills each 64 KB chunk of a payload as one request
 #: bytes assumed for each item a Query or Scan evaluated when it returned none to measure (a guess)
 UNSEEN_ITEM_BYTES = 1024
+
+#: (service, unit) of the EMF log bytes a component wrote (CloudWatch Logs ingestion)
+LOGS_INGESTED = ("logs", "IngestedBytes")
 
 _RRU, _WRU = "ReadRequestUnits", "WriteRequestUnits"
 _WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})

@@ -1,7 +1,10 @@
 """AWS Lambda entry point of the front API (API Gateway -> Mangum -> FastAPI).
 
-Lean on purpose: boto3 clients are built on the first request, not at import; metrics are flushed
-at the end of each invocation (no background thread survives a frozen Lambda)."""
+Lean on purpose: boto3 clients are built on the first request, not at import. Metrics are flushed
+at the end of each invocation (no background thread survives a frozen Lambda) as Embedded Metric
+Format log lines (``EmfMetrics``): a PutMetricData call per invocation would cost more than the API
+Gateway request and could be throttled at high request rates, which would under-count
+``FramesAccepted`` and so under-provision the fleet (docs/dataplane.md, "Metrics")."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from mangum import Mangum
 from functions.front.app import create_app
 from functions.front.wiring import service_from_config
 
-app = create_app(lambda: service_from_config(background_metrics=False))
+app = create_app(lambda: service_from_config(background_metrics=False, emf=True))
 _mangum = Mangum(app, lifespan="off")
 
 

@@ -12,15 +12,19 @@ __all__ = ["service_from_config"]
 
 
 def service_from_config(
-    config: DataPlaneConfig | None = None, background_metrics: bool = True
+    config: DataPlaneConfig | None = None, background_metrics: bool = True, emf: bool = False
 ) -> FrontService:
+    """``emf``: the metrics are written as Embedded Metric Format log lines to stdout
+    (:class:`~functions.adapters.metrics.EmfMetrics`, the Lambda front: no PutMetricData call);
+    otherwise they go to PutMetricData, every ``SKINFLINT_METRICS_FLUSH_S`` from a background
+    thread when ``background_metrics`` (uvicorn, the local stack)."""
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore
-    from functions.adapters.metrics import CloudWatchMetrics
+    from functions.adapters.metrics import CloudWatchMetrics, EmfMetrics, Metrics
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
-    from functions.adapters.usage import report_to
+    from functions.adapters.usage import LOGS_INGESTED, meter, report_to
     from functions.errors import ConfigError
     from functions.front.admission import Admission, AdmissionConfig
     from functions.front.service import FrontService
@@ -33,11 +37,23 @@ def service_from_config(
             raise ConfigError(str(exc), key="environment") from None
     cfg = config
     ddb = make_client("dynamodb", cfg, "front")
-    metrics = report_to(
-        CloudWatchMetrics(make_client("cloudwatch", cfg, "front"), cfg.metrics_namespace), "front"
-    )
-    if background_metrics:
-        metrics.start()
+    metrics: Metrics
+    if emf:
+        counted = meter("front") if cfg.usage_metering else None
+        metrics = report_to(
+            EmfMetrics(
+                cfg.metrics_namespace,
+                on_written=None if counted is None else lambda n: counted.add_units(LOGS_INGESTED, float(n)),
+            ),
+            "front",
+        )
+    else:
+        cw = report_to(
+            CloudWatchMetrics(make_client("cloudwatch", cfg, "front"), cfg.metrics_namespace), "front"
+        )
+        if background_metrics:
+            cw.start()
+        metrics = cw
     return FrontService(
         config=cfg,
         store=ConfigStore(ddb, cfg.config_table),

@@ -201,6 +201,63 @@ def test_mangum_handler_serves_api_gateway_events(stack, monkeypatch):
     assert lambda_handler.handler(post, None)["statusCode"] == 403
 
 
+def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_them(
+    stack, monkeypatch, capsys
+):
+    """The deployed front makes no PutMetricData call (one per invocation cost more than the API
+    request and could be throttled); CloudWatch extracts its metrics from the EMF lines in its log.
+    That extraction, emulated here (each extracted series as a statistic set), gives the planner's
+    reader every frame accepted."""
+    import time
+    from pathlib import Path
+
+    import boto3
+
+    from functions.adapters.rates import ObservedRates, RateWindow
+    from tests.unit.functions.test_emf_metrics import extract
+
+    for k, v in stack.cfg.to_env().items():
+        monkeypatch.setenv(k, v)
+    from functions.front import handler as lambda_handler
+
+    lambda_handler.app.state.service_holder.clear()  # a service built by another test's moto
+    try:
+        post = json.loads((Path(__file__).parents[1] / "events" / "post_frame.json").read_text())
+        post["headers"]["x-api-key"] = API_KEY
+        post["body"] = base64.b64encode(jpeg_bytes()).decode()
+        capsys.readouterr()
+        t0 = time.time()
+        for _ in range(3):
+            assert lambda_handler.handler(post, None)["statusCode"] == 202
+        lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith('{"_aws"')]
+    finally:
+        lambda_handler.app.state.service_holder.clear()
+    assert len(lines) >= 3  # at least one line per invocation: each flushes before it returns
+    ns = stack.cfg.metrics_namespace
+    series = extract(lines)
+    accepted = [v for (n, name, _, dims, _), v in series.items() if name == "FramesAccepted"]
+    assert sum(v[1] for v in accepted) == 3
+    assert all(k[0] == ns for k in series)
+    cw = boto3.client("cloudwatch", region_name=stack.cfg.region)
+    assert cw.list_metrics(Namespace=ns)["Metrics"] == []  # nothing went through the API
+
+    for (_, name, unit, dims, ms), (count, total, low, high) in series.items():
+        cw.put_metric_data(
+            Namespace=ns,
+            MetricData=[
+                {
+                    "MetricName": name,
+                    "Dimensions": [{"Name": k, "Value": v} for k, v in dims],
+                    "Unit": unit,
+                    "Timestamp": ms / 1000,
+                    "StatisticValues": {"SampleCount": count, "Sum": total, "Minimum": low, "Maximum": high},
+                }
+            ],
+        )
+    window = RateWindow(now=t0 + 120, window_s=120, period_s=60)
+    assert ObservedRates(cw, ns).frame_rates(["traffic"], window) == {"traffic": pytest.approx(3 / 120)}
+
+
 def test_a_warm_front_has_every_deployed_app_ready_before_its_first_frame(stack):
     """``create_app(..., warm=True)`` (the local front) builds the service, the routers and the
     admission state at startup; nothing is enqueued by warming."""

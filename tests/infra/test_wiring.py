@@ -76,7 +76,7 @@ FRONT_ACTIONS = _OWN_LOGS | {
     "s3:PutObject",  # frames/ (service.py), registry/ (admin registration)
     "s3:GetObject", "s3:ListBucket",  # profile store: catalog and stored profiles
     "lambda:InvokeFunction",  # admin.py starts the planner after a registration
-    "cloudwatch:PutMetricData",
+    # no cloudwatch:PutMetricData: the Lambda front writes its metrics as EMF log lines (handler.py)
 }  # fmt: skip
 WORKER_ACTIONS = {
     "dynamodb:GetItem", "dynamodb:BatchGetItem",  # plan_store.py reads, registry.py; outcomes.py read-back
