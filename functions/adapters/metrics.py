@@ -31,7 +31,15 @@ from functions.errors import MetricsError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["CloudWatchMetrics", "EmfMetrics", "MemoryMetrics", "Metrics", "emf_documents"]
+__all__ = [
+    "CloudWatchMetrics",
+    "EmfMetrics",
+    "MemoryMetrics",
+    "Metrics",
+    "emf_documents",
+    "emf_file_writer",
+    "put_calls",
+]
 
 _Key = tuple[str, str, tuple[tuple[str, str], ...], float]  # name, unit, dimensions, bucket start
 
@@ -167,7 +175,7 @@ class CloudWatchMetrics(Metrics):
             }
             for (name, unit, dims, bucket), s in stats.items()
         ]
-        for chunk in _calls(data):
+        for chunk in put_calls(data):
             try:
                 self._cw.put_metric_data(Namespace=self.namespace, MetricData=chunk)
             except AWS_ERRORS as exc:
@@ -203,7 +211,7 @@ def _datum_bytes(datum: dict[str, Any]) -> int:
     return 420 + len(datum["MetricName"]) + sum(110 + len(d["Name"]) + len(d["Value"]) for d in dims)
 
 
-def _calls(data: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def put_calls(data: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """``data`` in order, cut into calls of at most :data:`PUT_BATCH` data and :data:`PUT_BYTES`."""
     out: list[list[dict[str, Any]]] = []
     size = 0
@@ -256,6 +264,20 @@ class EmfMetrics(Metrics):
 def _stdout_line(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def emf_file_writer(path: str) -> Callable[[str], None]:
+    """A writer for :class:`EmfMetrics` that appends each line to ``path`` (created if missing) and
+    flushes it, so a reader tailing the file (the local stack's extractor) sees whole lines only."""
+    lock = threading.Lock()
+    f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the process's life
+
+    def write(line: str) -> None:
+        with lock:
+            f.write(line + "\n")
+            f.flush()
+
+    return write
 
 
 def _emf_value(s: _Stat) -> float | dict[str, Any]:

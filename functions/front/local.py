@@ -1,9 +1,49 @@
-"""The front under uvicorn (local stack): ``uvicorn functions.front.local:app``."""
+"""The front under uvicorn (local stack): ``uvicorn functions.front.local:app``.
+
+With ``SKINFLINT_EMF_FILE`` set (the local stack sets it), the front writes its metrics as Embedded
+Metric Format lines to that file after every request, as the Lambda front writes them to its log
+after every invocation (``functions/front/handler.py``), and makes no PutMetricData call; the local
+stack's ``functions.localstack.emf.EmfExtractor`` plays CloudWatch's extraction. Without it, the
+metrics go to PutMetricData every ``SKINFLINT_METRICS_FLUSH_S``."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+from functions.errors import MetricsError
 from functions.front.app import create_app
 from functions.front.wiring import service_from_config
 
+EMF_FILE = os.environ.get("SKINFLINT_EMF_FILE") or None
+
+
+class FlushAfterRequest:
+    """ASGI middleware: flush the service's metrics when each HTTP request has been answered (the
+    outermost layer, so the request's own usage counts are in the flush)."""
+
+    def __init__(self, app: Any, holder: dict[str, Any]):
+        self.app = app
+        self.holder = holder
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            svc = self.holder.get("svc")
+            if scope.get("type") == "http" and svc is not None:
+                try:
+                    svc.metrics.flush()
+                except MetricsError:
+                    pass  # best effort, as in the Lambda handler
+
+
+def _service() -> Any:
+    emf = EMF_FILE is not None
+    return service_from_config(background_metrics=not emf, emf=emf, emf_file=EMF_FILE)
+
+
 # warmed at startup: the first frame does not pay for the clients, routers and connections
-app = create_app(service_from_config, warm=True)
+app = create_app(_service, warm=True)
+if EMF_FILE is not None:
+    app.add_middleware(FlushAfterRequest, holder=app.state.service_holder)

@@ -12,15 +12,19 @@ __all__ = ["service_from_config"]
 
 
 def service_from_config(
-    config: DataPlaneConfig | None = None, background_metrics: bool = True, emf: bool = False
+    config: DataPlaneConfig | None = None,
+    background_metrics: bool = True,
+    emf: bool = False,
+    emf_file: str | None = None,
 ) -> FrontService:
-    """``emf``: the metrics are written as Embedded Metric Format log lines to stdout
-    (:class:`~functions.adapters.metrics.EmfMetrics`, the Lambda front: no PutMetricData call);
-    otherwise they go to PutMetricData, every ``SKINFLINT_METRICS_FLUSH_S`` from a background
-    thread when ``background_metrics`` (uvicorn, the local stack)."""
+    """``emf``: the metrics are written as Embedded Metric Format lines
+    (:class:`~functions.adapters.metrics.EmfMetrics`: no PutMetricData call) to stdout, the Lambda
+    front's log, or appended to ``emf_file`` (the local front, whose stack emulates CloudWatch's
+    extraction); the caller flushes them after each request. Otherwise they go to PutMetricData,
+    every ``SKINFLINT_METRICS_FLUSH_S`` from a background thread when ``background_metrics``."""
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore
-    from functions.adapters.metrics import CloudWatchMetrics, EmfMetrics, Metrics
+    from functions.adapters.metrics import CloudWatchMetrics, EmfMetrics, Metrics, emf_file_writer
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
@@ -43,6 +47,7 @@ def service_from_config(
         metrics = report_to(
             EmfMetrics(
                 cfg.metrics_namespace,
+                write=emf_file_writer(emf_file) if emf_file else None,
                 on_written=None if counted is None else lambda n: counted.add_units(LOGS_INGESTED, float(n)),
             ),
             "front",

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from functions.adapters.plan_store import Manifest, PlanStore
     from functions.control.epoch import Controller
+    from functions.localstack.emf import EmfExtractor
     from functions.localstack.fleet import FleetEmulator, LocalImds
     from functions.localstack.planning import LocalPlan
     from functions.schema import Deployment
@@ -125,7 +126,7 @@ class StackConfig:
     activate_max_lead_s: float = 30.0  # s: the latest, whether its slots are served or not
     check_s: float = 2.0  # s between backlog (and activation) checks between epochs
     rate_period_s: int = 5  # s: CloudWatch period of the observed rate
-    front_flush_s: float = 1.0  # s between the front's metric flushes (values stamped at 1 s buckets)
+    emf_poll_s: float = 0.25  # s between reads of the front's EMF lines (CloudWatch's extraction, emulated)
     rate_lag_s: float = 2.5  # s the rate window ends before now: the front's last bucket is flushed
     hook_timeout_s: float = 60.0  # s a draining instance is given before it is killed
     agent_poll_s: float = 1.0  # s between an agent's reads of the plan pointer
@@ -192,6 +193,7 @@ class LocalStack:
         self.plan_store: PlanStore | None = None
         self.fleet: FleetEmulator | None = None
         self._imds: LocalImds | None = None
+        self._emf: EmfExtractor | None = None
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
         self._epoch_lock = threading.Lock()
@@ -339,9 +341,15 @@ class LocalStack:
         return groups
 
     def _start_front(self, cfg: DataPlaneConfig) -> None:
+        from functions.localstack.emf import EmfExtractor
         from functions.localstack.lifeline import module_argv
 
         front_port = free_port()
+        # the front's metrics as EMF lines, extracted into moto as CloudWatch extracts the deployed
+        # front's from its log (functions/localstack/emf.py)
+        emf_file = self.log_dir / "front-metrics.emf.jsonl"
+        self._emf = EmfExtractor(str(emf_file), make_client("cloudwatch", cfg), poll_s=self.config.emf_poll_s)
+        self._emf.start()
         front = self._spawn(
             "front",
             module_argv(  # python -m uvicorn ..., with the parent-death guard armed
@@ -351,7 +359,7 @@ class LocalStack:
                     "--log-level", "warning", "--no-access-log",
                 ],
             ),
-            {**self._env(cfg), "SKINFLINT_METRICS_FLUSH_S": str(self.config.front_flush_s)},
+            {**self._env(cfg), "SKINFLINT_EMF_FILE": str(emf_file)},
         )  # fmt: skip
         self._front_url = f"http://127.0.0.1:{front_port}"
         _wait_http(f"{self._front_url}/healthz", 60, front, "front", self.log_dir / "front.log")
@@ -624,10 +632,23 @@ class LocalStack:
         for name, proc, _ in order:
             if name == "moto":
                 self._reap([p for p in order if p[0] != "moto"], timeout_s)
+                self._stop_emf()  # the front has stopped: its last lines go in before moto stops
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         self._reap(order, timeout_s)
+        self._stop_emf()
         self._procs.clear()
+
+    def _stop_emf(self) -> None:
+        emf, self._emf = self._emf, None
+        if emf is None:
+            return
+        try:
+            emf.stop()
+        except Exception as exc:  # noqa: BLE001 - moto already gone: nothing left to put them into
+            self._log(f"front metrics: the last EMF lines were not extracted ({exc})")
+        if emf.invalid:
+            self._log(f"front metrics: {emf.invalid} of {emf.lines} EMF lines were not valid EMF")
 
     @staticmethod
     def _reap(procs: list[tuple[str, subprocess.Popen[bytes], Path]], timeout_s: float) -> None:

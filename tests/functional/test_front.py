@@ -206,14 +206,15 @@ def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_
 ):
     """The deployed front makes no PutMetricData call (one per invocation cost more than the API
     request and could be throttled); CloudWatch extracts its metrics from the EMF lines in its log.
-    That extraction, emulated here (each extracted series as a statistic set), gives the planner's
-    reader every frame accepted."""
+    That extraction, emulated as the local stack does (``functions.localstack.emf``), gives the
+    planner's reader every frame accepted."""
     import time
     from pathlib import Path
 
     import boto3
 
     from functions.adapters.rates import ObservedRates, RateWindow
+    from functions.localstack.emf import metric_data
     from tests.unit.functions.test_emf_metrics import extract
 
     for k, v in stack.cfg.to_env().items():
@@ -241,19 +242,9 @@ def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_
     cw = boto3.client("cloudwatch", region_name=stack.cfg.region)
     assert cw.list_metrics(Namespace=ns)["Metrics"] == []  # nothing went through the API
 
-    for (_, name, unit, dims, ms), (count, total, low, high) in series.items():
-        cw.put_metric_data(
-            Namespace=ns,
-            MetricData=[
-                {
-                    "MetricName": name,
-                    "Dimensions": [{"Name": k, "Value": v} for k, v in dims],
-                    "Unit": unit,
-                    "Timestamp": ms / 1000,
-                    "StatisticValues": {"SampleCount": count, "Sum": total, "Minimum": low, "Maximum": high},
-                }
-            ],
-        )
+    for line in lines:  # CloudWatch's extraction, as the local stack emulates it
+        for namespace, data in metric_data(json.loads(line)).items():
+            cw.put_metric_data(Namespace=namespace, MetricData=data)
     window = RateWindow(now=t0 + 120, window_s=120, period_s=60)
     assert ObservedRates(cw, ns).frame_rates(["traffic"], window) == {"traffic": pytest.approx(3 / 120)}
 
