@@ -91,6 +91,9 @@ class Metrics:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     resolution_s: float = field(default_factory=resolution_from_env)
     _collectors: list[Callable[[Metrics], None]] = field(default_factory=list)
+    #: s between the collectors' runs (:meth:`drain`); 0: at every drain
+    collect_every_s: float = 0.0
+    _collected_at: float = -math.inf
 
     def __post_init__(self) -> None:
         if not (0 < self.resolution_s < math.inf):
@@ -116,15 +119,27 @@ class Metrics:
         on its own (``functions/adapters/usage.py``) puts its counts then, into the same flush."""
         self._collectors.append(collect)
 
-    def drain(self) -> dict[_Key, _Stat]:
-        for collect in self._collectors:
-            collect(self)
+    def drain(self, collect: bool | None = None) -> dict[_Key, _Stat]:
+        """Take every value put so far. The collectors run first when ``collect`` is True, or, when
+        it is None, if ``collect_every_s`` has passed since they last ran (0: every drain)."""
+        now = time.monotonic()
+        if collect is None:
+            collect = now - self._collected_at >= self.collect_every_s
+        if collect:
+            self._collected_at = now
+            for collector in self._collectors:
+                collector(self)
         with self._lock:
             stats, self._stats = self._stats, {}
         return stats
 
     def flush(self) -> None:
         self.drain()
+
+    def close(self) -> None:
+        """The last flush of a process: the collectors run whatever ``collect_every_s`` says."""
+        self._collected_at = -math.inf
+        self.flush()
 
 
 class MemoryMetrics(Metrics):
@@ -234,7 +249,9 @@ class EmfMetrics(Metrics):
     The series are the same as :class:`CloudWatchMetrics` publishes (namespace, name, unit,
     dimensions, timestamp = the bucket's start), with the same statistics: :func:`emf_documents`.
     ``on_written(n)`` is told the bytes of every flush (the usage meter counts them as CloudWatch
-    Logs ingestion)."""
+    Logs ingestion). ``collect_every_s``: the collectors (the usage meter's counts) go out at most
+    that often, not at every flush: a front flushing after every request would otherwise write a
+    line per counted operation each time (the counts wait in the meter; :meth:`close` sends them)."""
 
     def __init__(
         self,
@@ -242,8 +259,12 @@ class EmfMetrics(Metrics):
         write: Callable[[str], object] | None = None,
         resolution_s: float | None = None,
         on_written: Callable[[int], object] | None = None,
+        collect_every_s: float = 0.0,
     ):
-        super().__init__(resolution_s=resolution_s if resolution_s is not None else resolution_from_env())
+        super().__init__(
+            resolution_s=resolution_s if resolution_s is not None else resolution_from_env(),
+            collect_every_s=collect_every_s,
+        )
         self.namespace = namespace
         self._write = write if write is not None else _stdout_line
         self._on_written = on_written

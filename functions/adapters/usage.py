@@ -33,7 +33,9 @@ under a lock -- the hook adds to a number, nothing is sent -- and go out with th
   * CloudWatch Logs ``IngestedBytes`` (:data:`LOGS_INGESTED`): the Embedded Metric Format lines the
     Lambda front writes instead of calling PutMetricData (``EmfMetrics``), each line's bytes plus the
     26 bytes CloudWatch Logs adds per event; counted after the flush that wrote them, so they go
-    out with the next one (a frozen Lambda's last flush is not counted).
+    out with the next one. The EMF front publishes its counts at most every 10 s
+    (``functions.front.wiring.EMF_USAGE_EVERY_S``), not after every request: what a Lambda
+    environment counted since its last such flush is lost when AWS retires it.
   * The front's own HTTP requests (:class:`HttpUsage`): ``apigateway`` ``Requests`` per request and
     ``lambda`` ``Requests`` and ``DurationMs`` (the handler's milliseconds, rounded up per request as
     Lambda rounds its billed duration): the report turns these into GB-seconds with the front's

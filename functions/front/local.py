@@ -8,6 +8,7 @@ metrics go to PutMetricData every ``SKINFLINT_METRICS_FLUSH_S``."""
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any
 
@@ -40,7 +41,17 @@ class FlushAfterRequest:
 
 def _service() -> Any:
     emf = EMF_FILE is not None
-    return service_from_config(background_metrics=not emf, emf=emf, emf_file=EMF_FILE)
+    svc = service_from_config(background_metrics=not emf, emf=emf, emf_file=EMF_FILE)
+    if emf:
+        atexit.register(_close, svc)  # after uvicorn's shutdown: the usage counts still held
+    return svc
+
+
+def _close(svc: Any) -> None:
+    try:
+        svc.metrics.close()
+    except MetricsError:
+        pass
 
 
 # warmed at startup: the first frame does not pay for the clients, routers and connections

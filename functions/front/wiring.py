@@ -8,7 +8,11 @@ if TYPE_CHECKING:
     from functions.front.service import FrontService
     from functions.settings import DataPlaneConfig
 
-__all__ = ["service_from_config"]
+__all__ = ["EMF_USAGE_EVERY_S", "service_from_config"]
+
+#: s between the usage meter's counts in the EMF front's lines (EmfMetrics.collect_every_s): flushed
+#: after every request, they would add a line per operation counted to every request's flush
+EMF_USAGE_EVERY_S = 10.0
 
 
 def service_from_config(
@@ -48,6 +52,7 @@ def service_from_config(
             EmfMetrics(
                 cfg.metrics_namespace,
                 write=emf_file_writer(emf_file) if emf_file else None,
+                collect_every_s=EMF_USAGE_EVERY_S,
                 on_written=None if counted is None else lambda n: counted.add_units(LOGS_INGESTED, float(n)),
             ),
             "front",

@@ -126,7 +126,7 @@ class StackConfig:
     activate_max_lead_s: float = 30.0  # s: the latest, whether its slots are served or not
     check_s: float = 2.0  # s between backlog (and activation) checks between epochs
     rate_period_s: int = 5  # s: CloudWatch period of the observed rate
-    emf_poll_s: float = 0.25  # s between reads of the front's EMF lines (CloudWatch's extraction, emulated)
+    emf_poll_s: float = 1.0  # s between reads of the front's EMF lines (CloudWatch's extraction, emulated)
     rate_lag_s: float = 2.5  # s the rate window ends before now: the front's last bucket is flushed
     hook_timeout_s: float = 60.0  # s a draining instance is given before it is killed
     agent_poll_s: float = 1.0  # s between an agent's reads of the plan pointer

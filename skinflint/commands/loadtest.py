@@ -31,7 +31,7 @@ USER_CLASSES = {
     "actdet": "ActdetUser",
 }
 DEFAULT_DURATION_S = 60.0
-METRICS_FLUSH_S = 6.0  # the front and the workers flush metrics every 5 s
+METRICS_FLUSH_S = 6.0  # the workers flush metrics every 5 s (the front after every request)
 
 
 def register(sub: Any) -> None:

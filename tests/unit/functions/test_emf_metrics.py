@@ -189,6 +189,20 @@ def test_written_bytes_are_reported_and_collectors_join_the_flush() -> None:
     assert {k[1] for k in extract(lines)} == {"FramesAccepted", "AwsRequests"}
 
 
+def test_collectors_run_at_most_every_collect_interval_and_at_close() -> None:
+    lines: list[str] = []
+    m = EmfMetrics("NS", write=lines.append, collect_every_s=3600)
+    runs: list[int] = []
+    m.add_collector(lambda metrics: (runs.append(1), metrics.put("AwsRequests", 1, at=T0)))
+    for _ in range(3):
+        m.put("FramesAccepted", 1, App="a", at=T0)
+        m.flush()
+    assert len(runs) == 1  # the first flush, then not for an hour
+    m.close()
+    assert len(runs) == 2
+    assert extract(lines)[("NS", "AwsRequests", "Count", (), int(T0 * 1000))][0] == 2
+
+
 def test_the_default_writer_prints_one_line_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     m = EmfMetrics("NS")
     m.put("FramesAccepted", 2, App="a", at=T0)
