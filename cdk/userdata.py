@@ -37,6 +37,9 @@ def _env_lines(b: WorkerBoot) -> list[str]:
         "SKINFLINT_RESULTS_RETENTION_DAYS": str(C.RESULTS_RETENTION_DAYS),
         "SKINFLINT_BUCKET": b.bucket,
         "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
+        # metrics as Embedded Metric Format lines on stdout (worker.log, shipped by the CloudWatch
+        # agent; CloudWatch Logs extracts them): no PutMetricData call, billed as log ingestion
+        "SKINFLINT_METRICS_SINK": "emf",
         "SKINFLINT_HARDWARE": b.hardware,
         "SKINFLINT_ASG_NAME": b.asg_name,
         "SKINFLINT_DRAIN_HOOK": C.DRAIN_HOOK_NAME,

@@ -10,13 +10,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from functions.adapters.metrics import Metrics
+
 __all__ = [
     "DEFAULT_DELETE_LINGER_S",
     "DEFAULT_RESULTS_RETENTION_DAYS",
     "DELETE_BATCH",
+    "METRICS_SINKS",
     "DataPlaneConfig",
     "delete_linger_from_env",
     "make_client",
+    "make_metrics",
     "resource_name_problem",
     "results_retention_from_env",
     "undeleted_bound",
@@ -32,6 +36,8 @@ MAX_BODY_BYTES = 6 * 1024 * 1024  # bytes: Lambda's synchronous payload limit
 #: (the demo's 4 frames/s) every batch used to send its own delete: SQS bills a batch request as one.
 DEFAULT_DELETE_LINGER_S = 1.0
 DELETE_BATCH = 10  # SQS's DeleteMessageBatch limit
+#: where a component's metrics go (SKINFLINT_METRICS_SINK): PutMetricData, or EMF log lines
+METRICS_SINKS = ("cloudwatch", "emf")
 
 
 def delete_linger_from_env(env: Mapping[str, str] | None = None) -> float:
@@ -218,6 +224,10 @@ class DataPlaneConfig:
     results_retention_days: float = DEFAULT_RESULTS_RETENTION_DAYS  # then the results' items expire
     extra: dict[str, str] = field(default_factory=dict)
     usage_metering: bool = True  # SKINFLINT_USAGE_METERING: count the components' AWS requests
+    # SKINFLINT_METRICS_SINK: "cloudwatch" (PutMetricData) or "emf" (Embedded Metric Format lines on
+    # stdout, or appended to SKINFLINT_EMF_FILE, which CloudWatch Logs extracts: make_metrics)
+    metrics_sink: str = "cloudwatch"
+    emf_file: str | None = None
 
     def __post_init__(self) -> None:
         """Every resource name must be valid by AWS's naming rules: raises ValueError naming the
@@ -227,6 +237,9 @@ class DataPlaneConfig:
             broken = resource_name_problem(kind, value)
             if broken is not None:
                 raise ValueError(f"{setting} must be {broken}, got {_shown(value)}")
+        if self.metrics_sink not in METRICS_SINKS:
+            allowed, got = ", ".join(METRICS_SINKS), _shown(self.metrics_sink)
+            raise ValueError(f"SKINFLINT_METRICS_SINK must be one of {allowed}, got {got}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DataPlaneConfig:
@@ -248,6 +261,8 @@ class DataPlaneConfig:
             max_body_bytes=_int_setting(e, "SKINFLINT_MAX_BODY_BYTES", d.max_body_bytes),
             results_retention_days=results_retention_from_env(e),
             usage_metering=usage_metering_from_env(e),
+            metrics_sink=e.get("SKINFLINT_METRICS_SINK", d.metrics_sink),
+            emf_file=e.get("SKINFLINT_EMF_FILE") or None,
         )
 
     @property
@@ -265,10 +280,38 @@ class DataPlaneConfig:
             "SKINFLINT_MAX_BODY_BYTES": str(self.max_body_bytes),
             "SKINFLINT_RESULTS_RETENTION_DAYS": repr(float(self.results_retention_days)),
             "SKINFLINT_USAGE_METERING": "on" if self.usage_metering else "off",
+            "SKINFLINT_METRICS_SINK": self.metrics_sink,
         }
         if self.endpoint_url:
             env["SKINFLINT_ENDPOINT_URL"] = self.endpoint_url
+        if self.emf_file:
+            env["SKINFLINT_EMF_FILE"] = self.emf_file
         return env
+
+
+def make_metrics(
+    config: DataPlaneConfig, component: str, emf: bool | None = None, collect_every_s: float = 0.0
+) -> Metrics:
+    """``component``'s metrics, its usage counts included (``report_to``): Embedded Metric Format
+    lines when ``emf`` (default: ``config.metrics_sink == "emf"``), written to ``config.emf_file``
+    or stdout, their bytes counted as CloudWatch Logs ingestion; else PutMetricData through a
+    client made for ``component``. The caller flushes (or ``start()`` s a flush thread)."""
+    from functions.adapters.metrics import CloudWatchMetrics, EmfMetrics, emf_file_writer
+    from functions.adapters.usage import LOGS_INGESTED, meter, report_to
+
+    if not (config.metrics_sink == "emf" if emf is None else emf):
+        client = make_client("cloudwatch", config, component)
+        return report_to(CloudWatchMetrics(client, config.metrics_namespace), component)
+    counted = meter(component) if config.usage_metering else None
+    return report_to(
+        EmfMetrics(
+            config.metrics_namespace,
+            write=emf_file_writer(config.emf_file) if config.emf_file else None,
+            on_written=None if counted is None else lambda n: counted.add_units(LOGS_INGESTED, float(n)),
+            collect_every_s=collect_every_s,
+        ),
+        component,
+    )
 
 
 def make_client(service: str, config: DataPlaneConfig, component: str | None = None) -> Any:

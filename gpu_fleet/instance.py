@@ -752,12 +752,10 @@ def _resolver(ddb: Any, s3: Any, cfg: Any) -> ModelResolver:
 def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     """Wire an agent from the environment (tables, clients, IMDS, lifecycle)."""
     from functions.adapters.blobs import BlobStore
-    from functions.adapters.metrics import CloudWatchMetrics
     from functions.adapters.plan_store import InstanceStatus, PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
-    from functions.adapters.usage import report_to
-    from functions.settings import DataPlaneConfig, make_client
+    from functions.settings import DataPlaneConfig, make_client, make_metrics
     from gpu_fleet.lifecycle import AutoScalingCompleter, ImdsClient, LifecycleWatcher
 
     cfg = DataPlaneConfig.from_env()
@@ -765,9 +763,7 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     instance_id = args.instance_id or (imds.instance_id() if imds else "")
     ddb, s3 = make_client("dynamodb", cfg, "instance"), make_client("s3", cfg, "instance")
     plans = PlanStore(ddb, cfg.config_table)
-    metrics = report_to(
-        CloudWatchMetrics(make_client("cloudwatch", cfg, "instance"), cfg.metrics_namespace), "instance"
-    )
+    metrics = make_metrics(cfg, "instance")  # PutMetricData, or EMF lines (SKINFLINT_METRICS_SINK)
     completer = None
     asg, hook = os.environ.get("SKINFLINT_ASG_NAME"), os.environ.get("SKINFLINT_DRAIN_HOOK")
     if asg and hook:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore
-    from functions.adapters.metrics import CloudWatchMetrics, Metrics
+    from functions.adapters.metrics import Metrics
     from functions.adapters.outcomes import FrameOutcomes
     from functions.adapters.queues import Received, TaskQueues
     from functions.adapters.results import ResultStore
@@ -699,17 +699,15 @@ class Worker:
         return len(receipts)
 
 
-def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics]:
+def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, Metrics]:
     """Wire a worker from the environment (config table, clients, runtime)."""
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore
-    from functions.adapters.metrics import CloudWatchMetrics
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
-    from functions.adapters.usage import report_to
     from functions.errors import ConfigError
     from functions.routing import Router
-    from functions.settings import DataPlaneConfig, make_client
+    from functions.settings import DataPlaneConfig, make_client, make_metrics
     from gpu_fleet.runtimes import make_runtime
 
     try:
@@ -726,9 +724,7 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, CloudWatchMetrics
     deployment = store.get_deployment(assignment.app)
     if deployment is None:
         raise ConfigError(f"app {assignment.app!r} is not deployed", key=f"app#{assignment.app}")
-    metrics = report_to(
-        CloudWatchMetrics(make_client("cloudwatch", cfg, "worker"), cfg.metrics_namespace), "worker"
-    )
+    metrics = make_metrics(cfg, "worker")
     worker = Worker(
         assignment=assignment,
         router=Router.for_deployment(deployment),

@@ -31,7 +31,7 @@ from cdk.assets import (
     stage_packages,
 )
 from cdk.nag import acknowledge
-from cdk.policies import cdk_queue_arns, metrics_statement, queues_arn
+from cdk.policies import cdk_queue_arns, queues_arn
 from cdk.userdata import WorkerBoot, worker_boot_commands
 
 if TYPE_CHECKING:
@@ -234,7 +234,8 @@ class FleetStack(Stack):
                 actions=["s3:PutObject"],
                 resources=[C.frames_bucket_arn(part, account, region, f"{C.OUTPUTS_PREFIX}*")],
             ),
-            metrics_statement(),
+            # no cloudwatch:PutMetricData: the agent writes its metrics as Embedded Metric Format lines
+            # to its log (SKINFLINT_METRICS_SINK=emf, cdk/userdata.py), which the Logs statement ships
             iam.PolicyStatement(
                 sid="Drain", actions=["autoscaling:CompleteLifecycleAction"], resources=[asg]
             ),
@@ -273,10 +274,6 @@ class FleetStack(Stack):
                 "Task queues are created at run time by the planner, one per planned machine, all named "
                 f"{C.QUEUE_NAME_PREFIX}<app>-...; the name prefix is the narrowest stable scope (the "
                 "stack's own queues are denied)."
-            ),
-            "Resource::*": (
-                "cloudwatch:PutMetricData has no resource-level permissions; the statement is limited "
-                f"to the {C.METRICS_NAMESPACE} namespace by the cloudwatch:namespace condition."
             ),
             f"Resource::arn:{part}:autoscaling:{region}:{account}:autoScalingGroup:*:"
             f"autoScalingGroupName/{hw.asg_name}": (

@@ -94,6 +94,8 @@ class Metrics:
     #: s between the collectors' runs (:meth:`drain`); 0: at every drain
     collect_every_s: float = 0.0
     _collected_at: float = -math.inf
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         if not (0 < self.resolution_s < math.inf):
@@ -141,6 +143,28 @@ class Metrics:
         self._collected_at = -math.inf
         self.flush()
 
+    def start(self, interval_s: float | None = None) -> None:
+        """Flush every ``interval_s`` seconds (default ``SKINFLINT_METRICS_FLUSH_S``, 5 s) from a
+        daemon thread until :meth:`stop` (a failed flush is skipped: metrics are best effort)."""
+        interval_s = flush_interval_from_env() if interval_s is None else interval_s
+
+        def loop() -> None:
+            while not self._stopping.wait(interval_s):
+                try:
+                    self.flush()
+                except MetricsError:
+                    continue
+
+        self._thread = threading.Thread(target=loop, name="metrics-flush", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the flush thread and :meth:`close`."""
+        self._stopping.set()
+        if self._thread:
+            self._thread.join(timeout=2)
+        self.close()
+
 
 class MemoryMetrics(Metrics):
     """Keeps every value (tests read :meth:`values` and :meth:`total`)."""
@@ -168,8 +192,6 @@ class CloudWatchMetrics(Metrics):
         super().__init__(resolution_s=resolution_s if resolution_s is not None else resolution_from_env())
         self._cw = client
         self.namespace = namespace
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def flush(self) -> None:
         from functions.adapters._aws import AWS_ERRORS
@@ -195,27 +217,6 @@ class CloudWatchMetrics(Metrics):
                 self._cw.put_metric_data(Namespace=self.namespace, MetricData=chunk)
             except AWS_ERRORS as exc:
                 raise MetricsError(f"PutMetricData failed: {exc}") from exc
-
-    def start(self, interval_s: float | None = None) -> None:
-        """Flush every ``interval_s`` seconds (default ``SKINFLINT_METRICS_FLUSH_S``, 5 s) from a
-        daemon thread until :meth:`stop`."""
-        interval_s = flush_interval_from_env() if interval_s is None else interval_s
-
-        def loop() -> None:
-            while not self._stop.wait(interval_s):
-                try:
-                    self.flush()
-                except MetricsError:
-                    continue
-
-        self._thread = threading.Thread(target=loop, name="metrics-flush", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=2)
-        self.flush()
 
 
 def _datum_bytes(datum: dict[str, Any]) -> int:

@@ -1,27 +1,26 @@
 """The front under uvicorn (local stack): ``uvicorn functions.front.local:app``.
 
-With ``SKINFLINT_EMF_FILE`` set (the local stack sets it), the front writes its metrics as Embedded
-Metric Format lines to that file after every request, as the Lambda front writes them to its log
-after every invocation (``functions/front/handler.py``), and makes no PutMetricData call; the local
-stack's ``functions.localstack.emf.EmfExtractor`` plays CloudWatch's extraction. Without it, the
-metrics go to PutMetricData every ``SKINFLINT_METRICS_FLUSH_S``."""
+With ``SKINFLINT_METRICS_SINK=emf`` (the local stack sets it, with ``SKINFLINT_EMF_FILE``), the front
+writes its metrics as Embedded Metric Format lines to that file after every request, as the Lambda
+front writes them to its log after every invocation (``functions/front/handler.py``), and makes no
+PutMetricData call; the local stack's ``functions.localstack.emf.EmfExtractor`` plays CloudWatch's
+extraction. Otherwise the metrics go to PutMetricData every ``SKINFLINT_METRICS_FLUSH_S``."""
 
 from __future__ import annotations
 
 import atexit
-import os
 from typing import Any
 
+from functions.adapters.metrics import EmfMetrics
 from functions.errors import MetricsError
 from functions.front.app import create_app
 from functions.front.wiring import service_from_config
 
-EMF_FILE = os.environ.get("SKINFLINT_EMF_FILE") or None
-
 
 class FlushAfterRequest:
-    """ASGI middleware: flush the service's metrics when each HTTP request has been answered (the
-    outermost layer, so the request's own usage counts are in the flush)."""
+    """ASGI middleware: flush EMF metrics when each HTTP request has been answered (the outermost
+    layer, so the request's own usage counts are in the flush); PutMetricData metrics flush on their
+    own thread."""
 
     def __init__(self, app: Any, holder: dict[str, Any]):
         self.app = app
@@ -32,7 +31,7 @@ class FlushAfterRequest:
             await self.app(scope, receive, send)
         finally:
             svc = self.holder.get("svc")
-            if scope.get("type") == "http" and svc is not None:
+            if scope.get("type") == "http" and svc is not None and isinstance(svc.metrics, EmfMetrics):
                 try:
                     svc.metrics.flush()
                 except MetricsError:
@@ -40,9 +39,8 @@ class FlushAfterRequest:
 
 
 def _service() -> Any:
-    emf = EMF_FILE is not None
-    svc = service_from_config(background_metrics=not emf, emf=emf, emf_file=EMF_FILE)
-    if emf:
+    svc = service_from_config()
+    if isinstance(svc.metrics, EmfMetrics):
         atexit.register(_close, svc)  # after uvicorn's shutdown: the usage counts still held
     return svc
 
@@ -56,5 +54,4 @@ def _close(svc: Any) -> None:
 
 # warmed at startup: the first frame does not pay for the clients, routers and connections
 app = create_app(_service, warm=True)
-if EMF_FILE is not None:
-    app.add_middleware(FlushAfterRequest, holder=app.state.service_holder)
+app.add_middleware(FlushAfterRequest, holder=app.state.service_holder)

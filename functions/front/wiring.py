@@ -16,27 +16,23 @@ EMF_USAGE_EVERY_S = 10.0
 
 
 def service_from_config(
-    config: DataPlaneConfig | None = None,
-    background_metrics: bool = True,
-    emf: bool = False,
-    emf_file: str | None = None,
+    config: DataPlaneConfig | None = None, background_metrics: bool = True, emf: bool | None = None
 ) -> FrontService:
-    """``emf``: the metrics are written as Embedded Metric Format lines
-    (:class:`~functions.adapters.metrics.EmfMetrics`: no PutMetricData call) to stdout, the Lambda
-    front's log, or appended to ``emf_file`` (the local front, whose stack emulates CloudWatch's
-    extraction); the caller flushes them after each request. Otherwise they go to PutMetricData,
-    every ``SKINFLINT_METRICS_FLUSH_S`` from a background thread when ``background_metrics``."""
+    """``emf`` (default: ``SKINFLINT_METRICS_SINK`` is ``emf``): the metrics are written as Embedded
+    Metric Format lines (``make_metrics``: no PutMetricData call) to stdout, the Lambda front's log,
+    or appended to ``SKINFLINT_EMF_FILE`` (the local front, whose stack emulates CloudWatch's
+    extraction); the caller flushes them after each request, the usage counts at most every
+    :data:`EMF_USAGE_EVERY_S`. Otherwise they go to PutMetricData, every
+    ``SKINFLINT_METRICS_FLUSH_S`` from a background thread when ``background_metrics``."""
     from functions.adapters.blobs import BlobStore
     from functions.adapters.config_store import ConfigStore
-    from functions.adapters.metrics import CloudWatchMetrics, EmfMetrics, Metrics, emf_file_writer
     from functions.adapters.plan_store import PlanStore
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
-    from functions.adapters.usage import LOGS_INGESTED, meter, report_to
     from functions.errors import ConfigError
     from functions.front.admission import Admission, AdmissionConfig
     from functions.front.service import FrontService
-    from functions.settings import DataPlaneConfig, make_client
+    from functions.settings import DataPlaneConfig, make_client, make_metrics
 
     if config is None:
         try:
@@ -45,25 +41,10 @@ def service_from_config(
             raise ConfigError(str(exc), key="environment") from None
     cfg = config
     ddb = make_client("dynamodb", cfg, "front")
-    metrics: Metrics
-    if emf:
-        counted = meter("front") if cfg.usage_metering else None
-        metrics = report_to(
-            EmfMetrics(
-                cfg.metrics_namespace,
-                write=emf_file_writer(emf_file) if emf_file else None,
-                collect_every_s=EMF_USAGE_EVERY_S,
-                on_written=None if counted is None else lambda n: counted.add_units(LOGS_INGESTED, float(n)),
-            ),
-            "front",
-        )
-    else:
-        cw = report_to(
-            CloudWatchMetrics(make_client("cloudwatch", cfg, "front"), cfg.metrics_namespace), "front"
-        )
-        if background_metrics:
-            cw.start()
-        metrics = cw
+    emf = cfg.metrics_sink == "emf" if emf is None else emf
+    metrics = make_metrics(cfg, "front", emf=emf, collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
+    if background_metrics and not emf:
+        metrics.start()
     return FrontService(
         config=cfg,
         store=ConfigStore(ddb, cfg.config_table),

@@ -1,19 +1,20 @@
 """CloudWatch Logs' metric extraction from Embedded Metric Format lines, emulated for the local
 stack (moto does not read logs).
 
-The deployed front writes its metrics as EMF lines to its log group (``functions/front/handler.py``)
-and CloudWatch extracts them; the local front writes the same lines to a file
-(``SKINFLINT_EMF_FILE``, ``functions/front/local.py``) and :class:`EmfExtractor` tails it and puts
-every series it extracts into moto's CloudWatch as a statistic set, so the control loop and the report
-read the front's metrics exactly as they would on AWS. Its own PutMetricData calls stand in for
-CloudWatch's extraction and are not metered (the front makes none: its bill is the log bytes)."""
+The deployed front and instances write their metrics as EMF lines to their logs (the Lambda's log
+group; on EC2 stdout, which the CloudWatch agent ships) and CloudWatch extracts them; locally each
+writes the same lines to a file of its own (``SKINFLINT_EMF_FILE``) and :class:`EmfExtractor` tails
+every file matching a pattern and puts every series it extracts into moto's CloudWatch as a statistic
+set, so the control loop and the report read those metrics as they would on AWS. Its own
+PutMetricData calls stand in for CloudWatch's extraction and are not metered (the writers make none:
+their bill is the log bytes)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import math
-import os
 import threading
 from collections import defaultdict
 from typing import Any
@@ -63,16 +64,17 @@ def metric_data(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 class EmfExtractor:
-    """Tails ``path`` every ``poll_s`` and puts the series of every whole EMF line into ``client``'s
-    CloudWatch (:func:`metric_data`). A line that is not valid EMF is counted in ``invalid`` and
-    logged, as CloudWatch would keep it as a plain log event; a failed PutMetricData is retried at
-    the next poll (the lines stay pending). :meth:`stop` extracts what is left."""
+    """Tails every file matching ``pattern`` (a glob; files may appear later) every ``poll_s`` and
+    puts the series of every whole EMF line into ``client``'s CloudWatch (:func:`metric_data`). A
+    line that is not valid EMF is counted in ``invalid`` and logged, as CloudWatch would keep it as a
+    plain log event; a failed PutMetricData is retried at the next poll (the series stay pending).
+    :meth:`stop` extracts what is left."""
 
-    def __init__(self, path: str, client: Any, poll_s: float = 0.25):
-        self.path = path
+    def __init__(self, pattern: str, client: Any, poll_s: float = 1.0):
+        self.pattern = pattern
         self._cw = client
         self.poll_s = poll_s
-        self._offset = 0
+        self._offsets: dict[str, int] = {}
         self._pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.lines = 0
         self.invalid = 0
@@ -81,16 +83,17 @@ class EmfExtractor:
         self._thread: threading.Thread | None = None
 
     def extract(self) -> int:
-        """Read the new whole lines and put their series; returns the lines read."""
+        """Read the new whole lines of every file and put their series; returns the lines read."""
         with self._lock:
-            n = self._read()
+            n = sum(self._read(path) for path in sorted(glob.glob(self.pattern)))
             self._put()
             return n
 
-    def _read(self) -> int:
+    def _read(self, path: str) -> int:
+        offset = self._offsets.get(path, 0)
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
+            with open(path, "rb") as f:
+                f.seek(offset)
                 chunk = f.read()
         except FileNotFoundError:
             return 0
@@ -105,8 +108,8 @@ class EmfExtractor:
                     self._pending[namespace] += data
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 self.invalid += 1
-                log.warning("not an EMF document (%s): %.120s", exc, raw.decode(errors="replace"))
-        self._offset += end
+                log.warning("%s: not an EMF document (%s): %.120s", path, exc, raw.decode(errors="replace"))
+        self._offsets[path] = offset + end
         self.lines += n
         return n
 
@@ -134,5 +137,4 @@ class EmfExtractor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if os.path.exists(self.path):
-            self.extract()
+        self.extract()

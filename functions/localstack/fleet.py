@@ -264,10 +264,13 @@ class Agent(Protocol):
 class ProcessLauncher:
     """Starts ``python -m gpu_fleet.instance`` for an instance, logging to ``<log_dir>/<id>.log``."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, extra_args: list[str] | None = None):
+    def __init__(
+        self, env: dict[str, str], log_dir: Path, extra_args: list[str] | None = None, emf: bool = False
+    ):
         self.env = env
         self.log_dir = log_dir
         self.extra_args = list(extra_args or [])
+        self.emf = emf  # metrics as EMF lines to <log_dir>/instance-<id>.emf.jsonl, as on EC2 to its log
 
     def __call__(self, instance_id: str, hardware: str, imds_url: str) -> Agent:
         from functions.localstack.lifeline import child_env
@@ -280,10 +283,17 @@ class ProcessLauncher:
         with log_path.open("ab") as fh:
             # its own session (a Ctrl-C reaches the stack only); this process named as its parent:
             # the agent drains and exits if this process dies (functions.localstack.lifeline)
+            env = child_env(self._env(instance_id))
             proc = subprocess.Popen(
-                argv, stdout=fh, stderr=subprocess.STDOUT, env=child_env(self.env), start_new_session=True
+                argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         return proc  # Popen has pid, poll(), terminate() (SIGTERM) and kill()
+
+    def _env(self, instance_id: str) -> dict[str, str]:
+        if not self.emf:
+            return self.env
+        emf_file = self.log_dir / f"instance-{instance_id}.emf.jsonl"
+        return {**self.env, "SKINFLINT_METRICS_SINK": "emf", "SKINFLINT_EMF_FILE": str(emf_file)}
 
 
 @dataclass

@@ -345,10 +345,12 @@ class LocalStack:
         from functions.localstack.lifeline import module_argv
 
         front_port = free_port()
-        # the front's metrics as EMF lines, extracted into moto as CloudWatch extracts the deployed
-        # front's from its log (functions/localstack/emf.py)
-        emf_file = self.log_dir / "front-metrics.emf.jsonl"
-        self._emf = EmfExtractor(str(emf_file), make_client("cloudwatch", cfg), poll_s=self.config.emf_poll_s)
+        # the front's and the instances' metrics as EMF lines, extracted into moto as CloudWatch
+        # extracts the deployed ones' from their logs (functions/localstack/emf.py)
+        emf_file = self.log_dir / "front.emf.jsonl"
+        self._emf = EmfExtractor(
+            str(self.log_dir / "*.emf.jsonl"), make_client("cloudwatch", cfg), poll_s=self.config.emf_poll_s
+        )
         self._emf.start()
         front = self._spawn(
             "front",
@@ -359,7 +361,7 @@ class LocalStack:
                     "--log-level", "warning", "--no-access-log",
                 ],
             ),
-            {**self._env(cfg), "SKINFLINT_EMF_FILE": str(emf_file)},
+            {**self._env(cfg), "SKINFLINT_METRICS_SINK": "emf", "SKINFLINT_EMF_FILE": str(emf_file)},
         )  # fmt: skip
         self._front_url = f"http://127.0.0.1:{front_port}"
         _wait_http(f"{self._front_url}/healthz", 60, front, "front", self.log_dir / "front.log")
@@ -377,6 +379,7 @@ class LocalStack:
                 "--retire-grace-s", str(c.retire_grace_s),
                 "--lifecycle-poll-s", str(c.lifecycle_poll_s),
             ],
+            emf=True,
         )  # fmt: skip
         self._imds = LocalImds().start()
         store = self.plan_store

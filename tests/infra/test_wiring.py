@@ -86,7 +86,7 @@ WORKER_ACTIONS = {
     "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires
     "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver)
     "s3:PutObject",  # outputs/ (worker.py)
-    "cloudwatch:PutMetricData",
+    # no cloudwatch:PutMetricData: metrics as EMF lines in the agent's log (cdk/userdata.py)
     "autoscaling:CompleteLifecycleAction",  # gpu_fleet/lifecycle.py
     "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams",  # the CloudWatch agent
 }  # fmt: skip

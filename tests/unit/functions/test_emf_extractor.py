@@ -92,3 +92,32 @@ def test_a_started_extractor_puts_lines_as_they_come(tmp_path) -> None:
     ex.stop()
     assert len(cw.data) == 20 and ex.invalid == 0
     assert json.loads(path.read_text().splitlines()[0])["FramesAccepted"] == 1.0
+
+
+def test_the_extractor_follows_every_file_of_its_pattern_even_new_ones(tmp_path) -> None:
+    cw = FakeCloudWatch()
+    ex = EmfExtractor(str(tmp_path / "*.emf.jsonl"), cw)
+    front = EmfMetrics("NS", write=emf_file_writer(str(tmp_path / "front.emf.jsonl")))
+    front.put("FramesAccepted", 4, App="a", at=T0)
+    front.flush()
+    assert ex.extract() == 1
+    agent = EmfMetrics("NS", write=emf_file_writer(str(tmp_path / "instance-i-1.emf.jsonl")))
+    agent.put("BatchMs", 12.5, "Milliseconds", Module="detector", at=T0)
+    agent.flush()
+    front.put("FramesAccepted", 1, App="a", at=T0 + 1)
+    front.flush()
+    (tmp_path / "other.log").write_text("not matched\n")
+    assert ex.extract() == 2 and ex.invalid == 0
+    assert sorted(d["MetricName"] for _, d in cw.data) == ["BatchMs", "FramesAccepted", "FramesAccepted"]
+
+
+def test_the_metrics_sink_setting_is_checked_and_carried() -> None:
+    import pytest
+
+    from functions.settings import DataPlaneConfig, make_metrics
+
+    with pytest.raises(ValueError, match="SKINFLINT_METRICS_SINK must be one of cloudwatch, emf, got 'logs'"):
+        DataPlaneConfig.from_env({"SKINFLINT_METRICS_SINK": "logs"})
+    cfg = DataPlaneConfig.from_env({"SKINFLINT_METRICS_SINK": "emf", "SKINFLINT_EMF_FILE": "/tmp/x.jsonl"})
+    assert DataPlaneConfig.from_env(cfg.to_env()) == cfg
+    assert isinstance(make_metrics(DataPlaneConfig(metrics_sink="emf"), "worker"), EmfMetrics)
