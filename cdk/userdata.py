@@ -40,6 +40,9 @@ def _env_lines(b: WorkerBoot) -> list[str]:
         # metrics as Embedded Metric Format lines on stdout (worker.log, shipped by the CloudWatch
         # agent; CloudWatch Logs extracts them): no PutMetricData call, billed as log ingestion
         "SKINFLINT_METRICS_SINK": "emf",
+        # one bucket per minute: CloudWatch keeps these standard-resolution metrics per minute anyway,
+        # and each 5 s flush then writes one timestamp's lines instead of five
+        "SKINFLINT_METRICS_RESOLUTION_S": str(C.WORKER_METRICS_RESOLUTION_S),
         "SKINFLINT_HARDWARE": b.hardware,
         "SKINFLINT_ASG_NAME": b.asg_name,
         "SKINFLINT_DRAIN_HOOK": C.DRAIN_HOOK_NAME,

@@ -749,6 +749,10 @@ def _resolver(ddb: Any, s3: Any, cfg: Any) -> ModelResolver:
     return ModelResolver(spec_of, profile_of, model_dir)
 
 
+#: s between the usage meter's counts in an EMF agent's lines (``EmfMetrics.collect_every_s``)
+EMF_USAGE_EVERY_S = 60.0
+
+
 def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     """Wire an agent from the environment (tables, clients, IMDS, lifecycle)."""
     from functions.adapters.blobs import BlobStore
@@ -763,7 +767,10 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     instance_id = args.instance_id or (imds.instance_id() if imds else "")
     ddb, s3 = make_client("dynamodb", cfg, "instance"), make_client("s3", cfg, "instance")
     plans = PlanStore(ddb, cfg.config_table)
-    metrics = make_metrics(cfg, "instance")  # PutMetricData, or EMF lines (SKINFLINT_METRICS_SINK)
+    # PutMetricData, or EMF lines (SKINFLINT_METRICS_SINK), the usage counts then once a minute (the
+    # agent closes its metrics when it stops: nothing counted is left behind)
+    emf = cfg.metrics_sink == "emf"
+    metrics = make_metrics(cfg, "instance", collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
     completer = None
     asg, hook = os.environ.get("SKINFLINT_ASG_NAME"), os.environ.get("SKINFLINT_DRAIN_HOOK")
     if asg and hook:
