@@ -201,6 +201,29 @@ def test_mangum_handler_serves_api_gateway_events(stack, monkeypatch):
     assert lambda_handler.handler(post, None)["statusCode"] == 403
 
 
+def test_mangum_handler_serves_the_rest_apis_proxy_events(stack, monkeypatch):
+    """The deployed API is a REST API (cdk/stacks/front.py: ``{proxy+}`` on stage ``live``, JPEG and
+    PNG as binary media types): its payload format 1.0, not the HTTP API's 2.0 above."""
+    from pathlib import Path
+
+    for k, v in stack.cfg.to_env().items():
+        monkeypatch.setenv(k, v)
+    from functions.front import handler as lambda_handler
+
+    lambda_handler.app.state.service_holder.clear()
+    try:
+        post = json.loads((Path(__file__).parents[1] / "events" / "post_frame_rest.json").read_text())
+        post["headers"]["x-api-key"] = post["multiValueHeaders"]["x-api-key"][0] = API_KEY
+        post["body"] = base64.b64encode(jpeg_bytes()).decode()
+        out = lambda_handler.handler(post, None)
+        assert out["statusCode"] == 202, out["body"]
+        assert json.loads(out["body"])["accepted"][0]["modules"] == ["detector"]
+        post["headers"]["x-api-key"] = post["multiValueHeaders"]["x-api-key"][0] = "wrong"
+        assert lambda_handler.handler(post, None)["statusCode"] == 403
+    finally:
+        lambda_handler.app.state.service_holder.clear()
+
+
 def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_them(
     stack, monkeypatch, capsys
 ):

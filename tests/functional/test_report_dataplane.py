@@ -85,8 +85,9 @@ def test_the_fronts_requests_api_gateway_and_lambda_are_counted_per_post(stack):
 
     meter("front").clear()
     start = time.time() - 1
-    # GIVEN the front wired as the Lambda handler wires it (metered clients, flushed per invocation)
-    svc = service_from_config(stack.cfg, background_metrics=False)
+    # GIVEN the front wired with metered clients and PutMetricData (the Lambda's EMF lines reach
+    # CloudWatch through its log: test_front.py), flushed after the requests
+    svc = service_from_config(stack.cfg, background_metrics=False, emf=False)
     client = TestClient(create_app(lambda: svc))
     headers = {"x-api-key": API_KEY, "content-type": "image/jpeg"}
     for _ in range(3):
