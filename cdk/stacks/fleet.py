@@ -160,10 +160,11 @@ class FleetStack(Stack):
         self._ddb_gw = vpc.add_gateway_endpoint(
             "Ddb", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB, subnets=[subnets]
         )
+        # no CloudWatch monitoring endpoint: the instances write their metrics as EMF lines to their
+        # log (cdk/userdata.py), which the Logs endpoint carries; an interface endpoint bills per AZ-hour
         for cid, service in (
             ("Sqs", ec2.InterfaceVpcEndpointAwsService.SQS),
             ("Logs", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS),
-            ("Monitoring", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING),
             ("AutoScaling", ec2.InterfaceVpcEndpointAwsService.AUTOSCALING),
         ):
             self._interface_endpoints.append(
