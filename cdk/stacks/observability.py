@@ -31,6 +31,7 @@ from cdk import constants as C
 if TYPE_CHECKING:
     from aws_cdk import aws_apigateway as apigw
     from aws_cdk import aws_lambda as lambda_
+    from aws_cdk import aws_logs as logs
     from aws_cdk import aws_sqs as sqs
     from constructs import Construct
 
@@ -49,6 +50,7 @@ class ObservabilityStackProps:
     dlqs: tuple[sqs.IQueue, ...]
     fleet_events: sqs.IQueue
     front: lambda_.IFunction
+    front_logs: logs.ILogGroup  # the front function's log group: its metrics are EMF lines there
     planner: lambda_.IFunction
     api: apigw.RestApi
     alarm_email: str | None = None
@@ -267,6 +269,40 @@ class ObservabilityStack(Stack):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         )
+
+        # the front's and the instances' metrics are EMF lines in their logs: lines CloudWatch Logs
+        # rejects would silently lose FramesAccepted (the planner would see less load than arrives)
+        self._alarm(
+            "emf",
+            self.emf_errors().create_alarm(
+                self,
+                "EmfErrors",
+                alarm_description="CloudWatch Logs could not extract metrics from Embedded Metric Format "
+                "lines of the front or the instances (AWS/Logs EMFValidationErrors, EMFParsingErrors): "
+                "their metrics, the frame rates the planner reads among them, are being lost",
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            ),
+        )
+
+    def emf_errors(self) -> cw.MathExpression:
+        """EMF lines CloudWatch Logs rejected (validation or parsing) in the front's and the workers'
+        log groups, summed over 5 minutes."""
+        groups = (self.props.front_logs.log_group_name, C.WORKER_LOG_GROUP)
+        using: dict[str, cw.IMetric] = {}
+        for i, group in enumerate(groups):
+            for kind in ("Validation", "Parsing"):
+                using[f"{kind[0].lower()}{i}"] = cw.Metric(
+                    namespace="AWS/Logs",
+                    metric_name=f"EMF{kind}Errors",
+                    dimensions_map={"LogGroupName": group},
+                    statistic="Sum",
+                    period=Duration.minutes(5),
+                )
+        expression = " + ".join(f"FILL({k}, 0)" for k in using)
+        return _expr(expression, "EMF lines rejected", 300, **using)
 
     # -- dashboard ---------------------------------------------------------------------------------
     def _dashboard(self) -> cw.Dashboard:

@@ -481,6 +481,19 @@ def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
     text = json.dumps(alarms)
     assert "ORDER BY AVG() ASC LIMIT 1" in text  # the worst app's attainment, not the worst frame
     assert f"QueueName != '{C.TASKS_DLQ_NAME}'" in text
+    # EMF lines CloudWatch Logs rejects, in the two log groups that carry metrics (front, instances)
+    emf = [
+        a["Properties"]
+        for a in alarms.values()
+        if "EMFValidationErrors" in json.dumps(a) and "EMFParsingErrors" in json.dumps(a)
+    ]
+    assert len(emf) == 1 and emf[0]["Threshold"] == 1
+    groups = {
+        json.dumps(q["MetricStat"]["Metric"]["Dimensions"])
+        for q in emf[0]["Metrics"]
+        if "MetricStat" in q and q["MetricStat"]["Metric"]["Namespace"] == "AWS/Logs"
+    }
+    assert len(groups) == 2 and any(C.WORKER_LOG_GROUP in g for g in groups)
 
 
 # -- the instances ---------------------------------------------------------------------------------------
