@@ -54,6 +54,7 @@ class ObservabilityStackProps:
     planner: lambda_.IFunction
     api: apigw.RestApi
     alarm_email: str | None = None
+    front_usage_metered: bool = True  # SKINFLINT_USAGE_METERING of the front: its invocation count
 
 
 def _search(schema: str, metric: str, stat: str, period_s: int = C.ALARM_PERIOD_S, extra: str = "") -> str:
@@ -270,6 +271,31 @@ class ObservabilityStack(Stack):
             ),
         )
 
+        self._metrics_alarms()
+
+    def front_metrics_missing(self) -> cw.MathExpression:
+        """1 in a 5-minute period where the front function ran at least 20 times but its own count of
+        those invocations (the usage meter's ``AwsRequests`` for ``lambda Invocation``, in its EMF
+        lines) came to less than half: its metrics are not reaching CloudWatch, whatever the cause
+        (lines rejected, not shipped, not written)."""
+        period = Duration.minutes(5)
+        ran = self.props.front.metric_invocations(period=period, statistic="Sum")
+        counted = cw.Metric(
+            namespace=NS,
+            metric_name="AwsRequests",
+            dimensions_map={"Component": "front", "Service": "lambda", "Operation": "Invocation"},
+            statistic="Sum",
+            period=period,
+        )
+        return _expr(
+            "IF(ran >= 20 AND FILL(counted, 0) < 0.5 * ran, 1, 0)",
+            "front invocations its metrics miss",
+            300,
+            ran=ran,
+            counted=counted,
+        )
+
+    def _metrics_alarms(self) -> None:
         # the front's and the instances' metrics are EMF lines in their logs: lines CloudWatch Logs
         # rejects would silently lose FramesAccepted (the planner would see less load than arrives)
         self._alarm(
@@ -286,6 +312,21 @@ class ObservabilityStack(Stack):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         )
+        if self.props.front_usage_metered:
+            self._alarm(
+                "front_metrics",
+                self.front_metrics_missing().create_alarm(
+                    self,
+                    "FrontMetricsMissing",
+                    alarm_description="The front function ran, but its metrics did not reach CloudWatch for "
+                    "10 minutes (its own invocation count came to less than half of Lambda's): the planner "
+                    "reads the frame rates from them and would plan for less load than arrives",
+                    threshold=1,
+                    evaluation_periods=2,
+                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                ),
+            )
 
     def emf_errors(self) -> cw.MathExpression:
         """EMF lines CloudWatch Logs rejected (validation or parsing) in the front's and the workers'

@@ -494,6 +494,17 @@ def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
         if "MetricStat" in q and q["MetricStat"]["Metric"]["Namespace"] == "AWS/Logs"
     }
     assert len(groups) == 2 and any(C.WORKER_LOG_GROUP in g for g in groups)
+    # the front ran but its own count of it did not arrive: its metrics are lost, whatever the cause
+    (missing,) = [
+        a["Properties"] for a in alarms.values() if "front invocations its metrics miss" in json.dumps(a)
+    ]
+    expr = next(q["Expression"] for q in missing["Metrics"] if "Expression" in q)
+    assert expr == "IF(ran >= 20 AND FILL(counted, 0) < 0.5 * ran, 1, 0)"
+    counted = next(q for q in missing["Metrics"] if q["Id"] == "counted")["MetricStat"]["Metric"]
+    assert counted["Namespace"] == C.METRICS_NAMESPACE and counted["MetricName"] == "AwsRequests"
+    assert {d["Name"]: d["Value"] for d in counted["Dimensions"]} == {
+        "Component": "front", "Service": "lambda", "Operation": "Invocation"  # functions/adapters/usage.py
+    }  # fmt: skip
 
 
 # -- the instances ---------------------------------------------------------------------------------------
