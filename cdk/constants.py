@@ -118,6 +118,7 @@ DRAIN_POLL_S = 5  # s between IMDS target-lifecycle-state reads on the instance
 WORKER_LOG_GROUP = "/skinflint/workers"
 WORKER_PYTHON = "3.11"  # python3.11 from the AL2023 repositories (project requires >= 3.11)
 WORKER_USER = "skinflint"
+WORKER_LOG_MAX_MB = 200  # MB: worker.log is rotated (logrotate, copytruncate) past this or daily, 3 kept
 WORKER_METRICS_RESOLUTION_S = 60  # s: the instances' metric buckets (SKINFLINT_METRICS_RESOLUTION_S)
 WORKER_MODEL_DIR = "/opt/skinflint/models"  # the models archive, unzipped (SKINFLINT_MODEL_DIR)
 MODEL_SUFFIX = ".onnx"  # only these files of the models directory ship (the agent loads <model>.onnx)

@@ -76,7 +76,7 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
     return [
         "set -euo pipefail",
         "exec > >(tee -a /var/log/skinflint-boot.log) 2>&1",
-        f"dnf install -y {py} {py}-pip unzip amazon-cloudwatch-agent",
+        f"dnf install -y {py} {py}-pip unzip amazon-cloudwatch-agent logrotate",
         f"id -u {C.WORKER_USER} >/dev/null 2>&1 || useradd --system -d /opt/skinflint {C.WORKER_USER}",
         f"install -d -m 0755 /opt/skinflint /opt/skinflint/app {C.WORKER_MODEL_DIR} /etc/skinflint",
         f"install -d -m 0755 -o {C.WORKER_USER} /var/log/skinflint",
@@ -119,6 +119,14 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
         "CWA",
         "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s"
         " -c file:/opt/aws/amazon-cloudwatch-agent/etc/amazon-cloudwatch-agent.json",
+        # the agent's log also carries its metrics (EMF lines, a few MB a day): rotated in place (the
+        # CloudWatch agent follows a truncated file), so the root volume never fills
+        "cat > /etc/logrotate.d/skinflint <<'ROT'",
+        "/var/log/skinflint/worker.log {",
+        f"  daily\n  maxsize {C.WORKER_LOG_MAX_MB}M\n  rotate 3\n  compress\n  delaycompress",
+        "  missingok\n  notifempty\n  copytruncate\n}",
+        "ROT",
+        "systemctl enable --now logrotate.timer",
         "systemctl daemon-reload",
         "systemctl enable --now skinflint-worker.service",
     ]

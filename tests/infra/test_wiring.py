@@ -528,6 +528,13 @@ def test_user_data_starts_the_agent_with_its_environment(assembly: Assembly) -> 
     assert env["SKINFLINT_DRAIN_HOOK"] == C.DRAIN_HOOK_NAME
     assert env["SKINFLINT_ASG_NAME"] == f"{C.ASG_NAME_PREFIX}t4"
     assert float(env["SKINFLINT_RESULTS_RETENTION_DAYS"]) == C.RESULTS_RETENTION_DAYS  # items' expiry
+    # metrics as EMF lines in worker.log (no PutMetricData), one bucket a minute, and the log rotated
+    assert env["SKINFLINT_METRICS_SINK"] == "emf"
+    assert float(env["SKINFLINT_METRICS_RESOLUTION_S"]) == C.WORKER_METRICS_RESOLUTION_S
+    assert '"file_path": "/var/log/skinflint/worker.log"' in ud
+    rotate = ud.split("cat > /etc/logrotate.d/skinflint <<'ROT'\n", 1)[1].split("\nROT\n", 1)[0]
+    assert rotate.startswith("/var/log/skinflint/worker.log {") and "copytruncate" in rotate
+    assert f"maxsize {C.WORKER_LOG_MAX_MB}M" in rotate and "systemctl enable --now logrotate.timer" in ud
     for key in (
         "SKINFLINT_CONFIG_TABLE",
         "SKINFLINT_RESULTS_TABLE",
