@@ -126,7 +126,8 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
         f"  daily\n  maxsize {C.WORKER_LOG_MAX_MB}M\n  rotate 3\n  compress\n  delaycompress",
         "  missingok\n  notifempty\n  copytruncate\n}",
         "ROT",
-        "systemctl enable --now logrotate.timer",
+        # never fail the boot (set -e) for the rotation: the worker must start either way
+        "systemctl enable --now logrotate.timer || echo 'no logrotate.timer: worker.log not rotated'",
         "systemctl daemon-reload",
         "systemctl enable --now skinflint-worker.service",
     ]
