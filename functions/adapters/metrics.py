@@ -54,6 +54,8 @@ PUT_BYTES = 900_000
 EMF_MAX_METRICS = 100
 #: Dimension keys per EMF dimension set (the same 30 as PutMetricData).
 EMF_MAX_DIMENSIONS = 30
+#: Characters of a metric name, dimension name or value in an EMF line (AWS's EMF libraries check 1024).
+EMF_MAX_NAME = 1024
 #: What CloudWatch Logs adds to each event's message bytes when it sizes a batch (PutLogEvents); the
 #: ingestion counted for an EMF line is its bytes plus this (an estimate: docs/report.md).
 LOG_EVENT_OVERHEAD_BYTES = 26
@@ -280,7 +282,7 @@ class EmfMetrics(Metrics):
         if written and self._on_written is not None:
             self._on_written(written)
         if skipped:
-            raise MetricsError(f"EMF: values that are not finite numbers were left out: {', '.join(skipped)}")
+            raise MetricsError(f"EMF: series CloudWatch would refuse were left out: {', '.join(skipped)}")
 
 
 def _stdout_line(line: str) -> None:
@@ -351,9 +353,15 @@ class _EmfDoc:
         return {"_aws": meta, **self.dims, **self.values}
 
 
+def _emf_names_ok(name: str, dims: tuple[tuple[str, str], ...]) -> bool:
+    """A metric name and dimension values CloudWatch accepts: 1 to :data:`EMF_MAX_NAME` characters."""
+    return all(0 < len(x) <= EMF_MAX_NAME for x in (name, *(v for _, v in dims), *(k for k, _ in dims)))
+
+
 def emf_documents(namespace: str, stats: dict[_Key, _Stat]) -> tuple[list[dict[str, Any]], list[str]]:
     """The EMF documents of drained ``stats`` and the series left out (a value that is not a finite
-    number: JSON cannot carry it). A document holds one bucket (its timestamp) and as many series as
+    number, which JSON cannot carry, or an empty or overlong name or dimension value, for which
+    CloudWatch would reject the whole line). A document holds one bucket (its timestamp) and as many series as
     agree on it: each metric name once, each dimension key with one value (the root members), no
     name both a metric and a dimension, at most :data:`EMF_MAX_METRICS` metrics; one directive per
     set of dimension keys. Series are placed in order into the first document that takes them (so a
@@ -361,8 +369,8 @@ def emf_documents(namespace: str, stats: dict[_Key, _Stat]) -> tuple[list[dict[s
     buckets: dict[float, list[tuple[str, str, tuple[tuple[str, str], ...], _Stat]]] = defaultdict(list)
     skipped: list[str] = []
     for (name, unit, dims, bucket), s in stats.items():
-        if not all(math.isfinite(v) for v in (s.total, s.low, s.high)):
-            skipped.append(name)
+        if not all(math.isfinite(v) for v in (s.total, s.low, s.high)) or not _emf_names_ok(name, dims):
+            skipped.append(name)  # CloudWatch would reject the whole line, and the series beside it
             continue
         if len(dims) > EMF_MAX_DIMENSIONS:
             raise MetricsError(f"EMF: {name} has {len(dims)} dimensions, at most {EMF_MAX_DIMENSIONS}")

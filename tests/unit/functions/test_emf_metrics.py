@@ -139,12 +139,14 @@ def test_documents_hold_at_most_the_limit_of_metrics_and_each_name_once() -> Non
     assert ex[("NS", "M0", "Milliseconds", (("App", "a"),), int(T0 * 1000))] == [1, 9, 9, 9]
 
 
-def test_a_value_that_is_not_a_number_is_reported_and_the_rest_still_written() -> None:
+def test_series_cloudwatch_would_refuse_are_reported_and_the_rest_still_written() -> None:
     lines: list[str] = []
     m = EmfMetrics("NS", write=lines.append)
     m.put("Good", 1, at=T0)
     m.put("Bad", math.nan, at=T0)
-    with pytest.raises(MetricsError, match="not finite.*left out: Bad"):
+    m.put("EmptyApp", 1, App="", at=T0)
+    m.put("LongApp", 1, App="x" * 1025, at=T0)
+    with pytest.raises(MetricsError, match="refuse were left out: Bad, EmptyApp, LongApp"):
         m.flush()
     assert list(extract(lines)) == [("NS", "Good", "Count", (), int(T0 * 1000))]
 
