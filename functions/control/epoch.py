@@ -528,12 +528,14 @@ class Controller:
     def _planning_rate(
         self, spec: RegistrationSpec, record: AppRecord, history: list[float], observed_since: float
     ) -> float:
+        from functions.control.registry import floor_plan_rate
         from planner.scaling import forecast_rate
 
         c = self.config
         if not history or record.registered_at > observed_since:
             history = [spec.rate]  # not observed for a whole window yet: the registered rate
-        return max(forecast_rate(history, headroom=c.headroom, trend_epochs=c.trend_epochs), spec.floor_rate)
+        floor = floor_plan_rate(spec, c.headroom)  # the floor with the same headroom as any rate
+        return max(forecast_rate(history, headroom=c.headroom, trend_epochs=c.trend_epochs), floor)
 
     def _solve(
         self,

@@ -408,12 +408,23 @@ def planner_settings(control: ControlConfig | None = None) -> dict[str, Any]:
     }
 
 
-def first_plan_rate(spec: RegistrationSpec, headroom: float) -> float:
-    """The frame rate the first epoch plans a new app for: its registered rate through the forecast
-    (``headroom``, quantised up), never below its floor (functions/control/epoch.py)."""
+def floor_plan_rate(spec: RegistrationSpec, headroom: float) -> float:
+    """The least frame rate an app is planned for: its floor (``min_rate``) through the forecast, with
+    the same ``headroom`` as any observed rate. A floor is a rate the app can always send at; planned
+    at exactly that rate, its windows would have no spare room, and frames of independent cameras
+    arriving in one window would be shed (``slot_full``) at the floor itself."""
     from planner.scaling import forecast_rate
 
-    return max(forecast_rate([spec.rate], headroom=headroom), spec.floor_rate)
+    return forecast_rate([spec.floor_rate], headroom=headroom)
+
+
+def first_plan_rate(spec: RegistrationSpec, headroom: float) -> float:
+    """The frame rate the first epoch plans a new app for: its registered rate through the forecast
+    (``headroom``, quantised up), never below its floor's (:func:`floor_plan_rate`;
+    functions/control/epoch.py)."""
+    from planner.scaling import forecast_rate
+
+    return max(forecast_rate([spec.rate], headroom=headroom), floor_plan_rate(spec, headroom))
 
 
 def check_plannable(

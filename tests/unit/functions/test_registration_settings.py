@@ -98,3 +98,33 @@ def test_the_cli_and_the_admin_api_build_their_registrar_with_those_settings(
     for registrar in (apps._registrar(cfg), admin_from_config(cfg).registrar):
         got = (registrar.headroom, registrar.child_headroom, registrar.overhead_s, registrar.policy)
         assert got == (0.5, 0.25, 0.03, "skinflint")
+
+
+@pytest.mark.parametrize(
+    ("min_rate", "observed", "planned"),
+    [
+        # the floor with the headroom: 4 x 1.1 = 4.4, quantised up to 1.05^31 = 4.538 (not 4.0)
+        (4.0, [1.0, 1.0], 1.05**31),
+        # above the floor the forecast decides: 10 x 1.1 = 11, up to 1.05^50 = 11.467
+        (4.0, [10.0, 10.0], 1.05**50),
+        # no min_rate: the floor is rate / 10 = 2, through the headroom: 2.2 up to 1.05^17 = 2.292
+        (None, [0.5, 0.5], 1.05**17),
+    ],
+)
+def test_the_floor_is_planned_with_the_same_headroom_as_any_rate(
+    min_rate: float | None, observed: list[float], planned: float
+) -> None:
+    """A floor is a rate the app can always send at: planned at exactly that rate, its batch-1 windows
+    have no spare room and two cameras' frames in one window are shed (``slot_full``) at the floor."""
+    from functions.control.epoch import Controller
+    from functions.control.registry import AppRecord, RegistrationSpec, floor_plan_rate
+
+    spec = RegistrationSpec.model_validate({**SPEC, "rate": 20.0, "min_rate": min_rate})
+    assert floor_plan_rate(spec, 0.1) == pytest.approx(forecast_rate([spec.floor_rate], headroom=0.1))
+    record = AppRecord(
+        name=spec.name, revision=1, sha256="0", s3_key="k", registered_at=0.0, slo_s=1.0, rate=20.0,
+        modules=list(spec.modules),
+    )  # fmt: skip
+    ctl = Controller.__new__(Controller)  # only its config is read
+    ctl.config = ControlConfig(headroom=0.1)
+    assert ctl._planning_rate(spec, record, observed, observed_since=10.0) == pytest.approx(planned)
