@@ -17,6 +17,7 @@ equal timestamp. A reader must therefore lag by the writers' flush interval
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -30,6 +31,8 @@ from functions.errors import MetricsError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CloudWatchMetrics",
@@ -147,15 +150,16 @@ class Metrics:
 
     def start(self, interval_s: float | None = None) -> None:
         """Flush every ``interval_s`` seconds (default ``SKINFLINT_METRICS_FLUSH_S``, 5 s) from a
-        daemon thread until :meth:`stop` (a failed flush is skipped: metrics are best effort)."""
+        daemon thread until :meth:`stop` (a failed flush is logged and skipped, whatever it raised:
+        metrics are best effort, and a dead thread would lose every later value)."""
         interval_s = flush_interval_from_env() if interval_s is None else interval_s
 
         def loop() -> None:
             while not self._stopping.wait(interval_s):
                 try:
                     self.flush()
-                except MetricsError:
-                    continue
+                except Exception as exc:  # noqa: BLE001 - the thread must outlive any failed flush
+                    log.warning("metrics flush failed: %s", exc)
 
         self._thread = threading.Thread(target=loop, name="metrics-flush", daemon=True)
         self._thread.start()
@@ -273,14 +277,23 @@ class EmfMetrics(Metrics):
         self._on_written = on_written
 
     def flush(self) -> None:
+        """Write every document of the values put so far. Raises :class:`MetricsError` (never
+        anything else: a flush thread must survive it) when a line could not be written (a full
+        disk, a closed stream; the other lines still are) or a series was left out."""
         docs, skipped = emf_documents(self.namespace, self.drain())
-        written = 0
+        written, failed = 0, ""
         for doc in docs:
             line = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-            self._write(line)
+            try:
+                self._write(line)
+            except (OSError, ValueError) as exc:  # ValueError: I/O on a closed file
+                failed = failed or f"EMF: a line could not be written ({exc})"
+                continue
             written += len(line.encode()) + LOG_EVENT_OVERHEAD_BYTES
         if written and self._on_written is not None:
             self._on_written(written)
+        if failed:
+            raise MetricsError(failed)
         if skipped:
             raise MetricsError(f"EMF: series CloudWatch would refuse were left out: {', '.join(skipped)}")
 

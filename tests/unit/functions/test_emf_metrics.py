@@ -205,6 +205,22 @@ def test_collectors_run_at_most_every_collect_interval_and_at_close() -> None:
     assert extract(lines)[("NS", "AwsRequests", "Count", (), int(T0 * 1000))][0] == 2
 
 
+def test_a_write_that_fails_is_a_metrics_error_and_the_other_lines_are_written() -> None:
+    lines: list[str] = []
+
+    def write(line: str) -> None:
+        if '"Bad"' in line:
+            raise OSError(28, "No space left on device")
+        lines.append(line)
+
+    m = EmfMetrics("NS", write=write)
+    m.put("Good", 1, App="a", at=T0)
+    m.put("Bad", 1, App="b", at=T0)  # another App value: a line of its own
+    with pytest.raises(MetricsError, match="could not be written.*No space left"):
+        m.flush()
+    assert [json.loads(x).get("Good") for x in lines] == [1.0]
+
+
 def test_the_default_writer_prints_one_line_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     m = EmfMetrics("NS")
     m.put("FramesAccepted", 2, App="a", at=T0)

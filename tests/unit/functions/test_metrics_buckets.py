@@ -90,3 +90,25 @@ def test_a_flush_makes_as_few_calls_as_the_api_allows() -> None:
     for n in cw.calls:
         assert sum(_datum_bytes(d) for d in cw.data[start : start + n]) <= PUT_BYTES
         start += n
+
+
+def test_the_flush_thread_outlives_a_flush_that_raises() -> None:
+    """A flush thread that died on one unexpected error would lose every later value, silently."""
+    import threading
+
+    from functions.adapters.metrics import Metrics
+
+    class Flaky(Metrics):
+        calls = 0
+        done = threading.Event()
+
+        def flush(self) -> None:
+            Flaky.calls += 1
+            if Flaky.calls == 1:
+                raise RuntimeError("a collector failed")
+            Flaky.done.set()
+
+    m = Flaky()
+    m.start(interval_s=0.01)
+    assert Flaky.done.wait(5.0)  # flushed again after the failure
+    m.stop()
