@@ -298,35 +298,42 @@ class ObservabilityStack(Stack):
     def _metrics_alarms(self) -> None:
         # the front's and the instances' metrics are EMF lines in their logs: lines CloudWatch Logs
         # rejects would silently lose FramesAccepted (the planner would see less load than arrives)
-        self._alarm(
+        self._at_least_one(
             "emf",
-            self.emf_errors().create_alarm(
+            "EmfErrors",
+            self.emf_errors(),
+            "CloudWatch Logs could not extract metrics from Embedded Metric Format lines of the front or "
+            "the instances (AWS/Logs EMFValidationErrors, EMFParsingErrors): their metrics, the frame "
+            "rates the planner reads among them, are being lost",
+            periods=1,
+        )
+        if self.props.front_usage_metered:
+            self._at_least_one(
+                "front_metrics",
+                "FrontMetricsMissing",
+                self.front_metrics_missing(),
+                "The front function ran, but its metrics did not reach CloudWatch for 10 minutes (its own "
+                "invocation count came to less than half of Lambda's): the planner reads the frame rates "
+                "from them and would plan for less load than arrives",
+                periods=2,
+            )
+
+    def _at_least_one(
+        self, key: str, construct_id: str, metric: cw.MathExpression, description: str, periods: int
+    ) -> None:
+        """An alarm when ``metric`` is at least 1 for ``periods`` periods running (no data: fine)."""
+        self._alarm(
+            key,
+            metric.create_alarm(
                 self,
-                "EmfErrors",
-                alarm_description="CloudWatch Logs could not extract metrics from Embedded Metric Format "
-                "lines of the front or the instances (AWS/Logs EMFValidationErrors, EMFParsingErrors): "
-                "their metrics, the frame rates the planner reads among them, are being lost",
+                construct_id,
+                alarm_description=description,
                 threshold=1,
-                evaluation_periods=1,
+                evaluation_periods=periods,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         )
-        if self.props.front_usage_metered:
-            self._alarm(
-                "front_metrics",
-                self.front_metrics_missing().create_alarm(
-                    self,
-                    "FrontMetricsMissing",
-                    alarm_description="The front function ran, but its metrics did not reach CloudWatch for "
-                    "10 minutes (its own invocation count came to less than half of Lambda's): the planner "
-                    "reads the frame rates from them and would plan for less load than arrives",
-                    threshold=1,
-                    evaluation_periods=2,
-                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                ),
-            )
 
     def emf_errors(self) -> cw.MathExpression:
         """EMF lines CloudWatch Logs rejected (validation or parsing) in the front's and the workers'
