@@ -71,11 +71,26 @@ def _service(environ: dict[str, Any]) -> str:
     return scope[3] if len(scope) > 3 else "unsigned"
 
 
+#: the header a client of the local stack's stand-ins for AWS itself (the EMF extraction,
+#: functions/localstack/emf.py) sends, so its requests are counted apart from the components'
+EMULATION_HEADER = "X-Skinflint-Emulation"
+EMULATION_PREFIX = "emulation-"
+
+
 def classify(environ: dict[str, Any]) -> tuple[str, str]:
     """(service, action) of one request, from what each AWS protocol puts where: JSON protocols in
     ``X-Amz-Target`` (SQS, DynamoDB), Smithy RPC v2 in the path (CloudWatch:
     ``/service/X/operation/PutMetricData``), the query protocol in the form body's ``Action``
-    (Auto Scaling, EC2; the body is put back for the application), S3 by method. Reads nothing else."""
+    (Auto Scaling, EC2; the body is put back for the application), S3 by method. A request with
+    :data:`EMULATION_HEADER` has its service prefixed with :data:`EMULATION_PREFIX`: it is what AWS
+    does by itself on the deployed stack, not a request of the components. Reads nothing else."""
+    service, action = _classify(environ)
+    if environ.get("HTTP_" + EMULATION_HEADER.upper().replace("-", "_")):
+        return EMULATION_PREFIX + service, action
+    return service, action
+
+
+def _classify(environ: dict[str, Any]) -> tuple[str, str]:
     service = _service(environ)
     target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
     if target:

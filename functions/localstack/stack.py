@@ -341,7 +341,7 @@ class LocalStack:
         return groups
 
     def _start_front(self, cfg: DataPlaneConfig) -> None:
-        from functions.localstack.emf import EmfExtractor
+        from functions.localstack.emf import EmfExtractor, emulation_client
         from functions.localstack.lifeline import module_argv
 
         front_port = free_port()
@@ -349,7 +349,9 @@ class LocalStack:
         # extracts the deployed ones' from their logs (functions/localstack/emf.py)
         emf_file = self.log_dir / "front.emf.jsonl"
         self._emf = EmfExtractor(
-            str(self.log_dir / "*.emf.jsonl"), make_client("cloudwatch", cfg), poll_s=self.config.emf_poll_s
+            str(self.log_dir / "*.emf.jsonl"),
+            emulation_client(make_client("cloudwatch", cfg)),
+            poll_s=self.config.emf_poll_s,
         )
         self._emf.start()
         front = self._spawn(

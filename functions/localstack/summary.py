@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from functions.localstack.moto_server import EMULATION_PREFIX
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -155,6 +157,8 @@ def aws_request_figures(
     was = before.get("by_action", {})
     by_action = {k: int(v) - int(was.get(k, 0)) for k, v in after.get("by_action", {}).items()}
     by_action = dict(sorted(((k, v) for k, v in by_action.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
+    emulated = {k: v for k, v in by_action.items() if k.startswith(EMULATION_PREFIX)}
+    by_action = {k: v for k, v in by_action.items() if k not in emulated}
     total = sum(by_action.values())
     cpu_was = before.get("cpu_s_by_action", {})
     cpu = {k: float(v) - float(cpu_was.get(k, 0.0)) for k, v in after.get("cpu_s_by_action", {}).items()}
@@ -176,6 +180,8 @@ def aws_request_figures(
         "per_second": total / seconds if seconds > 0 else math.nan,
         "seconds": seconds,
         "by_action": by_action,
+        # the stand-ins for what AWS does by itself (the EMF extraction): not in the figures above
+        "emulation_by_action": emulated,
         "server_cpu_s": cpu_total,
         "server_cpu_ms_per_request": 1e3 * cpu_total / total if total else math.nan,
         "server_cpu_s_by_action": cpu,

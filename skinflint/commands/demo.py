@@ -210,6 +210,9 @@ def _fmt_requests(r: dict[str, Any] | None) -> str:
         return "not metered"
     top = ", ".join(f"{k} {v / r['total']:.0%}" for k, v in list(r["by_action"].items())[:5])
     line = f"{r['per_frame']:.1f} per frame ({r['per_second']:.0f}/s): {top}"
+    emulated = sum((r.get("emulation_by_action") or {}).values())
+    if emulated:
+        line += f"; not counted: {emulated} of the stack's stand-ins for AWS (its EMF extraction)"
     cpu = r.get("server_cpu_s_by_action") or {}
     if cpu and r["seconds"] > 0:
         busiest = ", ".join(f"{k} {v / r['server_cpu_s']:.0%}" for k, v in list(cpu.items())[:3])

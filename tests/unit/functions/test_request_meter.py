@@ -216,3 +216,48 @@ def test_the_freeze_path_collects_and_freezes_without_reaching_moto() -> None:
         assert meter.snapshot()["total"] == 0
     finally:
         gc.unfreeze()  # the test process's collector as it was
+
+
+def test_the_stacks_stand_ins_for_aws_are_counted_apart() -> None:
+    """The local stack's EMF extraction (what CloudWatch does by itself on AWS) marks its requests;
+    the meter counts them apart, and the demo's requests per frame leave them out."""
+    import boto3
+    import pytest
+
+    from functions.localstack.emf import emulation_client
+    from functions.localstack.moto_server import EMULATION_HEADER
+
+    assert classify(
+        signed(
+            "monitoring",
+            PATH_INFO="/service/GraniteServiceVersion20100801/operation/PutMetricData",
+            HTTP_X_SKINFLINT_EMULATION="emf-extraction",
+        )
+    ) == ("emulation-monitoring", "PutMetricData")
+    # the marked client sends the header (captured before anything is sent: no network here)
+    cw = emulation_client(
+        boto3.client(
+            "cloudwatch", region_name="us-east-1", endpoint_url="http://127.0.0.1:9",
+            aws_access_key_id="k", aws_secret_access_key="s",
+        )
+    )  # fmt: skip
+    seen: dict[str, Any] = {}
+
+    class Sent(Exception):
+        pass
+
+    def capture(request: Any, **_: Any) -> None:
+        seen.update(request.headers)
+        raise Sent
+
+    cw.meta.events.register("before-send", capture)
+    with pytest.raises(Sent):
+        cw.put_metric_data(Namespace="NS", MetricData=[{"MetricName": "M", "Value": 1.0}])
+    assert seen[EMULATION_HEADER] in ("emf-extraction", b"emf-extraction")  # botocore may hold bytes
+    # the figures: the emulated requests are reported, not counted per frame
+    before = {"by_action": {}}
+    after = {"by_action": {"sqs.ReceiveMessage": 30, "emulation-monitoring.PutMetricData": 10}}
+    got = aws_request_figures(before, after, frames=10, seconds=10.0)
+    assert got is not None
+    assert (got["total"], got["per_frame"]) == (30, 3.0)
+    assert got["emulation_by_action"] == {"emulation-monitoring.PutMetricData": 10}
