@@ -51,6 +51,7 @@ __all__ = [
     "build_schedule",
     "build_schedules",
     "planned_spread_rate",
+    "root_window_caps",
     "rr_pattern",
     "schedule_origin",
     "theorem1_latencies",
@@ -1135,6 +1136,25 @@ def planned_spread_rate(module_plan: ModulePlan, default: float) -> float:
     info = (module_plan.model_extra or {}).get("dispatch")
     rate = info.get("spread_rate") if isinstance(info, dict) else None
     return float(rate) if isinstance(rate, int | float) and rate > 0 else default
+
+
+def root_window_caps(module_plan: ModulePlan, schedule: DispatchSchedule) -> list[int]:
+    """Frames each window of a root module's schedule may take (one per window of a period, in order).
+
+    Its batch, and for a dispatch-aware plan (one that records the root's stream rate ``r`` as
+    ``dispatch.spread_rate``) no more than ``ceil(r * length)``: what the realisation assumed the window
+    holds when it sized the children for the bursts this window's batch sends them
+    (:func:`planner.robust.required_spread_rate`). The front's admission keeps every window within it
+    (spilling or shedding the rest), so the children's guarantee holds whatever the arrival process;
+    with the batch as the only cap, Poisson arrivals overflowed the children of 13 of 100 generated apps
+    in the simulator (docs/dispatch.md, "Admission and the arrival process")."""
+    start, end, _, _, batch = schedule.window_lists()
+    rate = planned_spread_rate(module_plan, 0.0)
+    if rate <= 0:
+        return [int(b) for b in batch]
+    return [
+        min(int(b), math.ceil(rate * (e - s0) - _EPS)) for s0, e, b in zip(start, end, batch, strict=True)
+    ]
 
 
 def schedule_origin(app_origin_s: float, module_plan: ModulePlan, period_s: float) -> float:

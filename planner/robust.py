@@ -286,20 +286,28 @@ def _window_arrays(sched: DispatchSchedule) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def required_spread_rate(
-    parent: DispatchSchedule, per_request: float, parent_spacing_rate: float | Sequence[float]
+    parent: DispatchSchedule,
+    per_request: float,
+    parent_spacing_rate: float | Sequence[float],
+    *,
+    spaced: bool = True,
 ) -> tuple[float, int]:
     """(spread rate a child needs so that no two of its bursts from ``parent`` overlap, largest burst).
 
-    ``parent_spacing_rate``: the parent's own requests form streams whose requests are at least
-    ``1 / r`` apart each (a root under uniform arrivals: its rate; a child: its spread rate, one per
-    parent of its own). The parent's batches complete at ``end + wait + d`` of its windows,
+    ``parent_spacing_rate``: the parent's own requests form streams of rate ``r`` each (a root: its
+    rate; a child: its spread rate, one per parent of its own). A child's streams are *spaced*: its
+    parents' workers dispatch them at least ``1 / r`` apart (the spread, whose bursts never overlap).
+    A root's stream is not (``spaced=False``): frames arrive when cameras send them, and what the
+    front enforces is a count per window (``A_k`` below, ``functions/front/admission.py``); for a
+    stream at least ``1 / r`` apart that count is what a window can hold, so the counts are the same
+    either way. The parent's batches complete at ``end + wait + d`` of its windows,
     periodically (constant durations; an empty window completes nothing, which only widens the gaps).
     Window ``k`` holds at most ``A_k = min(b_k, sum_r ceil(r * length_k))`` requests and sends at most
     ``n_k = ceil(per_request * A_k)`` children, spread over ``n_k / W_s`` seconds, which must end before
     the next non-empty completion, at least ``gap_k`` later: the next completion of the pattern and,
-    with one configuration and one stream (completion order = arrival order), also
-    ``1 / r - length_k`` (the next request arrives ``1 / r`` after the last one of window ``k``).
-    Returns ``max_k n_k / gap_k``.
+    with one configuration and one spaced stream (completion order = arrival order), also
+    ``1 / r - length_k`` (the next request arrives ``1 / r`` after the last one of window ``k``; an
+    unspaced stream can put a request at the start of the next window). Returns ``max_k n_k / gap_k``.
 
     The answer is kept in the parent schedule's memo (:meth:`DispatchSchedule.derived`) under every
     other input (the period, the fan-out and the stream rates, compared as floats: ``-0.0`` and ``0.0``
@@ -311,12 +319,12 @@ def required_spread_rate(
         else tuple(float(r) for r in parent_spacing_rate)
     )
     memo = parent.derived()
-    key = ("spread", parent.period_s, float(per_request), streams)
+    key = ("spread", parent.period_s, float(per_request), streams, spaced)
     hit = memo.get(key)
     if hit is None:
         small = len(parent.windows) <= _SMALL_PATTERN and all(map(math.isfinite, (*streams, per_request)))
         compute = _required_spread_rate_small if small else _required_spread_rate
-        hit = memo[key] = compute(parent, float(per_request), streams)
+        hit = memo[key] = compute(parent, float(per_request), streams, spaced)
     rate, burst = hit
     return rate, burst
 
@@ -328,7 +336,7 @@ _SMALL_PATTERN = 96
 
 
 def _required_spread_rate_small(
-    parent: DispatchSchedule, per_request: float, streams: tuple[float, ...]
+    parent: DispatchSchedule, per_request: float, streams: tuple[float, ...], spaced: bool = True
 ) -> tuple[float, int]:
     """:func:`_required_spread_rate` in plain Python floats: the same IEEE operations in the same order
     (numpy's ``mod`` is Python's ``%`` on floats, its stable ``argsort`` a stable ``sorted``, its
@@ -351,7 +359,7 @@ def _required_spread_rate_small(
     for pos in range(len(order) - 1):
         gap[order[pos]] = x[order[pos + 1]] - x[order[pos]]
     gap[order[-1]] = (x[order[0]] + period) - x[order[-1]]
-    if len(parent.window_groups()) == 1 and len(streams) == 1:
+    if spaced and len(parent.window_groups()) == 1 and len(streams) == 1:
         offset = [(ln + w) + d for ln, w, d in zip(length, wait, dur, strict=True)]
         lead = 1.0 / streams[0] + min(o - ln for o, ln in zip(offset, length, strict=True))
         for k, o in enumerate(offset):
@@ -366,7 +374,7 @@ def _required_spread_rate_small(
 
 
 def _required_spread_rate(
-    parent: DispatchSchedule, per_request: float, streams: tuple[float, ...]
+    parent: DispatchSchedule, per_request: float, streams: tuple[float, ...], spaced: bool = True
 ) -> tuple[float, int]:
     """:func:`required_spread_rate`, computed (numpy: the parents with long periods)."""
     length, offset, done, batch = _window_arrays(parent)
@@ -384,7 +392,7 @@ def _required_spread_rate(
     gap_sorted[-1] = xs[0] + period - xs[-1]
     gap = np.empty_like(gap_sorted)
     gap[order] = gap_sorted
-    if len(parent.window_groups()) == 1 and len(streams) == 1:
+    if spaced and len(parent.window_groups()) == 1 and len(streams) == 1:
         gap = np.maximum(gap, 1.0 / streams[0] + float(np.min(offset - length)) - offset)
     busy = n >= 1
     if not np.any(busy):
@@ -514,7 +522,9 @@ def _realise_module(
     needs: dict[str, float] = {}
     bursts: dict[str, int] = {}
     for p in parents:
-        needs[p], bursts[p] = required_spread_rate(out[p].schedule, per_request[(p, name)], streams[p])
+        needs[p], bursts[p] = required_spread_rate(
+            out[p].schedule, per_request[(p, name)], streams[p], spaced=bool(topo.parents[p])
+        )
     batches = _batches(sched)
     rates = share_spread_rates(needs, bursts, batches, capacity, leaf=not topo.children[name])
     if rates is None:  # the streams do not fit (the repair raises the capacity): share it by need
@@ -1124,7 +1134,9 @@ class _RealisedSearch:
         m = self.order[i]
         needs, burst = [], 1
         for p, real in zip(parents, reals, strict=True):
-            need, n = required_spread_rate(real.schedule, self.per_request[(p, m)], self.streams[p])
+            need, n = required_spread_rate(
+                real.schedule, self.per_request[(p, m)], self.streams[p], spaced=bool(self.topo.parents[p])
+            )
             needs.append(need)
             burst = max(burst, n)
         need = needs[0] if len(needs) == 1 else required_capacity(needs, [self.max_batch[i]])

@@ -29,13 +29,20 @@ instance: a leaf request's completion minus the arrival time of the frame (root 
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from planner.dispatch import DispatchSchedule, build_schedule, planned_spread_rate, rr_pattern
+from planner.dispatch import (
+    DispatchSchedule,
+    build_schedule,
+    planned_spread_rate,
+    root_window_caps,
+    rr_pattern,
+)
 from planner.robust import planned_spread_rates
 
 if TYPE_CHECKING:
@@ -45,6 +52,14 @@ __all__ = ["EndToEndStats", "LatencyStats", "ModuleStats", "SimulationReport", "
 
 Arrivals = Literal["uniform", "poisson", "bursty"]
 Dispatch = Literal["tc", "rr"]
+#: Root admission: ``none`` (every arrival enters the window its arrival time falls in); ``planned`` (the
+#: front's batch slots: a window takes at most what the plan's realisation assumed it holds,
+#: :func:`planner.dispatch.root_window_caps`; a frame whose window is full spills to later windows while
+#: their bound meets its deadline, else it is shed); ``batch`` (the same with the batch as the only cap,
+#: as the front did before: the children can receive more than they were sized for).
+Admission = Literal["none", "batch", "planned"]
+#: Windows the front looks at after a frame's arrival window (``AdmissionConfig.max_spill_slots``).
+MAX_SPILL_SLOTS = 64
 
 #: Simulated seconds per chunk (bounds memory: rate * chunk requests per module in flight).
 CHUNK_S = 5.0
@@ -107,6 +122,9 @@ class SimulationReport(BaseModel):
     modules: dict[str, ModuleStats]
     end_to_end: EndToEndStats
     all_within_plan: bool
+    admission: Admission = "none"
+    frames_offered: int = 0  # root arrivals (requests of the root modules), admitted or shed
+    frames_shed: int = 0  # root arrivals that no window could take by their deadline (``admission``)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -201,6 +219,72 @@ class _Source:
                 self.high = not self.high
                 self.switch += float(self.rng.exponential(BURST_SOJOURN_S))
         return np.concatenate(parts) if parts else np.empty(0)
+
+
+class _FrontAdmission:
+    """The front's batch-slot admission (``functions/front/admission.py``, ``Admission._find_slot``) for
+    one root module, in one process: each window takes at most ``caps[k]`` arrivals; an arrival whose
+    window is full spills into the next windows (up to :data:`MAX_SPILL_SLOTS`) while a window's bound
+    (its end + steady-state wait + duration + the planned worst case of the modules below) meets the
+    arrival's deadline, else it is shed. The GCRA and per-key limits are left out (they shed only above
+    the planned rate)."""
+
+    def __init__(self, module: _Module, caps: list[int], tail_s: float, slo_s: float) -> None:
+        w = module.schedule.windows
+        self.period = module.period
+        ends = np.asarray(w.end, dtype=np.float64)
+        self.ends = ends.tolist()
+        self.mid = ((np.asarray(w.start, dtype=np.float64) + ends) / 2).tolist()
+        dur = module.dur_of_machine[module.win_machine]
+        self.bound = (ends + np.asarray(w.wait, dtype=np.float64) + dur).tolist()
+        self.caps = caps
+        self.tail_s = tail_s
+        self.slo_s = slo_s
+        self.counts: dict[int, int] = {}
+        self.offered = 0
+        self.shed = 0
+
+    def admit(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dispatch times, admitted mask) of arrivals ``t`` (ascending, after every earlier call's)."""
+        k_all = len(self.ends)
+        v = t.copy()
+        keep = np.zeros(len(t), dtype=bool)
+        counts = self.counts
+        for i, ti in enumerate(t.tolist()):
+            cyc = math.floor(ti / self.period)
+            k = min(bisect.bisect_right(self.ends, ti - cyc * self.period), k_all - 1)
+            bid = cyc * k_all + k
+            deadline = ti + self.slo_s + _TOL
+            for hop in range(MAX_SPILL_SLOTS + 1):
+                c, kk = divmod(bid, k_all)
+                if c * self.period + self.bound[kk] + self.tail_s > deadline:
+                    break
+                if counts.get(bid, 0) < self.caps[kk]:
+                    counts[bid] = counts.get(bid, 0) + 1
+                    keep[i] = True
+                    if hop:
+                        v[i] = c * self.period + self.mid[kk]
+                    break
+                bid += 1
+        self.offered += len(t)
+        self.shed += int(len(t) - keep.sum())
+        if len(counts) > 4 * k_all + 1024:  # forget windows well behind the last arrival
+            last = (math.floor(float(t[-1]) / self.period) - 1) * k_all
+            self.counts = {b: n for b, n in counts.items() if b >= last}
+        return v, keep
+
+
+def _tails(problem: ProblemSpec, plan: Plan) -> dict[str, float]:
+    """Planned worst case of the modules below each module (longest path), as the front computes it."""
+    kids = problem.children()
+    memo: dict[str, float] = {}
+
+    def tail(m: str) -> float:
+        if m not in memo:
+            memo[m] = max((plan.modules[c].worst_case_latency_s + tail(c) for c in kids[m]), default=0.0)
+        return memo[m]
+
+    return {m: tail(m) for m in problem.modules}
 
 
 # --------------------------------------------------------------------------- machines
@@ -457,6 +541,7 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     seed: int = 0,
     dispatch: Dispatch = "tc",
     children: Literal["spread", "burst"] = "spread",
+    admission: Admission = "none",
 ) -> SimulationReport:
     """Simulate ``duration_s`` seconds of arrivals through the plan's dispatch and machines.
 
@@ -465,7 +550,12 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     spread; latency still counts from the real arrival), ``rate`` being the plan's rate for that parent
     (``dispatch.spread_rates[parent]``, :func:`planner.robust.planned_spread_rates`), else its
     ``dispatch.spread_rate`` (:func:`planner.dispatch.planned_spread_rate`), else ``W'_child``;
-    ``"burst"`` dispatches them all at the completion time, which overflows the child's windows."""
+    ``"burst"`` dispatches them all at the completion time, which overflows the child's windows.
+
+    ``admission`` (TC only) puts the front's batch-slot admission in front of every root module
+    (:class:`_FrontAdmission`; :data:`Admission`): a shed arrival yields no request and no path, so
+    ``end_to_end.slo_attainment`` is over the admitted frames; ``frames_offered`` and ``frames_shed``
+    count the root arrivals."""
     rng = np.random.default_rng(seed)
     prices = {name: hw.price_per_hour for name, hw in problem.hardware.items()}
     order = problem.order()
@@ -477,6 +567,17 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
         for m in order
     }
     sources = {m: _Source(problem.modules[m].rate, arrivals, rng) for m in order if not parents[m]}
+    fronts: dict[str, _FrontAdmission] = {}
+    if admission != "none" and dispatch == "tc":
+        tails = _tails(problem, plan)
+        for m in sources:
+            mod = modules[m]
+            caps = (
+                root_window_caps(plan.modules[m], mod.schedule)
+                if admission == "planned"
+                else mod.schedule.window_lists()[4]
+            )
+            fronts[m] = _FrontAdmission(mod, [int(c) for c in caps], tails[m], problem.slo_s)
     ratio = {
         (p, c): problem.modules[c].rate / sum(problem.modules[q].rate for q in parents[c])
         for c in order
@@ -495,7 +596,11 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
         for m in order:
             if m in sources and not final:
                 t = sources[m].generate(t0, t1)
-                inbox[m].append((t, t, t))
+                if m in fronts:
+                    v, keep = fronts[m].admit(t)
+                    inbox[m].append((t[keep], v[keep], t[keep]))
+                else:
+                    inbox[m].append((t, t, t))
             parts = inbox[m]
             t_in, v_in, o_in = (
                 np.concatenate([p[j] for p in parts]) if parts else np.empty(0) for j in range(3)
@@ -518,6 +623,12 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
         dispatch=dispatch,
         jitter=jitter,
         seed=seed,
+    ).model_copy(
+        update={
+            "admission": admission if fronts else "none",
+            "frames_offered": sum(f.offered for f in fronts.values()),
+            "frames_shed": sum(f.shed for f in fronts.values()),
+        }
     )
 
 

@@ -11,7 +11,10 @@ local to the instance. Checks, in order (docs/loadtest.md has the reasoning and 
    (min over modules of schedule rate / requests per frame), with a burst tolerance in seconds;
 3. **batch slots** (503 ``slot_full`` / ``queue_backlog`` / ``deadline``): TC dispatch gives a
    frame arriving at ``t`` the slot ``slot_at(t)``, one batch of one machine that holds at most
-   ``b`` requests. The instance counts what it put in each slot; a full slot spills the frame into
+   ``b`` requests, and for a dispatch-aware plan at most what the plan's realisation assumed the
+   window holds (``planner.dispatch.root_window_caps``: the children were sized for the bursts of
+   windows that full, whatever the arrival process). The instance counts what it put in each slot;
+   a full slot spills the frame into
    the next windows while the slot's bound (window end + the window's steady-state queue wait +
    batch duration + the downstream modules' planned worst case) still meets the frame's deadline.
    A machine whose queue holds more than it can run within the SLO (visible + in flight, read with
@@ -183,6 +186,7 @@ class _AppState:
     rate: float  # frames/s the limiter admits
     tail_s: dict[str, float]  # planned worst case of the modules below a module (longest path)
     backlog_limit: dict[tuple[str, int], int]  # (module, group) -> queue depth beyond which it is skipped
+    caps: dict[str, list[int]]  # root module -> frames each window of its period may take
     slots: dict[tuple[str, int], int] = field(default_factory=dict)  # (module, batch id) -> frames
     slot_end: dict[tuple[str, int], float] = field(default_factory=dict)
 
@@ -203,6 +207,20 @@ def _tails(router: Router) -> dict[str, float]:
         return memo[m]
 
     return {m: tail(m) for m in dep.plan.modules}
+
+
+def _caps(router: Router) -> dict[str, list[int]]:
+    """Per root module, the frames each window of its schedule's period may take
+    (``planner.dispatch.root_window_caps``); a module without a schedule is left out (its batch)."""
+    from planner.dispatch import root_window_caps
+
+    dep = router.deployment
+    out: dict[str, list[int]] = {}
+    for m in dep.roots:
+        sched = router.schedule(m)
+        if sched is not None and hasattr(sched, "window_lists"):
+            out[m] = root_window_caps(dep.plan.modules[m], sched)
+    return out
 
 
 class Admission:
@@ -248,7 +266,9 @@ class Admission:
             for m, mp in dep.plan.modules.items()
             for gi, g in enumerate(mp.groups)
         }
-        st = _AppState(key=key, gcra=gcra, rate=rate, tail_s=_tails(router), backlog_limit=limits)
+        st = _AppState(
+            key=key, gcra=gcra, rate=rate, tail_s=_tails(router), backlog_limit=limits, caps=_caps(router)
+        )
         self._apps[dep.app] = st
         return st
 
@@ -378,7 +398,9 @@ class Admission:
             bound = route.window_end + wait + group.duration_s + st.tail_s[module]
             if bound > deadline:
                 break
-            if st.slots.get((module, route.batch_id), 0) >= group.batch:
+            caps = st.caps.get(module)
+            cap = caps[route.batch_id % len(caps)] if caps else group.batch
+            if st.slots.get((module, route.batch_id), 0) >= cap:
                 full += 1
             elif self._backlogged(route.queue_url, st.backlog_limit[(module, route.group)], now, stale):
                 backlogged += 1

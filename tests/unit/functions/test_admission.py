@@ -146,6 +146,35 @@ def test_a_full_slot_spills_into_the_next_window_within_the_deadline():
     assert third.routes[0]["detector"].window_end == pytest.approx(here.window_end + 0.25)
 
 
+def _dispatch_aware(dep: Deployment, root_rate: float) -> Deployment:
+    """``dep`` with the detector's stream rate recorded as a dispatch-aware plan records it."""
+    plan = dep.plan.model_copy(deep=True)
+    det = plan.modules["detector"]
+    plan.modules["detector"] = det.model_copy(
+        update={"dispatch": {"spread_rate": root_rate, "required_rate": root_rate}}
+    )
+    return dep.model_copy(update={"plan": plan})
+
+
+@pytest.mark.parametrize(("root_rate", "cap"), [(4.0, 1), (6.0, 2), (8.0, 2), (None, 2)])
+def test_a_root_window_takes_what_the_plan_sized_its_children_for(root_rate: float | None, cap: int) -> None:
+    # batch-2 windows of 0.25 s: a stream at 4 frames/s puts at most ceil(4 x 0.25) = 1 frame in one,
+    # and the car was sized for the bursts of 1 frame (docs/dispatch.md, "Admission and the arrival
+    # process"); at 6 or 8 frames/s, or for a plan without the figure, the batch is the cap
+    dep = deployment(det_batch=2, slo_s=1.5)
+    if root_rate is not None:
+        dep = _dispatch_aware(dep, root_rate)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=10.0)
+    now = ORIGIN + 10.01
+    here = router.route("detector", now)
+    outs = [adm.admit(router, 1, now) for _ in range(3)]
+    assert all(isinstance(o, Admitted) for o in outs)
+    ids = [o.routes[0]["detector"].batch_id for o in outs if isinstance(o, Admitted)]
+    assert ids == [here.batch_id + k // cap for k in range(3)]
+    assert sum(o.spilled for o in outs if isinstance(o, Admitted)) == 3 - cap
+
+
 def test_no_room_before_the_deadline_sheds_slot_full_with_a_retry_time():
     # slo 0.6 s: detector window 0.25 + d 0.1, car tail 2/12 + 0.05 = 0.217 -> the arrival window
     # (ends <= 0.25 s away) fits, the next one (<= 0.5 s away: 0.5 + 0.1 + 0.217 > 0.6) does not

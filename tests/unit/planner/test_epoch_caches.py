@@ -209,11 +209,15 @@ def test_required_spread_rate_is_kept_per_schedule_and_input() -> None:
     first = planner.robust.required_spread_rate(sched, 1.5, [30.0, 12.0])
     assert first == planner.robust._required_spread_rate(sched, 1.5, (30.0, 12.0))
     memo = sched.derived()
-    assert ("spread", sched.period_s, 1.5, (30.0, 12.0)) in memo
+    assert ("spread", sched.period_s, 1.5, (30.0, 12.0), True) in memo
     assert planner.robust.required_spread_rate(sched, 1.5, (30.0, 12.0)) == first  # a list or a tuple
     assert planner.robust.required_spread_rate(sched, 1.5, 30.0) == planner.robust._required_spread_rate(
         sched, 1.5, (30.0,)
     )
+    # a root's stream (not spaced) is another question, kept apart
+    unspaced = planner.robust.required_spread_rate(sched, 1.5, 30.0, spaced=False)
+    assert unspaced == planner.robust._required_spread_rate(sched, 1.5, (30.0,), False)
+    assert ("spread", sched.period_s, 1.5, (30.0,), False) in memo
     # other windows: the memo is emptied (a model_copy shares the private state)
     shifted = [w.model_copy(update={"end_s": w.end_s * 0.9}) for w in sched.windows]
     other = sched.model_copy(update={"windows": shifted})

@@ -86,6 +86,39 @@ def test_required_rate_of_a_sparse_root_uses_the_arrival_spacing():
     assert required_spread_rate(parent, 2.0, 20.0) == pytest.approx((40.0, 2))
 
 
+def test_a_root_stream_is_not_assumed_spaced():
+    # The same sparse root, as a root: the front keeps each window within ceil(4 * 0.05) = 1 frame
+    # but cannot keep frames 0.25 s apart (cameras send when they send), so the next window may hold
+    # the next frame: 2 children per 0.05 s = 40 req/s, as at the full rate
+    parent = build_schedule("a", module_plan((1, 1, 0.05, 1, 20.0)))
+    assert required_spread_rate(parent, 2.0, 4.0, spaced=False) == pytest.approx((40.0, 2))
+    # the counts are the same: a batch-4 window of 0.2 s at 10 frames/s holds ceil(10 * 0.2) = 2
+    parent = build_schedule("a", module_plan((4, 1, 0.2, 1, 20.0)))
+    assert required_spread_rate(parent, 1.0, 10.0, spaced=False)[1] == 2
+
+
+def test_realise_sizes_the_children_of_a_root_for_unspaced_frames():
+    # root a: one batch-1 machine at 20 req/s for 4 frames/s; b: 2 per frame (rate 8), one batch-2
+    # machine at 50 req/s. As a root's stream, a's windows may hold a frame each, back to back.
+    problem = ProblemSpec(
+        slo_s=5.0,
+        hardware={"gpu": {"price_per_hour": 1.0}},
+        modules={
+            "a": {"rate": 4.0, "profile": [{"hardware": "gpu", "batch": 1, "duration_s": 0.05}]},
+            "b": {"rate": 8.0, "profile": [{"hardware": "gpu", "batch": 2, "duration_s": 0.02}]},
+        },
+        edges=[("a", "b")],
+    )
+    mods = {
+        "a": module_plan((1, 1, 0.05, 1, 20.0), wcl=0.1),
+        "b": module_plan((2, 1, 0.02, 1, 50.0), wcl=0.06),
+    }
+    plan = Plan(objective="billed", cost_per_hour=0.0, billed_per_hour=2.0, solve_ms=0.0, modules=mods)
+    real = realise(problem, plan)
+    assert real["b"].required_rate == pytest.approx(40.0)
+    assert real["b"].burst == 2
+
+
 def test_multi_config_parent_with_coinciding_completions_needs_an_unbounded_rate():
     # W = 40 req/s: windows of 1/40 (b = 1, c = 2, d = 0.075) and 2/40 (b = 2, d = 0.1) s, period 0.1 s:
     # [0, .025) b1, [.025, .075) b2, [.075, .1) b1. The b2 batch completes at .075 + .1 = .175 and the
