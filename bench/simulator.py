@@ -20,7 +20,8 @@ capped at their batch, and the front's admission (windows capped at what the pla
 for): frames shed, admitted frames within the SLO (exit status 1 unless all of them, with the front's
 admission, and no window overflows).
 
-    .venv/bin/python bench/simulator.py --arrival-study 100   # about a minute
+    .venv/bin/python bench/simulator.py --arrival-study 100   # about 10 s
+    .venv/bin/python bench/simulator.py --arrival-study 100 --headroom 0.1 --reserve 0.2
 """
 
 from __future__ import annotations
@@ -298,11 +299,15 @@ def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
 ADMISSIONS = ("none", "batch", "planned")
 
 
-def arrival_study(count: int, duration: float, headroom: float = 0.1, seed: int = 0) -> dict[str, object]:
+def arrival_study(
+    count: int, duration: float, headroom: float = 0.1, reserve: float = 0.0, seed: int = 0
+) -> dict[str, object]:
     """What the arrival process does to dispatch-aware plans, with and without the front's admission.
 
     ``count`` generated problems, each solved (billed) for its rates times ``1 + headroom`` (the control
-    loop plans the forecast with 10 % headroom) and simulated at its rates under uniform, Poisson and
+    loop plans the forecast with 10 % headroom) and for its SLO times ``1 - reserve`` (latency left for
+    frames the admission spills into a later window), and simulated at its rates and SLO under uniform,
+    Poisson and
     bursty root arrivals, with each root admission of :data:`planner.simulator.Admission`: ``none``
     (every arrival enters its window), ``batch`` (windows capped at their batch, spill, shed) and
     ``planned`` (capped at what the plan sized the children for, the front's). Per (arrivals,
@@ -318,10 +323,11 @@ def arrival_study(count: int, duration: float, headroom: float = 0.1, seed: int 
         problem = generate_problem(seed + i)
         planned_for = problem.model_copy(
             update={
+                "slo_s": problem.slo_s * (1 - reserve),
                 "modules": {
                     m: spec.model_copy(update={"rate": spec.rate * (1 + headroom)})
                     for m, spec in problem.modules.items()
-                }
+                },
             }
         )
         plan = solve_dispatchable(planned_for)
@@ -337,6 +343,7 @@ def arrival_study(count: int, duration: float, headroom: float = 0.1, seed: int 
         "problems": count,
         "simulated_s": duration,
         "headroom": headroom,
+        "reserve": reserve,
         "billed_per_hour": round(billed, 2),
     }
     for (arrivals, admission), vals in rows.items():
@@ -361,6 +368,7 @@ def _print_study(g: dict[str, object]) -> None:
     table = Table(
         title=(
             f"{g['problems']} generated apps planned at +{100 * float(g['headroom']):g} % "  # type: ignore[arg-type]
+            f"for {100 * (1 - float(g['reserve'])):g} % of the SLO "  # type: ignore[arg-type]
             f"({g['billed_per_hour']} $/h), {g['simulated_s']} s each; attainment is of admitted frames"
         )
     )
@@ -421,11 +429,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--headroom", type=float, default=0.1, help="--arrival-study: plan for the rates x (1 + this) (0.1)"
     )
+    ap.add_argument(
+        "--reserve",
+        type=float,
+        default=0.0,
+        help="--arrival-study: plan for the SLO x (1 - this), the rest for spilled frames (0)",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = ap.parse_args(argv)
     if args.arrival_study:
         study = arrival_study(
-            args.arrival_study, args.duration if args.duration != 600.0 else 20.0, headroom=args.headroom
+            args.arrival_study,
+            args.duration if args.duration != 600.0 else 20.0,
+            headroom=args.headroom,
+            reserve=args.reserve,
         )
         if args.json:
             print(json.dumps(study, indent=2))

@@ -1138,18 +1138,21 @@ def planned_spread_rate(module_plan: ModulePlan, default: float) -> float:
     return float(rate) if isinstance(rate, int | float) and rate > 0 else default
 
 
-def root_window_caps(module_plan: ModulePlan, schedule: DispatchSchedule) -> list[int]:
+def root_window_caps(
+    module_plan: ModulePlan, schedule: DispatchSchedule, *, has_children: bool = True
+) -> list[int]:
     """Frames each window of a root module's schedule may take (one per window of a period, in order).
 
-    Its batch, and for a dispatch-aware plan (one that records the root's stream rate ``r`` as
-    ``dispatch.spread_rate``) no more than ``ceil(r * length)``: what the realisation assumed the window
-    holds when it sized the children for the bursts this window's batch sends them
-    (:func:`planner.robust.required_spread_rate`). The front's admission keeps every window within it
-    (spilling or shedding the rest), so the children's guarantee holds whatever the arrival process;
-    with the batch as the only cap, Poisson arrivals overflowed the children of 13 of 100 generated apps
-    in the simulator (docs/dispatch.md, "Admission and the arrival process")."""
+    Its batch, and for a root with children in a dispatch-aware plan (one that records the root's
+    stream rate ``r`` as ``dispatch.spread_rate``) no more than ``ceil(r * length)``: what the
+    realisation assumed the window holds when it sized the children for the bursts this window's batch
+    sends them (:func:`planner.robust.required_spread_rate`). The front's admission keeps every window
+    within it (spilling or shedding the rest), so the children's guarantee holds whatever the arrival
+    process; with the batch as the only cap, Poisson frames overflowed the children of 10 of 100
+    generated apps in the simulator (docs/dispatch.md, "Admission and the arrival process"). A root
+    without children takes its batch: its own machine's figures hold for any window of at most ``b``."""
     start, end, _, _, batch = schedule.window_lists()
-    rate = planned_spread_rate(module_plan, 0.0)
+    rate = planned_spread_rate(module_plan, 0.0) if has_children else 0.0
     if rate <= 0:
         return [int(b) for b in batch]
     return [

@@ -573,7 +573,7 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
         for m in sources:
             mod = modules[m]
             caps = (
-                root_window_caps(plan.modules[m], mod.schedule)
+                root_window_caps(plan.modules[m], mod.schedule, has_children=bool(kids[m]))
                 if admission == "planned"
                 else mod.schedule.window_lists()[4]
             )

@@ -219,7 +219,7 @@ def _caps(router: Router) -> dict[str, list[int]]:
     for m in dep.roots:
         sched = router.schedule(m)
         if sched is not None and hasattr(sched, "window_lists"):
-            out[m] = root_window_caps(dep.plan.modules[m], sched)
+            out[m] = root_window_caps(dep.plan.modules[m], sched, has_children=bool(dep.children(m)))
     return out
 
 

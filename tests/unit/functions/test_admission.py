@@ -175,6 +175,17 @@ def test_a_root_window_takes_what_the_plan_sized_its_children_for(root_rate: flo
     assert sum(o.spilled for o in outs if isinstance(o, Admitted)) == 3 - cap
 
 
+def test_a_root_without_children_keeps_its_batch_as_the_cap() -> None:
+    # nothing below it was sized for the root's bursts: its own machine holds any window of <= b
+    dep = _dispatch_aware(deployment(det_batch=2, slo_s=1.5), 4.0)
+    dep = dep.model_copy(update={"edges": []})
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=10.0)
+    now = ORIGIN + 10.01
+    outs = [adm.admit(router, 1, now) for _ in range(2)]
+    assert all(isinstance(o, Admitted) and o.spilled == 0 for o in outs)
+
+
 def test_no_room_before_the_deadline_sheds_slot_full_with_a_retry_time():
     # slo 0.6 s: detector window 0.25 + d 0.1, car tail 2/12 + 0.05 = 0.217 -> the arrival window
     # (ends <= 0.25 s away) fits, the next one (<= 0.5 s away: 0.5 + 0.1 + 0.217 > 0.6) does not
