@@ -128,6 +128,9 @@ class Deployment(BaseModel):
     queues: dict[str, dict[str, str]]  # module -> queue_key(group, machine) -> queue URL
     emulated_hardware: list[str] = Field(default_factory=list)
     overhead_s: float = 0.0  # per-hop overhead added to every profile duration when planning
+    # the SLO the plan was made for: slo_s less the app's admission_reserve (None: slo_s); frames keep
+    # slo_s as their deadline, the difference is for frames admitted into a later window
+    planning_slo_s: float | None = None
 
     def children(self, module: str) -> list[tuple[str, float]]:
         return [(dst, fan) for src, dst, fan in self.edges if src == module]

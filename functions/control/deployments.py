@@ -80,6 +80,7 @@ def app_change(
             out.changed_modules.append(m)
     checks: list[tuple[str, bool]] = [
         ("slo", _close(previous.slo_s, spec.slo_s)),
+        ("admission reserve", _close(previous.planning_slo_s or previous.slo_s, spec.planning_slo_s)),
         ("edges", [tuple(e) for e in previous.edges] == [tuple(e) for e in spec.edges]),
         ("modules removed", set(previous.plan.modules) <= set(plan.modules)),
         ("rate", _rate_close(previous.frame_rate, frame_rate, bool(out.changed_modules))),
@@ -142,6 +143,7 @@ def build_deployment(
         queues=queues,
         emulated_hardware=sorted(emulated),
         overhead_s=overhead_s,
+        planning_slo_s=spec.planning_slo_s if spec.admission_reserve > 0 else None,
     )
 
 

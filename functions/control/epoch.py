@@ -883,7 +883,7 @@ def _standin_problem(dep: Deployment, catalog: Mapping[str, HardwareSpec]) -> Pr
     used = {e.hardware for ms in modules.values() for e in ms.profile}
     return ProblemSpec(
         name=dep.app,
-        slo_s=dep.slo_s,
+        slo_s=dep.planning_slo_s or dep.slo_s,
         hardware={h: catalog[h] for h in used},
         modules=modules,
         edges=[(s, d) for s, d, _ in dep.edges],

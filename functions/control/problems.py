@@ -73,14 +73,17 @@ def app_problem(
     overhead_s: float,
     corrections: Mapping[str, float] | None = None,
 ) -> ProblemSpec:
-    """The planner's problem for ``spec`` at ``frame_rate`` frames/s, with the extra
+    """The planner's problem for ``spec`` at ``frame_rate`` frames/s, for its planning SLO (the SLO
+    less its ``admission_reserve``, :attr:`RegistrationSpec.planning_slo_s`), with the extra
     ``max_children_per_request`` (:func:`max_children`) when the app has edges and the app's
     service-time ``corrections`` added to its profiles (:func:`adjust_profiles`). Raises
     ``ValueError`` naming the module that has no profile on the usable hardware."""
     from planner.robust import FAN_OUT_KEY
 
     hw = usable_hardware(spec, catalog, available)
-    problem = spec.app_spec().to_problem(frame_rate, spec.profiles, {h: catalog[h] for h in hw}, spec.slo_s)
+    problem = spec.app_spec().to_problem(
+        frame_rate, spec.profiles, {h: catalog[h] for h in hw}, spec.planning_slo_s
+    )
     for name, mod in problem.modules.items():
         if not mod.profile:
             model = spec.modules[name].model

@@ -4,8 +4,11 @@ once, and store it: the spec file in S3, an index item in the config table.
 An app spec is a :class:`planner.models.AppSpec` (modules with their model names, edges with
 fan-out, ``slo_s``) plus ``rate`` (frames/s planned until traffic is observed), optionally
 ``min_rate`` (the floor the planner never plans below), ``hardware`` (classes the app may use),
-``instance_types`` (a mapping for classes without an EC2 type: P100) and ``profiles`` (inline
-profile entries per model; a model without them must have a profile in the profile store).
+``instance_types`` (a mapping for classes without an EC2 type: P100), ``profiles`` (inline
+profile entries per model; a model without them must have a profile in the profile store) and
+``admission_reserve`` (a fraction of the SLO in [0, 0.5), default 0: the app is planned for the SLO
+times ``1 - admission_reserve``, and the rest is left for frames the front admits into a later window
+than their arrival's when theirs is full; docs/dispatch.md, "Admission and the arrival process").
 
 The stored spec is self-contained: every model's profile is resolved at registration (inline, else
 the store) and written into it, so a plan depends only on the registered spec and the catalog, and
@@ -69,7 +72,11 @@ KEYS = {
     "hardware",
     "instance_types",
     "profiles",
+    "admission_reserve",
 }
+#: Largest ``admission_reserve`` (a fraction of the SLO): half the SLO left for spilled frames already
+#: costs about 2x the plan (docs/dispatch.md), and more is better had with a longer SLO.
+MAX_ADMISSION_RESERVE = 0.5
 REPLAN_KEY = "control#replan"
 _INDEX = "appspec#"
 _S3_PREFIX = "registry/apps/"
@@ -90,9 +97,17 @@ class RegistrationSpec(BaseModel):
     hardware: list[str] | None = None
     instance_types: dict[str, str] = Field(default_factory=dict)
     profiles: dict[str, list[ProfileEntry]] = Field(default_factory=dict)
+    # fraction of the SLO the plan leaves for frames admitted into a later window than their arrival's
+    admission_reserve: float = Field(default=0.0, ge=0, lt=MAX_ADMISSION_RESERVE)
 
     def app_spec(self) -> AppSpec:
         return AppSpec(name=self.name, slo_s=self.slo_s, modules=self.modules, edges=self.edges)
+
+    @property
+    def planning_slo_s(self) -> float:
+        """The SLO the app is planned for: ``slo_s`` less its ``admission_reserve``. Frames keep the
+        whole SLO as their deadline (the front, the workers' early drop)."""
+        return self.slo_s * (1.0 - self.admission_reserve)
 
     @property
     def floor_rate(self) -> float:
@@ -156,6 +171,16 @@ def _number(doc: Mapping[str, Any], key: str, problems: list[str], required: boo
     if v <= 0:
         problems.append(f"{key} must be > 0, got {v}")
         return None
+    return float(v)
+
+
+def _reserve(doc: Mapping[str, Any], problems: list[str]) -> float:
+    v = doc.get("admission_reserve", 0.0)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < MAX_ADMISSION_RESERVE:
+        problems.append(
+            f"admission_reserve must be a fraction of the SLO in [0, {MAX_ADMISSION_RESERVE:g}), got {v!r}"
+        )
+        return 0.0
     return float(v)
 
 
@@ -352,6 +377,7 @@ def validate_registration(
     slo = _number(doc, "slo_s", problems)
     rate = _number(doc, "rate", problems)
     min_rate = _number(doc, "min_rate", problems, required=False)
+    reserve = _reserve(doc, problems)
     if rate is not None and min_rate is not None and min_rate > rate:
         problems.append(f"min_rate {min_rate:g} is above rate {rate:g}")
     avail = set(available) if available is not None else None
@@ -373,6 +399,7 @@ def validate_registration(
         hardware=hardware,
         instance_types=types,
         profiles=profiles,
+        admission_reserve=reserve,
     )
     _check_hardware_profiles(spec, catalog, avail)
     if not check_feasible:
@@ -456,7 +483,13 @@ def check_plannable(
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RegistrationError(
             [
-                f"cannot be planned at {spec.rate:g} frames/s within slo_s {spec.slo_s:g}: {first} "
+                f"cannot be planned at {spec.rate:g} frames/s within slo_s {spec.slo_s:g}"
+                + (
+                    f" less its admission_reserve ({spec.planning_slo_s:.4g} s)"
+                    if spec.admission_reserve > 0
+                    else ""
+                )
+                + f": {first} "
                 f"(checked as the planner plans it: {rate:.4g} frames/s with headroom, dispatch-aware)"
             ],
             spec.name,

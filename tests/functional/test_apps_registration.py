@@ -80,6 +80,32 @@ def test_cycles_plannability_and_mappings() -> None:
     assert problems_of("just text") == ["the spec must be a mapping (a YAML or JSON object)"]
 
 
+@pytest.mark.parametrize("bad", [-0.1, 0.5, 1, "10%", True])
+def test_an_admission_reserve_outside_0_to_half_is_listed(bad: object) -> None:
+    (only,) = problems_of(copy.deepcopy(SPEC) | {"admission_reserve": bad})
+    assert only == f"admission_reserve must be a fraction of the SLO in [0, 0.5), got {bad!r}"
+
+
+def test_an_admission_reserve_plans_for_less_than_the_slo() -> None:
+    from functions.control.problems import app_problem
+
+    spec = validate_spec(
+        copy.deepcopy(SPEC) | {"admission_reserve": 0.2}, catalog=CATALOG, stored_profile=lambda _m: None
+    )
+    assert spec.admission_reserve == 0.2
+    assert spec.planning_slo_s == pytest.approx(0.8 * spec.slo_s)
+    problem = app_problem(spec, spec.rate, CATALOG, None, 0.0)
+    assert problem.slo_s == pytest.approx(spec.planning_slo_s)
+    # the feasibility check plans for the shorter SLO, and says so
+    # 0.03 s plans (above 0.02 s it does), 0.03 s less 40 % does not
+    validate_spec(copy.deepcopy(SPEC) | {"slo_s": 0.03}, catalog=CATALOG, stored_profile=lambda _m: None)
+    tight = copy.deepcopy(SPEC) | {"slo_s": 0.03, "admission_reserve": 0.4}
+    (only,) = problems_of(tight)
+    assert only.startswith(
+        "cannot be planned at 20 frames/s within slo_s 0.03 less its admission_reserve (0.018 s)"
+    )
+
+
 def test_models_resolve_from_the_profile_store_into_the_stored_spec() -> None:
     from profiles.store import default_store
 

@@ -222,6 +222,30 @@ def test_registered_app_is_planned_published_and_the_groups_sized(env: Env) -> N
     assert cls["required_rate"] - 1e-9 <= cls["spread_rate"] <= cls["capacity_rate"] + 1e-9
 
 
+def test_an_admission_reserve_plans_for_less_than_the_slo_frames_keep(env: Env) -> None:
+    # GIVEN an app registered with 20 % of its SLO left for frames admitted into a later window
+    env.register(SPEC | {"admission_reserve": 0.2})
+    out = env.ctl.run_epoch()
+    assert out.status == "published", out.as_json()
+    cur = env.ctl.plans.current()
+    assert cur is not None
+    dep = env.ctl.plans.deployment(cur.version, "cams")
+    assert dep is not None
+    # THEN its plan's paths fit 80 % of the SLO, while frames keep the whole SLO as their deadline
+    assert dep.slo_s == SPEC["slo_s"] and dep.planning_slo_s == pytest.approx(0.8 * SPEC["slo_s"])
+    paths = (dep.plan.model_extra or {})["paths"]
+    assert all(p["worst_case_latency_s"] <= 0.8 * SPEC["slo_s"] + 1e-9 for p in paths)
+    # AND a re-registration without it publishes a version planned for the whole SLO
+    env.register(SPEC)
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "published"
+    cur = env.ctl.plans.current()
+    assert cur is not None
+    dep = env.ctl.plans.deployment(cur.version, "cams")
+    assert dep is not None and dep.planning_slo_s is None
+
+
 def test_the_ten_second_guard(env: Env) -> None:
     assert env.ctl.run_epoch().status == "unchanged"
     env.clock.t += 9.5
