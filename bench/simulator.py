@@ -297,6 +297,8 @@ def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
 
 
 ADMISSIONS = ("none", "batch", "planned")
+#: front instances that each count only their own frames, in the study's last admission row
+UNSHARED_FRONTS = 3
 
 
 def arrival_study(
@@ -333,12 +335,21 @@ def arrival_study(
         plan = solve_dispatchable(planned_for)
         billed += plan.billed_per_hour
         for k, arrivals in enumerate(("uniform", "poisson", "bursty")):
-            for admission in ADMISSIONS:
-                r = simulate(problem, plan, duration, arrivals, seed=seed + i + k, admission=admission)  # type: ignore[arg-type]
+            for admission, fronts in (*((a, 1) for a in ADMISSIONS), ("planned", UNSHARED_FRONTS)):
+                r = simulate(
+                    problem,
+                    plan,
+                    duration,
+                    arrivals,  # type: ignore[arg-type]
+                    seed=seed + i + k,
+                    admission=admission,  # type: ignore[arg-type]
+                    front_instances=fronts,
+                )
+                label = admission if fronts == 1 else f"{admission} x{fronts} fronts, unshared"
                 shed = r.frames_shed / r.frames_offered if r.frames_offered else 0.0
                 overflow = any(m.overflow_batches for m in r.modules.values())
                 row = (r.end_to_end.slo_attainment, shed, overflow)
-                rows.setdefault((arrivals, admission), []).append(row)
+                rows.setdefault((arrivals, label), []).append(row)
     out: dict[str, object] = {
         "problems": count,
         "simulated_s": duration,

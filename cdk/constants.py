@@ -60,6 +60,8 @@ PROFILES_PREFIX = "profiles/"  # catalog override and shared profiles (functions
 # Config-table keys (pk) each writer may write, as dynamodb:LeadingKeys patterns:
 WORKER_CONFIG_KEYS = ("plan#v*#claim#*", "instance#*")  # slot claims, heartbeats (plan_store.py)
 FRONT_CONFIG_KEYS = ("appspec#*", "control#replan")  # app index, planning request (registry.py)
+# Results-table keys (pk) the front may update: the shared batch-slot counts (functions/adapters/slots.py)
+FRONT_RESULTS_UPDATE_KEYS = ("slot#*",)
 
 # -- Lambda -----------------------------------------------------------------------------------------
 LAMBDA_PYTHON = "3.13"  # runtime of both functions (and of the dependency layer's wheels)

@@ -227,9 +227,19 @@ class _FrontAdmission:
     window is full spills into the next windows (up to :data:`MAX_SPILL_SLOTS`) while a window's bound
     (its end + steady-state wait + duration + the planned worst case of the modules below) meets the
     arrival's deadline, else it is shed. The GCRA and per-key limits are left out (they shed only above
-    the planned rate)."""
+    the planned rate). ``instances`` > 1 plays that many front instances that each count only their
+    own frames (a Lambda front without the shared counts, ``functions/adapters/slots.py``): an arrival
+    goes to one of them at random (``rng``) and is checked against that instance's counts alone."""
 
-    def __init__(self, module: _Module, caps: list[int], tail_s: float, slo_s: float) -> None:
+    def __init__(
+        self,
+        module: _Module,
+        caps: list[int],
+        tail_s: float,
+        slo_s: float,
+        instances: int = 1,
+        rng: np.random.Generator | None = None,
+    ) -> None:
         w = module.schedule.windows
         self.period = module.period
         ends = np.asarray(w.end, dtype=np.float64)
@@ -240,7 +250,8 @@ class _FrontAdmission:
         self.caps = caps
         self.tail_s = tail_s
         self.slo_s = slo_s
-        self.counts: dict[int, int] = {}
+        self.instances = [dict[int, int]() for _ in range(max(1, instances))]
+        self.rng = rng if rng is not None else np.random.default_rng(0)
         self.offered = 0
         self.shed = 0
 
@@ -249,8 +260,10 @@ class _FrontAdmission:
         k_all = len(self.ends)
         v = t.copy()
         keep = np.zeros(len(t), dtype=bool)
-        counts = self.counts
+        n_inst = len(self.instances)
+        which = self.rng.integers(n_inst, size=len(t)).tolist() if n_inst > 1 else [0] * len(t)
         for i, ti in enumerate(t.tolist()):
+            counts = self.instances[which[i]]
             cyc = math.floor(ti / self.period)
             k = min(bisect.bisect_right(self.ends, ti - cyc * self.period), k_all - 1)
             bid = cyc * k_all + k
@@ -268,9 +281,10 @@ class _FrontAdmission:
                 bid += 1
         self.offered += len(t)
         self.shed += int(len(t) - keep.sum())
-        if len(counts) > 4 * k_all + 1024:  # forget windows well behind the last arrival
-            last = (math.floor(float(t[-1]) / self.period) - 1) * k_all
-            self.counts = {b: n for b, n in counts.items() if b >= last}
+        for j, counts in enumerate(self.instances):
+            if len(counts) > 4 * k_all + 1024:  # forget windows well behind the last arrival
+                last = (math.floor(float(t[-1]) / self.period) - 1) * k_all
+                self.instances[j] = {b: n for b, n in counts.items() if b >= last}
         return v, keep
 
 
@@ -542,6 +556,7 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     dispatch: Dispatch = "tc",
     children: Literal["spread", "burst"] = "spread",
     admission: Admission = "none",
+    front_instances: int = 1,
 ) -> SimulationReport:
     """Simulate ``duration_s`` seconds of arrivals through the plan's dispatch and machines.
 
@@ -555,7 +570,8 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     ``admission`` (TC only) puts the front's batch-slot admission in front of every root module
     (:class:`_FrontAdmission`; :data:`Admission`): a shed arrival yields no request and no path, so
     ``end_to_end.slo_attainment`` is over the admitted frames; ``frames_offered`` and ``frames_shed``
-    count the root arrivals."""
+    count the root arrivals. ``front_instances`` > 1: that many fronts each counting only their own
+    frames (no shared counts), each arrival at one of them at random."""
     rng = np.random.default_rng(seed)
     prices = {name: hw.price_per_hour for name, hw in problem.hardware.items()}
     order = problem.order()
@@ -577,7 +593,9 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
                 if admission == "planned"
                 else mod.schedule.window_lists()[4]
             )
-            fronts[m] = _FrontAdmission(mod, [int(c) for c in caps], tails[m], problem.slo_s)
+            fronts[m] = _FrontAdmission(
+                mod, [int(c) for c in caps], tails[m], problem.slo_s, front_instances, rng
+            )
     ratio = {
         (p, c): problem.modules[c].rate / sum(problem.modules[q].rate for q in parents[c])
         for c in order

@@ -72,6 +72,9 @@ class FrontStack(Stack):
                     "SKINFLINT_BUCKET": props.bucket.bucket_name,
                     "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
                     "SKINFLINT_PLANNER_FUNCTION": props.planner_function_name,
+                    # several Lambda instances admit frames: count each window's frames in DynamoDB
+                    # (functions/adapters/slots.py), one conditional write per frame
+                    "SKINFLINT_ADMISSION_SHARED": "on",
                 },
             ),
         )
@@ -250,6 +253,15 @@ class FrontStack(Stack):
                 sid="Results",
                 actions=["dynamodb:BatchWriteItem", "dynamodb:BatchGetItem"],
                 resources=[props.results_table.table_arn],
+            ),
+            # admission's shared batch-slot counts (conditional ADD), only their keys
+            iam.PolicyStatement(
+                sid="SlotCounts",
+                actions=["dynamodb:UpdateItem"],
+                resources=[props.results_table.table_arn],
+                conditions={
+                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.FRONT_RESULTS_UPDATE_KEYS)}
+                },
             ),
             # dispatch (SendMessageBatch) and the admission backlog check (queue depth)
             iam.PolicyStatement(

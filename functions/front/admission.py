@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from functions.adapters.slots import SlotCounter
     from functions.routing import Route, Router
     from functions.schema import Deployment
 
@@ -66,6 +67,9 @@ class AdmissionConfig:
     max_spill_slots: int = 64  # windows looked at after the arrival slot
     queue_check_s: float = 1.0  # s between depth reads of one queue; 0 turns the backlog check off
     margin_s: float = 0.0  # s kept in reserve when comparing a slot's bound with the deadline
+    # count the frames of each window in DynamoDB too (functions/adapters/slots.py), so every front
+    # instance sees them: the cap holds across Lambda instances, at one conditional write per frame
+    shared_slots: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionConfig:
@@ -85,6 +89,7 @@ class AdmissionConfig:
             max_spill_slots=int(num("MAX_SPILL", d.max_spill_slots)),
             queue_check_s=num("QUEUE_CHECK_S", d.queue_check_s),
             margin_s=num("MARGIN_S", d.margin_s),
+            shared_slots=e.get("SKINFLINT_ADMISSION_SHARED", "off").lower() in ("1", "on", "true", "yes"),
         )
 
 
@@ -104,6 +109,7 @@ class Admitted:
 
     routes: list[dict[str, Route]]
     spilled: int = 0
+    shared_errors: int = 0  # windows the shared count could not be read for (admitted on the own count)
 
 
 class TokenBucket:
@@ -225,10 +231,14 @@ def _caps(router: Router) -> dict[str, list[int]]:
 
 class Admission:
     """Admission control of one front instance (thread-safe). ``depth(queue_url)`` reads a queue's
-    visible + in-flight count (``TaskQueues.depth``); it is optional."""
+    visible + in-flight count (``TaskQueues.depth``); it is optional. ``slots``: the counts every front
+    instance shares (:class:`functions.adapters.slots.SlotCounter`), consulted for a window this
+    instance finds free when ``config.shared_slots``; its call is made under the instance's lock (a
+    Lambda front serves one request at a time)."""
 
-    def __init__(self, config: AdmissionConfig | None = None):
+    def __init__(self, config: AdmissionConfig | None = None, slots: SlotCounter | None = None):
         self.config = config or AdmissionConfig()
+        self.slots = slots if self.config.shared_slots else None
         self._lock = threading.Lock()
         self._apps: dict[str, _AppState] = {}
         self._keys: dict[str, TokenBucket] = {}
@@ -363,8 +373,9 @@ class Admission:
         dep = router.deployment
         deadline = now + dep.slo_s - self.config.margin_s
         taken: list[tuple[str, int]] = []
+        shared: list[tuple[str, int]] = []  # windows counted in the shared counter for this request
         routes: list[dict[str, Route]] = []
-        spilled = 0
+        spilled = errors = 0
         for _ in range(n_frames):
             frame: dict[str, Route] = {}
             for module in dep.roots:
@@ -372,20 +383,29 @@ class Admission:
                 if isinstance(found, Shed):
                     for k in taken:  # all or nothing
                         st.slots[k] -= 1
+                    if self.slots is not None:
+                        for m, bid in shared:
+                            self.slots.release(dep.app, dep.version, m, bid)
                     return found
-                route, hops = found
+                route, hops, counted = found
                 k = (module, route.batch_id)
                 st.slots[k] = st.slots.get(k, 0) + 1
                 st.slot_end[k] = route.window_end
                 taken.append(k)
+                if counted is True:
+                    shared.append(k)
+                errors += counted is None
                 frame[module] = route
                 spilled += hops > 0
             routes.append(frame)
-        return Admitted(routes, spilled)
+        return Admitted(routes, spilled, errors)
 
     def _find_slot(
         self, router: Router, st: _AppState, module: str, now: float, deadline: float, stale: list[str] | None
-    ) -> tuple[Route, int] | Shed:
+    ) -> tuple[Route, int, bool | None] | Shed:
+        """The first window from ``now`` on that can meet ``deadline`` and has room: (its route, the
+        windows passed over, whether the shared counter counted the frame: True, False when there is
+        none, None when it could not answer), or why none."""
         sched = router.schedule(module)
         full = backlogged = 0
         t = now
@@ -405,7 +425,16 @@ class Admission:
             elif self._backlogged(route.queue_url, st.backlog_limit[(module, route.group)], now, stale):
                 backlogged += 1
             else:
-                return route, hop
+                if self.slots is None:
+                    return route, hop, False
+                dep = router.deployment
+                got = self.slots.take(dep.app, dep.version, module, route.batch_id, cap, route.window_end)
+                if got is not False:
+                    return route, hop, got
+                # other front instances filled it: full here too, no second call for this window
+                st.slots[(module, route.batch_id)] = cap
+                st.slot_end[(module, route.batch_id)] = route.window_end
+                full += 1
             t = route.window_end + 1e-6  # windows are [start, end): the next one
         if full == 0 and backlogged == 0:
             return Shed(

@@ -262,6 +262,8 @@ class FrontService:
             raise Rejection(decision.status, decision.error, decision.reason, decision.retry_after_s)
         if decision.spilled:
             self.metrics.put("SlotSpills", decision.spilled, App=app)
+        if decision.shared_errors:
+            self.metrics.put("SlotCounterErrors", decision.shared_errors, App=app)
         return decision.routes
 
     def _payload(self, request_id: str, data: bytes, content_type: str) -> Payload:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from functions.front.admission import Admission
     from functions.front.service import FrontService
     from functions.settings import DataPlaneConfig
 
@@ -30,7 +31,6 @@ def service_from_config(
     from functions.adapters.queues import TaskQueues
     from functions.adapters.results import ResultStore
     from functions.errors import ConfigError
-    from functions.front.admission import Admission, AdmissionConfig
     from functions.front.service import FrontService
     from functions.settings import DataPlaneConfig, make_client, make_metrics
 
@@ -52,6 +52,16 @@ def service_from_config(
         queues=TaskQueues(make_client("sqs", cfg, "front")),
         blobs=BlobStore(make_client("s3", cfg, "front"), cfg.bucket),
         metrics=metrics,
-        admission=Admission(AdmissionConfig.from_env()),
+        admission=_admission(ddb, cfg.results_table),
         plans=PlanStore(ddb, cfg.config_table),
     )
+
+
+def _admission(ddb: object, results_table: str) -> Admission:
+    """Admission from the environment, with the shared slot counter when
+    ``SKINFLINT_ADMISSION_SHARED`` is on (the deployed front: several Lambda instances)."""
+    from functions.adapters.slots import SlotCounter
+    from functions.front.admission import Admission, AdmissionConfig
+
+    config = AdmissionConfig.from_env()
+    return Admission(config, SlotCounter(ddb, results_table) if config.shared_slots else None)

@@ -224,6 +224,31 @@ def test_mangum_handler_serves_the_rest_apis_proxy_events(stack, monkeypatch):
         lambda_handler.app.state.service_holder.clear()
 
 
+def test_the_deployed_front_counts_each_window_in_dynamodb(stack, monkeypatch):
+    """With ``SKINFLINT_ADMISSION_SHARED=on`` (the CDK front's setting) a frame the Lambda handler
+    admits is counted in its window's ``slot#`` item, which every other front instance reads."""
+    from pathlib import Path
+
+    for k, v in stack.cfg.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SKINFLINT_ADMISSION_SHARED", "on")
+    from functions.front import handler as lambda_handler
+
+    lambda_handler.app.state.service_holder.clear()
+    try:
+        post = json.loads((Path(__file__).parents[1] / "events" / "post_frame.json").read_text())
+        post["headers"]["x-api-key"] = API_KEY
+        post["body"] = base64.b64encode(jpeg_bytes()).decode()
+        out = lambda_handler.handler(post, None)
+        assert out["statusCode"] == 202, out["body"]
+    finally:
+        lambda_handler.app.state.service_holder.clear()
+    items = stack.ddb.scan(TableName=stack.cfg.results_table)["Items"]
+    slots = [i for i in items if i["pk"]["S"].startswith("slot#")]
+    assert len(slots) == 1 and slots[0]["n"] == {"N": "1"}
+    assert slots[0]["pk"]["S"] == f"slot#{stack.deployment.app}#v{stack.deployment.version}#detector"
+
+
 def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_them(
     stack, monkeypatch, capsys
 ):

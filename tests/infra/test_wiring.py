@@ -69,7 +69,7 @@ _TAG_ON_CREATE = {"sqs:TagQueue"}
 _EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"}
 FRONT_ACTIONS = _OWN_LOGS | {
     "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan",  # keys, plan in force, apps
-    "dynamodb:PutItem", "dynamodb:UpdateItem",  # admin.py: appspec#<app>, control#replan
+    "dynamodb:PutItem", "dynamodb:UpdateItem",  # admin.py: appspec#<app>, control#replan; slots.py
     "dynamodb:BatchWriteItem",  # adapters/results.py: frame records (results read by BatchGetItem)
     "sqs:SendMessage",  # adapters/queues.py send (SendMessageBatch)
     "sqs:GetQueueAttributes",  # front/admission.py backlog check (TaskQueues.depth)
@@ -180,6 +180,7 @@ TABLE_OF_MODULE = {
     "functions/control/state.py": "config",  # control#state
     "functions/adapters/results.py": "results",  # frame records, task records, read_items
     "functions/adapters/outcomes.py": "results",  # frame outcomes (read back with results.read_items)
+    "functions/adapters/slots.py": "results",  # admission's shared batch-slot counts (front)
 }
 TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
     "planner": {
@@ -189,7 +190,8 @@ TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
     "front": {
         "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan", "dynamodb:PutItem",
                    "dynamodb:UpdateItem"},
-        "results": {"dynamodb:BatchWriteItem", "dynamodb:BatchGetItem"},  # frame records; GET /v1/requests
+        "results": {"dynamodb:BatchWriteItem", "dynamodb:BatchGetItem",  # frame records; GET /v1/requests
+                    "dynamodb:UpdateItem"},  # slots.py: shared batch-slot counts (slot#* keys only)
     },
     "worker": {
         "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
@@ -326,6 +328,10 @@ def test_config_writes_are_limited_to_the_writers_keys() -> None:
     for keys, patterns in ((worker_keys, C.WORKER_CONFIG_KEYS), (front_keys, C.FRONT_CONFIG_KEYS)):
         for k in keys:
             assert any(fnmatch.fnmatchcase(k, p) for p in patterns), (k, patterns)
+    from functions.adapters.slots import slot_key
+
+    slot = slot_key("traffic", 7, "detector", 123)["pk"]["S"]
+    assert all(any(fnmatch.fnmatchcase(slot, p) for p in C.FRONT_RESULTS_UPDATE_KEYS) for _ in (0,))
     # and never the pointer, a version document, an API key or the control state
     for k in (_vkey(7, "manifest"), _vkey(7, "fleet"), "plan#current", "apikey#x", "control#state"):
         assert not any(fnmatch.fnmatchcase(k, p) for p in C.WORKER_CONFIG_KEYS + C.FRONT_CONFIG_KEYS), k
@@ -393,6 +399,15 @@ def test_planner_environment(assembly: Assembly) -> None:
     front_env = fns[C.FRONT_HANDLER]["Environment"]["Variables"]
     assert front_env["SKINFLINT_PLANNER_FUNCTION"] == C.PLANNER_FUNCTION_NAME
     assert float(front_env["SKINFLINT_RESULTS_RETENTION_DAYS"]) == C.RESULTS_RETENTION_DAYS
+    from functions.front.admission import AdmissionConfig
+
+    assert AdmissionConfig.from_env(front_env).shared_slots  # several Lambda instances: shared counts
+    (slots,) = [
+        s for s in _allowed(assembly.template(C.FRONT_STACK), "FrontRole") if s.get("Sid") == "SlotCounts"
+    ]
+    assert slots["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == list(
+        C.FRONT_RESULTS_UPDATE_KEYS
+    )
     (invoke,) = [
         s
         for s in _allowed(assembly.template(C.FRONT_STACK), "FrontRole")

@@ -315,3 +315,93 @@ def test_config_from_env():
         {"SKINFLINT_ADMISSION": "off", "SKINFLINT_ADMISSION_KEY_RATE": "7", "SKINFLINT_ADMISSION_BURST_S": ""}
     )
     assert (cfg.enabled, cfg.key_rate_per_s, cfg.burst_s) == (False, 7.0, AdmissionConfig().burst_s)
+    assert not cfg.shared_slots  # off unless asked for (the CDK front asks)
+    for on in ("on", "1", "true", "YES"):
+        assert AdmissionConfig.from_env({"SKINFLINT_ADMISSION_SHARED": on}).shared_slots
+    assert not AdmissionConfig.from_env({"SKINFLINT_ADMISSION_SHARED": "off"}).shared_slots
+
+
+# --------------------------------------------------------------------------- shared slot counts
+
+
+class FakeSlots:
+    """A shared counter as several front instances see it: ``counts`` holds what the other instances
+    counted per (module, batch id); ``answer`` None plays DynamoDB out of reach."""
+
+    def __init__(self, answer: bool | None = True) -> None:
+        self.counts: dict[tuple[str, int], int] = {}
+        self.answer = answer
+        self.calls: list[tuple[str, int, int]] = []
+        self.released: list[tuple[str, int]] = []
+
+    def take(
+        self, app: str, version: int, module: str, batch_id: int, cap: int, window_end: float
+    ) -> bool | None:
+        self.calls.append((module, batch_id, cap))
+        if self.answer is None:
+            return None
+        n = self.counts.get((module, batch_id), 0)
+        if n >= cap:
+            return False
+        self.counts[(module, batch_id)] = n + 1
+        return True
+
+    def release(self, app: str, version: int, module: str, batch_id: int) -> None:
+        self.released.append((module, batch_id))
+        self.counts[(module, batch_id)] -= 1
+
+
+def test_a_window_other_fronts_filled_spills_the_frame_and_is_not_asked_again() -> None:
+    dep = deployment(det_batch=2, slo_s=1.5)
+    router = Router.for_deployment(dep)
+    now = ORIGIN + 10.01
+    here = router.route("detector", now).batch_id
+    slots = FakeSlots()  # other instances put 2 frames in the arrival window, 1 in the next
+    slots.counts[("detector", here)] = 2
+    slots.counts[("detector", here + 1)] = 1
+    adm = Admission(AdmissionConfig(burst_s=10.0, shared_slots=True), slots)
+    first = adm.admit(router, 1, now)
+    assert isinstance(first, Admitted) and first.spilled == 1 and first.shared_errors == 0
+    assert first.routes[0]["detector"].batch_id == here + 1
+    second = adm.admit(router, 1, now)
+    assert isinstance(second, Admitted) and second.routes[0]["detector"].batch_id == here + 2
+    # the full arrival window was asked once; the next one twice (room for one, then full)
+    assert [c[1] for c in slots.calls] == [here, here + 1, here + 1, here + 2]
+
+
+def test_without_the_setting_the_counter_is_not_asked() -> None:
+    dep = deployment(det_batch=2, slo_s=1.5)
+    router = Router.for_deployment(dep)
+    slots = FakeSlots()
+    adm = Admission(AdmissionConfig(burst_s=10.0), slots)
+    out = adm.admit(router, 1, ORIGIN + 10.01)
+    assert isinstance(out, Admitted) and out.spilled == 0 and slots.calls == []
+
+
+def test_an_unreachable_counter_admits_on_the_own_count_and_says_so() -> None:
+    dep = deployment(det_batch=2, slo_s=1.5)
+    router = Router.for_deployment(dep)
+    adm = Admission(AdmissionConfig(burst_s=10.0, shared_slots=True), FakeSlots(answer=None))
+    now = ORIGIN + 10.01
+    outs = [adm.admit(router, 1, now) for _ in range(3)]
+    assert all(isinstance(o, Admitted) and o.shared_errors == 1 for o in outs)
+    here = router.route("detector", now).batch_id
+    assert [o.routes[0]["detector"].batch_id for o in outs if isinstance(o, Admitted)] == [
+        here,
+        here,
+        here + 1,
+    ]
+
+
+def test_a_refused_batch_gives_back_what_it_counted() -> None:
+    # slo 0.6 s: only the arrival window can meet the deadline; a JSON batch of 3 frames needs 3 places
+    dep = deployment(det_batch=2, slo_s=0.6)
+    router = Router.for_deployment(dep)
+    slots = FakeSlots()
+    adm = Admission(AdmissionConfig(burst_s=10.0, shared_slots=True), slots)
+    now = ORIGIN + 10.0 + 1e-4
+    out = adm.admit(router, 3, now)
+    assert isinstance(out, Shed) and out.error == "slot_full"
+    here = router.route("detector", now).batch_id
+    assert slots.released == [("detector", here), ("detector", here)]
+    assert slots.counts[("detector", here)] == 0
