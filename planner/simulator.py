@@ -125,6 +125,7 @@ class SimulationReport(BaseModel):
     admission: Admission = "none"
     frames_offered: int = 0  # root arrivals (requests of the root modules), admitted or shed
     frames_shed: int = 0  # root arrivals that no window could take by their deadline (``admission``)
+    front_instances: int = 1  # fronts counting their own frames apart (``admission``)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -646,6 +647,7 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
             "admission": admission if fronts else "none",
             "frames_offered": sum(f.offered for f in fronts.values()),
             "frames_shed": sum(f.shed for f in fronts.values()),
+            "front_instances": max(1, front_instances) if fronts else 1,
         }
     )
 

@@ -223,3 +223,15 @@ def test_every_admitted_frame_meets_the_slo_whatever_the_arrivals(arrivals) -> N
         assert all(m.overflow_batches == 0 for m in r.modules.values()), (seed, problem.name)
         assert r.end_to_end.slo_attainment == 1.0, (seed, problem.name)
         assert r.frames_offered > 0
+
+
+def test_fronts_that_count_apart_overfill_the_windows_the_plan_capped() -> None:
+    # three fronts, each keeping the plan's caps on its own frames only (a Lambda front without the
+    # shared counts): a window can take three times its cap, and the children overflow again
+    problem, plan = _dispatchable(6)
+    shared = simulate(problem, plan, 10.0, "poisson", seed=2, admission="planned")
+    apart = simulate(problem, plan, 10.0, "poisson", seed=2, admission="planned", front_instances=3)
+    assert (shared.front_instances, apart.front_instances) == (1, 3)
+    assert all(m.overflow_batches == 0 for m in shared.modules.values())
+    assert sum(m.overflow_batches for m in apart.modules.values()) > 0
+    assert apart.end_to_end.slo_attainment < 0.99 and apart.frames_shed < shared.frames_shed
