@@ -307,6 +307,17 @@ class ObservabilityStack(Stack):
             "rates the planner reads among them, are being lost",
             periods=1,
         )
+        # the deployed front counts every root window's frames in DynamoDB (SKINFLINT_ADMISSION_SHARED);
+        # when it cannot, each front instance admits on its own count and windows can overfill
+        self._at_least_one(
+            "slot_counts",
+            "SlotCountsUnavailable",
+            self.slot_counter_errors(),
+            "The front could not read or update the shared batch-slot counts in DynamoDB for 10 minutes: "
+            "its instances admit on their own counts, windows can take more frames than the plan sized "
+            "the modules below for, and frames may be dropped late instead of refused",
+            periods=2,
+        )
         if self.props.front_usage_metered:
             self._at_least_one(
                 "front_metrics",
@@ -333,6 +344,15 @@ class ObservabilityStack(Stack):
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
+        )
+
+    def slot_counter_errors(self) -> cw.MathExpression:
+        """Windows the front admitted on its own count because the shared slot counts could not be
+        read (``SlotCounterErrors``, functions/front/service.py), every app, summed over 5 minutes."""
+        return _insights(
+            f"SELECT SUM(SlotCounterErrors) FROM SCHEMA({NS}, App)",
+            "windows admitted without the shared counts",
+            Duration.minutes(5),
         )
 
     def emf_errors(self) -> cw.MathExpression:

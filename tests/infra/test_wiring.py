@@ -473,6 +473,7 @@ def test_dashboard_and_alarms_read_metrics_the_code_emits(assembly: Assembly) ->
     required = {
         C.SLO_ATTAINMENT_METRIC, C.INSTANCE_SECONDS_METRIC, C.PLANNING_FAILURES_METRIC, "BatchFill",
         "Drops", "FramesDropped", "FrontRejected", "EndToEndLatencyMs", "BilledCostPerHour",
+        "SlotCounterErrors",
     }  # fmt: skip
     assert required <= observed, sorted(required - observed)
     assert observed <= set(emitted), f"read but never emitted: {sorted(observed - set(emitted))}"
@@ -509,6 +510,10 @@ def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
         if "MetricStat" in q and q["MetricStat"]["Metric"]["Namespace"] == "AWS/Logs"
     }
     assert len(groups) == 2 and any(C.WORKER_LOG_GROUP in g for g in groups)
+    # the shared batch-slot counts out of reach: the front instances admit on their own counts
+    (slots,) = [a["Properties"] for a in alarms.values() if "SUM(SlotCounterErrors)" in json.dumps(a)]
+    assert (slots["Threshold"], slots["EvaluationPeriods"]) == (1, 2)
+    assert slots["TreatMissingData"] == "notBreaching"
     # the front ran but its own count of it did not arrive: its metrics are lost, whatever the cause
     (missing,) = [
         a["Properties"] for a in alarms.values() if "front invocations its metrics miss" in json.dumps(a)
