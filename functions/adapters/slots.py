@@ -45,39 +45,54 @@ class SlotCounter:
     ) -> bool | None:
         """Count one more frame in the window if it holds fewer than ``cap``: True when counted,
         False when the window is full, None when DynamoDB could not answer (the caller decides alone)."""
-        try:
-            self.ddb.update_item(
-                TableName=self.table,
-                Key=slot_key(app, version, module, batch_id),
-                UpdateExpression="ADD n :one SET #exp = :exp",
-                ConditionExpression="attribute_not_exists(n) OR n < :cap",
-                ExpressionAttributeNames={"#exp": EXPIRES_AT},
-                ExpressionAttributeValues={
-                    ":one": {"N": "1"},
-                    ":cap": {"N": str(int(cap))},
-                    ":exp": {"N": str(int(window_end + KEEP_S))},
-                },
-            )
-        except AWS_ERRORS as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            log.warning(
-                "slot counter %s unavailable (%s): admitting on this front's own count", self.table, exc
-            )
-            return None
-        return True
+        failed = self._update(
+            slot_key(app, version, module, batch_id),
+            "ADD n :one SET #exp = :exp",
+            "attribute_not_exists(n) OR n < :cap",
+            {":one": {"N": "1"}, ":cap": {"N": str(int(cap))}, ":exp": {"N": str(int(window_end + KEEP_S))}},
+            names={"#exp": EXPIRES_AT},
+        )
+        if failed is None:
+            return True
+        if failed == "ConditionalCheckFailedException":
+            return False
+        log.warning(
+            "slot counter %s unavailable (%s): admitting on this front's own count", self.table, failed
+        )
+        return None
 
     def release(self, app: str, version: int, module: str, batch_id: int) -> None:
         """Give back one frame counted in the window (a JSON batch refused after part of it was
         counted); best effort: a failure leaves the window one frame fuller than it is."""
+        failed = self._update(
+            slot_key(app, version, module, batch_id),
+            "ADD n :minus",
+            "attribute_exists(n) AND n > :zero",
+            {":minus": {"N": "-1"}, ":zero": {"N": "0"}},
+        )
+        if failed not in (None, "ConditionalCheckFailedException"):
+            log.warning("slot counter %s: could not give back a frame (%s)", self.table, failed)
+
+    def _update(
+        self,
+        key: dict[str, dict[str, str]],
+        update: str,
+        condition: str,
+        values: dict[str, dict[str, str]],
+        names: dict[str, str] | None = None,
+    ) -> str | None:
+        """One conditional ``UpdateItem``: None when it was applied, else the service's error code
+        (``ConditionalCheckFailedException``: the condition did not hold) or the error's text."""
+        extra = {"ExpressionAttributeNames": names} if names else {}
         try:
             self.ddb.update_item(
                 TableName=self.table,
-                Key=slot_key(app, version, module, batch_id),
-                UpdateExpression="ADD n :minus",
-                ConditionExpression="attribute_exists(n) AND n > :zero",
-                ExpressionAttributeValues={":minus": {"N": "-1"}, ":zero": {"N": "0"}},
+                Key=key,
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
+                **extra,
             )
         except AWS_ERRORS as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                log.warning("slot counter %s: could not give back a frame (%s)", self.table, exc)
+            return error_code(exc) or str(exc) or type(exc).__name__
+        return None
