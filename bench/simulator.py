@@ -16,8 +16,9 @@ arrivals): within plan, overflows, price of realisability against the plain (The
 (modules with several parents) are counted apart as well. Exit status 1 when a TC plan is not within
 its figures or a window overflows. ``--arrival-study N`` plans N generated apps with the control loop's
 10 % headroom and simulates each under uniform, Poisson and bursty frames, with no admission, windows
-capped at their batch, and the front's admission (windows capped at what the plan sized the children
-for): frames shed, admitted frames within the SLO (exit status 1 unless all of them, with the front's
+capped at their batch, the front's admission (windows capped at what the plan sized the children
+for), and that admission in three fronts that count apart (a Lambda front without the shared counts):
+frames shed, admitted frames within the SLO (exit status 1 unless all of them, with the front's
 admission, and no window overflows).
 
     .venv/bin/python bench/simulator.py --arrival-study 100   # about 10 s
@@ -315,7 +316,8 @@ def arrival_study(
     ``planned`` (capped at what the plan sized the children for, the front's). Per (arrivals,
     admission): apps whose admitted frames fall below 99 % within the SLO, the admitted attainment (mean,
     min), the frames shed (mean, max over apps), the apps with a window overflow, and the frames
-    answered within the SLO out of all offered ("good")."""
+    answered within the SLO out of all offered ("good"). The last admission row is ``planned`` in
+    :data:`UNSHARED_FRONTS` fronts that each count only their own frames."""
     from rich.console import Console
     from rich.progress import track
 
