@@ -8,7 +8,10 @@ fan-out, ``slo_s``) plus ``rate`` (frames/s planned until traffic is observed), 
 profile entries per model; a model without them must have a profile in the profile store) and
 ``admission_reserve`` (a fraction of the SLO in [0, 0.5), default 0: the app is planned for the SLO
 times ``1 - admission_reserve``, and the rest is left for frames the front admits into a later window
-than their arrival's when theirs is full; docs/dispatch.md, "Admission and the arrival process").
+than their arrival's when theirs is full; docs/dispatch.md, "Admission and the arrival process") or
+``shed_target`` (a fraction of frames in (0, 0.5]: the registration chooses the smallest reserve of
+:data:`RESERVE_STEPS` whose plan sheds at most that many Poisson frames at the registered rate in the
+simulator, :func:`choose_admission_reserve`).
 
 The stored spec is self-contained: every model's profile is resolved at registration (inline, else
 the store) and written into it, so a plan depends only on the registered spec and the catalog, and
@@ -52,10 +55,12 @@ __all__ = [
     "Registration",
     "RegistrationSpec",
     "check_plannable",
+    "choose_admission_reserve",
     "first_plan_rate",
     "parse_spec_text",
     "planner_settings",
     "profile_lookup",
+    "simulated_shed",
     "validate_registration",
     "validate_spec",
 ]
@@ -73,10 +78,17 @@ KEYS = {
     "instance_types",
     "profiles",
     "admission_reserve",
+    "shed_target",
 }
 #: Largest ``admission_reserve`` (a fraction of the SLO): half the SLO left for spilled frames already
 #: costs about 2x the plan (docs/dispatch.md), and more is better had with a longer SLO.
 MAX_ADMISSION_RESERVE = 0.5
+#: The reserves a ``shed_target`` chooses from, smallest (cheapest) first.
+RESERVE_STEPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
+#: Poisson frames the ``shed_target`` simulation offers at least (over at least SHED_SIM_MIN_S and at
+#: most SHED_SIM_MAX_S simulated seconds): 2,000 frames put a 1 % shed rate within about +-0.5 %.
+SHED_SIM_FRAMES = 2000
+SHED_SIM_MIN_S, SHED_SIM_MAX_S = 10.0, 600.0
 REPLAN_KEY = "control#replan"
 _INDEX = "appspec#"
 _S3_PREFIX = "registry/apps/"
@@ -99,6 +111,10 @@ class RegistrationSpec(BaseModel):
     profiles: dict[str, list[ProfileEntry]] = Field(default_factory=dict)
     # fraction of the SLO the plan leaves for frames admitted into a later window than their arrival's
     admission_reserve: float = Field(default=0.0, ge=0, lt=MAX_ADMISSION_RESERVE)
+    # the fraction of Poisson frames the registration chose admission_reserve to shed at most
+    shed_target: float | None = Field(default=None, gt=0, le=0.5)
+    # what the chosen reserve's plan shed in the simulator at the registered rate
+    simulated_shed: float | None = None
 
     def app_spec(self) -> AppSpec:
         return AppSpec(name=self.name, slo_s=self.slo_s, modules=self.modules, edges=self.edges)
@@ -127,6 +143,9 @@ class AppRecord(BaseModel):
     modules: list[str]
     seed_key: str | None = None  # S3 key of the plan the registration's feasibility check solved
     seed_sha256: str | None = None
+    admission_reserve: float = 0.0  # fraction of the SLO planned for spilled frames (given or chosen)
+    shed_target: float | None = None  # what the reserve was chosen for, if it was
+    simulated_shed: float | None = None  # what the chosen reserve's plan shed in the simulator
 
 
 @dataclass(frozen=True)
@@ -181,6 +200,19 @@ def _reserve(doc: Mapping[str, Any], problems: list[str]) -> float:
             f"admission_reserve must be a fraction of the SLO in [0, {MAX_ADMISSION_RESERVE:g}), got {v!r}"
         )
         return 0.0
+    return float(v)
+
+
+def _shed_target(doc: Mapping[str, Any], problems: list[str]) -> float | None:
+    v = doc.get("shed_target")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 0.5:
+        problems.append(f"shed_target must be a fraction of frames in (0, 0.5], got {v!r}")
+        return None
+    if "admission_reserve" in doc:
+        problems.append("give admission_reserve or shed_target, not both (shed_target chooses the reserve)")
+        return None
     return float(v)
 
 
@@ -378,6 +410,7 @@ def validate_registration(
     rate = _number(doc, "rate", problems)
     min_rate = _number(doc, "min_rate", problems, required=False)
     reserve = _reserve(doc, problems)
+    shed_target = _shed_target(doc, problems)
     if rate is not None and min_rate is not None and min_rate > rate:
         problems.append(f"min_rate {min_rate:g} is above rate {rate:g}")
     avail = set(available) if available is not None else None
@@ -400,19 +433,16 @@ def validate_registration(
         instance_types=types,
         profiles=profiles,
         admission_reserve=reserve,
+        shed_target=shed_target,
     )
     _check_hardware_profiles(spec, catalog, avail)
     if not check_feasible:
         return Registration(spec)
-    seed = check_plannable(
-        spec,
-        catalog,
-        avail,
-        overhead_s=overhead_s,
-        headroom=headroom,
-        child_headroom=child_headroom,
-        policy=policy,
-    )
+    settings = {"overhead_s": overhead_s, "headroom": headroom, "child_headroom": child_headroom}
+    if shed_target is not None:
+        spec, seed = choose_admission_reserve(spec, catalog, avail, policy=policy, **settings)
+        return Registration(spec, seed)
+    seed = check_plannable(spec, catalog, avail, policy=policy, **settings)
     return Registration(spec, seed)
 
 
@@ -497,6 +527,72 @@ def check_plannable(
     return seed_plan(problem, plan, policy)
 
 
+def simulated_shed(
+    spec: RegistrationSpec,
+    plan: Plan,
+    catalog: Mapping[str, HardwareSpec],
+    available: Iterable[str] | None,
+    overhead_s: float,
+) -> float:
+    """The fraction of Poisson frames at ``spec``'s registered rate that the front's admission sheds
+    with ``plan`` in the simulator (``planner.simulator.simulate``, ``admission="planned"``): frames
+    keep the whole SLO as their deadline, the plan is what the epoch runs. Enough simulated time for
+    :data:`SHED_SIM_FRAMES` frames (within the bounds), one fixed seed: the same answer every time."""
+    from functions.control.problems import app_problem
+    from planner.simulator import simulate
+
+    full = spec.model_copy(update={"admission_reserve": 0.0})
+    problem = app_problem(full, spec.rate, catalog, available, overhead_s)
+    duration = min(max(SHED_SIM_FRAMES / spec.rate, SHED_SIM_MIN_S), SHED_SIM_MAX_S)
+    report = simulate(problem, plan, duration, "poisson", seed=0, admission="planned")
+    return report.frames_shed / report.frames_offered if report.frames_offered else 0.0
+
+
+def choose_admission_reserve(
+    spec: RegistrationSpec,
+    catalog: Mapping[str, HardwareSpec],
+    available: Iterable[str] | None,
+    *,
+    overhead_s: float,
+    headroom: float = 0.0,
+    child_headroom: float = 0.0,
+    policy: str = "skinflint",
+) -> tuple[RegistrationSpec, Plan]:
+    """``spec`` with the smallest ``admission_reserve`` of :data:`RESERVE_STEPS` whose plan (the
+    feasibility check's, :func:`check_plannable`) sheds at most ``spec.shed_target`` of Poisson frames
+    at the registered rate (:func:`simulated_shed`), with that plan as the seed. A larger reserve costs
+    more (the app is planned for less of its SLO), so the first that meets the target is the cheapest
+    of the steps. Raises :class:`RegistrationError` when the app cannot be planned at all, or when no
+    step meets the target (naming the least shed found)."""
+    target = spec.shed_target
+    if target is None:
+        raise ValueError("choose_admission_reserve needs a spec with a shed_target")
+    settings = {"overhead_s": overhead_s, "headroom": headroom, "child_headroom": child_headroom}
+    best: tuple[float, float] | None = None  # (shed, reserve)
+    for reserve in RESERVE_STEPS:
+        candidate = spec.model_copy(update={"admission_reserve": reserve})
+        try:
+            seed = check_plannable(candidate, catalog, available, policy=policy, **settings)
+        except RegistrationError:
+            if reserve == 0.0:
+                raise  # not plannable within its whole SLO: the plain feasibility error
+            break  # less of the SLO does not plan either
+        shed = simulated_shed(candidate, seed, catalog, available, overhead_s)
+        if shed <= target:
+            return candidate.model_copy(update={"simulated_shed": shed}), seed
+        if best is None or shed < best[0]:
+            best = (shed, reserve)
+    assert best is not None
+    raise RegistrationError(
+        [
+            f"shed_target {target:g} cannot be met: the least shed found was {best[0]:.3g} of Poisson "
+            f"frames at {spec.rate:g} frames/s (admission_reserve {best[1]:g}), up to reserve "
+            f"{RESERVE_STEPS[-1]:g} of the SLO: a longer SLO or a larger target"
+        ],
+        spec.name,
+    )
+
+
 def _check_hardware_profiles(
     spec: RegistrationSpec, catalog: Mapping[str, HardwareSpec], available: set[str] | None
 ) -> None:
@@ -554,6 +650,9 @@ class AppRegistry:
             modules=list(spec.modules),
             seed_key=seed_key,
             seed_sha256=seed_sha,
+            admission_reserve=spec.admission_reserve,
+            shed_target=spec.shed_target,
+            simulated_shed=spec.simulated_shed,
         )
         self._write(key, body)
         cond: dict[str, Any] = (

@@ -184,7 +184,22 @@ def run_register(args: argparse.Namespace) -> int:
             f"registered {out['name']} revision {out['revision']} ({len(out['modules'])} modules, "
             f"{out['rate']:g} frames/s, SLO {out['slo_s']:g} s); the planner plans it at its next epoch"
         )
+        if out.get("shed_target") is not None or out.get("admission_reserve"):
+            print(f"  {_reserve_line(out)}")
     return 0
+
+
+def _reserve_line(rec: dict[str, Any]) -> str:
+    """What an app's admission reserve is, and why (a record's or a spec's fields)."""
+    line = f"admission reserve {rec.get('admission_reserve') or 0:g} of the SLO (planned for the rest)"
+    if rec.get("shed_target") is not None:
+        line += f", chosen for shed_target {rec['shed_target']:g}"
+        if rec.get("simulated_shed") is not None:
+            line += (
+                f": {100 * rec['simulated_shed']:.2f} % of Poisson frames shed at the registered rate "
+                "in the simulator"
+            )
+    return line
 
 
 def _planned(cfg: DataPlaneConfig) -> dict[str, Any]:
@@ -236,6 +251,8 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"{spec.name} revision {record.revision} (s3 key {record.s3_key}, sha256 {record.sha256[:12]}...)")
     print(f"  SLO {spec.slo_s:g} s, rate {spec.rate:g} frames/s, floor {spec.floor_rate:g} frames/s")
     print(f"  hardware: {', '.join(spec.hardware) if spec.hardware else 'any deployable class'}")
+    if spec.shed_target is not None or spec.admission_reserve:
+        print(f"  {_reserve_line(spec.model_dump())}")
     for name, mod in spec.modules.items():
         hw = sorted({e.hardware for e in spec.profiles.get(mod.model, [])})
         print(f"  module {name}: model {mod.model} ({mod.kind}), profiled on {', '.join(hw)}")

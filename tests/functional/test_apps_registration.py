@@ -12,7 +12,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from functions.control.errors import RegistrationError
-from functions.control.registry import validate_spec
+from functions.control.registry import validate_registration, validate_spec
 from profiles.hardware import load_catalog
 from skinflint.cli import main
 from tests.functional.test_control_epoch import SPEC
@@ -106,6 +106,56 @@ def test_an_admission_reserve_plans_for_less_than_the_slo() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ({"shed_target": 0}, "shed_target must be a fraction of frames in (0, 0.5], got 0"),
+        ({"shed_target": 0.6}, "shed_target must be a fraction of frames in (0, 0.5], got 0.6"),
+        ({"shed_target": "1%"}, "shed_target must be a fraction of frames in (0, 0.5], got '1%'"),
+        (
+            {"shed_target": 0.01, "admission_reserve": 0.1},
+            "give admission_reserve or shed_target, not both (shed_target chooses the reserve)",
+        ),
+    ],
+)
+def test_a_bad_shed_target_is_listed(extra: dict[str, Any], problem: str) -> None:
+    assert problems_of(copy.deepcopy(SPEC) | extra) == [problem]
+
+
+def test_a_shed_target_chooses_the_smallest_reserve_that_meets_it() -> None:
+    from functions.control.registry import check_plannable, simulated_shed
+
+    # at 0.04 s the plan for the whole SLO sheds about 4 % of Poisson frames at 20 frames/s, and
+    # 0.1 of the SLO kept for spilled frames still about 2 %
+    reg = validate_registration(
+        copy.deepcopy(SPEC) | {"slo_s": 0.04, "shed_target": 0.01},
+        catalog=CATALOG,
+        stored_profile=lambda _m: None,
+        headroom=0.1,
+    )
+    spec = reg.spec
+    assert spec.admission_reserve == 0.15 and spec.shed_target == 0.01
+    assert spec.simulated_shed is not None and spec.simulated_shed <= 0.01
+    assert reg.seed is not None
+    for smaller in (0.0, 0.05, 0.1):
+        candidate = spec.model_copy(update={"admission_reserve": smaller})
+        plan = check_plannable(candidate, CATALOG, None, overhead_s=0.0, headroom=0.1)
+        assert simulated_shed(candidate, plan, CATALOG, None, 0.0) > 0.01, smaller
+    # the epoch plans for 85 % of the SLO: the seed's paths fit it
+    paths = (reg.seed.model_extra or {})["paths"]
+    assert all(p["worst_case_latency_s"] <= 0.85 * 0.04 + 1e-9 for p in paths)
+
+
+def test_a_shed_target_no_reserve_meets_is_one_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    from functions.control import registry
+
+    sheds = iter([0.09, 0.05, 0.04, 0.03, 0.03, 0.02, 0.02])
+    monkeypatch.setattr(registry, "simulated_shed", lambda *_a: next(sheds))
+    (only,) = problems_of(copy.deepcopy(SPEC) | {"shed_target": 0.01})
+    assert only.startswith("shed_target 0.01 cannot be met: the least shed found was 0.02 of Poisson frames")
+    assert "(admission_reserve 0.3)" in only
+
+
 def test_models_resolve_from_the_profile_store_into_the_stored_spec() -> None:
     from profiles.store import default_store
 
@@ -169,6 +219,23 @@ def test_cli_register_list_show_remove(aws: Any, tmp_path: Any, capsys: pytest.C
     assert registry.records() == []
     assert main(["apps", "show", "cams"]) == 1
     assert "no registered app named 'cams'" in capsys.readouterr().err
+
+
+def test_cli_says_which_reserve_a_shed_target_chose(
+    aws: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKINFLINT_HOP_OVERHEAD_S", "0")  # the durations as profiled, as above
+    monkeypatch.setenv("SKINFLINT_PLANNER_HEADROOM", "0.1")
+    path = tmp_path / "cams.yaml"
+    path.write_text(yaml.safe_dump(copy.deepcopy(SPEC) | {"slo_s": 0.04, "shed_target": 0.01}))
+    assert main(["apps", "register", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "admission reserve 0.15 of the SLO (planned for the rest), chosen for shed_target 0.01: " in out
+    assert "of Poisson frames shed at the registered rate in the simulator" in out
+    assert main(["apps", "show", "cams"]) == 0
+    assert "admission reserve 0.15 of the SLO" in capsys.readouterr().out
+    assert main(["apps", "list", "--json"]) == 0
+    capsys.readouterr()
 
 
 def test_cli_invalid_spec_is_one_line_listing_every_problem(
