@@ -363,13 +363,15 @@ class Served:
 
 @dataclass(frozen=True)
 class SimOutcome:
-    """What one simulation measured: end-to-end path instances, their SLO attainment, p99 (s), and the
-    wall time it took (s)."""
+    """What one simulation measured: end-to-end path instances, their SLO attainment (of the frames the
+    front's window admission took), p99 (s), the wall time it took (s), and the fraction of frames the
+    window admission shed (0 under uniform arrivals, simulated without it)."""
 
     paths: int
     attainment: float
     p99_s: float
     wall_s: float
+    shed: float = 0.0
 
 
 #: One simulation: (problem at the simulated rate, plan, seconds, arrivals, seed).
@@ -382,9 +384,13 @@ def simulate_task(task: SimTask) -> SimOutcome:
     """Run one :data:`SimTask` (a module-level function, so a process pool can run it)."""
     problem, plan, sample_s, arrivals, seed = task
     started = time.perf_counter()
-    report = simulate(problem, plan, sample_s, arrivals=arrivals, seed=seed)  # type: ignore[arg-type]
+    # random arrivals go through the front's window admission (docs/dispatch.md, "Admission and the
+    # arrival process"); uniform ones never fill a window past its cap, so they are simulated without
+    admission = "none" if arrivals == "uniform" else "planned"
+    report = simulate(problem, plan, sample_s, arrivals=arrivals, seed=seed, admission=admission)  # type: ignore[arg-type]
     e2e = report.end_to_end
-    return SimOutcome(e2e.paths, e2e.slo_attainment, e2e.latency.p99_s, time.perf_counter() - started)
+    shed = report.frames_shed / report.frames_offered if report.frames_offered else 0.0
+    return SimOutcome(e2e.paths, e2e.slo_attainment, e2e.latency.p99_s, time.perf_counter() - started, shed)
 
 
 def _serial(tasks: list[SimTask]) -> list[SimOutcome]:
@@ -483,7 +489,9 @@ def serve_epoch(
     at two levels (:func:`load_levels`: the median and the busiest minute, rounded up on a grid of
     ``cfg.sim_grid`` of the capacity), ``cfg.sample_s`` seconds each, memoised in ``sims`` (a plan meets
     few levels over the day); a minute's admitted frames are within the SLO in the proportion its level's
-    simulation measured."""
+    simulation measured. Under random arrivals the simulation also plays the front's window admission:
+    the frames it sheds at a level are shed frames of the minute (``shed``), and the attainment is of
+    the rest."""
     offered = float(minute_rates.sum()) * 60.0
     if plan is None:
         return Served(offered=offered, shed=offered, attainment=0.0)
@@ -500,12 +508,17 @@ def serve_epoch(
         measured[level] = sim
         out.simulated += sim.paths
         out.p99_s = max(out.p99_s, sim.p99_s)
+    window_shed = 60.0 * sum(
+        float(r) * measured[float(lv)].shed for r, lv in zip(admitted_rate, levels, strict=True) if lv > 0
+    )
     out.within = 60.0 * sum(
-        float(r) * measured[float(lv)].attainment
+        float(r) * (1.0 - measured[float(lv)].shed) * measured[float(lv)].attainment
         for r, lv in zip(admitted_rate, levels, strict=True)
         if lv > 0
     )
-    out.attainment = out.within / admitted
+    out.shed += window_shed
+    admitted -= window_shed
+    out.attainment = out.within / admitted if admitted > 0 else 0.0
     return out
 
 

@@ -155,6 +155,26 @@ def test_simulated_epoch_weights_each_minute_by_its_level():
     assert sims.misses == 2 and sims.hits == 2 and again.within == pytest.approx(s.within)
 
 
+def test_random_arrivals_go_through_the_window_admission_and_its_shed_counts_as_shed():
+    # an SLO the plan meets with no window to spare (its own: 20 ms + 8 ms + the classifier's 50 ms
+    # planned; the next det window would end 20 ms later): a frame whose window is full cannot wait
+    tight = _template()
+    tight = AppTemplate(
+        tight.kind, tight.spec.model_copy(update={"slo_s": 0.08}), tight.profiles, tight.hardware
+    )
+    rates = np.array([140.0, 140.0])  # below the capacity (150): nothing shed minute by minute
+    uniform = serve_epoch(tight, "a", _plan(), rates, FAST.model_copy(update={"sample_s": 4.0}))
+    assert uniform.shed == 0.0 and uniform.attainment == 1.0
+    cfg = FAST.model_copy(update={"sample_s": 4.0, "arrivals": "poisson"})
+    poisson = serve_epoch(tight, "a", _plan(), rates, cfg)
+    assert poisson.offered == uniform.offered
+    # Poisson frames that find their window full are shed by the front: counted as shed, and the
+    # attainment is of the rest
+    assert 0 < poisson.shed < poisson.offered / 2
+    assert poisson.within <= poisson.offered - poisson.shed + 1e-6
+    assert poisson.attainment == pytest.approx(poisson.within / (poisson.offered - poisson.shed))
+
+
 def test_solve_cache_ignores_the_name_and_returns_copies():
     cache = SolveCache()
     t = _template()
