@@ -289,14 +289,20 @@ class _FrontAdmission:
         return v, keep
 
 
-def _tails(problem: ProblemSpec, plan: Plan) -> dict[str, float]:
-    """Planned worst case of the modules below each module (longest path), as the front computes it."""
+def _tails(problem: ProblemSpec, plan: Plan, modules: dict[str, _Module]) -> dict[str, float]:
+    """Worst case of the modules below each module (longest path), as the front computes it
+    (``functions/front/admission.py`` ``_tails``): per module the larger of the plan's figure and its
+    schedule's bound."""
     kids = problem.children()
+    wcl = {
+        m: max(plan.modules[m].worst_case_latency_s, float(mod.schedule.worst_case_latency_s))
+        for m, mod in modules.items()
+    }
     memo: dict[str, float] = {}
 
     def tail(m: str) -> float:
         if m not in memo:
-            memo[m] = max((plan.modules[c].worst_case_latency_s + tail(c) for c in kids[m]), default=0.0)
+            memo[m] = max((wcl[c] + tail(c) for c in kids[m]), default=0.0)
         return memo[m]
 
     return {m: tail(m) for m in problem.modules}
@@ -586,7 +592,7 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     sources = {m: _Source(problem.modules[m].rate, arrivals, rng) for m in order if not parents[m]}
     fronts: dict[str, _FrontAdmission] = {}
     if admission != "none" and dispatch == "tc":
-        tails = _tails(problem, plan)
+        tails = _tails(problem, plan, modules)
         for m in sources:
             mod = modules[m]
             caps = (
