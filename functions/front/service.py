@@ -178,6 +178,8 @@ class FrontService:
                 {
                     "name": name,
                     "slo_s": d.slo_s,
+                    # the SLO the plan was made for (less the app's admission_reserve, docs/control.md)
+                    "planning_slo_s": d.planning_slo_s or d.slo_s,
                     "frame_rate": d.frame_rate,
                     "roots": d.roots,
                     "modules": list(d.plan.modules),

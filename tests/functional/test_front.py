@@ -70,6 +70,7 @@ def test_list_apps(client):
     apps = client.get("/v1/apps", headers=AUTH).json()["apps"]
     assert [a["name"] for a in apps] == ["traffic"]
     assert apps[0]["roots"] == ["detector"] and apps[0]["emulated_hardware"] == ["cpu", "t4"]
+    assert apps[0]["planning_slo_s"] == apps[0]["slo_s"]  # no admission_reserve
 
 
 def test_jpeg_frame_lands_in_its_slots_queue(client, stack):
