@@ -171,7 +171,7 @@ def _rows(report: SimulationReport, plan: Plan) -> list[dict[str, object]]:
             "theorem1_s": round(s.theorem1_s, 4),
             "planned_s": round(s.planned_worst_case_s, 4),
             "machines": sum(g.machines for g in plan.modules[m].groups),
-            "headroom": round(plan.modules[m].headroom_used, 3),
+            "headroom": round(float((plan.modules[m].model_extra or {}).get("headroom_used", 0.0)), 3),
             "within_plan": s.within_plan,
             "overflow": s.overflow_batches,
             "mean_fill": round(s.mean_fill, 3),
@@ -261,7 +261,7 @@ def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
         for i in range(count):
             problem = generate_problem(seed + i)
             try:
-                plan = solve_dispatchable(problem, objective=objective)  # type: ignore[arg-type]
+                plan = solve_dispatchable(problem, objective=objective)
             except InfeasibleError:
                 tally["infeasible"] += 1
                 continue
@@ -269,9 +269,11 @@ def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
             joins = {m for m, ps in problem.parents().items() if len(ps) > 1}
             tally["plans"] += 1
             tally["join_plans"] += bool(joins)
-            price.append(plan.price_of_realisability)
-            if joins:
-                join_price.append(plan.price_of_realisability)
+            realisability = (plan.model_extra or {}).get("price_of_realisability")
+            if realisability is not None:  # None: no plain plan to compare with
+                price.append(float(realisability))
+                if joins:
+                    join_price.append(float(realisability))
             solve_ms.append(plan.solve_ms)
             for name, m in report.modules.items():
                 within = m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9

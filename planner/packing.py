@@ -152,7 +152,9 @@ class FleetPlan(BaseModel):
 
     instances: list[Instance]
     prices: dict[str, float] = Field(description="hardware -> $/h")
-    occupancy_per_hour: float = Field(description="lower bound: sum of the apps' occupancy cost")
+    occupancy_per_hour: float = Field(
+        description="the packed plans' occupancy cost (dummy load included): no packing of them bills less"
+    )
     dedicated_per_hour: float = Field(description="one instance per planned machine")
 
     def counts(self) -> dict[str, int]:

@@ -152,6 +152,25 @@ def latency_free(plans: Mapping[str, Plan], prices: Mapping[str, float]) -> floa
     return sum(_ffd(v) * prices[h] for h, v in items.items())
 
 
+def load_occupancy(
+    plans: Mapping[str, Plan], problems: Mapping[str, ProblemSpec], prices: Mapping[str, float]
+) -> float:
+    """$/h of the device time the apps' own requests take on their plans' machines: each module's rate
+    fills its groups in throughput-cost order (as the TC dispatch sends it), each request costing
+    ``price * d / (c b)`` of its group's configuration. The rest of a plan's occupancy is capacity
+    held for what the plan guarantees (dummy load: whole machines, children sized for their parents'
+    worst-case bursts)."""
+    total = 0.0
+    for app, plan in plans.items():
+        for name, mp in plan.modules.items():
+            left = problems[app].modules[name].rate
+            for g in mp.groups:
+                real = min(left, g.machines * g.rate_per_machine)
+                left -= real
+                total += prices[g.hardware] * real * g.duration_s / (g.concurrency * g.batch)
+    return total
+
+
 def _errors(problems: Mapping[str, ProblemSpec], res: Any) -> list[str]:
     apps = {a: (problems[a], res.plans[a]) for a in res.plans}
     return check_fleet(res.fleet, apps) + [e for a, (p, plan) in apps.items() for e in check_plan(p, plan)]
@@ -183,6 +202,8 @@ def one_fleet(problems: Mapping[str, ProblemSpec], solver: str = "dispatchable")
         "occupancy_bound": lb,
         "billed": f.billed_per_hour,
         "plans_occupancy": f.occupancy_per_hour,
+        "load_occupancy": load_occupancy(res.plans, feasible, f.prices),
+        "packing_ratio": f.billed_per_hour / f.occupancy_per_hour,
         "dedicated_plans": f.dedicated_per_hour,
         "dedicated_billed_optimum": billed_opt,
         "latency_free": latency_free(occ, f.prices),
@@ -732,6 +753,9 @@ def _by_size(fleets: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
             "fifo_only_ratio_median": statistics.median(f["fifo_only_ratio"] for f in rs),
             "aligned_instances_median": statistics.median(f["aligned_instances"] for f in rs),
             "latency_free_ratio_median": statistics.median(f["latency_free_ratio"] for f in rs),
+            "packing_ratio_median": statistics.median(f["packing_ratio"] for f in rs),
+            "load_ratio_median": statistics.median(f["load_occupancy"] / f["occupancy_bound"] for f in rs),
+            "plans_ratio_median": statistics.median(f["plans_occupancy"] / f["occupancy_bound"] for f in rs),
             "shared_instances_median": statistics.median(f["shared_instances"] for f in rs),
             "errors": sum(f["error_count"] for f in rs),
         }
@@ -811,6 +835,22 @@ def render(result: dict[str, Any]) -> None:
             f"{s['shared_instances_median']:g}",
             f"{s['aligned_instances_median']:g}",
             str(s["errors"]),
+        )
+    console.print(table)
+    table = Table(
+        title="where the bill goes, per $/h of the occupancy lower bound (median over seeds): the apps' "
+        "requests on the plans' machines, the plans' occupancy (requests + capacity held for the "
+        "guarantees), the bill after packing"
+    )
+    for col in ["apps", "requests", "plans' occupancy", "billed", "billed / plans' occupancy"]:
+        table.add_column(col, justify="right")
+    for size, s in result["by_size"].items():
+        table.add_row(
+            str(size),
+            f"{s['load_ratio_median']:.3f}",
+            f"{s['plans_ratio_median']:.3f}",
+            f"{s['ratio_median']:.3f}",
+            f"{s['packing_ratio_median']:.4f}",
         )
     console.print(table)
     first = result["timing"][0]

@@ -67,3 +67,44 @@ def test_cold_epochs_give_quick_plans_past_the_budget_and_converge_with_it() -> 
     out = changed_problems(problems, first, "dispatchable", "cold", budget_s=600.0)
     assert out["converged"] and out["same_solved_plans"] and len(out["epochs"]) == 1
     assert out["epochs"][0]["quick"] == 0
+
+
+def test_load_occupancy_fills_groups_in_dispatch_order() -> None:
+    from planner.models import MachineGroup, ModulePlan, ModuleSpec, Plan, ProblemSpec, ProfileEntry
+    from skinflint.bench_fleet import load_occupancy
+
+    entry = ProfileEntry(hardware="t4", batch=4, duration_s=0.02, concurrency=1)
+    problem = ProblemSpec(
+        name="a",
+        slo_s=1.0,
+        modules={"m": ModuleSpec(rate=250.0, profile=[entry])},
+        edges=[],
+        hardware={"t4": {"price_per_hour": 0.5}, "cpu": {"price_per_hour": 0.1}},
+    )
+    groups = [  # t4: 200 req/s per machine (4 / 0.02); cpu: 50 req/s per machine (2 / 0.04)
+        MachineGroup(
+            hardware="t4", batch=4, duration_s=0.02, concurrency=1, machines=1, rate_per_machine=200.0
+        ),
+        MachineGroup(
+            hardware="cpu", batch=2, duration_s=0.04, concurrency=1, machines=2, rate_per_machine=40.0
+        ),
+    ]
+    module = ModulePlan(latency_budget_s=1.0, worst_case_latency_s=0.1, groups=groups)
+    plan = Plan(
+        objective="billed", cost_per_hour=0.0, billed_per_hour=0.7, solve_ms=0.0, modules={"m": module}
+    )
+    # 200 req/s fill the t4 machine (all of its time: 0.5 $/h); the last 50 take 50 / 50 of a cpu
+    # machine's time (0.1 $/h); the cpu machines' other 30 req/s of planned load are held capacity
+    got = load_occupancy({"a": plan}, {"a": problem}, {"t4": 0.5, "cpu": 0.1})
+    assert abs(got - 0.6) < 1e-12
+
+
+def test_one_fleet_reports_where_the_bill_goes() -> None:
+    from skinflint.bench_fleet import one_fleet
+
+    problems = {f"app{i}": p for i, p in enumerate(generate_problems(5, 3))}
+    out = one_fleet(problems)
+    # requests <= plans' occupancy <= billed, and the packer's ratio is the bill over the plans'
+    assert 0 < out["load_occupancy"] <= out["plans_occupancy"] + 1e-9 <= out["billed"] + 2e-9
+    assert abs(out["packing_ratio"] - out["billed"] / out["plans_occupancy"]) < 1e-12
+    assert out["packing_ratio"] >= 1 - 1e-9
