@@ -145,6 +145,8 @@ COST_PERIOD_S = 300  # s: period of the cost widgets (InstanceSeconds summed ove
 SLO_ATTAINMENT_ALARM = 0.99  # fraction of an app's frames within its SLO (alarm below)
 CARRIED_APPS_METRIC = "CarriedApps"  # apps on a plan carried over a problem change (control/epoch.py)
 CARRIED_ALARM_MINUTES = 30  # apps still carried this long: the planner's solve budget is too small
+SHED_TARGET_UNMET_METRIC = "ShedTargetUnmet"  # apps whose shed_target no reserve meets (control/epoch.py)
+SHED_TARGET_ALARM_MINUTES = 15  # an unmet shed_target stands this long: the app needs a longer SLO or target
 SLO_PERIOD_S = 300  # s: period of the SLO alarm (a few frames per minute would make 1 min noisy)
 # Metric names the code emits (namespace METRICS_NAMESPACE); tests/infra checks each against the code.
 SLO_ATTAINMENT_METRIC = "SloAttainment"  # App; 0/1 per finished frame (functions/adapters/outcomes.py)

@@ -8,10 +8,10 @@
   within the SLO) and end-to-end latency (``EndToEndLatencyMs``, App);
 - queue age (AWS/SQS), batch fill (``BatchFill``), drops (``Drops``, ``FramesDropped``) and the
   front's rejections (``FrontRejected``); the planner (``PlanningFailures``, ``CarriedApps``,
-  ``EpochMs``, ``PlannedInstances``) and the front function.
+  ``ShedTargetUnmet``, ``EpochMs``, ``PlannedInstances``) and the front function.
 
-Alarms (DLQ depth, queue age, SLO attainment, planning failures, plans carried for long, front errors)
-notify an encrypted SNS topic."""
+Alarms (DLQ depth, queue age, SLO attainment, planning failures, plans carried for long, shed targets
+no reserve meets, front errors) notify an encrypted SNS topic."""
 
 from __future__ import annotations
 
@@ -164,6 +164,11 @@ class ObservabilityStack(Stack):
     def carried_apps(self, statistic: str, period: Duration) -> cw.Metric:
         return cw.Metric(namespace=NS, metric_name=C.CARRIED_APPS_METRIC, statistic=statistic, period=period)
 
+    def shed_target_unmet(self, statistic: str, period: Duration) -> cw.Metric:
+        return cw.Metric(
+            namespace=NS, metric_name=C.SHED_TARGET_UNMET_METRIC, statistic=statistic, period=period
+        )
+
     # -- alarms ------------------------------------------------------------------------------------
     def _alarm(self, name: str, alarm: cw.Alarm) -> None:
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
@@ -253,6 +258,22 @@ class ObservabilityStack(Stack):
                 "the planner's solve budget (SKINFLINT_SOLVE_BUDGET_S) is too small for the fleet",
                 threshold=0,
                 evaluation_periods=C.CARRIED_ALARM_MINUTES // 5,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            ),
+        )
+        # every epoch emits the count of apps whose shed_target no admission reserve meets at the rate
+        # their reserve was last chosen for (functions/control/reserves.py)
+        self._alarm(
+            "shed_target",
+            self.shed_target_unmet("Minimum", Duration.minutes(5)).create_alarm(
+                self,
+                "ShedTargetUnmet",
+                alarm_description=f"For {C.SHED_TARGET_ALARM_MINUTES} minutes an app's shed_target has "
+                "not been met by any admission reserve at its current rate: its front sheds more than "
+                "the target; register it with a longer SLO or a larger shed_target",
+                threshold=0,
+                evaluation_periods=C.SHED_TARGET_ALARM_MINUTES // 5,
                 comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
@@ -452,11 +473,13 @@ class ObservabilityStack(Stack):
         )
         board.add_widgets(
             cw.GraphWidget(
-                title="Planner: failed epochs, failed apps, apps on a carried plan; epoch time (ms)",
+                title="Planner: failed epochs and apps, apps on a carried plan, unmet shed targets; "
+                "epoch time (ms)",
                 left=[
                     self.planning_failures(),
                     _expr(_search("App", C.PLANNING_FAILURES_METRIC, "Maximum")),
                     self.carried_apps("Maximum", _MINUTE),
+                    self.shed_target_unmet("Maximum", _MINUTE),
                 ],
                 right=[cw.Metric(namespace=NS, metric_name="EpochMs", statistic="Maximum", period=_MINUTE)],
                 width=12,

@@ -19,7 +19,9 @@
    publishing (:mod:`functions.control.activation`); otherwise a no-op epoch;
 6. desired capacity per group from the version in force (never below what the version still being
    served needs), through hysteresis;
-7. garbage collection of old versions, drained queues and dead instances' claims.
+7. the admission reserve of every app with a ``shed_target`` whose rate moved past the review band
+   chosen again for the next epoch (:mod:`functions.control.reserves`), within its own time budget;
+8. garbage collection of old versions, drained queues and dead instances' claims.
 
 Every epoch first checks the activation of a version still waiting for its slots.
 
@@ -110,6 +112,9 @@ class ControlConfig:
     # solve_budget_s; None: all solved at once); apps without a serving plan are solved now, in full
     # while the budget allows, the rest with the solve's quick plan (carried, solved in full later)
     solve_budget_s: float | None = 0.4
+    # wall s an epoch may spend, after publishing, choosing again the admission reserve of apps with a
+    # shed_target whose rate moved past the review band (functions/control/reserves.py; 0: never)
+    reserve_review_s: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 <= self.child_headroom < float("inf"):
@@ -127,6 +132,8 @@ class ControlConfig:
             )
         if self.solve_budget_s is not None and not 0 <= self.solve_budget_s < float("inf"):
             raise ValueError(f"solve_budget_s must be finite seconds >= 0 or None, got {self.solve_budget_s}")
+        if not 0 <= self.reserve_review_s < float("inf"):
+            raise ValueError(f"reserve_review_s must be finite seconds >= 0, got {self.reserve_review_s}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlConfig:
@@ -163,6 +170,7 @@ class ControlConfig:
                 backlog_max_boost=float(e.get("SKINFLINT_BACKLOG_MAX_BOOST", d.backlog_max_boost)),
                 delete_linger_s=delete_linger_from_env(e),
                 solve_budget_s=_budget_from_env(e.get("SKINFLINT_SOLVE_BUDGET_S"), d.solve_budget_s),
+                reserve_review_s=float(e.get("SKINFLINT_RESERVE_REVIEW_S", d.reserve_review_s)),
             )
         except (ValueError, TypeError) as exc:
             raise ControlError(f"bad planner setting in the environment: {exc}") from exc
@@ -208,6 +216,10 @@ class EpochSummary:
     carried: list[str] = field(default_factory=list)
     resolved: list[str] = field(default_factory=list)  # apps whose carried plan was replaced
     quick: list[str] = field(default_factory=list)  # apps given the solve's quick plan (also carried)
+    # app -> the admission reserve chosen again for its shed_target at the rate planned (reserves.py)
+    reserves: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # apps whose shed_target no reserve meets at the rate of their last review (until it is met again)
+    unmet_shed_targets: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -242,6 +254,10 @@ class Controller:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     overruns: ServiceOverruns | None = None  # the workers' ServiceOverrunMs (None: no calibration)
+    # what the epoch's reserve review reads: the registered apps and the hardware planned on
+    _review: tuple[Mapping[str, tuple[AppRecord, RegistrationSpec]], list[str] | None] | None = field(
+        default=None, init=False, repr=False
+    )
 
     # -- the epoch ---------------------------------------------------------------------------------
     def run_epoch(self, reason: str = "schedule") -> EpochSummary:
@@ -265,8 +281,10 @@ class Controller:
         except EpochTaken as exc:
             return EpochSummary(status="skipped", epoch=state.epoch, reason=f"{reason}: {exc}")
         summary = EpochSummary(status="unchanged", epoch=state.epoch, reason=reason)
+        self._review = None
         current = self._plan(now, state, previous_at, summary)
         self._scale(state, current, summary)
+        self._review_reserves(state, summary, now)
         if summary.status == "published" and self.config.activate_wait_s > 0:
             self._await_activation(summary)
         self._collect(now, summary)
@@ -366,9 +384,13 @@ class Controller:
 
         cur_deps = self.plans.deployments(current.version) if current else {}
         cur_fleet = self.plans.fleet(current.version) if current else None
-        apps = self.registry.load_all()
+        from functions.control.reserves import effective_specs
+
+        registered = self.registry.load_all()
+        apps = effective_specs(registered, state)  # with the reserves chosen again (reserves.py)
         requested = self.registry.replan_requested()
         available = self._available(now, state, previous_at, summary)
+        self._review = (registered, available)
         planned = self._solve(
             now, state, previous_at, apps, available, cur_deps, cur_fleet, summary, requested=requested
         )
@@ -823,6 +845,44 @@ class Controller:
             n = min(n, g.in_service)  # stop asking for capacity EC2 cannot give
         return n
 
+    def _review_reserves(self, state: ControlState, summary: EpochSummary, now: float) -> None:
+        """Choose the admission reserve again for the apps whose rate moved past the review band
+        (:mod:`functions.control.reserves`); the next epoch plans with it. Best effort: a failure
+        is a warning, and the plan in force is not touched."""
+        from functions.control.registry import planner_settings
+        from functions.control.reserves import review_reserves
+
+        if self._review is None or summary.status not in ("published", "unchanged"):
+            return
+        registered, available = self._review
+        self._review = None
+        h = self.config.headroom
+        rates = {  # before headroom; not a backlog correction's rate (one epoch only)
+            a: r["planned"] / (1 + h)
+            for a, r in summary.rates.items()
+            if a not in summary.failed_apps and "backlog" not in r
+        }
+        try:
+            out = review_reserves(
+                registered,
+                rates,
+                state,
+                catalog=self.catalog,
+                available=available,
+                settings=planner_settings(self.config),
+                now=now,
+                budget_s=self.config.reserve_review_s,
+            )
+        except Exception as exc:  # noqa: BLE001 - a review changes no plan; the next epoch tries again
+            log.exception("reserve review failed")
+            summary.warnings.append(f"reserve review: {type(exc).__name__}: {exc}")
+            return
+        summary.reserves = out.reviewed
+        summary.unmet_shed_targets = sorted(a for a, c in state.reserves.items() if not c.met)
+        summary.warnings.extend(out.warnings)
+        if out.reviewed or out.due:
+            summary.timings_ms["reserve_review"] = round(out.spent_s * 1e3, 2)
+
     # -- housekeeping ------------------------------------------------------------------------------
     def _collect(self, now: float, summary: EpochSummary) -> None:
         from functions.control.gc import GcConfig, collect
@@ -857,6 +917,9 @@ class Controller:
             m.put("PlannedInstances", n, Hardware=hw)
         for app in summary.failed_apps:
             m.put("PlanningFailures", 1, App=app)
+        m.put("ShedTargetUnmet", len(summary.unmet_shed_targets))  # no reserve meets it at their rate
+        for app in summary.unmet_shed_targets:
+            m.put("ShedTargetUnmet", 1, App=app)
 
 
 def _realised(plan: Plan) -> bool:

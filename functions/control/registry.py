@@ -55,7 +55,9 @@ __all__ = [
     "Registration",
     "RegistrationSpec",
     "check_plannable",
+    "ReserveSearch",
     "choose_admission_reserve",
+    "search_admission_reserve",
     "first_plan_rate",
     "parse_spec_text",
     "planner_settings",
@@ -548,7 +550,19 @@ def simulated_shed(
     return report.frames_shed / report.frames_offered if report.frames_offered else 0.0
 
 
-def choose_admission_reserve(
+@dataclass(frozen=True)
+class ReserveSearch:
+    """What :func:`search_admission_reserve` found: the reserve to plan with, what its plan shed in
+    the simulator, that plan, and whether it met the spec's ``shed_target`` (when not: the reserve of
+    least shed among the steps tried)."""
+
+    reserve: float
+    shed: float
+    plan: Plan
+    met: bool
+
+
+def search_admission_reserve(
     spec: RegistrationSpec,
     catalog: Mapping[str, HardwareSpec],
     available: Iterable[str] | None,
@@ -557,18 +571,18 @@ def choose_admission_reserve(
     headroom: float = 0.0,
     child_headroom: float = 0.0,
     policy: str = "skinflint",
-) -> tuple[RegistrationSpec, Plan]:
-    """``spec`` with the smallest ``admission_reserve`` of :data:`RESERVE_STEPS` whose plan (the
-    feasibility check's, :func:`check_plannable`) sheds at most ``spec.shed_target`` of Poisson frames
-    at the registered rate (:func:`simulated_shed`), with that plan as the seed. A larger reserve costs
-    more (the app is planned for less of its SLO), so the first that meets the target is the cheapest
-    of the steps. Raises :class:`RegistrationError` when the app cannot be planned at all, or when no
-    step meets the target (naming the least shed found)."""
+) -> ReserveSearch:
+    """The smallest ``admission_reserve`` of :data:`RESERVE_STEPS` whose plan (the feasibility
+    check's, :func:`check_plannable`) sheds at most ``spec.shed_target`` of Poisson frames at
+    ``spec.rate`` (:func:`simulated_shed`). A larger reserve costs more (the app is planned for less of
+    its SLO), so the first that meets the target is the cheapest of the steps. When none does, the one
+    of least shed (``met`` false). Raises :class:`RegistrationError` only when the app cannot be
+    planned within its whole SLO; the steps past the first that does not plan are not tried."""
     target = spec.shed_target
     if target is None:
-        raise ValueError("choose_admission_reserve needs a spec with a shed_target")
+        raise ValueError("search_admission_reserve needs a spec with a shed_target")
     settings = {"overhead_s": overhead_s, "headroom": headroom, "child_headroom": child_headroom}
-    best: tuple[float, float] | None = None  # (shed, reserve)
+    best: ReserveSearch | None = None
     for reserve in RESERVE_STEPS:
         candidate = spec.model_copy(update={"admission_reserve": reserve})
         try:
@@ -579,15 +593,44 @@ def choose_admission_reserve(
             break  # less of the SLO does not plan either
         shed = simulated_shed(candidate, seed, catalog, available, overhead_s)
         if shed <= target:
-            return candidate.model_copy(update={"simulated_shed": shed}), seed
-        if best is None or shed < best[0]:
-            best = (shed, reserve)
+            return ReserveSearch(reserve, shed, seed, met=True)
+        if best is None or shed < best.shed:
+            best = ReserveSearch(reserve, shed, seed, met=False)
     assert best is not None
+    return best
+
+
+def choose_admission_reserve(
+    spec: RegistrationSpec,
+    catalog: Mapping[str, HardwareSpec],
+    available: Iterable[str] | None,
+    *,
+    overhead_s: float,
+    headroom: float = 0.0,
+    child_headroom: float = 0.0,
+    policy: str = "skinflint",
+) -> tuple[RegistrationSpec, Plan]:
+    """``spec`` with the reserve :func:`search_admission_reserve` finds, with that plan as the seed.
+    Raises :class:`RegistrationError` when the app cannot be planned at all, or when no step meets the
+    target (naming the least shed found)."""
+    found = search_admission_reserve(
+        spec,
+        catalog,
+        available,
+        overhead_s=overhead_s,
+        headroom=headroom,
+        child_headroom=child_headroom,
+        policy=policy,
+    )
+    if found.met:
+        return spec.model_copy(
+            update={"admission_reserve": found.reserve, "simulated_shed": found.shed}
+        ), found.plan
     raise RegistrationError(
         [
-            f"shed_target {target:g} cannot be met: the least shed found was {best[0]:.3g} of Poisson "
-            f"frames at {spec.rate:g} frames/s (admission_reserve {best[1]:g}), up to reserve "
-            f"{RESERVE_STEPS[-1]:g} of the SLO: a longer SLO or a larger target"
+            f"shed_target {spec.shed_target:g} cannot be met: the least shed found was {found.shed:.3g} of "
+            f"Poisson frames at {spec.rate:g} frames/s (admission_reserve {found.reserve:g}), up to "
+            f"reserve {RESERVE_STEPS[-1]:g} of the SLO: a longer SLO or a larger target"
         ],
         spec.name,
     )

@@ -1,7 +1,8 @@
 """The control loop's own state between epochs (the planner Lambda keeps no memory): epoch number
 and time, observed-rate history per app, the hysteresis state, hardware that could not be had, the
-backlog corrections waiting for the next epoch, and the last epoch's summary (``skinflint status``
-shows it). One item, ``control#state``, written
+backlog corrections waiting for the next epoch, the admission reserves chosen again for apps whose
+rate moved away from the one their ``shed_target`` was met at, and the last epoch's summary
+(``skinflint status`` shows it). One item, ``control#state``, written
 with a condition on the epoch number read, so two planners never run one epoch twice."""
 
 from __future__ import annotations
@@ -13,13 +14,26 @@ from pydantic import BaseModel, Field
 from functions.adapters._aws import AWS_ERRORS, error_code
 from functions.control.errors import ControlError
 
-__all__ = ["ControlState", "EpochTaken", "StateStore"]
+__all__ = ["ControlState", "EpochTaken", "ReserveChoice", "StateStore"]
 
 STATE_KEY = "control#state"
 
 
 class EpochTaken(ControlError):
     """Another planner wrote the state since it was read (it runs this epoch)."""
+
+
+class ReserveChoice(BaseModel):
+    """An ``admission_reserve`` the control loop chose for an app's ``shed_target`` at another rate
+    than the registered one (functions/control/reserves.py); it replaces the registration's choice
+    for the app revision it was made for."""
+
+    reserve: float = Field(ge=0)
+    rate: float = Field(gt=0)  # frames/s the Poisson simulation offered
+    shed: float = Field(ge=0)  # what the reserve's plan shed there
+    met: bool  # shed <= the app's shed_target (else the least shed of the reserves tried)
+    revision: int  # the app revision it applies to
+    at: float  # epoch s of the review
 
 
 class ControlState(BaseModel):
@@ -39,6 +53,7 @@ class ControlState(BaseModel):
     # service-time corrections (functions/control/calibration.py): app -> "module@hardware" -> s
     corrections: dict[str, dict[str, float]] = Field(default_factory=dict)
     corrections_low: dict[str, dict[str, list[float]]] = Field(default_factory=dict)  # shrink streaks
+    reserves: dict[str, ReserveChoice] = Field(default_factory=dict)  # app -> reserve chosen again
 
 
 class StateStore:

@@ -2,9 +2,11 @@
 
 Shows the current plan version (and the one the front serves while a new one is activating), per
 app the planned frame rate against the rate observed over the last ``--window`` seconds
-(CloudWatch ``FramesAccepted``), instances per hardware type (planned, the Auto Scaling group's
-desired and in-service counts, instances heartbeating), the billed and occupancy cost per hour,
-and the last epoch's outcome. ``--json`` for programs; ``--endpoint`` for a local stack.
+(CloudWatch ``FramesAccepted``) and the admission reserve the control loop chose again for its
+``shed_target`` (functions/control/reserves.py), if it did, instances per hardware type (planned,
+the Auto Scaling group's desired and in-service counts, instances heartbeating), the billed and
+occupancy cost per hour, and the last epoch's outcome. ``--json`` for programs; ``--endpoint`` for a
+local stack.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
             for a, e in sorted(cur.apps.items())
         },
     )
+    for a, choice in state.reserves.items():  # reserves the control loop chose again (reserves.py)
+        if a in out["apps"]:
+            out["apps"][a]["reserve"] = choice.model_dump(include={"reserve", "rate", "shed", "met"})
     names = _asg_names(state.asg_names)
     groups = FleetGroups(make_client("autoscaling", cfg), names).states() if names else {}
     beats = [b for b in plans.instances().values() if b.at >= now - 180 and b.state != "gone"]
@@ -123,10 +128,20 @@ def render(doc: dict[str, Any]) -> None:
         f"{_age(now, doc['activate_at'])}{switching}): {doc['reason']}"
     )
     apps = Table(title="apps (frames/s)")
-    for col in ("app", "planned", "observed"):
+    reserves = any("reserve" in r for r in doc["apps"].values())
+    for col in ("app", "planned", "observed", *(["admission reserve (chosen again)"] if reserves else [])):
         apps.add_column(col, justify="left" if col == "app" else "right")
     for a, r in doc["apps"].items():
-        apps.add_row(a, f"{r['planned']:.2f}", f"{r['observed']:.2f}")
+        row = [a, f"{r['planned']:.2f}", f"{r['observed']:.2f}"]
+        if reserves:
+            c = r.get("reserve")
+            row.append(
+                f"{c['reserve']:g} at {c['rate']:.4g}/s, sheds {c['shed']:.2%}"
+                + ("" if c["met"] else " (shed_target unmet)")
+                if c
+                else "-"
+            )
+        apps.add_row(*row)
     console.print(apps)
     hw = Table(title="instances")
     for col in ("hardware", "planned", "group desired", "in service", "heartbeating"):

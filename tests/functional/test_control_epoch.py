@@ -246,6 +246,91 @@ def test_an_admission_reserve_plans_for_less_than_the_slo_frames_keep(env: Env) 
     assert dep is not None and dep.planning_slo_s is None
 
 
+def test_a_shed_target_reserve_is_chosen_again_when_the_rate_moves(env: Env) -> None:
+    # GIVEN an app whose registration chose the reserve for a 1 % shed target at 20 frames/s
+    env.register(SPEC | {"slo_s": 0.25, "shed_target": 0.01})
+    record = env.ctl.registry.record("cams")
+    assert record is not None and record.admission_reserve == 0.15
+    assert env.ctl.run_epoch().status == "published"
+    env.frames("cams", 20.0)  # the window of the first frames is not a rate yet
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "unchanged"
+    # WHEN the app runs at twice its registered rate (that reserve sheds about 7 % there)
+    env.frames("cams", 40.0)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    # THEN the epoch chooses the reserve again at the rate it planned for, and keeps it
+    assert "cams" in out.reserves, json.dumps(out.as_json())
+    review = out.reserves["cams"]
+    assert review["previous_reserve"] == 0.15 and review["reserve"] > 0.15 and review["met"] is True
+    assert review["rate"] == pytest.approx(out.rates["cams"]["planned"] / 1.1, rel=1e-3)
+    assert review["simulated_shed"] <= 0.01 and "reserve_review" in out.timings_ms
+    choice = env.ctl.states.load().reserves["cams"]
+    assert choice.reserve == review["reserve"] and choice.revision == record.revision
+    assert env.metrics.total("ShedTargetUnmet") == 0
+    # AND the next epoch plans for the SLO less that reserve, without reviewing it again
+    env.frames("cams", 40.0)
+    env.clock.t += 60
+    nxt = env.ctl.run_epoch()
+    assert nxt.status == "published" and "cams" in nxt.changed and not nxt.reserves
+    cur = env.ctl.plans.current()
+    assert cur is not None
+    dep = env.ctl.plans.deployment(cur.version, "cams")
+    assert dep is not None and dep.slo_s == 0.25
+    assert dep.planning_slo_s == pytest.approx(0.25 * (1 - review["reserve"]))
+    # AND a re-registration starts again from the reserve it chooses
+    env.register(SPEC | {"slo_s": 0.25, "shed_target": 0.01, "min_rate": 1.0})
+    env.frames("cams", 40.0)
+    env.clock.t += 60
+    env.ctl.run_epoch()
+    state = env.ctl.states.load()
+    assert "cams" not in state.reserves or state.reserves["cams"].revision == record.revision + 1
+
+
+def test_a_shed_target_no_reserve_meets_at_the_new_rate_warns(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.control import registry
+
+    # GIVEN an app whose 1 % target is met at 20 frames/s (reserve 0.3)
+    env.register(SPEC | {"slo_s": 0.3, "shed_target": 0.01})
+    assert env.ctl.run_epoch().status == "published"
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    env.ctl.run_epoch()
+    # WHEN at three times that rate every reserve's plan sheds 5 % (the simulator, stood in)
+    sheds = iter([0.05, 0.04, 0.05, 0.06, 0.05, 0.05, 0.05])
+    monkeypatch.setattr(registry, "simulated_shed", lambda *_a: next(sheds))
+    env.frames("cams", 60.0)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    # THEN the reserve of least shed is kept, the epoch says so, and the metric counts the app
+    review = out.reserves["cams"]
+    assert review["met"] is False and review["simulated_shed"] == 0.04 and review["reserve"] == 0.05
+    assert any("shed_target 0.01 is not met at" in w for w in out.warnings), out.warnings
+    assert out.unmet_shed_targets == ["cams"] and env.metrics.total("ShedTargetUnmet", App="cams") == 1
+    assert env.ctl.states.load().reserves["cams"].met is False
+    # AND every later epoch says so too, while the choice stands (a level the alarm can watch)
+    env.frames("cams", 60.0)
+    env.clock.t += 60
+    later = env.ctl.run_epoch()
+    assert not later.reserves and later.unmet_shed_targets == ["cams"]
+    assert env.metrics.values("ShedTargetUnmet", App="cams") == [1, 1]
+
+
+def test_reserve_reviews_can_be_turned_off(env: Env) -> None:
+    from dataclasses import replace
+
+    env.ctl.config = replace(env.ctl.config, reserve_review_s=0.0)
+    env.register(SPEC | {"slo_s": 0.25, "shed_target": 0.01})
+    env.ctl.run_epoch()
+    for rate in (20.0, 40.0):
+        env.frames("cams", rate)
+        env.clock.t += 60
+        out = env.ctl.run_epoch()
+    assert out.rates["cams"]["observed"] == 40.0 and not out.reserves and not env.ctl.states.load().reserves
+
+
 def test_the_ten_second_guard(env: Env) -> None:
     assert env.ctl.run_epoch().status == "unchanged"
     env.clock.t += 9.5
@@ -423,6 +508,21 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
     assert main(["status"]) == 0
     text = capsys.readouterr().out
     assert f"plan version {out.version}" in text and "billed $" in text and "cams" in text
+    # a reserve the control loop chose again is shown beside the app's rates
+    from functions.control.state import ReserveChoice
+
+    state = env.ctl.states.load()
+    state.reserves["cams"] = ReserveChoice(reserve=0.4, rate=60.0, shed=0.054, met=False, revision=1, at=0.0)
+    env.ctl.states.save(state, state.epoch)
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["apps"]["cams"]["reserve"] == {
+        "reserve": 0.4,
+        "rate": 60.0,
+        "shed": 0.054,
+        "met": False,
+    }
+    assert main(["status"]) == 0
+    assert "0.4 at 60/s, sheds 5.40% (shed_target unmet)" in capsys.readouterr().out
 
 
 def test_fleet_events_release_the_leaving_instance_claims(env: Env) -> None:

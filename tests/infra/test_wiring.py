@@ -494,6 +494,12 @@ def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
         "Minimum",
         C.CARRIED_ALARM_MINUTES * 60,
     )
+    unmet = by_metric[C.SHED_TARGET_UNMET_METRIC]  # a shed target no reserve meets, for 15 minutes
+    assert (unmet["Statistic"], unmet["Period"] * unmet["EvaluationPeriods"]) == (
+        "Minimum",
+        C.SHED_TARGET_ALARM_MINUTES * 60,
+    )
+    assert unmet["TreatMissingData"] == "notBreaching"
     text = json.dumps(alarms)
     assert "ORDER BY AVG() ASC LIMIT 1" in text  # the worst app's attainment, not the worst frame
     assert f"QueueName != '{C.TASKS_DLQ_NAME}'" in text
