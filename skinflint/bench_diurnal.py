@@ -47,25 +47,61 @@ DEFAULT_HEADROOMS = (0.05, 0.1, 0.2)
 PLOTS = ("diurnal_rate_cost.png", "diurnal_slo.png", "diurnal_sweep.png")
 
 
-def demo_templates() -> dict[str, AppTemplate]:
-    """One template per packaged demo application: its DAG, its models' profiles and the whole catalog."""
+#: Where the demo applications' profiles come from: ``packaged`` (the profiles committed with the
+#: package, with their measurement's provenance: the same figures on every machine) or ``store`` (the
+#: build cache of ``skinflint models build`` / ``skinflint demo`` over them: profiles measured on this
+#: host, which move with its load at the time).
+PROFILE_SOURCES = ("packaged", "store")
+
+
+def _store(profiles: str) -> Any:
+    from profiles.store import PACKAGE_ROOT, LocalStore, default_store
+
+    if profiles not in PROFILE_SOURCES:
+        raise UsageError(f"profiles must be one of {', '.join(PROFILE_SOURCES)}, got {profiles!r}")
+    return LocalStore(PACKAGE_ROOT) if profiles == "packaged" else default_store()
+
+
+def demo_templates(profiles: str = "packaged") -> dict[str, AppTemplate]:
+    """One template per packaged demo application: its DAG, its models' profiles (from ``profiles``:
+    :data:`PROFILE_SOURCES`) and the whole catalog."""
     from profiles.errors import ProfilesError
     from profiles.hardware import select
-    from profiles.store import default_store
 
     try:
-        store = default_store()
+        store = _store(profiles)
         catalog = select(store.load_catalog(), None)
         out: dict[str, AppTemplate] = {}
         for name in store.list_apps():
             spec = store.load_app(name)
-            profiles = {m.model: store.load_profile(m.model) for m in spec.modules.values()}
-            out[name] = AppTemplate(name, spec, profiles, catalog)
+            models = {m.model: store.load_profile(m.model) for m in spec.modules.values()}
+            out[name] = AppTemplate(name, spec, models, catalog)
     except ProfilesError as exc:
         raise UsageError(f"cannot load the demo applications: {exc}") from exc
     if not out:
         raise UsageError("no demo applications in the profile store")
     return out
+
+
+def profile_provenance(profiles: str) -> dict[str, Any]:
+    """Where each demo model's profile came from: the store read, and per model the layer that held it
+    (``packaged`` or ``build cache``) with its measurement's date, host load and source (measured or
+    derived), from its first entry."""
+    from profiles.store import LocalStore, cache_dir
+
+    store = _store(profiles)
+    cached = set(LocalStore(cache_dir()).list_models()) if profiles == "store" else set()
+    models: dict[str, Any] = {}
+    for app in store.list_apps():
+        for mod in store.load_app(app).modules.values():
+            if mod.model in models:
+                continue
+            first = (store.load_profile_dicts(mod.model) or [{}])[0]
+            models[mod.model] = {
+                "layer": "build cache" if mod.model in cached else "packaged",
+                **{k: first[k] for k in ("source", "date", "host_load_1m") if k in first},
+            }
+    return {"profiles": profiles, "store": store.describe(), "models": dict(sorted(models.items()))}
 
 
 def run(
@@ -77,12 +113,14 @@ def run(
     oracle: bool = True,
     progress: bool = True,
     workers: int = 2,
+    profiles: str = "packaged",
 ) -> tuple[ScenarioReport, dict[str, Any]]:
-    """The scenario and the run's own figures (wall time, load average, caches). ``workers`` processes run
-    the simulations of an epoch in parallel (1: all in this process)."""
+    """The scenario and the run's own figures (wall time, load average, caches, the profiles' provenance).
+    ``workers`` processes run the simulations of an epoch in parallel (1: all in this process);
+    ``profiles`` picks the demo models' profiles (:data:`PROFILE_SOURCES`)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    templates = demo_templates()
+    templates = demo_templates(profiles)
     load = make_load(load_cfg, sorted(templates))
     started, t0 = time.perf_counter(), os.times()
     if workers <= 1:
@@ -102,6 +140,7 @@ def run(
         "workers": workers,
         "cpus": os.cpu_count(),
         "load_avg": list(os.getloadavg()),
+        "profiles": profile_provenance(profiles),
     }
     return report, host
 
@@ -213,6 +252,17 @@ def render(report: ScenarioReport, host: dict[str, Any], plots: list[str]) -> No
         f"({report.simulation_cache_hits} reused); {host['wall_s']:.0f} s wall, "
         f"{host['cpu_s'] + host['workers_cpu_s']:.0f} s CPU, "
         f"{host['workers']} simulation worker(s), load avg {load}."
+    )
+    prov = host["profiles"]
+    models = "; ".join(
+        f"{m} {p['layer']}"
+        + (f" ({p['source']} {p['date']}, load {p['host_load_1m']})" if "date" in p else "")
+        for m, p in prov["models"].items()
+        if "host_load_1m" in p
+    )
+    console.print(
+        f"Profiles: {prov['profiles']} ({prov['store']}), solver {pol.solver}; "
+        f"GPU classes derived from the profiles, not measured on a GPU. Measured: {models}."
     )
     for path in plots:
         console.print(f"plot: {path}")
@@ -343,10 +393,18 @@ def main(
     target: float = 0.99,
     oracle: bool = True,
     workers: int = 2,
+    profiles: str = "packaged",
 ) -> int:
     try:
         report, host = run(
-            load_cfg, policy, headrooms, target=target, oracle=oracle, progress=not as_json, workers=workers
+            load_cfg,
+            policy,
+            headrooms,
+            target=target,
+            oracle=oracle,
+            progress=not as_json,
+            workers=workers,
+            profiles=profiles,
         )
     except PlannerError as exc:
         raise UsageError(str(exc).splitlines()[0]) from exc

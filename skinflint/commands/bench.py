@@ -135,9 +135,17 @@ def _register_diurnal(bsub: Any) -> None:
     p.add_argument(
         "--solver",
         choices=("plain", "dispatchable"),
-        default="plain",
-        help="planner.solve (the default: faster) or planner.robust.solve_dispatchable (what the "
-        "control loop runs; slower)",
+        default="dispatchable",
+        help="planner.robust.solve_dispatchable (the default: what the control loop runs) or planner.solve "
+        "(Theorem-1 plans, not realised by the dispatch)",
+    )
+    p.add_argument(
+        "--profiles",
+        choices=("packaged", "store"),  # skinflint.bench_diurnal.PROFILE_SOURCES (not imported here)
+        default="packaged",
+        help="the demo models' profiles: packaged (the default: the committed measurements, the same "
+        "figures on every machine) or store (the build cache of skinflint models build / demo over them: "
+        "this host's measurements)",
     )
     p.add_argument("--workers", type=_positive, default=2, help="processes running simulations (default 2)")
     p.add_argument("--no-oracle", action="store_true", help="skip the perfect-foresight oracle")
@@ -179,4 +187,5 @@ def run_diurnal(args: argparse.Namespace) -> int:
         target=args.target,
         oracle=not args.no_oracle,
         workers=args.workers,
+        profiles=args.profiles,
     )

@@ -247,6 +247,40 @@ def test_bench_diurnal_json(capsys, tmp_path):
     )
 
 
+def test_bench_diurnal_reads_the_packaged_profiles_unless_told(capsys, tmp_path, monkeypatch):
+    """A build cache of locally measured profiles (skinflint demo / models build) must not change the
+    benchmark's figures silently: the packaged profiles by default, the cache with --profiles store,
+    and the output says which (with each measurement's date and load)."""
+    from profiles.store import PACKAGE_ROOT
+
+    data = tmp_path / "cache" / "data"
+    data.mkdir(parents=True)
+    for model in ("resnet18_face", "resnet18_vehicle", "ssdlite_mnv2"):  # as measured on a busy day
+        entries = json.loads((PACKAGE_ROOT / "data" / f"{model}.json").read_text())
+        for e in entries:
+            e.update(duration_s=e["duration_s"] * 3, date="2099-01-01", host_load_1m=9.5)
+        (data / f"{model}.json").write_text(json.dumps(entries))
+    monkeypatch.setenv("SKINFLINT_CACHE", str(tmp_path / "cache"))
+    argv = ["bench", "diurnal", "--apps", "3", "--peak", "60", "--epochs", "24", "--headroom", "0.2",
+            "--sample-s", "0.5", "--no-oracle", "--workers", "1"]  # fmt: skip
+    docs = {}
+    for source in ("packaged", "store"):
+        assert main([*argv, "--profiles", source, "--json"]) == 0
+        docs[source] = json.loads(capsys.readouterr().out)
+    packaged, store = (docs[k]["host"]["profiles"] for k in ("packaged", "store"))
+    assert packaged["profiles"] == "packaged" and store["profiles"] == "store"
+    assert packaged["models"]["resnet18_face"]["layer"] == "packaged"
+    assert packaged["models"]["resnet18_face"]["date"] != "2099-01-01"
+    assert store["models"]["resnet18_face"] == {
+        "layer": "build cache", "source": "measured", "date": "2099-01-01", "host_load_1m": 9.5,
+    }  # fmt: skip
+    assert store["models"]["pose_vgg"]["layer"] == "packaged"  # not in the cache
+    assert docs["store"]["static"]["billed_usd"] > docs["packaged"]["static"]["billed_usd"]
+    assert main(argv) == 0  # the table says where the profiles came from
+    text = capsys.readouterr().out
+    assert "Profiles: packaged" in text and "solver dispatchable" in text and "derived" in text
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
