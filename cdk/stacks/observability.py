@@ -174,6 +174,24 @@ class ObservabilityStack(Stack):
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
         self.alarms[name] = alarm
 
+    def _level_alarm(
+        self, name: str, alarm_id: str, metric: cw.Metric, minutes: int, description: str
+    ) -> None:
+        """An alarm on a count the planner emits every epoch: above 0 for ``minutes`` running (5-minute
+        periods of ``metric``; no data, a planner not running, is the planning alarm's)."""
+        self._alarm(
+            name,
+            metric.create_alarm(
+                self,
+                alarm_id,
+                alarm_description=description,
+                threshold=0,
+                evaluation_periods=minutes // 5,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            ),
+        )
+
     def _alarms(self) -> None:
         for i, dlq in enumerate(self.props.dlqs):
             self._alarm(
@@ -249,34 +267,24 @@ class ObservabilityStack(Stack):
         )
         # every epoch emits the count of apps on a carried plan; one that stays above 0 for half an hour
         # means the solve budget never catches up (the plans serve, but cost more than they need to)
-        self._alarm(
+        self._level_alarm(
             "carried",
-            self.carried_apps("Minimum", Duration.minutes(5)).create_alarm(
-                self,
-                "CarriedPlans",
-                alarm_description=f"Apps have stayed on carried plans for {C.CARRIED_ALARM_MINUTES} minutes: "
-                "the planner's solve budget (SKINFLINT_SOLVE_BUDGET_S) is too small for the fleet",
-                threshold=0,
-                evaluation_periods=C.CARRIED_ALARM_MINUTES // 5,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-            ),
+            "CarriedPlans",
+            self.carried_apps("Minimum", Duration.minutes(5)),
+            C.CARRIED_ALARM_MINUTES,
+            f"Apps have stayed on carried plans for {C.CARRIED_ALARM_MINUTES} minutes: the planner's solve "
+            "budget (SKINFLINT_SOLVE_BUDGET_S) is too small for the fleet",
         )
         # every epoch emits the count of apps whose shed_target no admission reserve meets at the rate
         # their reserve was last chosen for (functions/control/reserves.py)
-        self._alarm(
+        self._level_alarm(
             "shed_target",
-            self.shed_target_unmet("Minimum", Duration.minutes(5)).create_alarm(
-                self,
-                "ShedTargetUnmet",
-                alarm_description=f"For {C.SHED_TARGET_ALARM_MINUTES} minutes an app's shed_target has "
-                "not been met by any admission reserve at its current rate: its front sheds more than "
-                "the target; register it with a longer SLO or a larger shed_target",
-                threshold=0,
-                evaluation_periods=C.SHED_TARGET_ALARM_MINUTES // 5,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-            ),
+            "ShedTargetUnmet",
+            self.shed_target_unmet("Minimum", Duration.minutes(5)),
+            C.SHED_TARGET_ALARM_MINUTES,
+            f"For {C.SHED_TARGET_ALARM_MINUTES} minutes an app's shed_target has not been met by any "
+            "admission reserve at its current rate: its front sheds more than the target; register it "
+            "with a longer SLO or a larger shed_target",
         )
         self._alarm(
             "front_errors",
