@@ -23,6 +23,11 @@ admission, and no window overflows).
 
     .venv/bin/python bench/simulator.py --arrival-study 100   # about 10 s
     .venv/bin/python bench/simulator.py --arrival-study 100 --headroom 0.1 --reserve 0.2
+    .venv/bin/python bench/simulator.py --reserve-study 30    # a shed_target as the rate moves
+
+``--reserve-study N`` chooses each generated app's admission reserve for a 1 % shed target at its
+rates, as a registration does, then compares at half and twice those rates the reserve kept with the
+reserve chosen again (the control loop's review, functions/control/reserves.py).
 """
 
 from __future__ import annotations
@@ -376,6 +381,171 @@ def arrival_study(
     return out
 
 
+def _scaled(problem: ProblemSpec, factor: float, slo_factor: float = 1.0) -> ProblemSpec:
+    """``problem`` with every rate times ``factor`` and its SLO times ``slo_factor``."""
+    return problem.model_copy(
+        update={
+            "slo_s": problem.slo_s * slo_factor,
+            "modules": {
+                m: spec.model_copy(update={"rate": spec.rate * factor}) for m, spec in problem.modules.items()
+            },
+        }
+    )
+
+
+def _reserve_at(
+    problem: ProblemSpec, reserve: float, headroom: float, seed: int
+) -> tuple[float, float] | None:
+    """(Poisson frames shed, $/h) of ``problem`` planned as the control loop plans an app with that
+    admission reserve (rates x (1 + headroom), SLO x (1 - reserve)) and simulated at its own rates
+    against its whole SLO with the front's admission, for at least as many frames as a registration's
+    simulation (``functions.control.registry``); None when it cannot be planned."""
+    from functions.control.registry import SHED_SIM_FRAMES, SHED_SIM_MAX_S, SHED_SIM_MIN_S
+
+    try:
+        plan = solve_dispatchable(_scaled(problem, 1 + headroom, 1 - reserve))
+    except InfeasibleError:
+        return None
+    roots = sum(problem.modules[m].rate for m in problem.modules if not problem.parents().get(m))
+    duration = min(max(SHED_SIM_FRAMES / roots, SHED_SIM_MIN_S), SHED_SIM_MAX_S)
+    r = simulate(problem, plan, duration, "poisson", seed=seed, admission="planned")
+    return (r.frames_shed / r.frames_offered if r.frames_offered else 0.0), plan.billed_per_hour
+
+
+def _choose(
+    problem: ProblemSpec, target: float, headroom: float, seed: int
+) -> tuple[float, float, float, bool]:
+    """(reserve, shed, $/h, met): the smallest of the registration's reserve steps whose plan sheds at
+    most ``target`` at ``problem``'s rates, else the one of least shed (the control loop's search)."""
+    from functions.control.registry import RESERVE_STEPS
+
+    best: tuple[float, float, float, bool] | None = None
+    for reserve in RESERVE_STEPS:
+        got = _reserve_at(problem, reserve, headroom, seed)
+        if got is None:
+            break
+        shed, cost = got
+        if shed <= target:
+            return reserve, shed, cost, True
+        if best is None or shed < best[1]:
+            best = (reserve, shed, cost, False)
+    if best is None:
+        raise InfeasibleError(f"{problem.name}: not plannable within its SLO")
+    return best
+
+
+def reserve_study(
+    count: int,
+    factors: tuple[float, ...] = (0.5, 2.0),
+    target: float = 0.01,
+    headroom: float = 0.1,
+    seed: int = 0,
+) -> dict[str, object]:
+    """What keeping a ``shed_target`` needs when an app's rate moves (functions/control/reserves.py).
+
+    For ``count`` generated apps, the reserve is chosen at the generated rates as a registration chooses
+    it (:func:`_choose`, target ``target``). Then at every rate ``factor`` x those rates, the app is
+    planned (i) with that reserve, as before the control loop reviewed reserves, and (ii) with the reserve
+    chosen again at the new rate, as the review does; each simulated under Poisson frames with the
+    front's admission. Per factor: apps whose shed meets the target, mean and largest shed, the bill, and
+    how many reserves the review raised or lowered."""
+    from rich.console import Console
+    from rich.progress import track
+
+    per: dict[float, dict[str, list[float]]] = {f: {} for f in factors}
+    base_met = 0
+    planned = 0
+    for i in track(range(count), description="reserves", console=Console(stderr=True), transient=True):
+        problem = generate_problem(seed + i)
+        try:
+            r0, _shed0, _cost0, met0 = _choose(problem, target, headroom, seed + i)
+        except InfeasibleError:
+            continue
+        planned += 1
+        base_met += met0
+        for f in factors:
+            at = _scaled(problem, f)
+            stale = _reserve_at(at, r0, headroom, seed + i)
+            try:
+                rf, shed_f, cost_f, _met_f = _choose(at, target, headroom, seed + i)
+            except InfeasibleError:
+                continue
+            d = per[f]
+            if stale is not None:
+                d.setdefault("stale_shed", []).append(stale[0])
+                d.setdefault("stale_cost", []).append(stale[1])
+                d.setdefault("both_cost_stale", []).append(stale[1])
+                d.setdefault("both_cost_reviewed", []).append(cost_f)
+            else:
+                d.setdefault("stale_unplannable", []).append(1.0)
+            d.setdefault("reviewed_shed", []).append(shed_f)
+            d.setdefault("reviewed_cost", []).append(cost_f)
+            d.setdefault("raised", []).append(float(rf > r0))
+            d.setdefault("lowered", []).append(float(rf < r0))
+    out: dict[str, object] = {
+        "apps": planned,
+        "target": target,
+        "headroom": headroom,
+        "met_at_registered_rate": base_met,
+    }
+    for f, d in per.items():
+        kept_shed, reviewed = d.get("stale_shed", []), d.get("reviewed_shed", [])
+        out[f"x{f:g}"] = {
+            "apps": len(reviewed),
+            "stale_unplannable": int(sum(d.get("stale_unplannable", []))),
+            "stale_met": sum(1 for x in kept_shed if x <= target),
+            "stale_shed_mean": round(statistics.fmean(kept_shed), 4) if kept_shed else None,
+            "stale_shed_max": round(max(kept_shed), 4) if kept_shed else None,
+            "reviewed_met": sum(1 for x in reviewed if x <= target),
+            "reviewed_shed_mean": round(statistics.fmean(reviewed), 4) if reviewed else None,
+            "reviewed_shed_max": round(max(reviewed), 4) if reviewed else None,
+            "raised": int(sum(d.get("raised", []))),
+            "lowered": int(sum(d.get("lowered", []))),
+            # the bills of the apps planned both ways
+            "stale_billed_per_hour": round(sum(d.get("both_cost_stale", [])), 2),
+            "reviewed_billed_per_hour": round(sum(d.get("both_cost_reviewed", [])), 2),
+        }
+    return out
+
+
+def _print_reserve_study(g: dict[str, object]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=(
+            f"shed_target {g['target']} on {g['apps']} generated apps (met at the registered rate by "
+            f"{g['met_at_registered_rate']}); Poisson frames, the front's admission; the registration's "
+            "reserve kept against chosen again at the new rate"
+        )
+    )
+    cols = ["rate", "apps", "kept: meet target", "shed mean", "max", "$/h"]
+    cols += ["chosen again: meet target", "shed mean", "max", "$/h", "raised", "lowered"]
+    for c in cols:
+        table.add_column(c, justify="right")
+    for key, v in g.items():
+        if not isinstance(v, dict):
+            continue
+        kept = f"{v['stale_met']}" + (
+            f" (+{v['stale_unplannable']} unplannable)" if v["stale_unplannable"] else ""
+        )
+        table.add_row(
+            key,
+            str(v["apps"]),
+            kept,
+            f"{100 * v['stale_shed_mean']:.2f} %" if v["stale_shed_mean"] is not None else "-",
+            f"{100 * v['stale_shed_max']:.1f} %" if v["stale_shed_max"] is not None else "-",
+            f"{v['stale_billed_per_hour']:.1f}",
+            str(v["reviewed_met"]),
+            f"{100 * v['reviewed_shed_mean']:.2f} %" if v["reviewed_shed_mean"] is not None else "-",
+            f"{100 * v['reviewed_shed_max']:.1f} %" if v["reviewed_shed_max"] is not None else "-",
+            f"{v['reviewed_billed_per_hour']:.1f}",
+            str(v["raised"]),
+            str(v["lowered"]),
+        )
+    Console(width=None if Console().is_terminal else 170).print(table)
+
+
 def _print_study(g: dict[str, object]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -450,8 +620,23 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="--arrival-study: plan for the SLO x (1 - this), the rest for spilled frames (0)",
     )
+    ap.add_argument(
+        "--reserve-study",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N generated apps: a shed_target's reserve kept from the registered rate against chosen again "
+        "at 0.5x and 2x that rate (the control loop's review)",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = ap.parse_args(argv)
+    if args.reserve_study:
+        rs = reserve_study(args.reserve_study)
+        if args.json:
+            print(json.dumps(rs, indent=2))
+        else:
+            _print_reserve_study(rs)
+        return 0
     if args.arrival_study:
         study = arrival_study(
             args.arrival_study,
