@@ -852,6 +852,8 @@ class Controller:
         from functions.control.registry import planner_settings
         from functions.control.reserves import review_reserves
 
+        # a level for the alarm, every epoch (a failed one included) while a choice stands unmet
+        summary.unmet_shed_targets = sorted(a for a, c in state.reserves.items() if not c.met)
         if self._review is None or summary.status not in ("published", "unchanged"):
             return
         registered, available = self._review

@@ -317,6 +317,15 @@ def test_a_shed_target_no_reserve_meets_at_the_new_rate_warns(
     assert not later.reserves and later.unmet_shed_targets == ["cams"]
     assert env.metrics.values("ShedTargetUnmet", App="cams") == [1, 1]
 
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr("planner.fleet.plan_fleet", broken)  # and an epoch that fails says so too
+    env.frames("cams", 60.0)
+    env.clock.t += 60
+    failed = env.ctl.run_epoch()
+    assert failed.status == "failed" and failed.unmet_shed_targets == ["cams"]
+
 
 def test_reserve_reviews_can_be_turned_off(env: Env) -> None:
     from dataclasses import replace
