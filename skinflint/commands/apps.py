@@ -202,6 +202,18 @@ def _reserve_line(rec: dict[str, Any]) -> str:
     return line
 
 
+def _reserve_in_force(cfg: DataPlaneConfig, record: Any) -> dict[str, Any] | None:
+    """The admission reserve the control loop chose again for this revision of the app
+    (functions/control/reserves.py), if it did."""
+    from functions.control.state import StateStore
+
+    ddb, _ = _clients(cfg)
+    choice = StateStore(ddb, cfg.config_table).load().reserves.get(record.name)
+    if choice is None or choice.revision != record.revision:
+        return None
+    return choice.model_dump(include={"reserve", "rate", "shed", "met"})
+
+
 def _planned(cfg: DataPlaneConfig) -> dict[str, Any]:
     """app -> (version, planned frame rate) from the plan in force."""
     from functions.adapters.plan_store import PlanStore
@@ -245,14 +257,23 @@ def run_show(args: argparse.Namespace) -> int:
     if got is None:
         raise UsageError(f"no registered app named {args.name!r}")
     record, spec = got
+    with aws_errors(f"cannot read the control state for {args.name}"):
+        choice = _reserve_in_force(cfg, record)
     if args.json:
-        print(json.dumps({"record": record.model_dump(), "spec": spec.model_dump(mode="json")}, indent=1))
+        doc = {"record": record.model_dump(), "spec": spec.model_dump(mode="json")}
+        print(json.dumps(doc | ({"reserve_in_force": choice} if choice else {}), indent=1))
         return 0
     print(f"{spec.name} revision {record.revision} (s3 key {record.s3_key}, sha256 {record.sha256[:12]}...)")
     print(f"  SLO {spec.slo_s:g} s, rate {spec.rate:g} frames/s, floor {spec.floor_rate:g} frames/s")
     print(f"  hardware: {', '.join(spec.hardware) if spec.hardware else 'any deployable class'}")
     if spec.shed_target is not None or spec.admission_reserve:
         print(f"  {_reserve_line(spec.model_dump())}")
+    if choice:
+        print(
+            f"  in force: admission reserve {choice['reserve']:g}, chosen again by the control loop at "
+            f"{choice['rate']:.4g} frames/s: {100 * choice['shed']:.2f} % shed in the simulator"
+            + ("" if choice["met"] else ", shed_target not met")
+        )
     for name, mod in spec.modules.items():
         hw = sorted({e.hardware for e in spec.profiles.get(mod.model, [])})
         print(f"  module {name}: model {mod.model} ({mod.kind}), profiled on {', '.join(hw)}")

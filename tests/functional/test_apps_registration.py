@@ -233,7 +233,22 @@ def test_cli_says_which_reserve_a_shed_target_chose(
     assert "admission reserve 0.15 of the SLO (planned for the rest), chosen for shed_target 0.01: " in out
     assert "of Poisson frames shed at the registered rate in the simulator" in out
     assert main(["apps", "show", "cams"]) == 0
-    assert "admission reserve 0.15 of the SLO" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "admission reserve 0.15 of the SLO" in text and "in force" not in text
+    # a reserve the control loop chose again for this revision is shown beside the registered one
+    from functions.control.state import ControlState, ReserveChoice, StateStore
+
+    cfg, ddb, _s3 = aws
+    choice = ReserveChoice(reserve=0.3, rate=40.0, shed=0.002, met=True, revision=1, at=0.0)
+    StateStore(ddb, cfg.config_table).save(ControlState(epoch=1, reserves={"cams": choice}), None)
+    assert main(["apps", "show", "cams"]) == 0
+    assert (
+        "in force: admission reserve 0.3, chosen again by the control loop at 40 frames/s: 0.20 % shed"
+        in capsys.readouterr().out
+    )
+    assert main(["apps", "show", "cams", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["reserve_in_force"] == {"reserve": 0.3, "rate": 40.0, "shed": 0.002, "met": True}
     assert main(["apps", "list", "--json"]) == 0
     capsys.readouterr()
 
