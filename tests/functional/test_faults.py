@@ -410,7 +410,7 @@ def test_overload_at_twice_the_planned_rate_is_shed_and_accepted_frames_meet_the
     assert 5 * seconds - 2 <= len(ids) <= 5 * seconds + 7, (len(ids), shed)
     assert metrics.total("FrontRejected", App="overload", Reason="over_planned_rate") == shed
     done = [r for r in results if r["status"] == "done"]
-    assert len(done) == len(ids), [r["status"] for r in results]
+    assert len(done) == len(ids), [r for r in results if r["status"] != "done"]
     # within the SLO = finished by the frame's deadline, the criterion of the SloAttainment metric
     # (latency_s <= slo_s can disagree with it by float rounding for a frame finishing at the deadline)
     within = [r for r in done if r["finished_at"] <= r["deadline"]]
