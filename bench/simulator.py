@@ -415,20 +415,11 @@ def _reserve_at(
 def _choose(
     problem: ProblemSpec, target: float, headroom: float, seed: int
 ) -> tuple[float, float, float, bool]:
-    """(reserve, shed, $/h, met): the smallest of the registration's reserve steps whose plan sheds at
-    most ``target`` at ``problem``'s rates, else the one of least shed (the control loop's search)."""
-    from functions.control.registry import RESERVE_STEPS
+    """(reserve, shed, $/h, met) at ``problem``'s rates, by the registration's and the control loop's
+    rule (``functions.control.registry.pick_reserve``)."""
+    from functions.control.registry import pick_reserve
 
-    best: tuple[float, float, float, bool] | None = None
-    for reserve in RESERVE_STEPS:
-        got = _reserve_at(problem, reserve, headroom, seed)
-        if got is None:
-            break
-        shed, cost = got
-        if shed <= target:
-            return reserve, shed, cost, True
-        if best is None or shed < best[1]:
-            best = (reserve, shed, cost, False)
+    best = pick_reserve(lambda reserve: _reserve_at(problem, reserve, headroom, seed), target)
     if best is None:
         raise InfeasibleError(f"{problem.name}: not plannable within its SLO")
     return best

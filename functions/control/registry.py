@@ -35,7 +35,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -60,6 +60,7 @@ __all__ = [
     "search_admission_reserve",
     "first_plan_rate",
     "parse_spec_text",
+    "pick_reserve",
     "planner_settings",
     "profile_lookup",
     "simulated_shed",
@@ -92,6 +93,7 @@ RESERVE_STEPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
 SHED_SIM_FRAMES = 2000
 SHED_SIM_MIN_S, SHED_SIM_MAX_S = 10.0, 600.0
 REPLAN_KEY = "control#replan"
+_T = TypeVar("_T")
 _INDEX = "appspec#"
 _S3_PREFIX = "registry/apps/"
 
@@ -582,21 +584,41 @@ def search_admission_reserve(
     if target is None:
         raise ValueError("search_admission_reserve needs a spec with a shed_target")
     settings = {"overhead_s": overhead_s, "headroom": headroom, "child_headroom": child_headroom}
-    best: ReserveSearch | None = None
-    for reserve in RESERVE_STEPS:
+
+    def evaluate(reserve: float) -> tuple[float, Plan] | None:
         candidate = spec.model_copy(update={"admission_reserve": reserve})
         try:
             seed = check_plannable(candidate, catalog, available, policy=policy, **settings)
         except RegistrationError:
             if reserve == 0.0:
                 raise  # not plannable within its whole SLO: the plain feasibility error
-            break  # less of the SLO does not plan either
-        shed = simulated_shed(candidate, seed, catalog, available, overhead_s)
+            return None  # less of the SLO does not plan either
+        return simulated_shed(candidate, seed, catalog, available, overhead_s), seed
+
+    found = pick_reserve(evaluate, target)
+    assert found is not None  # reserve 0 either plans or raises
+    reserve, shed, plan, met = found
+    return ReserveSearch(reserve, shed, plan, met)
+
+
+def pick_reserve(
+    evaluate: Callable[[float], tuple[float, _T] | None], target: float
+) -> tuple[float, float, _T, bool] | None:
+    """The reserve search's rule, wherever a reserve is chosen (the registration, the control loop's
+    review, ``bench/simulator.py --reserve-study``): over :data:`RESERVE_STEPS`, smallest first,
+    ``evaluate(reserve)`` gives (shed, what was planned), or None when that reserve cannot be planned
+    (nor any larger one: the search stops). Returns (reserve, shed, planned, met): the first whose shed
+    is at most ``target``, else the one of least shed (``met`` false); None when none plans."""
+    best: tuple[float, float, _T, bool] | None = None
+    for reserve in RESERVE_STEPS:
+        got = evaluate(reserve)
+        if got is None:
+            break
+        shed, planned = got
         if shed <= target:
-            return ReserveSearch(reserve, shed, seed, met=True)
-        if best is None or shed < best.shed:
-            best = ReserveSearch(reserve, shed, seed, met=False)
-    assert best is not None
+            return reserve, shed, planned, True
+        if best is None or shed < best[1]:
+            best = (reserve, shed, planned, False)
     return best
 
 
