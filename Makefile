@@ -24,7 +24,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy planner functions gpu_fleet skinflint profiles cdk loadtest bench
+	$(BIN)/mypy planner core front control functions workers skinflint profiles cdk loadtest bench
 
 ## Lint, type-check and run every test (what .ci/run calls).
 test: lint

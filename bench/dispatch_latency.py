@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from functions.routing import Router
-from functions.schema import Deployment, Payload, queue_key
+from core.routing import Router
+from core.schema import Deployment, Payload, queue_key
 from planner.models import ProblemSpec
 from planner.solve import solve
 

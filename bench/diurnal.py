@@ -1,16 +1,419 @@
-"""Diurnal scale scenario: `python bench/diurnal.py [--apps 24] [--peak 100000] [--epochs 96] [--json]
-[--plots DIR] ...`.
+"""Diurnal scale scenario: a day of load over many apps, epoch re-planning against static peak provisioning.
 
-Same as `skinflint bench diurnal` (every option passes through); see skinflint/bench_diurnal.py and
-docs/scale.md.
+Builds the apps from the packaged demo applications (real DAGs and profiles, GPU classes derived), runs
+:func:`bench.scenario.run_scenario` and prints, measured at run time (nothing is hard-coded):
+
+- per strategy (adaptive at the chosen headroom, static peak provisioning, the oracle): billed USD over the
+  day, against static, occupancy USD, peak instances, scale changes, frames shed, frames within the SLO;
+- the headroom sweep: adaptive and static cost, saving, SLO attainment and shed fraction per headroom;
+- wall time, distinct solves and simulations, load average.
+
+PNG plots (``--plots DIR``): ``diurnal_rate_cost.png`` (rate and cost over the day), ``diurnal_slo.png``
+(SLO attainment per epoch) and ``diurnal_sweep.png`` (saving and attainment against headroom).
+docs/scale.md has the method and the figures.
 """
 
-import sys
+from __future__ import annotations
+
+import json
+import os
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.scenario import (
+    AppTemplate,
+    LoadConfig,
+    PolicyConfig,
+    ScenarioReport,
+    SimCache,
+    SimOutcome,
+    SimTask,
+    SolveCache,
+    make_load,
+    run_scenario,
+    simulate_task,
+    total_steps,
+)
+from planner.errors import PlannerError
+from skinflint.errors import UsageError
 
-from skinflint.cli import main  # noqa: E402 -- after the path set-up, so the script runs from a checkout
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-if __name__ == "__main__":
-    sys.exit(main(["bench", "diurnal", *sys.argv[1:]]))
+    from bench.scenario import DayLoad, StrategyResult
+
+DEFAULT_HEADROOMS = (0.05, 0.1, 0.2)
+PLOTS = ("diurnal_rate_cost.png", "diurnal_slo.png", "diurnal_sweep.png")
+
+
+#: Where the demo applications' profiles come from: ``packaged`` (the profiles committed with the
+#: package, with their measurement's provenance: the same figures on every machine) or ``store`` (the
+#: build cache of ``skinflint models build`` / ``skinflint demo`` over them: profiles measured on this
+#: host, which move with its load at the time).
+PROFILE_SOURCES = ("packaged", "store")
+
+
+def _store(profiles: str) -> Any:
+    from profiles.store import PACKAGE_ROOT, LocalStore, default_store
+
+    if profiles not in PROFILE_SOURCES:
+        raise UsageError(f"profiles must be one of {', '.join(PROFILE_SOURCES)}, got {profiles!r}")
+    return LocalStore(PACKAGE_ROOT) if profiles == "packaged" else default_store()
+
+
+def demo_templates(profiles: str = "packaged") -> dict[str, AppTemplate]:
+    """One template per packaged demo application: its DAG, its models' profiles (from ``profiles``:
+    :data:`PROFILE_SOURCES`) and the whole catalog."""
+    from profiles.errors import ProfilesError
+    from profiles.hardware import select
+
+    try:
+        store = _store(profiles)
+        catalog = select(store.load_catalog(), None)
+        out: dict[str, AppTemplate] = {}
+        for name in store.list_apps():
+            spec = store.load_app(name)
+            models = {m.model: store.load_profile(m.model) for m in spec.modules.values()}
+            out[name] = AppTemplate(name, spec, models, catalog)
+    except ProfilesError as exc:
+        raise UsageError(f"cannot load the demo applications: {exc}") from exc
+    if not out:
+        raise UsageError("no demo applications in the profile store")
+    return out
+
+
+def profile_provenance(profiles: str) -> dict[str, Any]:
+    """Where each demo model's profile came from: the store read, and per model the layer that held it
+    (``packaged`` or ``build cache``) with its measurement's date, host load and source (measured or
+    derived), from its first entry."""
+    from profiles.store import LocalStore, cache_dir
+
+    store = _store(profiles)
+    cached = set(LocalStore(cache_dir()).list_models()) if profiles == "store" else set()
+    models: dict[str, Any] = {}
+    for app in store.list_apps():
+        for mod in store.load_app(app).modules.values():
+            if mod.model in models:
+                continue
+            first = (store.load_profile_dicts(mod.model) or [{}])[0]
+            models[mod.model] = {
+                "layer": "build cache" if mod.model in cached else "packaged",
+                **{k: first[k] for k in ("source", "date", "host_load_1m") if k in first},
+            }
+    return {"profiles": profiles, "store": store.describe(), "models": dict(sorted(models.items()))}
+
+
+def run(
+    load_cfg: LoadConfig,
+    policy: PolicyConfig,
+    headrooms: Sequence[float],
+    *,
+    target: float = 0.99,
+    oracle: bool = True,
+    progress: bool = True,
+    workers: int = 2,
+    profiles: str = "packaged",
+) -> tuple[ScenarioReport, dict[str, Any]]:
+    """The scenario and the run's own figures (wall time, load average, caches, the profiles' provenance).
+    ``workers`` processes run the simulations of an epoch in parallel (1: all in this process);
+    ``profiles`` picks the demo models' profiles (:data:`PROFILE_SOURCES`)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    templates = demo_templates(profiles)
+    load = make_load(load_cfg, sorted(templates))
+    started, t0 = time.perf_counter(), os.times()
+    if workers <= 1:
+        report = _run(load, templates, policy, headrooms, target, oracle, progress, SimCache())
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+
+            def runner(tasks: list[SimTask]) -> list[SimOutcome]:
+                return list(pool.map(simulate_task, tasks, chunksize=1))
+
+            report = _run(load, templates, policy, headrooms, target, oracle, progress, SimCache(runner))
+    t1 = os.times()
+    host = {
+        "wall_s": time.perf_counter() - started,
+        "cpu_s": (t1.user + t1.system) - (t0.user + t0.system),
+        "workers_cpu_s": (t1.children_user + t1.children_system) - (t0.children_user + t0.children_system),
+        "workers": workers,
+        "cpus": os.cpu_count(),
+        "load_avg": list(os.getloadavg()),
+        "profiles": profile_provenance(profiles),
+    }
+    return report, host
+
+
+def _run(  # noqa: PLR0913 -- the scenario's settings, passed through
+    load: DayLoad,
+    templates: dict[str, AppTemplate],
+    policy: PolicyConfig,
+    headrooms: Sequence[float],
+    target: float,
+    oracle: bool,
+    progress: bool,
+    sims: SimCache,
+) -> ScenarioReport:
+    from rich.progress import Progress
+
+    cache = SolveCache(policy.policy, policy.solver)
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("diurnal day", total=total_steps(load, headrooms, oracle))
+
+        def step(label: str) -> None:
+            bar.update(task, advance=1, description=label)
+
+        return run_scenario(
+            load,
+            templates,
+            policy,
+            headrooms=headrooms,
+            target=target,
+            oracle=oracle,
+            cache=cache,
+            sims=sims,
+            progress=step,
+        )
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _row(s: StrategyResult, static_usd: float) -> list[str]:
+    vs = f"{100 * (s.billed_usd / static_usd - 1):+.1f} %" if static_usd > 0 else "-"
+    shed = 100 * s.shed / s.offered if s.offered else 0.0
+    within = f"{100 * s.slo_attainment:.3f} %" if s.simulated else "not simulated"
+    return [
+        s.name,
+        f"{s.headroom:g}",
+        f"{s.billed_usd:,.0f}",
+        vs,
+        f"{s.occupancy_usd:,.0f}",
+        str(s.peak_instances),
+        str(s.scale_changes),
+        f"{s.launched}/{s.terminated}",
+        f"{shed:.3f} %",
+        within,
+    ]
+
+
+def render(report: ScenarioReport, host: dict[str, Any], plots: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 130))
+    ld, pol = report.load, report.policy
+    table = Table(
+        title=f"A day at up to {ld.peak_rps:,.0f} frames/s over {ld.apps} apps, "
+        f"{ld.epochs} epochs of {ld.epoch_minutes} min (billed USD over 24 h)"
+    )
+    for col in ("strategy", "headroom", "billed $", "vs static", "occupancy $", "peak inst.",
+                "scale changes", "launch/stop", "shed", "within SLO"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    static_usd = report.static.billed_usd
+    for s in (report.adaptive, report.static, report.oracle):
+        if s is not None:
+            table.add_row(*_row(s, static_usd))
+    console.print(table)
+    sweep = Table(title="Headroom sweep (adaptive re-planning against static peak provisioning)")
+    for col in ("headroom", "adaptive $", "static $", "saving", "within SLO", "shed", "scale changes"):
+        sweep.add_column(col, justify="right")
+    for p in report.sweep:
+        sweep.add_row(
+            f"{p.headroom:g}",
+            f"{p.adaptive_usd:,.0f}",
+            f"{p.static_usd:,.0f}",
+            f"{100 * p.saving:.1f} %",
+            f"{100 * p.slo_attainment:.3f} %",
+            f"{100 * p.shed_fraction:.3f} %",
+            str(p.scale_changes),
+        )
+    console.print(sweep)
+    verdict = "met" if report.target_met else "NOT met"
+    console.print(
+        f"Target: >= {100 * report.target_attainment:g} % of frames within the SLO, {verdict}; "
+        f"chosen headroom {pol.headroom:g}: adaptive ${report.adaptive.billed_usd:,.0f} "
+        f"vs static ${static_usd:,.0f} "
+        f"({100 * report.saving:.1f} % saved)."
+    )
+    burst = report.burst
+    if burst:
+        start = int(str(burst["start_minute"]))
+        console.print(
+            f"Burst: x{burst['factor']} on {', '.join(map(str, burst['apps']))} "  # type: ignore[call-overload]
+            f"from {start // 60:02d}:{start % 60:02d} for {burst['minutes']} min."
+        )
+    load = ", ".join(f"{x:.1f}" for x in host["load_avg"])
+    console.print(
+        f"Simulated {pol.sample_s:g} s per level ({pol.arrivals} arrivals; median and busiest minute of "
+        f"each app-epoch on a {pol.sim_grid:g} grid of capacity); "
+        f"{report.solves} solves ({report.solve_cache_hits} reused), {report.simulations} simulations "
+        f"({report.simulation_cache_hits} reused); {host['wall_s']:.0f} s wall, "
+        f"{host['cpu_s'] + host['workers_cpu_s']:.0f} s CPU, "
+        f"{host['workers']} simulation worker(s), load avg {load}."
+    )
+    prov = host["profiles"]
+    models = "; ".join(
+        f"{m} {p['layer']}"
+        + (f" ({p['source']} {p['date']}, load {p['host_load_1m']})" if "date" in p else "")
+        for m, p in prov["models"].items()
+        if "host_load_1m" in p
+    )
+    console.print(
+        f"Profiles: {prov['profiles']} ({prov['store']}), solver {pol.solver}; "
+        f"GPU classes derived from the profiles, not measured on a GPU. Measured: {models}."
+    )
+    for path in plots:
+        console.print(f"plot: {path}")
+
+
+def plot(report: ScenarioReport, out_dir: str) -> list[str]:
+    """Write the three PNGs into ``out_dir``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the plot directory {out_dir}: {exc}") from exc
+    paths = [str(d / name) for name in PLOTS]
+    _plot_rate_cost(plt, report, paths[0])
+    _plot_slo(plt, report, paths[1])
+    _plot_sweep(plt, report, paths[2])
+    return paths
+
+
+def _steps(s: StrategyResult, key: str) -> tuple[list[float], list[float]]:
+    xs = [r.start_h for r in s.epochs]
+    ys = [float(getattr(r, key)) for r in s.epochs]
+    return [*xs, 24.0], [*ys, ys[-1]]
+
+
+def _plot_rate_cost(plt: Any, report: ScenarioReport, path: str) -> None:
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    minutes = [i / 60 for i in range(len(report.minute_total_rps))]
+    top.plot(
+        minutes,
+        [x / 1000 for x in report.minute_total_rps],
+        lw=0.7,
+        color="0.4",
+        label="offered (per minute)",
+    )
+    for s, color in ((report.adaptive, "C0"), (report.static, "C3")):
+        xs, ys = _steps(s, "capacity_rps")
+        top.step(xs, [y / 1000 for y in ys], where="post", color=color, label=f"{s.name} capacity")
+    top.set_ylabel("frames/s (thousands)")
+    top.legend(loc="upper left", fontsize=8)
+    top.grid(alpha=0.3)
+    top.set_title(
+        f"{report.load.apps} apps, peak {report.load.peak_rps:,.0f} frames/s, "
+        f"headroom {report.policy.headroom:g}"
+    )
+    costed = [(report.adaptive, "C0"), (report.static, "C3")]
+    if report.oracle is not None:
+        costed.append((report.oracle, "C2"))
+    for strategy, color in costed:
+        xs, ys = _steps(strategy, "billed_per_hour")
+        bottom.step(
+            xs, ys, where="post", color=color, label=f"{strategy.name}: ${strategy.billed_usd:,.0f}/day"
+        )
+    xs, ys = _steps(report.adaptive, "occupancy_per_hour")
+    bottom.step(xs, ys, where="post", color="C0", ls=":", label="adaptive occupancy (lower bound)")
+    bottom.set_ylabel("billed USD per hour")
+    bottom.set_xlabel("hour of day")
+    bottom.set_xlim(0, 24)
+    bottom.set_xticks(range(0, 25, 3))
+    bottom.legend(loc="upper left", fontsize=8)
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_slo(plt: Any, report: ScenarioReport, path: str) -> None:
+    fig, ax = plt.subplots(figsize=(11, 4))
+    for s, color in ((report.adaptive, "C0"), (report.static, "C3")):
+        if not s.simulated:
+            continue
+        xs, ys = _steps(s, "slo_attainment")
+        ax.step(
+            xs,
+            [100 * y for y in ys],
+            where="post",
+            color=color,
+            label=f"{s.name}: {100 * s.slo_attainment:.2f} % of the day",
+        )
+    xs, ys = _steps(report.adaptive, "shed")
+    offered = _steps(report.adaptive, "offered")[1]
+    ax.step(xs, [100 * (1 - a / b) if b else 100 for a, b in zip(ys, offered, strict=True)], where="post",
+            color="C0", ls=":", label="adaptive: 100 % - shed")  # fmt: skip
+    ax.axhline(100 * report.target_attainment, color="k", lw=0.8, ls="--", label="target")
+    ax.set_ylabel("frames within the SLO (%)")
+    ax.set_xlabel("hour of day")
+    ax.set_xlim(0, 24)
+    ax.set_xticks(range(0, 25, 3))
+    low = min(*(r.slo_attainment for r in report.adaptive.epochs), report.target_attainment)
+    ax.set_ylim(max(0.0, 100 * low - 2), 100.5)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title("SLO attainment per epoch (simulated; shed frames count as misses)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_sweep(plt: Any, report: ScenarioReport, path: str) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    hs = [p.headroom for p in report.sweep]
+    ax.plot(hs, [100 * p.saving for p in report.sweep], "o-", color="C0", label="saving vs static")
+    ax.set_xlabel("forecast headroom")
+    ax.set_ylabel("saving against static peak provisioning (%)", color="C0")
+    ax.grid(alpha=0.3)
+    twin = ax.twinx()
+    twin.plot(hs, [100 * p.slo_attainment for p in report.sweep], "s--", color="C3", label="within SLO")
+    twin.axhline(100 * report.target_attainment, color="C3", lw=0.8, ls=":")
+    twin.set_ylabel("frames within the SLO (%)", color="C3")
+    ax.set_title(f"Headroom sweep (chosen: {report.policy.headroom:g})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(
+    load_cfg: LoadConfig,
+    policy: PolicyConfig,
+    headrooms: Sequence[float],
+    *,
+    as_json: bool = False,
+    plots_dir: str | None = None,
+    target: float = 0.99,
+    oracle: bool = True,
+    workers: int = 2,
+    profiles: str = "packaged",
+) -> int:
+    try:
+        report, host = run(
+            load_cfg,
+            policy,
+            headrooms,
+            target=target,
+            oracle=oracle,
+            progress=not as_json,
+            workers=workers,
+            profiles=profiles,
+        )
+    except PlannerError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from exc
+    plots = plot(report, plots_dir) if plots_dir else []
+    if as_json:
+        doc = report.model_dump(mode="json")
+        doc["host"] = host
+        doc["plots"] = plots
+        print(json.dumps(doc, indent=1))
+    else:
+        render(report, host, plots)
+    return 0

@@ -27,7 +27,7 @@ admission, and no window overflows).
 
 ``--reserve-study N`` chooses each generated app's admission reserve for a 1 % shed target at its
 rates, as a registration does, then compares at half and twice those rates the reserve kept with the
-reserve chosen again (the control loop's review, functions/control/reserves.py).
+reserve chosen again (the control loop's review, control/reserves.py).
 """
 
 from __future__ import annotations
@@ -399,8 +399,8 @@ def _reserve_at(
     """(Poisson frames shed, $/h) of ``problem`` planned as the control loop plans an app with that
     admission reserve (rates x (1 + headroom), SLO x (1 - reserve)) and simulated at its own rates
     against its whole SLO with the front's admission, for at least as many frames as a registration's
-    simulation (``functions.control.registry``); None when it cannot be planned."""
-    from functions.control.registry import SHED_SIM_FRAMES, SHED_SIM_MAX_S, SHED_SIM_MIN_S
+    simulation (``control.registry``); None when it cannot be planned."""
+    from control.registry import SHED_SIM_FRAMES, SHED_SIM_MAX_S, SHED_SIM_MIN_S
 
     try:
         plan = solve_dispatchable(_scaled(problem, 1 + headroom, 1 - reserve))
@@ -416,8 +416,8 @@ def _choose(
     problem: ProblemSpec, target: float, headroom: float, seed: int
 ) -> tuple[float, float, float, bool]:
     """(reserve, shed, $/h, met) at ``problem``'s rates, by the registration's and the control loop's
-    rule (``functions.control.registry.pick_reserve``)."""
-    from functions.control.registry import pick_reserve
+    rule (``control.registry.pick_reserve``)."""
+    from control.registry import pick_reserve
 
     best = pick_reserve(lambda reserve: _reserve_at(problem, reserve, headroom, seed), target)
     if best is None:
@@ -432,7 +432,7 @@ def reserve_study(
     headroom: float = 0.1,
     seed: int = 0,
 ) -> dict[str, object]:
-    """What keeping a ``shed_target`` needs when an app's rate moves (functions/control/reserves.py).
+    """What keeping a ``shed_target`` needs when an app's rate moves (control/reserves.py).
 
     For ``count`` generated apps, the reserve is chosen at the generated rates as a registration chooses
     it (:func:`_choose`, target ``target``). Then at every rate ``factor`` x those rates, the app is

@@ -1,7 +1,7 @@
 """Names and sizes of the deployed system, in one place (units in the comments).
 
-Resource names that the data plane also uses (``functions/settings.py`` defaults, the queue-name
-prefix of ``functions/localstack/provision.py``) are spelled here once and passed to the code as
+Resource names that the data plane also uses (``core/settings.py`` defaults, the queue-name
+prefix of ``skinflint/local/provision.py``) are spelled here once and passed to the code as
 environment variables, never re-typed in a stack.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CATALOG_PATH = REPO_ROOT / "profiles" / "hardware.json"  # the hardware catalog (contract data file)
 # Source packages shipped to Lambda and to the workers (copied, never pip-installed). The functions
-# need ``profiles`` for the packaged catalog and the S3 profile store (functions/control/service.py).
-LAMBDA_PACKAGES = ("functions", "planner", "profiles")
-WORKER_PACKAGES = ("functions", "planner", "gpu_fleet", "profiles")
+# need ``profiles`` for the packaged catalog and the S3 profile store (control/service.py).
+LAMBDA_PACKAGES = ("functions", "front", "control", "core", "planner", "profiles")
+WORKER_PACKAGES = ("core", "planner", "workers", "profiles")
 STAGING_DIR = REPO_ROOT / "build" / "cdk-staging"  # created at synth time; under build/ (git-ignored)
 LAMBDA_DEPS_DIR = REPO_ROOT / "build" / "lambda-deps"  # `python -m cdk.deps lambda` fills python/
 WORKER_WHEELS_DIR = REPO_ROOT / "build" / "worker-wheels"  # `python -m cdk.deps worker` fills it
@@ -32,7 +32,7 @@ ALL_STACKS = (STATEFUL_STACK, FLEET_STACK, CONTROL_STACK, FRONT_STACK, OBSERVABI
 # -- stateful resources -----------------------------------------------------------------------------
 CONFIG_TABLE_NAME = "skinflint-config"  # deployments, hashed API keys, assignments (pk)
 RESULTS_TABLE_NAME = "skinflint-results"  # per-request task records (pk, sk)
-RESULTS_TTL_ATTRIBUTE = "expires_at"  # epoch s (functions.adapters.results.EXPIRES_AT); DynamoDB's TTL
+RESULTS_TTL_ATTRIBUTE = "expires_at"  # epoch s (core.adapters.results.EXPIRES_AT); DynamoDB's TTL
 QUEUE_NAME_PREFIX = "skinflint-"  # task queues are created at run time as skinflint-{app}-...
 TASKS_DLQ_NAME = "skinflint-tasks-dlq"  # shared DLQ for the run-time task queues
 FLEET_EVENTS_QUEUE_NAME = "skinflint-fleet-events"  # ASG lifecycle + Spot notices -> planner
@@ -55,18 +55,18 @@ ABORT_MULTIPART_DAYS = 1  # days
 FRAMES_BUCKET_PREFIX = "skinflint-frames"  # + -<account>-<region>: a predictable name and literal ARNs
 FRAMES_PREFIX = "frames/"  # frames over the SQS size limit (front writes, workers read)
 OUTPUTS_PREFIX = "outputs/"  # task outputs too large for DynamoDB (workers write)
-REGISTRY_PREFIX = "registry/"  # registered app specs (functions/control/registry.py: registry/apps/...)
-PROFILES_PREFIX = "profiles/"  # catalog override and shared profiles (functions/control/service.py)
+REGISTRY_PREFIX = "registry/"  # registered app specs (control/registry.py: registry/apps/...)
+PROFILES_PREFIX = "profiles/"  # catalog override and shared profiles (control/service.py)
 # Config-table keys (pk) each writer may write, as dynamodb:LeadingKeys patterns:
 WORKER_CONFIG_KEYS = ("plan#v*#claim#*", "instance#*")  # slot claims, heartbeats (plan_store.py)
 FRONT_CONFIG_KEYS = ("appspec#*", "control#replan")  # app index, planning request (registry.py)
-# Results-table keys (pk) the front may update: the shared batch-slot counts (functions/adapters/slots.py)
+# Results-table keys (pk) the front may update: the shared batch-slot counts (core/adapters/slots.py)
 FRONT_RESULTS_UPDATE_KEYS = ("slot#*",)
 
 # -- Lambda -----------------------------------------------------------------------------------------
 LAMBDA_PYTHON = "3.13"  # runtime of both functions (and of the dependency layer's wheels)
-FRONT_HANDLER = "functions.front.handler.handler"
-PLANNER_HANDLER = "functions.planner.handler.handler"  # functions/planner/handler.py: handler
+FRONT_HANDLER = "functions.front.handler"
+PLANNER_HANDLER = "functions.planner.handler"  # functions/planner.py: handler
 PLANNER_FUNCTION_NAME = "skinflint-planner"  # fixed: the front invokes it by name (no export)
 FRONT_MEMORY_MB = 1024  # MB: more memory = more CPU = shorter FastAPI cold start
 FRONT_TIMEOUT_S = 29  # s: API Gateway's integration timeout is 29-30 s
@@ -113,8 +113,8 @@ ASG_MAX_INSTANCES = 10  # instances per hardware class; the planner sets the des
 ROOT_VOLUME_GIB = 100  # GiB gp3: the DLAMI needs ~75 GiB
 DRAIN_HOOK_NAME = "skinflint-drain"
 # s: lifecycle hook heartbeat timeout. A drain takes a 1 s long poll + the batch in hand + releases,
-# each share's thread joined within 60 s (gpu_fleet/instance.py); systemd kills a stuck agent at
-# half this, and the agent assumes this deadline (gpu_fleet/lifecycle.py LifecycleWatcher).
+# each share's thread joined within 60 s (workers/instance.py); systemd kills a stuck agent at
+# half this, and the agent assumes this deadline (workers/lifecycle.py LifecycleWatcher).
 DRAIN_HEARTBEAT_S = 300
 DRAIN_POLL_S = 5  # s between IMDS target-lifecycle-state reads on the instance
 WORKER_LOG_GROUP = "/skinflint/workers"
@@ -132,7 +132,7 @@ CPU_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-defa
 FLOW_LOG_RETENTION_DAYS = 30  # days
 
 # -- dependencies (what the layer and the worker wheelhouse contain) --------------------------------
-# pyyaml: POST /v1/apps accepts YAML specs (functions/control/registry.py parse_spec_text)
+# pyyaml: POST /v1/apps accepts YAML specs (control/registry.py parse_spec_text)
 LAMBDA_REQUIREMENTS = ("fastapi>=0.110", "mangum>=0.17", "pydantic>=2.6,<3", "numpy>=1.26", "pyyaml>=6")
 WORKER_REQUIREMENTS = ("numpy>=1.26", "pydantic>=2.6,<3", "boto3>=1.34", "pillow>=10")
 WORKER_RUNTIME = {"cpu": "onnxruntime>=1.18", "gpu": "onnxruntime-gpu>=1.18"}
@@ -149,8 +149,8 @@ SHED_TARGET_UNMET_METRIC = "ShedTargetUnmet"  # apps whose shed_target no reserv
 SHED_TARGET_ALARM_MINUTES = 15  # an unmet shed_target stands this long: the app needs a longer SLO or target
 SLO_PERIOD_S = 300  # s: period of the SLO alarm (a few frames per minute would make 1 min noisy)
 # Metric names the code emits (namespace METRICS_NAMESPACE); tests/infra checks each against the code.
-SLO_ATTAINMENT_METRIC = "SloAttainment"  # App; 0/1 per finished frame (functions/adapters/outcomes.py)
-INSTANCE_SECONDS_METRIC = "InstanceSeconds"  # Hardware, State: gpu_fleet/instance.py
+SLO_ATTAINMENT_METRIC = "SloAttainment"  # App; 0/1 per finished frame (core/adapters/outcomes.py)
+INSTANCE_SECONDS_METRIC = "InstanceSeconds"  # Hardware, State: workers/instance.py
 PLANNING_FAILURES_METRIC = "PlanningFailures"  # no dimension: 1 failed epoch, 0 otherwise (control/epoch.py)
 
 

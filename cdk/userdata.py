@@ -1,5 +1,5 @@
 """The worker's boot script: install the code, its wheels and the ONNX models, then run the instance agent
-(``python -m gpu_fleet.instance``: claims a slot of the current plan version and runs its shares)
+(``python -m workers.instance``: claims a slot of the current plan version and runs its shares)
 as a systemd service. The agent watches IMDS itself for the termination lifecycle hook and Spot
 interruption notices, drains, and completes the lifecycle action. Values may be CloudFormation
 tokens (table names, bucket)."""
@@ -91,14 +91,14 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
         'echo "SKINFLINT_INSTANCE_ID=$INSTANCE_ID" >> /etc/skinflint/worker.env',
         "cat > /etc/systemd/system/skinflint-worker.service <<'UNIT'",
         "[Unit]",
-        "Description=Skinflint instance agent (python -m gpu_fleet.instance)",
+        "Description=Skinflint instance agent (python -m workers.instance)",
         "After=network-online.target",
         "Wants=network-online.target",
         "[Service]",
         f"User={C.WORKER_USER}",
         "EnvironmentFile=/etc/skinflint/worker.env",
         "WorkingDirectory=/opt/skinflint/app",
-        "ExecStart=/opt/skinflint/venv/bin/python -m gpu_fleet.instance"
+        "ExecStart=/opt/skinflint/venv/bin/python -m workers.instance"
         " --hardware ${SKINFLINT_HARDWARE} --instance-id ${SKINFLINT_INSTANCE_ID}"
         f" --lifecycle-poll-s {C.DRAIN_POLL_S}",
         # SIGTERM drains (finish the batch in hand, release the rest, release the slot claim)

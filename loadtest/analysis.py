@@ -19,7 +19,7 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from functions.localstack.summary import percentile
+from skinflint.local.summary import percentile
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -1,6 +1,6 @@
 """Locust users: one camera class per demo app, posting real JPEG frames and collecting results.
 
-A user is a camera: it posts one frame of the generated video (:mod:`functions.localstack.video`,
+A user is a camera: it posts one frame of the generated video (:mod:`skinflint.local.video`,
 JPEG, nothing downloaded) every ``1 / SKINFLINT_FPS_PER_USER`` seconds from its own phase (random,
 or ``SKINFLINT_PHASES=even``), with the API key from ``SKINFLINT_API_KEY`` in ``x-api-key``. Each
 accepted frame is collected by a greenlet that reads ``GET /v1/requests/{id}`` once its SLO has
@@ -53,7 +53,7 @@ _STATE = {"stopping": False}
 
 def frames() -> list[bytes]:
     if not _FRAMES:
-        from functions.localstack.video import synthetic_frames
+        from skinflint.local.video import synthetic_frames
 
         _FRAMES.extend(synthetic_frames(N_FRAMES))
     return _FRAMES

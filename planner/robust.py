@@ -298,7 +298,7 @@ def required_spread_rate(
     rate; a child: its spread rate, one per parent of its own). A child's streams are *spaced*: its
     parents' workers dispatch them at least ``1 / r`` apart (the spread, whose bursts never overlap).
     A root's stream is not (``spaced=False``): frames arrive when cameras send them, and what the
-    front enforces is a count per window (``A_k`` below, ``functions/front/admission.py``); for a
+    front enforces is a count per window (``A_k`` below, ``front/admission.py``); for a
     stream at least ``1 / r`` apart that count is what a window can hold, so the counts are the same
     either way. The parent's batches complete at ``end + wait + d`` of its windows,
     periodically (constant durations; an empty window completes nothing, which only widens the gaps).

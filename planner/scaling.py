@@ -238,7 +238,7 @@ class QueueBacklog:
     served: bool = True  # a live instance holds the slot of this machine
     queue: str = ""  # which queue (a label for reports)
     # processed messages still in flight because their delete waits to share a DeleteMessageBatch
-    # (functions.settings.undeleted_bound): part of the depth, not of the backlog
+    # (core.settings.undeleted_bound): part of the depth, not of the backlog
     undeleted: float = 0.0
 
     @property

@@ -223,13 +223,13 @@ class _Source:
 
 
 class _FrontAdmission:
-    """The front's batch-slot admission (``functions/front/admission.py``, ``Admission._find_slot``) for
+    """The front's batch-slot admission (``front/admission.py``, ``Admission._find_slot``) for
     one root module, in one process: each window takes at most ``caps[k]`` arrivals; an arrival whose
     window is full spills into the next windows (up to :data:`MAX_SPILL_SLOTS`) while a window's bound
     (its end + steady-state wait + duration + the planned worst case of the modules below) meets the
     arrival's deadline, else it is shed. The GCRA and per-key limits are left out (they shed only above
     the planned rate). ``instances`` > 1 plays that many front instances that each count only their
-    own frames (a Lambda front without the shared counts, ``functions/adapters/slots.py``): an arrival
+    own frames (a Lambda front without the shared counts, ``core/adapters/slots.py``): an arrival
     goes to one of them at random (``rng``) and is checked against that instance's counts alone."""
 
     def __init__(
@@ -291,7 +291,7 @@ class _FrontAdmission:
 
 def _tails(problem: ProblemSpec, plan: Plan, modules: dict[str, _Module]) -> dict[str, float]:
     """Worst case of the modules below each module (longest path), as the front computes it
-    (``functions/front/admission.py`` ``_tails``): per module the larger of the plan's figure and its
+    (``front/admission.py`` ``_tails``): per module the larger of the plan's figure and its
     schedule's bound."""
     kids = problem.children()
     wcl = {

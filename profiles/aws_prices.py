@@ -1,5 +1,5 @@
 """The price table of the data plane's AWS requests (``profiles/aws_prices.json``, beside the hardware
-catalog): per service, the USD price of the units the components count (functions/adapters/usage.py),
+catalog): per service, the USD price of the units the components count (core/adapters/usage.py),
 with the region, the date the prices stood at (``as_of``) and where they came from. Read by
 ``skinflint report`` for its data-plane table (docs/report.md).
 

@@ -4,7 +4,7 @@ boto3 is imported only here; the client is injected (``boto3.client("s3")`` in p
 client in tests), and botocore's errors become :class:`profiles.errors.StoreError`: a service's
 ``ClientError`` and a failure without an answer (botocore's ``ConnectionError`` and ``HTTPClientError``:
 endpoint unreachable, timeout, after the SDK's retries; no credentials) alike, as
-``functions.adapters._aws.AWS_ERRORS`` does. ``profiles`` does not import ``functions`` (it stays
+``core.adapters._aws.AWS_ERRORS`` does. ``profiles`` does not import ``functions`` (it stays
 importable on its own), so it builds the same tuple here (:func:`_aws_errors`).
 """
 

@@ -3,7 +3,7 @@ backlog check between epochs (which also activates a new version once its slots 
 on every fleet event (drain lifecycle notices and Spot interruption warnings arrive on the
 fleet-events queue).
 
-The role allows what ``functions/control`` and the adapters it wires call (functions/control/
+The role allows what ``control`` and the adapters it wires call (control/
 service.py ``build_controller``), nothing more; docs/deploy.md lists it."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKLOG_EVENT", "ControlStack", "ControlStackProps"]
 
-# The event of the backlog-check rule (functions/control/service.py BACKLOG_CHECK routes it).
+# The event of the backlog-check rule (control/service.py BACKLOG_CHECK routes it).
 BACKLOG_EVENT = {"source": "skinflint.backlog", "detail-type": "Backlog check"}
 
 
@@ -65,7 +65,7 @@ class ControlStack(Stack):
                 reserved_concurrency=C.PLANNER_RESERVED_CONCURRENCY,
                 description="Skinflint planner: sessions + rates + profiles -> plans, queues, fleet size",
                 powertools_layer_version=props.powertools_layer_version,
-                # functions/settings.py DataPlaneConfig and functions/control/epoch.py ControlConfig
+                # core/settings.py DataPlaneConfig and control/epoch.py ControlConfig
                 # (from_env); the fleet events arrive as the invocation's Records, not by URL
                 environment={
                     "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,

@@ -2,7 +2,7 @@
 and one Auto Scaling group per hardware class, each with its own launch template and instance role.
 
 The planner owns the desired capacity (the template sets only min 0 / max), so a deploy never
-resets a running fleet. Each instance runs the instance agent (``python -m gpu_fleet.instance``,
+resets a running fleet. Each instance runs the instance agent (``python -m workers.instance``,
 cdk/userdata.py) with the ONNX models built by ``skinflint models build`` (an S3 asset unpacked to
 ``/opt/skinflint/models``); its role allows what the agent and the workers it runs call and reading
 its own code, wheel and model archives, nothing more. A

@@ -4,7 +4,7 @@ front of the front function (FastAPI + Mangum).
 REST rather than HTTP API: API keys, usage plans (per-key quota and throttle) and AWS WAF exist only
 on REST APIs (DESIGN.md §6), and cameras are machine clients for which a key is the natural
 credential. The app re-checks the key against the hashed keys in the config table; the admin route
-(``POST /v1/apps``, functions/front/admin.py) also needs an admin key, checked the same way.
+(``POST /v1/apps``, front/admin.py) also needs an admin key, checked the same way.
 
 The front invokes the planner by its fixed name after a registration, so this stack depends on the
 control stack and the control stack on nothing here (no cycle)."""
@@ -64,7 +64,7 @@ class FrontStack(Stack):
                 reserved_concurrency=props.reserved_concurrency,
                 description="Skinflint front API: accept frames, dispatch them to queues, serve results",
                 powertools_layer_version=props.powertools_layer_version,
-                # functions/settings.py DataPlaneConfig; functions/front/admin.py
+                # core/settings.py DataPlaneConfig; front/admin.py
                 environment={
                     "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,
                     "SKINFLINT_RESULTS_TABLE": props.results_table.table_name,
@@ -73,7 +73,7 @@ class FrontStack(Stack):
                     "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
                     "SKINFLINT_PLANNER_FUNCTION": props.planner_function_name,
                     # several Lambda instances admit frames: count each window's frames in DynamoDB
-                    # (functions/adapters/slots.py), one conditional write per frame
+                    # (core/adapters/slots.py), one conditional write per frame
                     "SKINFLINT_ADMISSION_SHARED": "on",
                 },
             ),
@@ -281,7 +281,7 @@ class FrontStack(Stack):
             list_bucket_statement(part, account, region),
             iam.PolicyStatement(sid="StartPlanner", actions=["lambda:InvokeFunction"], resources=[planner]),
             # no cloudwatch:PutMetricData: the function writes its metrics as Embedded Metric Format
-            # lines to its own log group (functions/front/handler.py), which OwnLogs already allows
+            # lines to its own log group (functions/front.py), which OwnLogs already allows
         ):
             role.add_to_policy(statement)
         reasons = {

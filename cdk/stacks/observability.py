@@ -276,7 +276,7 @@ class ObservabilityStack(Stack):
             "budget (SKINFLINT_SOLVE_BUDGET_S) is too small for the fleet",
         )
         # every epoch emits the count of apps whose shed_target no admission reserve meets at the rate
-        # their reserve was last chosen for (functions/control/reserves.py)
+        # their reserve was last chosen for (control/reserves.py)
         self._level_alarm(
             "shed_target",
             "ShedTargetUnmet",
@@ -377,7 +377,7 @@ class ObservabilityStack(Stack):
 
     def slot_counter_errors(self) -> cw.MathExpression:
         """Windows the front admitted on its own count because the shared slot counts could not be
-        read (``SlotCounterErrors``, functions/front/service.py), every app, summed over 5 minutes."""
+        read (``SlotCounterErrors``, front/service.py), every app, summed over 5 minutes."""
         return _insights(
             f"SELECT SUM(SlotCounterErrors) FROM SCHEMA({NS}, App)",
             "windows admitted without the shared counts",
@@ -403,7 +403,7 @@ class ObservabilityStack(Stack):
 
     # -- dashboard ---------------------------------------------------------------------------------
     def _dashboard(self) -> cw.Dashboard:
-        module = "App,Hardware,Module"  # the workers' dimensions (gpu_fleet/worker.py)
+        module = "App,Hardware,Module"  # the workers' dimensions (workers/worker.py)
         board = cw.Dashboard(
             self, "Dashboard", dashboard_name=C.DASHBOARD_NAME, default_interval=Duration.hours(3)
         )

@@ -112,7 +112,7 @@ class StatefulStack(Stack):
             retention=Duration.hours(C.FLEET_EVENTS_RETENTION_HOURS),
             dlq=self.fleet_events_dlq,
         )
-        # The planner releases an interrupted instance's slot claims at once (functions/control/
+        # The planner releases an interrupted instance's slot claims at once (control/
         # service.py reads detail.instance-id); the instance drains itself from IMDS. The rule lives
         # here, beside the queue whose policy it extends (in the fleet stack it would make a cycle).
         # It matches every Spot instance of the region; the planner ignores ids it does not know.

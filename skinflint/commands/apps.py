@@ -23,7 +23,7 @@ from skinflint.errors import UsageError
 if TYPE_CHECKING:
     import argparse
 
-    from functions.settings import DataPlaneConfig
+    from core.settings import DataPlaneConfig
 
 
 def add_endpoint(p: argparse.ArgumentParser) -> None:
@@ -40,7 +40,7 @@ def data_config(endpoint: str | None) -> DataPlaneConfig:
     loopback endpoint (a local stack) gets the local stack's fake credentials when none are set."""
     import dataclasses
 
-    from functions.settings import DataPlaneConfig
+    from core.settings import DataPlaneConfig
 
     try:
         cfg = DataPlaneConfig.from_env()
@@ -50,7 +50,7 @@ def data_config(endpoint: str | None) -> DataPlaneConfig:
         cfg = dataclasses.replace(cfg, endpoint_url=endpoint)
     check_client_settings(cfg)
     if cfg.endpoint_url and cfg.endpoint_url.startswith(("http://127.0.0.1", "http://localhost")):
-        from functions.localstack.stack import FAKE_CREDENTIALS
+        from skinflint.local.stack import FAKE_CREDENTIALS
 
         for k, v in FAKE_CREDENTIALS.items():
             os.environ.setdefault(k, v)
@@ -78,15 +78,15 @@ def check_client_settings(cfg: DataPlaneConfig) -> None:
 
 def aws_errors(what: str) -> Any:
     """Context manager: a failure of AWS (the adapters' ``DataPlaneError``; an error answer, no
-    answer or no credentials: ``functions.adapters._aws.AWS_ERRORS``) becomes a one-line usage
+    answer or no credentials: ``core.adapters._aws.AWS_ERRORS``) becomes a one-line usage
     error. A ``ParamValidationError`` is a request botocore refused before sending it: a bug of ours,
     or a malformed resource name in the deployment's settings (``SKINFLINT_BUCKET``, ...); not the
     command line's input (the region and endpoint are checked by :func:`check_client_settings`, the
     app names given become key values). It propagates, as it does from the adapters."""
     from contextlib import contextmanager
 
-    from functions.adapters._aws import AWS_ERRORS
-    from functions.errors import DataPlaneError
+    from core.adapters._aws import AWS_ERRORS
+    from core.errors import DataPlaneError
 
     failures: tuple[type[Exception], ...] = (DataPlaneError, *AWS_ERRORS)
 
@@ -132,7 +132,7 @@ def register(sub: Any) -> None:
 
 
 def _clients(cfg: DataPlaneConfig) -> tuple[Any, Any]:
-    from functions.settings import make_client
+    from core.settings import make_client
 
     return make_client("dynamodb", cfg), make_client("s3", cfg)
 
@@ -141,9 +141,9 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
     """The registrar, checking feasibility with the planner's settings from the environment
     (``SKINFLINT_PLANNER_HEADROOM``, ``SKINFLINT_CHILD_HEADROOM``, ``SKINFLINT_HOP_OVERHEAD_S``), so a
     spec accepted here is one the epoch plans."""
-    from functions.control.registry import AppRegistry, planner_settings, profile_lookup
-    from functions.control.service import Registrar, load_catalog, profile_store
-    from functions.control.state import StateStore
+    from control.registry import AppRegistry, planner_settings, profile_lookup
+    from control.service import Registrar, load_catalog, profile_store
+    from control.state import StateStore
 
     ddb, s3 = _clients(cfg)
     return Registrar(
@@ -156,8 +156,8 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
 
 
 def run_register(args: argparse.Namespace) -> int:
-    from functions.control.errors import RegistrationError
-    from functions.control.registry import parse_spec_text
+    from control.errors import RegistrationError
+    from control.registry import parse_spec_text
 
     try:
         text = args.spec.read_text()
@@ -204,8 +204,8 @@ def _reserve_line(rec: dict[str, Any]) -> str:
 
 def _reserve_in_force(cfg: DataPlaneConfig, record: Any) -> dict[str, Any] | None:
     """The admission reserve the control loop chose again for this revision of the app
-    (functions/control/reserves.py), if it did."""
-    from functions.control.state import StateStore
+    (control/reserves.py), if it did."""
+    from control.state import StateStore
 
     ddb, _ = _clients(cfg)
     choice = StateStore(ddb, cfg.config_table).load().reserves.get(record.name)
@@ -216,7 +216,7 @@ def _reserve_in_force(cfg: DataPlaneConfig, record: Any) -> dict[str, Any] | Non
 
 def _planned(cfg: DataPlaneConfig) -> dict[str, Any]:
     """app -> (version, planned frame rate) from the plan in force."""
-    from functions.adapters.plan_store import PlanStore
+    from core.adapters.plan_store import PlanStore
 
     ddb, _ = _clients(cfg)
     cur = PlanStore(ddb, cfg.config_table).current()
@@ -294,7 +294,7 @@ def run_remove(args: argparse.Namespace) -> int:
 
 
 def run_admin_key(args: argparse.Namespace) -> int:
-    from functions.adapters.config_store import ConfigStore
+    from core.adapters.config_store import ConfigStore
 
     cfg = data_config(args.endpoint)
     key = "sk-admin-" + secrets.token_urlsafe(24)

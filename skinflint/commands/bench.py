@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
 
 
 def run_planner(args: argparse.Namespace) -> int:
-    from skinflint.bench_planner import main
+    from bench.planner import main
 
     return main(args.problems, args.seed, args.ablations, args.json, args.plot)
 
@@ -76,7 +76,7 @@ def _positive(text: str) -> int:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from skinflint.bench_fleet import main
+    from bench.fleet import main
     from skinflint.errors import UsageError
 
     try:
@@ -141,7 +141,7 @@ def _register_diurnal(bsub: Any) -> None:
     )
     p.add_argument(
         "--profiles",
-        choices=("packaged", "store"),  # skinflint.bench_diurnal.PROFILE_SOURCES (not imported here)
+        choices=("packaged", "store"),  # bench.diurnal.PROFILE_SOURCES (not imported here)
         default="packaged",
         help="the demo models' profiles: packaged (the default: the committed measurements, the same "
         "figures on every machine) or store (the build cache of skinflint models build / demo over them: "
@@ -157,8 +157,8 @@ def _register_diurnal(bsub: Any) -> None:
 def run_diurnal(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from planner.scenario import LoadConfig, PolicyConfig
-    from skinflint.bench_diurnal import main
+    from bench.diurnal import main
+    from bench.scenario import LoadConfig, PolicyConfig
     from skinflint.errors import UsageError
 
     try:

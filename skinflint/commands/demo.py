@@ -19,8 +19,8 @@ from skinflint.errors import UsageError
 if TYPE_CHECKING:
     import argparse
 
-    from functions.localstack.stack import StackInfo
     from planner.models import Plan
+    from skinflint.local.stack import StackInfo
 
 DEFAULT_DURATION_S = 60.0
 
@@ -91,7 +91,7 @@ def _collect(info: StackInfo, ids: list[str | None], timeout_s: float) -> list[A
     """Long-poll each request until it is finished or ``timeout_s`` has passed overall."""
     import httpx
 
-    from functions.schema import ResultOut
+    from core.schema import ResultOut
 
     out: list[Any] = []
     end = time.time() + timeout_s
@@ -306,10 +306,10 @@ def _print_table(s: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from functions.errors import DataPlaneError
-    from functions.localstack.summary import aws_request_figures, summarise, task_rows
-    from functions.localstack.video import synthetic_frames
+    from core.errors import DataPlaneError
     from skinflint.commands.up import _log_to_stderr
+    from skinflint.local.summary import aws_request_figures, summarise, task_rows
+    from skinflint.local.video import synthetic_frames
 
     if args.duration <= 0:
         raise UsageError(f"--duration must be positive, got {args.duration:g}")

@@ -147,7 +147,7 @@ def run_locust(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from functions.localstack.lifeline import child_env, module_argv
+    from workers.lifeline import child_env, module_argv
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -369,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_local(
     args: argparse.Namespace, apps: list[str], plan_rate: float, plan: Any, out: Path
 ) -> tuple[int, dict[str, Path], str, dict[str, Any] | None]:
-    from functions.errors import DataPlaneError
+    from core.errors import DataPlaneError
     from skinflint.commands.up import DEFAULT_EPOCH_S, _log_to_stderr, make_stack, stack_retention
 
     log = _log_to_stderr(args.json)

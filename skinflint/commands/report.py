@@ -111,11 +111,11 @@ def build_report(
     if period is not None and period <= 0:  # 0 is given, not "use the default"
         raise UsageError(f"--period must be a positive number of seconds, got {period}")
     table = _aws_prices(aws_prices)
-    from functions.adapters._aws import AWS_ERRORS
-    from functions.errors import DataPlaneError
-    from functions.localstack.stack import FAKE_CREDENTIALS
-    from functions.report import collect_report
-    from functions.settings import DataPlaneConfig, make_client
+    from core.adapters._aws import AWS_ERRORS
+    from core.errors import DataPlaneError
+    from core.settings import DataPlaneConfig, make_client
+    from skinflint.local.stack import FAKE_CREDENTIALS
+    from skinflint.report import collect_report
 
     try:
         base = DataPlaneConfig.from_env()
@@ -162,7 +162,7 @@ def build_report(
 
 
 def _f(v: Any, kind: str = "") -> str:
-    from functions.report.html import value_text
+    from skinflint.report.html import value_text
 
     return value_text(v, kind, pct_places=2)
 
@@ -293,8 +293,8 @@ def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -
 
 
 def write_outputs(r: dict[str, Any], plots_dir: str | None, html_file: str | None) -> dict[str, str]:
-    from functions.report.html import render_html
-    from functions.report.plots import write_plots
+    from skinflint.report.html import render_html
+    from skinflint.report.plots import write_plots
 
     files: dict[str, str] = {}
     if not plots_dir and not html_file:

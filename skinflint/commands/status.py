@@ -3,7 +3,7 @@
 Shows the current plan version (and the one the front serves while a new one is activating), per
 app the planned frame rate against the rate observed over the last ``--window`` seconds
 (CloudWatch ``FramesAccepted``) and the admission reserve the control loop chose again for its
-``shed_target`` (functions/control/reserves.py), if it did, instances per hardware type (planned,
+``shed_target`` (control/reserves.py), if it did, instances per hardware type (planned,
 the Auto Scaling group's desired and in-service counts, instances heartbeating), the billed and
 occupancy cost per hour, and the last epoch's outcome. ``--json`` for programs; ``--endpoint`` for a
 local stack.
@@ -20,7 +20,7 @@ from skinflint.commands.apps import add_endpoint, aws_errors, data_config
 if TYPE_CHECKING:
     import argparse
 
-    from functions.settings import DataPlaneConfig
+    from core.settings import DataPlaneConfig
 
 
 def register(sub: Any) -> None:
@@ -44,12 +44,12 @@ def _asg_names(state_names: dict[str, str]) -> dict[str, str]:
 
 def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> dict[str, Any]:
     """The status document (what ``--json`` prints)."""
-    from functions.adapters.autoscaling import FleetGroups
-    from functions.adapters.plan_store import PlanStore
-    from functions.adapters.rates import ObservedRates, RateWindow
-    from functions.control.epoch import ControlConfig
-    from functions.control.state import StateStore
-    from functions.settings import make_client
+    from control.epoch import ControlConfig
+    from control.state import StateStore
+    from core.adapters.autoscaling import FleetGroups
+    from core.adapters.plan_store import PlanStore
+    from core.adapters.rates import ObservedRates, RateWindow
+    from core.settings import make_client
 
     now = time.time() if now is None else now
     ddb = make_client("dynamodb", cfg)

@@ -21,7 +21,7 @@ from skinflint.errors import UsageError
 if TYPE_CHECKING:
     import argparse
 
-    from functions.localstack.stack import LocalStack, StackInfo
+    from skinflint.local.stack import LocalStack, StackInfo
 
 DEFAULT_APP = "traffic"
 DEFAULT_RATE = 4.0  # frames/s: what this 2-core machine drains with room to spare
@@ -130,8 +130,8 @@ def make_stack(
     epoch_s: float = DEFAULT_EPOCH_S,
     retention_s: float = DEFAULT_RETENTION_S,
 ) -> LocalStack:
-    from functions.localstack.planning import plan_local
-    from functions.localstack.stack import LocalStack, StackConfig
+    from skinflint.local.planning import plan_local
+    from skinflint.local.stack import LocalStack, StackConfig
 
     if rate <= 0:
         raise UsageError(f"--rate must be positive, got {rate:g}")
@@ -180,7 +180,7 @@ def ready_line(info: StackInfo, as_json: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from functions.errors import DataPlaneError
+    from core.errors import DataPlaneError
 
     apps = args.apps or [DEFAULT_APP]
     retention = stack_retention(args.retention)

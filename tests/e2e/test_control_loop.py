@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from functions.localstack.planning import LocalPlan
-from functions.localstack.stack import LocalStack, StackConfig
-from functions.localstack.video import synthetic_frames
-from functions.schema import ResultOut
+from core.schema import ResultOut
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan, ProblemSpec
+from skinflint.local.planning import LocalPlan
+from skinflint.local.stack import LocalStack, StackConfig
+from skinflint.local.video import synthetic_frames
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

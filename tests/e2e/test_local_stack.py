@@ -16,13 +16,13 @@ import boto3
 import httpx
 import pytest
 
-from functions.localstack.planning import LocalPlan
-from functions.localstack.stack import LocalStack
-from functions.localstack.summary import aws_request_figures, summarise
-from functions.localstack.video import synthetic_frames
-from functions.schema import ResultOut
+from core.schema import ResultOut
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan, ProblemSpec
 from skinflint.commands.up import ready_line
+from skinflint.local.planning import LocalPlan
+from skinflint.local.stack import LocalStack
+from skinflint.local.summary import aws_request_figures, summarise
+from skinflint.local.video import synthetic_frames
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -173,7 +173,7 @@ def test_a_moto_failure_during_the_hop_probe_is_one_line_and_stops_the_stack(tmp
     StackError naming moto, which `skinflint up` prints as one line; nothing is left running."""
     from botocore.exceptions import EndpointConnectionError
 
-    from functions.localstack.stack import StackError
+    from skinflint.local.stack import StackError
 
     def unreachable(self, sqs, ddb):
         raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")

@@ -28,13 +28,13 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.adapters.plan_store import PlanStore
-from functions.control.service import Registrar
-from functions.localstack.stack import LocalStack, StackConfig, registration_doc
-from functions.localstack.summary import summarise
-from functions.localstack.video import synthetic_frames
-from functions.schema import ResultOut
-from functions.settings import DataPlaneConfig, make_client
+from control.service import Registrar
+from core.adapters.plan_store import PlanStore
+from core.schema import ResultOut
+from core.settings import DataPlaneConfig, make_client
+from skinflint.local.stack import LocalStack, StackConfig, registration_doc
+from skinflint.local.summary import summarise
+from skinflint.local.video import synthetic_frames
 from tests.e2e.test_local_stack import RATE, SLO_S, stub_plan
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from functions.adapters.blobs import BlobStore
-from functions.adapters.config_store import ConfigStore
-from functions.adapters.metrics import MemoryMetrics
-from functions.adapters.queues import TaskQueues
-from functions.adapters.results import ResultStore
-from functions.localstack.provision import create_base, deploy
-from functions.routing import Router
-from functions.settings import DataPlaneConfig
+from core.adapters.blobs import BlobStore
+from core.adapters.config_store import ConfigStore
+from core.adapters.metrics import MemoryMetrics
+from core.adapters.queues import TaskQueues
+from core.adapters.results import ResultStore
+from core.routing import Router
+from core.settings import DataPlaneConfig
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
+from skinflint.local.provision import create_base, deploy
 
 if TYPE_CHECKING:
-    from functions.schema import Assignment, Deployment
+    from core.schema import Assignment, Deployment
 
 API_KEY = "test-key-123"
 
@@ -45,7 +45,7 @@ def moto_url() -> Any:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from functions.localstack.stack import free_port
+    from skinflint.local.stack import free_port
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from functions.control.errors import RegistrationError
-from functions.control.registry import validate_registration, validate_spec
+from control.errors import RegistrationError
+from control.registry import validate_registration, validate_spec
 from profiles.hardware import load_catalog
 from skinflint.cli import main
 from tests.functional.test_control_epoch import SPEC
@@ -87,7 +87,7 @@ def test_an_admission_reserve_outside_0_to_half_is_listed(bad: object) -> None:
 
 
 def test_an_admission_reserve_plans_for_less_than_the_slo() -> None:
-    from functions.control.problems import app_problem
+    from control.problems import app_problem
 
     spec = validate_spec(
         copy.deepcopy(SPEC) | {"admission_reserve": 0.2}, catalog=CATALOG, stored_profile=lambda _m: None
@@ -123,7 +123,7 @@ def test_a_bad_shed_target_is_listed(extra: dict[str, Any], problem: str) -> Non
 
 
 def test_a_shed_target_chooses_the_smallest_reserve_that_meets_it() -> None:
-    from functions.control.registry import check_plannable, simulated_shed
+    from control.registry import check_plannable, simulated_shed
 
     # at 0.04 s the plan for the whole SLO sheds about 4 % of Poisson frames at 20 frames/s, and
     # 0.1 of the SLO kept for spilled frames still about 2 %
@@ -147,7 +147,7 @@ def test_a_shed_target_chooses_the_smallest_reserve_that_meets_it() -> None:
 
 
 def test_a_shed_target_no_reserve_meets_is_one_problem(monkeypatch: pytest.MonkeyPatch) -> None:
-    from functions.control import registry
+    from control import registry
 
     sheds = iter([0.09, 0.05, 0.04, 0.03, 0.03, 0.02, 0.02])
     monkeypatch.setattr(registry, "simulated_shed", lambda *_a: next(sheds))
@@ -181,8 +181,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
     import boto3
     from moto import mock_aws
 
-    from functions.localstack.provision import create_base
-    from functions.settings import DataPlaneConfig
+    from core.settings import DataPlaneConfig
+    from skinflint.local.provision import create_base
 
     with mock_aws():
         cfg = DataPlaneConfig()
@@ -192,7 +192,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_cli_register_list_show_remove(aws: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from functions.control.registry import AppRegistry
+    from control.registry import AppRegistry
 
     cfg, ddb, s3 = aws
     path = tmp_path / "cams.yaml"
@@ -236,7 +236,7 @@ def test_cli_says_which_reserve_a_shed_target_chose(
     text = capsys.readouterr().out
     assert "admission reserve 0.15 of the SLO" in text and "in force" not in text
     # a reserve the control loop chose again for this revision is shown beside the registered one
-    from functions.control.state import ControlState, ReserveChoice, StateStore
+    from control.state import ControlState, ReserveChoice, StateStore
 
     cfg, ddb, _s3 = aws
     choice = ReserveChoice(reserve=0.3, rate=40.0, shed=0.002, met=True, revision=1, at=0.0)
@@ -270,10 +270,10 @@ def test_cli_invalid_spec_is_one_line_listing_every_problem(
 
 
 def test_admin_api_registers_with_an_admin_key(aws: Any) -> None:
-    from functions.adapters.config_store import ConfigStore
-    from functions.control.registry import AppRegistry
-    from functions.front.admin import admin_from_config
-    from functions.front.app import create_app
+    from control.registry import AppRegistry
+    from core.adapters.config_store import ConfigStore
+    from front.admin import admin_from_config
+    from front.app import create_app
 
     cfg, ddb, s3 = aws
     store = ConfigStore(ddb, cfg.config_table)

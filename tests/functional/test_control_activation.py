@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from functions.adapters.plan_store import VersionConflict
-from functions.control.service import BACKLOG_CHECK, handle_event
+from control.service import BACKLOG_CHECK, handle_event
+from core.adapters.plan_store import VersionConflict
 from tests.functional.test_control_epoch import SPEC, clients, env, serve_every_slot  # noqa: F401
 
 if TYPE_CHECKING:
-    from functions.adapters.plan_store import Manifest
+    from core.adapters.plan_store import Manifest
     from tests.functional.test_control_epoch import Env
 
 LEAD, MAX_LEAD, NOTICE = 15.0, 180.0, 3.0  # ControlConfig defaults
@@ -194,7 +194,7 @@ def test_registration_checks_feasibility_with_the_epochs_solver(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import planner.robust
-    from functions.control.errors import RegistrationError
+    from control.errors import RegistrationError
     from planner.errors import InfeasibleError
 
     seen: list[float] = []

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from functions.adapters.plan_store import InstanceStatus
-from functions.schema import queue_key
+from core.adapters.plan_store import InstanceStatus
+from core.schema import queue_key
 from tests.functional.test_control_epoch import SPEC, clients, env  # noqa: F401 - the moto fixtures
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def test_a_backlog_nobody_serves_is_not_a_capacity_problem(env: Env) -> None:
 
 
 def test_frames_for_inverts_the_fan_outs(env: Env) -> None:
-    from functions.control.backlog import frames_for
+    from control.backlog import frames_for
 
     v = publish_and_serve(env)
     dep = env.ctl.plans.deployment(v, "cams")
@@ -138,7 +138,7 @@ def test_check_failure_is_reported_not_raised(env: Env, monkeypatch: pytest.Monk
     def broken(*_a: Any, **_k: Any) -> Any:
         raise RuntimeError("depth read exploded")
 
-    monkeypatch.setattr("functions.control.backlog.read_backlog", broken)
+    monkeypatch.setattr("control.backlog.read_backlog", broken)
     out = env.ctl.check_backlog()
     assert out.status == "failed" and "exploded" in (out.error or "")
 
@@ -146,7 +146,7 @@ def test_check_failure_is_reported_not_raised(env: Env, monkeypatch: pytest.Monk
 def test_processed_messages_awaiting_their_batched_delete_are_not_a_backlog(env: Env) -> None:
     import dataclasses
 
-    from functions.settings import undeleted_bound
+    from core.settings import undeleted_bound
 
     # GIVEN a served plan whose detector queue holds, beyond what the plan allows, no more than the
     # processed messages a worker keeps in flight while their deletes linger (default 1 s)

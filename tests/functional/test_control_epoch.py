@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.metrics import MemoryMetrics
-from functions.control.epoch import ControlConfig, Controller
-from functions.control.service import Registrar, build_controller
-from functions.localstack.provision import create_base
-from functions.settings import DataPlaneConfig
+from control.epoch import ControlConfig, Controller
+from control.service import Registrar, build_controller
+from core.adapters.metrics import MemoryMetrics
+from core.settings import DataPlaneConfig
+from skinflint.local.provision import create_base
 
 ASGS = {"t4": "skinflint-workers-t4", "c6i.large": "skinflint-workers-c6i-large"}
 SPEC: dict[str, Any] = {
@@ -167,7 +167,7 @@ def count_solves(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def serve_every_slot(env: Env, version: int, at: float | None = None, skip: int = 0) -> list[str]:
     """An instance claims each slot of ``version`` (but the last ``skip``) and heartbeats that it
     serves it (what the agent does once it has loaded the slot's models). Returns the slots served."""
-    from functions.adapters.plan_store import InstanceStatus
+    from core.adapters.plan_store import InstanceStatus
 
     fleet = env.ctl.plans.fleet(version)
     assert fleet is not None
@@ -290,7 +290,7 @@ def test_a_shed_target_reserve_is_chosen_again_when_the_rate_moves(env: Env) -> 
 def test_a_shed_target_no_reserve_meets_at_the_new_rate_warns(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from functions.control import registry
+    from control import registry
 
     # GIVEN an app whose 1 % target is met at 20 frames/s (reserve 0.3)
     env.register(SPEC | {"slo_s": 0.3, "shed_target": 0.01})
@@ -483,8 +483,8 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
     out = env.ctl.run_epoch()
     # the minute the command reads: the last whole period that ended rate_lag_s ago (RateWindow); a
     # test within 10 s of that window moving waits for it to move, so the put and the read agree
-    from functions.adapters.rates import RateWindow
-    from functions.control.epoch import ControlConfig
+    from control.epoch import ControlConfig
+    from core.adapters.rates import RateWindow
 
     lag = ControlConfig().rate_lag_s
     if (time.time() - lag) % 60 > 50:
@@ -518,7 +518,7 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
     text = capsys.readouterr().out
     assert f"plan version {out.version}" in text and "billed $" in text and "cams" in text
     # a reserve the control loop chose again is shown beside the app's rates
-    from functions.control.state import ReserveChoice
+    from control.state import ReserveChoice
 
     state = env.ctl.states.load()
     state.reserves["cams"] = ReserveChoice(reserve=0.4, rate=60.0, shed=0.054, met=False, revision=1, at=0.0)
@@ -535,8 +535,8 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
 
 
 def test_fleet_events_release_the_leaving_instance_claims(env: Env) -> None:
-    from functions.adapters.plan_store import InstanceStatus
-    from functions.control.service import handle_event
+    from control.service import handle_event
+    from core.adapters.plan_store import InstanceStatus
 
     env.register(SPEC)
     v = env.ctl.run_epoch().version
@@ -567,7 +567,7 @@ def test_fleet_events_release_the_leaving_instance_claims(env: Env) -> None:
 
 
 def test_gc_keeps_versions_workers_serve_and_deletes_drained_ones(env: Env) -> None:
-    from functions.adapters.plan_store import InstanceStatus
+    from core.adapters.plan_store import InstanceStatus
 
     env.register(SPEC)
     v1 = env.ctl.run_epoch().version
@@ -653,7 +653,7 @@ def test_service_overruns_are_learned_into_the_next_plan(env: Env) -> None:
     assert det and det[0].batch == dep.plan.modules["det"].groups[0].batch
     assert det[0].duration_s == pytest.approx(before + 0.04, abs=1e-6)
     # the module plan says what its durations include, so an emulating worker sleeps the profile's
-    from gpu_fleet.instance import assignment_for
+    from workers.instance import assignment_for
 
     assert (after.plan.modules["det"].model_extra or {})["service_correction_s"] == {hw: 0.04}
     share = next(s for i in env.ctl.plans.fleet(out.version).instances for s in i.shares if s.module == "det")
@@ -672,7 +672,7 @@ def test_machine_caps_keep_a_class_within_what_it_can_run(env: Env) -> None:
     the module with the most machines there to another class, and re-planning keeps to it."""
     from dataclasses import replace
 
-    from functions.control.problems import machine_count
+    from control.problems import machine_count
 
     doc = copy.deepcopy(SPEC)
     doc["hardware"] = ["c6i.large", "t4"]

@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.plan_store import (
+from core.adapters.plan_store import (
     InstanceStatus,
     PlanStore,
     PlanStoreError,
     VersionConflict,
     slot_content,
 )
-from functions.localstack.provision import create_base
-from functions.schema import Deployment
-from functions.settings import DataPlaneConfig
+from core.schema import Deployment
+from core.settings import DataPlaneConfig
 from planner.packing import FleetPlan, Instance, Share
+from skinflint.local.provision import create_base
 from tests.functional.conftest import two_module_plan
 
 

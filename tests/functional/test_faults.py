@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from functions.adapters.config_store import ConfigStore
-from functions.adapters.metrics import MemoryMetrics
-from functions.adapters.outcomes import FrameOutcomes
-from functions.adapters.results import ResultStore
-from functions.front.admission import Admission, AdmissionConfig
-from functions.front.app import create_app
-from functions.front.service import FrontService
-from functions.localstack.provision import create_base, deploy
-from functions.localstack.stack import free_port
-from functions.routing import Router
-from functions.settings import DataPlaneConfig
-from gpu_fleet.runtimes import EmulatedRuntime
-from gpu_fleet.worker import Worker
+from core.adapters.config_store import ConfigStore
+from core.adapters.metrics import MemoryMetrics
+from core.adapters.outcomes import FrameOutcomes
+from core.adapters.results import ResultStore
+from core.routing import Router
+from core.settings import DataPlaneConfig
+from front.admission import Admission, AdmissionConfig
+from front.app import create_app
+from front.service import FrontService
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
+from skinflint.local.provision import create_base, deploy
+from skinflint.local.stack import free_port
 from tests.functional.conftest import API_KEY, two_module_app
+from workers.runtimes import EmulatedRuntime
+from workers.worker import Worker
 
 pytestmark = pytest.mark.functional
 
@@ -126,8 +126,8 @@ class _ServerStack:
     def __init__(self, port: int, plan: Plan, visibility_s: int):
         import boto3
 
-        from functions.adapters.blobs import BlobStore
-        from functions.adapters.queues import TaskQueues
+        from core.adapters.blobs import BlobStore
+        from core.adapters.queues import TaskQueues
 
         self.endpoint = f"http://127.0.0.1:{port}"
         self.cfg = DataPlaneConfig(endpoint_url=self.endpoint)
@@ -175,7 +175,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(server_stack, tmp_path):
     env.update(s.cfg.to_env())
     log = (tmp_path / "worker.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpu_fleet.worker", "--worker-id", det.worker_id],
+        [sys.executable, "-m", "workers.worker", "--worker-id", det.worker_id],
         cwd=REPO,
         env=env,
         stdout=log,

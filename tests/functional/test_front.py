@@ -8,10 +8,10 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from functions.front.admission import Admission
-from functions.front.app import create_app
-from functions.front.service import FrontService
-from functions.schema import TaskMessage
+from core.schema import TaskMessage
+from front.admission import Admission
+from front.app import create_app
+from front.service import FrontService
 from tests.functional.conftest import API_KEY, jpeg_bytes, png_bytes
 
 pytestmark = pytest.mark.functional
@@ -184,7 +184,7 @@ def test_mangum_handler_serves_api_gateway_events(stack, monkeypatch):
 
     for k, v in stack.cfg.to_env().items():
         monkeypatch.setenv(k, v)
-    from functions.front import handler as lambda_handler
+    import functions.front as lambda_handler
 
     events = Path(__file__).parents[1] / "events"
     health = json.loads((events / "healthz.json").read_text())
@@ -209,7 +209,7 @@ def test_mangum_handler_serves_the_rest_apis_proxy_events(stack, monkeypatch):
 
     for k, v in stack.cfg.to_env().items():
         monkeypatch.setenv(k, v)
-    from functions.front import handler as lambda_handler
+    import functions.front as lambda_handler
 
     lambda_handler.app.state.service_holder.clear()
     try:
@@ -233,7 +233,7 @@ def test_the_deployed_front_counts_each_window_in_dynamodb(stack, monkeypatch):
     for k, v in stack.cfg.to_env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("SKINFLINT_ADMISSION_SHARED", "on")
-    from functions.front import handler as lambda_handler
+    import functions.front as lambda_handler
 
     lambda_handler.app.state.service_holder.clear()
     try:
@@ -255,20 +255,20 @@ def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_
 ):
     """The deployed front makes no PutMetricData call (one per invocation cost more than the API
     request and could be throttled); CloudWatch extracts its metrics from the EMF lines in its log.
-    That extraction, emulated as the local stack does (``functions.localstack.emf``), gives the
+    That extraction, emulated as the local stack does (``skinflint.local.emf``), gives the
     planner's reader every frame accepted."""
     import time
     from pathlib import Path
 
     import boto3
 
-    from functions.adapters.rates import ObservedRates, RateWindow
-    from functions.localstack.emf import metric_data
+    from core.adapters.rates import ObservedRates, RateWindow
+    from skinflint.local.emf import metric_data
     from tests.unit.functions.test_emf_metrics import extract
 
     for k, v in stack.cfg.to_env().items():
         monkeypatch.setenv(k, v)
-    from functions.front import handler as lambda_handler
+    import functions.front as lambda_handler
 
     lambda_handler.app.state.service_holder.clear()  # a service built by another test's moto
     try:

@@ -21,9 +21,9 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from functions.front.admission import Admission
-from functions.front.app import create_app
-from functions.front.service import FrontService
+from front.admission import Admission
+from front.app import create_app
+from front.service import FrontService
 from tests.functional.conftest import API_KEY, jpeg_bytes
 
 pytestmark = pytest.mark.functional

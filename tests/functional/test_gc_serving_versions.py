@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from functions.control.gc import GcConfig, collect
-from gpu_fleet.lifecycle import DrainNotice
+from control.gc import GcConfig, collect
 from tests.functional.test_instance import env, plan, run_in_thread, wait_for  # noqa: F401 - fixture
+from workers.lifecycle import DrainNotice
 
 pytestmark = pytest.mark.functional
 

@@ -11,24 +11,24 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.blobs import BlobStore
-from functions.adapters.config_store import ConfigStore
-from functions.adapters.metrics import MemoryMetrics
-from functions.adapters.plan_store import InstanceStatus, PlanStore
-from functions.adapters.queues import TaskQueues
-from functions.adapters.results import ResultStore
-from functions.control.queues import create_module_queues, ensure_app_dlq
-from functions.front.service import FrontService
-from functions.localstack.fleet import LocalImds
-from functions.localstack.provision import create_base
-from functions.schema import Deployment
-from functions.settings import DataPlaneConfig
-from gpu_fleet.instance import InstanceAgent, RuntimeCache, WorkerServices
-from gpu_fleet.lifecycle import DrainNotice, ImdsClient, LifecycleWatcher
-from gpu_fleet.runtimes import EmulatedRuntime
+from control.queues import create_module_queues, ensure_app_dlq
+from core.adapters.blobs import BlobStore
+from core.adapters.config_store import ConfigStore
+from core.adapters.metrics import MemoryMetrics
+from core.adapters.plan_store import InstanceStatus, PlanStore
+from core.adapters.queues import TaskQueues
+from core.adapters.results import ResultStore
+from core.schema import Deployment
+from core.settings import DataPlaneConfig
+from front.service import FrontService
 from planner.models import MachineGroup, ModulePlan, Plan
 from planner.packing import FleetPlan, Instance, plan_shares
+from skinflint.local.fleet import LocalImds
+from skinflint.local.provision import create_base
 from tests.functional.conftest import API_KEY, jpeg_bytes, two_module_app
+from workers.instance import InstanceAgent, RuntimeCache, WorkerServices
+from workers.lifecycle import DrainNotice, ImdsClient, LifecycleWatcher
+from workers.runtimes import EmulatedRuntime
 
 pytestmark = pytest.mark.functional
 

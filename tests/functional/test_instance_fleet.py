@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from functions.errors import ConfigError
-from functions.localstack.fleet import FleetEmulator, LocalImds, asg_name, create_groups
-from gpu_fleet.lifecycle import ImdsClient, LifecycleWatcher
+from core.errors import ConfigError
 from profiles.hardware import load_catalog
+from skinflint.local.fleet import FleetEmulator, LocalImds, asg_name, create_groups
+from workers.lifecycle import ImdsClient, LifecycleWatcher
 
 pytestmark = pytest.mark.functional
 

@@ -1,4 +1,4 @@
-"""Drain triggers against a fake IMDS over real HTTP (functions.localstack.fleet.LocalImds): IMDSv2
+"""Drain triggers against a fake IMDS over real HTTP (skinflint.local.fleet.LocalImds): IMDSv2
 tokens, the Spot interruption notice, the termination lifecycle hook, and completing the hook."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from functions.localstack.fleet import LocalImds
-from gpu_fleet.lifecycle import (
+from skinflint.local.fleet import LocalImds
+from workers.lifecycle import (
     SPOT_NOTICE_S,
     AutoScalingCompleter,
     DrainNotice,

@@ -1,5 +1,5 @@
 """The local stack's moto server stops when the process that started it dies without stopping it
-(``functions/localstack/lifeline.py``): the real launcher (``python -m functions.localstack.moto_server``,
+(``workers/lifeline.py``): the real launcher (``python -m skinflint.local.moto_server``,
 as ``LocalStack`` starts it) under an intermediate parent that is SIGKILLed; the server must exit
 through its SIGTERM handler and free its port."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from functions.localstack.lifeline import SERVER_LINGER_S, process_exists
-from functions.localstack.stack import free_port
-from tests.unit.functions.test_lifeline import PARENT  # the intermediate parent (`skinflint up`'s role)
+from skinflint.local.stack import free_port
+from tests.unit.workers.test_lifeline import PARENT  # the intermediate parent (`skinflint up`'s role)
+from workers.lifeline import SERVER_LINGER_S, process_exists
 
 pytestmark = pytest.mark.functional
 
@@ -54,7 +54,7 @@ def port_free(port: int) -> bool:
 def test_the_moto_server_exits_and_frees_its_port_when_its_parent_is_killed(tmp_path):
     port = free_port()
     log = tmp_path / "moto.log"
-    server = [sys.executable, "-m", "functions.localstack.moto_server", "-H", "127.0.0.1", "-p", str(port)]
+    server = [sys.executable, "-m", "skinflint.local.moto_server", "-H", "127.0.0.1", "-p", str(port)]
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, str(log), *server], cwd=REPO, stdout=subprocess.PIPE, text=True
     )

@@ -10,10 +10,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from functions.adapters.results import EXPIRES_AT
-from functions.localstack.moto_server import expire_data
-from functions.localstack.provision import create_base
-from functions.settings import DataPlaneConfig
+from core.adapters.results import EXPIRES_AT
+from core.settings import DataPlaneConfig
+from skinflint.local.moto_server import expire_data
+from skinflint.local.provision import create_base
 
 pytestmark = pytest.mark.functional
 
@@ -98,7 +98,7 @@ def test_untracked_models_are_freed_once_the_service_lets_go(monkeypatch):
     from moto.core.common_models import BaseModel
     from moto.dynamodb.models.dynamo_type import Item
 
-    from functions.localstack.moto_server import untrack_models
+    from skinflint.local.moto_server import untrack_models
 
     monkeypatch.setattr(BaseModel, "__new__", BaseModel.__dict__["__new__"])  # restored after the test
     with mock_aws():

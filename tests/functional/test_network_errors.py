@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 from fastapi.testclient import TestClient
 
-from functions.front.app import create_app
+from front.app import create_app
 from tests.functional.conftest import API_KEY, jpeg_bytes
 from tests.functional.test_worker import front, make_worker
 

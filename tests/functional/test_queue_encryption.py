@@ -13,9 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from functions.control.queues import SSE_ATTRIBUTES, create_module_queues, ensure_app_dlq
-from functions.localstack.provision import create_queues
-from functions.schema import queue_key
+from control.queues import SSE_ATTRIBUTES, create_module_queues, ensure_app_dlq
+from core.schema import queue_key
+from skinflint.local.provision import create_queues
 from tests.functional.conftest import two_module_plan
 
 pytestmark = pytest.mark.functional

@@ -9,15 +9,15 @@ import time
 
 import pytest
 
-from functions.adapters.metrics import CloudWatchMetrics
-from functions.adapters.outcomes import bucket_label
-from functions.adapters.plan_store import PlanStore
-from functions.adapters.results import TaskRecord
-from functions.localstack.provision import create_base, deploy
-from functions.report import collect_report
-from functions.settings import DataPlaneConfig
+from core.adapters.metrics import CloudWatchMetrics
+from core.adapters.outcomes import bucket_label
+from core.adapters.plan_store import PlanStore
+from core.adapters.results import TaskRecord
+from core.settings import DataPlaneConfig
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
 from planner.packing import FleetPlan, Instance, Share
+from skinflint.local.provision import create_base, deploy
+from skinflint.report import collect_report
 
 pytestmark = pytest.mark.functional
 
@@ -142,7 +142,7 @@ def aws():
 
 def test_report_from_worker_metrics_and_the_deployment(aws):
     cfg, ddb, sqs, cw = aws
-    from functions.adapters.config_store import ConfigStore
+    from core.adapters.config_store import ConfigStore
 
     start = float(int(time.time()) // P * P - 10 * P)
     deploy(ConfigStore(ddb, cfg.config_table), sqs, APP, plan(), 10.0, origin_s=start - 600)
@@ -190,8 +190,8 @@ def fleet(instances: int) -> FleetPlan:
 
 def test_report_follows_the_plan_versions_and_bills_the_fleets_instances(aws):
     cfg, ddb, sqs, cw = aws
-    from functions.localstack.provision import create_queues
-    from functions.schema import Deployment
+    from core.schema import Deployment
+    from skinflint.local.provision import create_queues
 
     start = float(int(time.time()) // P * P - 12 * P)
     queues, _ = create_queues(sqs, "traffic", plan())
@@ -227,9 +227,9 @@ def test_report_follows_the_plan_versions_and_bills_the_fleets_instances(aws):
 
 def test_a_version_superseded_before_it_activated_is_not_in_the_plan_history(aws):
     cfg, ddb, sqs, _ = aws
-    from functions.localstack.provision import create_queues
-    from functions.report.plans import load_plan_history
-    from functions.schema import Deployment
+    from core.schema import Deployment
+    from skinflint.local.provision import create_queues
+    from skinflint.report.plans import load_plan_history
 
     start = float(int(time.time()) // P * P - 12 * P)
     queues, _ = create_queues(sqs, "traffic", plan())
@@ -251,9 +251,9 @@ def test_a_version_superseded_before_it_activated_is_not_in_the_plan_history(aws
 def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys, moto_url):
     import boto3
 
-    from functions.adapters.config_store import ConfigStore
-    from functions.localstack.stack import free_port
+    from core.adapters.config_store import ConfigStore
     from skinflint.cli import main
+    from skinflint.local.stack import free_port
 
     url = moto_url
     cfg = DataPlaneConfig(endpoint_url=url)
@@ -291,9 +291,9 @@ def _leaf_task(rid: str, tid: str, t: float, children: tuple[str, ...] = ()) -> 
 
 
 def test_each_frame_outcome_is_emitted_once_even_when_two_workers_see_it_finished(stack):
-    from functions.adapters.metrics import MemoryMetrics
-    from functions.adapters.outcomes import FrameOutcomes
-    from functions.adapters.results import FrameRecord
+    from core.adapters.metrics import MemoryMetrics
+    from core.adapters.outcomes import FrameOutcomes
+    from core.adapters.results import FrameRecord
 
     # GIVEN a frame whose two leaves are recorded by two workers, each with its own outcomes
     t = time.time()
@@ -325,9 +325,9 @@ def test_each_frame_outcome_is_emitted_once_even_when_two_workers_see_it_finishe
 
 
 def test_a_late_check_stops_at_the_claim_and_background_checks_wait_for_the_other_leaves(stack):
-    from functions.adapters.metrics import MemoryMetrics
-    from functions.adapters.outcomes import FrameOutcomes
-    from functions.adapters.results import FrameRecord
+    from core.adapters.metrics import MemoryMetrics
+    from core.adapters.outcomes import FrameOutcomes
+    from core.adapters.results import FrameRecord
 
     t = time.time()
     stack.results.create_frames([FrameRecord("f2", "traffic", t, t + 2.0, roots=("detector",))])
@@ -361,9 +361,9 @@ def test_a_late_check_stops_at_the_claim_and_background_checks_wait_for_the_othe
 
 
 def test_a_walk_reads_the_roots_with_the_frame_and_tolerates_other_roots(stack):
-    from functions.adapters.metrics import MemoryMetrics
-    from functions.adapters.outcomes import FrameOutcomes
-    from functions.adapters.results import FrameRecord
+    from core.adapters.metrics import MemoryMetrics
+    from core.adapters.outcomes import FrameOutcomes
+    from core.adapters.results import FrameRecord
 
     t = time.time()
     stack.results.create_frames(
@@ -395,10 +395,10 @@ def test_a_walk_reads_the_roots_with_the_frame_and_tolerates_other_roots(stack):
 
 
 def test_a_leaf_recorded_before_its_parent_checks_again_until_the_parent_is_recorded(stack, monkeypatch):
-    import functions.adapters.outcomes as outcomes_mod
-    from functions.adapters.metrics import MemoryMetrics
-    from functions.adapters.outcomes import FrameOutcomes
-    from functions.adapters.results import FrameRecord
+    import core.adapters.outcomes as outcomes_mod
+    from core.adapters.metrics import MemoryMetrics
+    from core.adapters.outcomes import FrameOutcomes
+    from core.adapters.results import FrameRecord
 
     # GIVEN frames whose car is recorded before the detector (a parent writes after forwarding)
     t = time.time()
@@ -434,8 +434,8 @@ def test_a_leaf_recorded_before_its_parent_checks_again_until_the_parent_is_reco
 
 
 def test_the_leaves_of_a_frame_check_one_after_the_other() -> None:
-    from functions.adapters.metrics import MemoryMetrics
-    from functions.adapters.outcomes import DEFAULT_DELAY_S, FrameOutcomes, leaf_rank
+    from core.adapters.metrics import MemoryMetrics
+    from core.adapters.outcomes import DEFAULT_DELAY_S, FrameOutcomes, leaf_rank
 
     dag = {"detector": ["vehicle", "person"], "vehicle": [], "person": []}
     ranks = {m: leaf_rank(dag, dag.__getitem__, m) for m in dag}

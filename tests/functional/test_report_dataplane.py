@@ -11,11 +11,11 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from functions.adapters.metrics import CloudWatchMetrics
-from functions.adapters.usage import meter, report_to
-from functions.report import collect_report
-from functions.settings import DataPlaneConfig, make_client
+from core.adapters.metrics import CloudWatchMetrics
+from core.adapters.usage import meter, report_to
+from core.settings import DataPlaneConfig, make_client
 from profiles.aws_prices import load_aws_prices
+from skinflint.report import collect_report
 from tests.functional.conftest import API_KEY, jpeg_bytes
 
 pytestmark = pytest.mark.functional
@@ -80,8 +80,8 @@ def test_a_components_requests_are_published_and_priced(stack):
 
 
 def test_the_fronts_requests_api_gateway_and_lambda_are_counted_per_post(stack):
-    from functions.front.app import create_app
-    from functions.front.wiring import service_from_config
+    from front.app import create_app
+    from front.wiring import service_from_config
 
     meter("front").clear()
     start = time.time() - 1

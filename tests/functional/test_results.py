@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.adapters._ddb import from_item
-from functions.adapters.metrics import MemoryMetrics
-from functions.adapters.outcomes import FrameOutcomes
-from functions.adapters.results import (
+from core.adapters._ddb import from_item
+from core.adapters.metrics import MemoryMetrics
+from core.adapters.outcomes import FrameOutcomes
+from core.adapters.results import (
     EXPIRES_AT,
     FrameRecord,
     ResultStore,
@@ -21,10 +21,10 @@ from functions.adapters.results import (
     _completion,
     _task_out,
 )
-from functions.errors import ResultStoreError
-from functions.front.app import create_app
-from functions.front.service import FrontService
-from functions.schema import ResultOut
+from core.errors import ResultStoreError
+from core.schema import ResultOut
+from front.app import create_app
+from front.service import FrontService
 from tests.functional.conftest import API_KEY
 
 pytestmark = pytest.mark.functional

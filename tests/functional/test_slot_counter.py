@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.slots import SlotCounter, slot_key
-from functions.front.admission import Admission, AdmissionConfig, Admitted, Shed
-from functions.localstack.provision import create_base
-from functions.routing import Router
-from functions.settings import DataPlaneConfig
+from core.adapters.slots import SlotCounter, slot_key
+from core.routing import Router
+from core.settings import DataPlaneConfig
+from front.admission import Admission, AdmissionConfig, Admitted, Shed
+from skinflint.local.provision import create_base
 from tests.unit.functions.test_admission import ORIGIN, _dispatch_aware, deployment
 
 pytestmark = pytest.mark.functional

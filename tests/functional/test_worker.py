@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from functions.front.service import FrontService
-from functions.schema import TaskMessage
-from gpu_fleet.runtimes import EmulatedRuntime
-from gpu_fleet.worker import Worker
+from core.schema import TaskMessage
+from front.service import FrontService
 from tests.functional.conftest import jpeg_bytes
+from workers.runtimes import EmulatedRuntime
+from workers.worker import Worker
 
 pytestmark = pytest.mark.functional
 
@@ -127,7 +127,7 @@ def test_redelivered_result_is_recorded_once(stack):
     msg = TaskMessage.parse(raw["Body"])
     det = make_worker(stack, "detector")
     # WHEN the same message is processed twice (an SQS redelivery)
-    from gpu_fleet.batching import Pending
+    from workers.batching import Pending
 
     first = det.process(msg.batch_id, [Pending(msg, [raw["ReceiptHandle"]], time.time())])
     second = det.process(msg.batch_id, [Pending(msg, [raw["ReceiptHandle"]], time.time())])
@@ -244,7 +244,7 @@ class CountingQueues:
 
 def received_one_by_one(stack, n: int) -> list:
     """``n`` frames sent and received by hand (30 s visibility), each as its own batch."""
-    from gpu_fleet.batching import Pending
+    from workers.batching import Pending
 
     send_frames(stack, n)
     url = stack.deployment.queues["detector"]["0/0"]
@@ -300,7 +300,7 @@ def test_a_stopping_worker_sends_its_pending_deletes(stack):
 
 
 def test_the_delete_linger_setting_is_checked() -> None:
-    from functions.settings import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
+    from core.settings import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
 
     assert delete_linger_from_env({}) == DEFAULT_DELETE_LINGER_S == 1.0
     assert delete_linger_from_env({"SKINFLINT_DELETE_LINGER_S": "0"}) == 0.0

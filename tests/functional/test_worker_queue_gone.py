@@ -11,8 +11,8 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.adapters.queues import queue_gone
-from functions.errors import QueueError
+from core.adapters.queues import queue_gone
+from core.errors import QueueError
 from tests.functional.test_worker import make_worker, send_frames
 
 pytestmark = pytest.mark.functional
@@ -35,7 +35,7 @@ def test_queue_gone_recognises_both_sqs_codes() -> None:
 
 
 def test_deleting_a_queue_that_is_already_gone_says_so(stack) -> None:
-    from functions.control.queues import delete_queue
+    from control.queues import delete_queue
 
     url = stack.sqs.create_queue(QueueName="skinflint-gone-twice")["QueueUrl"]
     assert delete_queue(stack.sqs, url) is True

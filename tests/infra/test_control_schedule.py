@@ -1,5 +1,5 @@
 """The planner's two schedules: the epoch every minute, and the backlog check every minute with the
-event ``functions/control/service.py`` routes to ``Controller.check_backlog`` (which also activates a
+event ``control/service.py`` routes to ``Controller.check_backlog`` (which also activates a
 new version once its slots are served)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from cdk import constants as C
 from cdk.stacks.control import BACKLOG_EVENT
-from functions.control.service import BACKLOG_CHECK
+from control.service import BACKLOG_CHECK
 from tests.infra.conftest import resources
 
 if TYPE_CHECKING:

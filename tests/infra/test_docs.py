@@ -87,7 +87,7 @@ def test_skinflint_commands_in_the_guide_parse() -> None:
 
 
 def test_curl_routes_in_the_guide_exist() -> None:
-    from functions.front.app import create_app
+    from front.app import create_app
 
     app = create_app(lambda: None)  # type: ignore[arg-type, return-value]  # routes only
     routes = [(m, r.path) for r in app.routes for m in getattr(r, "methods", ())]

@@ -156,7 +156,7 @@ def _api_paths(doc: dict[str, Any]) -> dict[str, tuple[str, ...]]:
 def test_every_app_route_goes_through_a_keyed_method(assembly: Assembly) -> None:
     """Each FastAPI route, the admin route POST /v1/apps included, resolves to an API Gateway
     method that requires the API key (the app then checks the frame or admin key itself)."""
-    from functions.front.app import create_app
+    from front.app import create_app
 
     doc = assembly.template(C.FRONT_STACK)
     methods = resources(doc, "AWS::ApiGateway::Method")
@@ -264,9 +264,7 @@ def test_workers_imdsv2_no_public_ip_encrypted_ebs(assembly: Assembly) -> None:
         assert all(bd["Ebs"]["Encrypted"] is True for bd in data["BlockDeviceMappings"]), lid
         assert "ImageId" in data and "Ref" in data["ImageId"], lid  # public SSM parameter, resolved at deploy
         user_data = str(data["UserData"])
-        assert "gpu_fleet.instance" in user_data and "systemctl enable --now skinflint-worker" in user_data, (
-            lid
-        )
+        assert "workers.instance" in user_data and "systemctl enable --now skinflint-worker" in user_data, lid
 
 
 def test_vpc_is_isolated_with_endpoints(assembly: Assembly) -> None:

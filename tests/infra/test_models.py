@@ -98,8 +98,8 @@ def test_boot_script_downloads_unpacks_and_points_the_agent_at_the_models(assemb
         assert download < strict < mkdir < unzip < removed < start, hw
         env = dict(re.findall(r"echo '([A-Z_]+)=([^']*)' >> /etc/skinflint/worker.env", ud))
         assert env["SKINFLINT_MODEL_DIR"] == C.WORKER_MODEL_DIR, hw
-    # the agent reads that variable (gpu_fleet/instance.py _resolver)
-    assert 'os.environ.get("SKINFLINT_MODEL_DIR")' in (C.REPO_ROOT / "gpu_fleet" / "instance.py").read_text()
+    # the agent reads that variable (workers/instance.py _resolver)
+    assert 'os.environ.get("SKINFLINT_MODEL_DIR")' in (C.REPO_ROOT / "workers" / "instance.py").read_text()
 
 
 def test_fleet_output_and_warning_name_what_ships(assembly: Assembly) -> None:

@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.infra
 
 ROOT = C.REPO_ROOT
-FIRST_PARTY = {"functions", "planner", "profiles", "gpu_fleet", "skinflint", "loadtest", "bench", "cdk"}
+FIRST_PARTY = {"functions", "planner", "profiles", "workers", "skinflint", "loadtest", "bench", "cdk"}
 ENTRY = {
     "planner": ROOT / "functions" / "planner" / "handler.py",
     "front": ROOT / "functions" / "front" / "handler.py",
-    "worker": ROOT / "gpu_fleet" / "instance.py",
+    "worker": ROOT / "workers" / "instance.py",
 }
 SERVICES = ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "lambda")
 # boto3 operation -> the IAM action it needs, where the names differ
@@ -64,7 +64,7 @@ PLANNER_ACTIONS = _OWN_LOGS | {
     # the fleet-events SQS event source (Lambda polls on the function's behalf)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl",
 }  # fmt: skip
-# CreateQueue with tags= needs TagQueue too (functions/control/queues.py create_module_queues)
+# CreateQueue with tags= needs TagQueue too (control/queues.py create_module_queues)
 _TAG_ON_CREATE = {"sqs:TagQueue"}
 _EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"}
 FRONT_ACTIONS = _OWN_LOGS | {
@@ -87,7 +87,7 @@ WORKER_ACTIONS = {
     "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver)
     "s3:PutObject",  # outputs/ (worker.py)
     # no cloudwatch:PutMetricData: metrics as EMF lines in the agent's log (cdk/userdata.py)
-    "autoscaling:CompleteLifecycleAction",  # gpu_fleet/lifecycle.py
+    "autoscaling:CompleteLifecycleAction",  # workers/lifecycle.py
     "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams",  # the CloudWatch agent
 }  # fmt: skip
 _WORKER_INFRA = {"logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"}
@@ -174,13 +174,13 @@ def test_role_allows_exactly_what_its_code_calls(
 # Which table each module that makes DynamoDB calls works on (its docstring says so). A new module
 # naming a DynamoDB operation must be added here, so its calls are checked against the right table.
 TABLE_OF_MODULE = {
-    "functions/adapters/config_store.py": "config",  # deployments, hashed keys
-    "functions/adapters/plan_store.py": "config",  # plan pointer, versions, claims, heartbeats
-    "functions/control/registry.py": "config",  # app index, replan request
-    "functions/control/state.py": "config",  # control#state
-    "functions/adapters/results.py": "results",  # frame records, task records, read_items
-    "functions/adapters/outcomes.py": "results",  # frame outcomes (read back with results.read_items)
-    "functions/adapters/slots.py": "results",  # admission's shared batch-slot counts (front)
+    "core/adapters/config_store.py": "config",  # deployments, hashed keys
+    "core/adapters/plan_store.py": "config",  # plan pointer, versions, claims, heartbeats
+    "control/registry.py": "config",  # app index, replan request
+    "control/state.py": "config",  # control#state
+    "core/adapters/results.py": "results",  # frame records, task records, read_items
+    "core/adapters/outcomes.py": "results",  # frame outcomes (read back with results.read_items)
+    "core/adapters/slots.py": "results",  # admission's shared batch-slot counts (front)
 }
 TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
     "planner": {
@@ -320,15 +320,15 @@ def test_event_source_actions_only_on_the_fleet_events_queue(assembly: Assembly)
 
 def test_config_writes_are_limited_to_the_writers_keys() -> None:
     """The LeadingKeys patterns of the worker and front roles match the keys the code writes."""
-    from functions.adapters.plan_store import _vkey
-    from functions.control.registry import _INDEX, REPLAN_KEY
+    from control.registry import _INDEX, REPLAN_KEY
+    from core.adapters.plan_store import _vkey
 
     worker_keys = [_vkey(7, "claim", "3"), "instance#i-0123456789abcdef0"]
     front_keys = [f"{_INDEX}traffic", REPLAN_KEY]
     for keys, patterns in ((worker_keys, C.WORKER_CONFIG_KEYS), (front_keys, C.FRONT_CONFIG_KEYS)):
         for k in keys:
             assert any(fnmatch.fnmatchcase(k, p) for p in patterns), (k, patterns)
-    from functions.adapters.slots import slot_key
+    from core.adapters.slots import slot_key
 
     slot = slot_key("traffic", 7, "detector", 123)["pk"]["S"]
     assert all(any(fnmatch.fnmatchcase(slot, p) for p in C.FRONT_RESULTS_UPDATE_KEYS) for _ in (0,))
@@ -354,9 +354,9 @@ def test_stack_queues_are_denied_to_roles_granted_the_prefix(assembly: Assembly)
 
 
 def test_s3_and_prefix_names_match_the_code() -> None:
-    from functions.control.epoch import ControlConfig
-    from functions.control.registry import _S3_PREFIX
-    from functions.control.service import PROFILES_PREFIX
+    from control.epoch import ControlConfig
+    from control.registry import _S3_PREFIX
+    from control.service import PROFILES_PREFIX
 
     assert C.PROFILES_PREFIX == PROFILES_PREFIX + "/"
     assert _S3_PREFIX.startswith(C.REGISTRY_PREFIX)
@@ -384,7 +384,7 @@ def test_every_variable_passed_is_read(assembly: Assembly, handler: str, entry: 
 
 def test_planner_environment(assembly: Assembly) -> None:
     from cdk.config import DeployConfig
-    from functions.control.epoch import ControlConfig
+    from control.epoch import ControlConfig
 
     fns = _functions(assembly)
     planner = fns[C.PLANNER_HANDLER]
@@ -399,7 +399,7 @@ def test_planner_environment(assembly: Assembly) -> None:
     front_env = fns[C.FRONT_HANDLER]["Environment"]["Variables"]
     assert front_env["SKINFLINT_PLANNER_FUNCTION"] == C.PLANNER_FUNCTION_NAME
     assert float(front_env["SKINFLINT_RESULTS_RETENTION_DAYS"]) == C.RESULTS_RETENTION_DAYS
-    from functions.front.admission import AdmissionConfig
+    from front.admission import AdmissionConfig
 
     assert AdmissionConfig.from_env(front_env).shared_slots  # several Lambda instances: shared counts
     (slots,) = [
@@ -445,9 +445,9 @@ def test_lambda_asset_carries_the_catalog(assembly: Assembly) -> None:
 
 # -- metrics -------------------------------------------------------------------------------------------
 def _emitted() -> dict[str, str]:
-    """metric name -> the source text of each ``.put("Name", ...)`` call (functions/, gpu_fleet/)."""
+    """metric name -> the source text of each ``.put("Name", ...)`` call (functions/, workers/)."""
     out: dict[str, str] = {}
-    for path in [*ROOT.joinpath("functions").rglob("*.py"), *ROOT.joinpath("gpu_fleet").rglob("*.py")]:
+    for path in [*ROOT.joinpath("functions").rglob("*.py"), *ROOT.joinpath("workers").rglob("*.py")]:
         text = path.read_text()
         for m in re.finditer(r"\bput\(\s*\"([A-Za-z]+)\"(?=(.{0,160}))", text, re.S):
             out[m.group(1)] = out.get(m.group(1), "") + m.group(2)
@@ -529,7 +529,7 @@ def test_alarms_cover_the_failure_modes(assembly: Assembly) -> None:
     counted = next(q for q in missing["Metrics"] if q["Id"] == "counted")["MetricStat"]["Metric"]
     assert counted["Namespace"] == C.METRICS_NAMESPACE and counted["MetricName"] == "AwsRequests"
     assert {d["Name"]: d["Value"] for d in counted["Dimensions"]} == {
-        "Component": "front", "Service": "lambda", "Operation": "Invocation"  # functions/adapters/usage.py
+        "Component": "front", "Service": "lambda", "Operation": "Invocation"  # core/adapters/usage.py
     }  # fmt: skip
 
 
@@ -572,8 +572,8 @@ def test_user_data_starts_the_agent_with_its_environment(assembly: Assembly) -> 
     unread = [k for k in env if k.startswith("SKINFLINT_") and f'"{k}"' not in text and f"${{{k}}}" not in ud]
     assert not unread, f"neither the agent nor its unit reads {unread}"
     assert "systemctl enable --now skinflint-worker.service" in ud
-    (exec_start,) = re.findall(r"ExecStart=(\S+) -m gpu_fleet\.instance([^\n]*)", ud)
-    from gpu_fleet.instance import _parser
+    (exec_start,) = re.findall(r"ExecStart=(\S+) -m workers\.instance([^\n]*)", ud)
+    from workers.instance import _parser
 
     argv = shlex.split(
         exec_start[1].replace("${SKINFLINT_HARDWARE}", "t4").replace("${SKINFLINT_INSTANCE_ID}", "i-0")
@@ -583,7 +583,7 @@ def test_user_data_starts_the_agent_with_its_environment(assembly: Assembly) -> 
 
 
 def test_drain_fits_the_lifecycle_hook(assembly: Assembly) -> None:
-    from gpu_fleet.lifecycle import LifecycleWatcher
+    from workers.lifecycle import LifecycleWatcher
 
     hooks = resources(assembly.template(C.FLEET_STACK), "AWS::AutoScaling::LifecycleHook")
     assert {h["Properties"]["HeartbeatTimeout"] for h in hooks.values()} == {C.DRAIN_HEARTBEAT_S}
@@ -597,7 +597,7 @@ def test_spot_interruptions_reach_the_planner(assembly: Assembly) -> None:
     rules = resources(assembly.template(C.STATEFUL_STACK), "AWS::Events::Rule")
     (spot,) = [r for r in rules.values() if "Spot" in json.dumps(r["Properties"]["EventPattern"])]
     assert "FleetEvents" in json.dumps(spot["Properties"]["Targets"])
-    from functions.control.service import _instance_of
+    from control.service import _instance_of
 
     sample = {"detail-type": "EC2 Spot Instance Interruption Warning", "detail": {"instance-id": "i-1"}}
     assert _instance_of(sample) == ("i-1", "EC2 Spot Instance Interruption Warning")

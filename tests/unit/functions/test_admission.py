@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from functions.front.admission import (
+from core.routing import Router
+from core.schema import Deployment
+from front.admission import (
     Admission,
     AdmissionConfig,
     Admitted,
@@ -15,8 +17,6 @@ from functions.front.admission import (
     TokenBucket,
     requests_per_frame,
 )
-from functions.routing import Router
-from functions.schema import Deployment
 from planner.models import MachineGroup, ModulePlan, Plan
 
 ORIGIN = 1_000.0

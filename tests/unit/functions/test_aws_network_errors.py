@@ -22,14 +22,19 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from functions.adapters._aws import AWS_ERRORS, error_code
-from functions.adapters._ddb import to_item
-from functions.adapters.autoscaling import FleetGroups, ScalingError
-from functions.adapters.blobs import BlobStore
-from functions.adapters.config_store import ConfigStore
-from functions.adapters.metrics import CloudWatchMetrics, MemoryMetrics
-from functions.adapters.outcomes import FrameOutcomes
-from functions.adapters.plan_store import (
+from control.errors import ControlError, RegistrationConflict
+from control.gc import GcConfig, sweep_orphan_queues
+from control.queues import delete_queue, ensure_app_dlq
+from control.registry import AppRecord, AppRegistry, RegistrationSpec
+from control.state import ControlState, EpochTaken, StateStore
+from core.adapters._aws import AWS_ERRORS, error_code
+from core.adapters._ddb import to_item
+from core.adapters.autoscaling import FleetGroups, ScalingError
+from core.adapters.blobs import BlobStore
+from core.adapters.config_store import ConfigStore
+from core.adapters.metrics import CloudWatchMetrics, MemoryMetrics
+from core.adapters.outcomes import FrameOutcomes
+from core.adapters.plan_store import (
     POINTER,
     InstanceStatus,
     Manifest,
@@ -37,22 +42,17 @@ from functions.adapters.plan_store import (
     PlanStoreError,
     VersionConflict,
 )
-from functions.adapters.queues import TaskQueues, queue_gone
-from functions.adapters.rates import ObservedRates, RateWindow
-from functions.adapters.results import FrameRecord, ResultStore, TaskRecord
-from functions.control.errors import ControlError, RegistrationConflict
-from functions.control.gc import GcConfig, sweep_orphan_queues
-from functions.control.queues import delete_queue, ensure_app_dlq
-from functions.control.registry import AppRecord, AppRegistry, RegistrationSpec
-from functions.control.state import ControlState, EpochTaken, StateStore
-from functions.errors import BlobError, ConfigError, MetricsError, QueueError, ResultStoreError
-from functions.report.cloudwatch import CloudWatchReader, ReportError
-from gpu_fleet.lifecycle import AutoScalingCompleter, LifecycleError
+from core.adapters.queues import TaskQueues, queue_gone
+from core.adapters.rates import ObservedRates, RateWindow
+from core.adapters.results import FrameRecord, ResultStore, TaskRecord
+from core.errors import BlobError, ConfigError, MetricsError, QueueError, ResultStoreError
 from planner.models import AppModuleSpec
 from planner.packing import FleetPlan, Instance
 from profiles.errors import StoreError
 from profiles.s3store import S3Store
+from skinflint.report.cloudwatch import CloudWatchReader, ReportError
 from tests.unit.functions.test_queue_sends import message
+from workers.lifecycle import AutoScalingCompleter, LifecycleError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -453,7 +453,7 @@ def test_a_profile_object_whose_body_stops_streaming_is_a_store_error(
 def test_best_effort_calls_log_and_go_on(
     make_error: Callable[[], Exception], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from functions.front.admin import _planner_invoker
+    from front.admin import _planner_invoker
 
     # starting the planner at once is a shortcut: the next scheduled epoch plans the app anyway
     caplog.set_level(logging.WARNING, logger="skinflint.front")

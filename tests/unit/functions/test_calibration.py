@@ -1,10 +1,10 @@
-"""Service-time corrections (functions/control/calibration.py): pure arithmetic."""
+"""Service-time corrections (control/calibration.py): pure arithmetic."""
 
 from __future__ import annotations
 
 import pytest
 
-from functions.control.calibration import CAP_S, update_corrections
+from control.calibration import CAP_S, update_corrections
 
 
 def test_an_overrun_becomes_a_correction_rounded_up_to_the_grid():
@@ -58,7 +58,7 @@ def test_the_overrun_is_read_against_the_correction_the_workers_ran_with():
 
 
 def test_calibration_is_opt_in():
-    from functions.control.epoch import ControlConfig
+    from control.epoch import ControlConfig
 
     assert ControlConfig().calibrate is False
     assert ControlConfig.from_env({}).calibrate is False

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.control.epoch import ControlConfig
-from functions.control.errors import ControlError
+from control.epoch import ControlConfig
+from control.errors import ControlError
 
 
 def test_defaults_and_environment() -> None:

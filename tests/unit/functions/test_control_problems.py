@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.control.problems import app_problem, max_children
-from functions.control.registry import RegistrationSpec
+from control.problems import app_problem, max_children
+from control.registry import RegistrationSpec
 from planner.models import HardwareSpec
 from planner.robust import FAN_OUT_KEY, realise, solve_dispatchable
 

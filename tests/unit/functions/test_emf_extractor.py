@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from functions.adapters.metrics import EmfMetrics, emf_file_writer
-from functions.localstack.emf import EmfExtractor, metric_data
+from core.adapters.metrics import EmfMetrics, emf_file_writer
+from skinflint.local.emf import EmfExtractor, metric_data
 
 T0 = 1_800_000_000.0
 
@@ -114,7 +114,7 @@ def test_the_extractor_follows_every_file_of_its_pattern_even_new_ones(tmp_path)
 def test_the_metrics_sink_setting_is_checked_and_carried() -> None:
     import pytest
 
-    from functions.settings import DataPlaneConfig, make_metrics
+    from core.settings import DataPlaneConfig, make_metrics
 
     with pytest.raises(ValueError, match="SKINFLINT_METRICS_SINK must be one of cloudwatch, emf, got 'logs'"):
         DataPlaneConfig.from_env({"SKINFLINT_METRICS_SINK": "logs"})

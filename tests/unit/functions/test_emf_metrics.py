@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions.adapters.metrics import (
+from core.adapters.metrics import (
     EMF_MAX_METRICS,
     LOG_EVENT_OVERHEAD_BYTES,
     EmfMetrics,
 )
-from functions.errors import MetricsError
+from core.errors import MetricsError
 
 T0 = 1_800_000_000.0  # a whole second: bucket starts below are exact
 

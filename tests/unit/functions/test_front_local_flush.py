@@ -7,8 +7,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from functions.adapters.metrics import EmfMetrics, MemoryMetrics
-from functions.front.local import FlushAfterRequest
+from core.adapters.metrics import EmfMetrics, MemoryMetrics
+from skinflint.local.front import FlushAfterRequest
 
 
 async def _ok(scope: dict[str, Any], receive: Any, send: Any) -> None:

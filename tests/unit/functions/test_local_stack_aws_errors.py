@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import EndpointConnectionError, ParamValidationError, ReadTimeoutError
 
-from functions.adapters._aws import AWS_ERRORS
-from functions.localstack.stack import OVERHEAD_PROBES, LocalStack, StackError
+from core.adapters._aws import AWS_ERRORS
+from skinflint.local.stack import OVERHEAD_PROBES, LocalStack, StackError
 from tests.unit.functions.test_aws_network_errors import ENDPOINT, FakeClient, service_error
 
 if TYPE_CHECKING:

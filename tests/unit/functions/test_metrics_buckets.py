@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.metrics import CloudWatchMetrics, MemoryMetrics
-from functions.adapters.rates import RateWindow
+from core.adapters.metrics import CloudWatchMetrics, MemoryMetrics
+from core.adapters.rates import RateWindow
 
 
 class _Recorder:
@@ -72,7 +72,7 @@ class _Calls(_Recorder):
 def test_a_flush_makes_as_few_calls_as_the_api_allows() -> None:
     """1,000 data per PutMetricData (the API's limit; each call is billed), and no call above its
     byte budget: 2,500 series of one bucket take three calls; long dimension values take more."""
-    from functions.adapters.metrics import PUT_BATCH, PUT_BYTES, _datum_bytes
+    from core.adapters.metrics import PUT_BATCH, PUT_BYTES, _datum_bytes
 
     cw = _Calls()
     m = CloudWatchMetrics(cw, "ns", resolution_s=1.0)
@@ -96,7 +96,7 @@ def test_the_flush_thread_outlives_a_flush_that_raises() -> None:
     """A flush thread that died on one unexpected error would lose every later value, silently."""
     import threading
 
-    from functions.adapters.metrics import Metrics
+    from core.adapters.metrics import Metrics
 
     class Flaky(Metrics):
         calls = 0

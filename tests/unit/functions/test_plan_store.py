@@ -7,12 +7,12 @@ import hashlib
 
 import pytest
 
-from functions.adapters.plan_store import INLINE_LIMIT, AppEntry, Manifest, PlanStore, slot_content
-from functions.adapters.rates import RateWindow
-from functions.control.deployments import app_change, same_module_plan
-from functions.control.queues import queue_name
-from functions.control.registry import RegistrationSpec
-from functions.schema import Deployment
+from control.deployments import app_change, same_module_plan
+from control.queues import queue_name
+from control.registry import RegistrationSpec
+from core.adapters.plan_store import INLINE_LIMIT, AppEntry, Manifest, PlanStore, slot_content
+from core.adapters.rates import RateWindow
+from core.schema import Deployment
 from planner.models import AppModuleSpec, MachineGroup, ModulePlan, Plan
 from planner.packing import Instance, Share
 

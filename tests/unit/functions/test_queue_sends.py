@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.adapters.queues import TaskQueues
-from functions.errors import QueueError
-from functions.schema import Payload, TaskMessage
+from core.adapters.queues import TaskQueues
+from core.errors import QueueError
+from core.schema import Payload, TaskMessage
 
 
 def message(n: int) -> TaskMessage:

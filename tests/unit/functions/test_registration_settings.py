@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 import planner.robust
-from functions.control.epoch import ControlConfig
-from functions.control.errors import ControlError
-from functions.control.registry import first_plan_rate, planner_settings, validate_spec
+from control.epoch import ControlConfig
+from control.errors import ControlError
+from control.registry import first_plan_rate, planner_settings, validate_spec
 from planner.scaling import forecast_rate
 from profiles.hardware import load_catalog
 
@@ -72,7 +72,7 @@ def test_registration_solves_at_the_rate_and_child_headroom_the_epoch_uses(
 
     monkeypatch.setattr(planner.robust, "solve_dispatchable", spy)
     spec = validate_spec(SPEC, catalog=load_catalog(), stored_profile=lambda _m: None, **planner_settings())
-    # the epoch plans a new app at forecast_rate([rate], headroom) (functions/control/epoch.py)
+    # the epoch plans a new app at forecast_rate([rate], headroom) (control/epoch.py)
     epoch_rate = max(forecast_rate([spec.rate], headroom=ControlConfig.from_env().headroom), spec.floor_rate)
     assert first_plan_rate(spec, 0.5) == epoch_rate >= 20.0 * 1.5
     ((rate, child, duration),) = seen
@@ -83,14 +83,14 @@ def test_registration_solves_at_the_rate_and_child_headroom_the_epoch_uses(
 def test_the_cli_and_the_admin_api_build_their_registrar_with_those_settings(
     planner_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import functions.settings
-    from functions.control import service
-    from functions.front.admin import admin_from_config
-    from functions.settings import DataPlaneConfig
+    import core.settings
+    from control import service
+    from core.settings import DataPlaneConfig
+    from front.admin import admin_from_config
     from skinflint.commands import apps
 
     # no AWS here: clients, the catalog and the profile store are stubbed, the wiring is real
-    monkeypatch.setattr(functions.settings, "make_client", lambda *_a, **_k: None)
+    monkeypatch.setattr(core.settings, "make_client", lambda *_a, **_k: None)
     monkeypatch.setattr(service, "load_catalog", lambda *_a: load_catalog())
     monkeypatch.setattr(service, "profile_store", lambda *_a, **_k: None)
     monkeypatch.delenv("SKINFLINT_PLANNER_FUNCTION", raising=False)
@@ -116,8 +116,8 @@ def test_the_floor_is_planned_with_the_same_headroom_as_any_rate(
 ) -> None:
     """A floor is a rate the app can always send at: planned at exactly that rate, its batch-1 windows
     have no spare room and two cameras' frames in one window are shed (``slot_full``) at the floor."""
-    from functions.control.epoch import Controller
-    from functions.control.registry import AppRecord, RegistrationSpec, floor_plan_rate
+    from control.epoch import Controller
+    from control.registry import AppRecord, RegistrationSpec, floor_plan_rate
 
     spec = RegistrationSpec.model_validate({**SPEC, "rate": 20.0, "min_rate": min_rate})
     assert floor_plan_rate(spec, 0.1) == pytest.approx(forecast_rate([spec.floor_rate], headroom=0.1))

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from functions.report.cloudwatch import Series
-from functions.report.dataplane import data_plane
-from functions.report.model import ReportInput, compute_report
-from functions.report.plans import PlanHistory
 from profiles.aws_prices import AWS_PRICES_PATH, AwsPrices, load_aws_prices
 from profiles.errors import StoreError
+from skinflint.report.cloudwatch import Series
+from skinflint.report.dataplane import data_plane
+from skinflint.report.model import ReportInput, compute_report
+from skinflint.report.plans import PlanHistory
 
 if TYPE_CHECKING:
     from pathlib import Path

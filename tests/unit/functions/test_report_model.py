@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from functions.adapters.outcomes import LATENCY_BUCKETS_MS, bucket_label
-from functions.report.cloudwatch import Series
-from functions.report.model import ReportInput, compute_report, latency_cdf, quantile_from_cdf
-from functions.report.plans import PlanHistory, PlannedVersion
+from core.adapters.outcomes import LATENCY_BUCKETS_MS, bucket_label
+from skinflint.report.cloudwatch import Series
+from skinflint.report.model import ReportInput, compute_report, latency_cdf, quantile_from_cdf
+from skinflint.report.plans import PlanHistory, PlannedVersion
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""The local stack's AWS request meter (``functions/localstack/moto_server.py``) and the demo's
-requests-per-frame figures (``functions/localstack/summary.py``)."""
+"""The local stack's AWS request meter (``skinflint/local/moto_server.py``) and the demo's
+requests-per-frame figures (``skinflint/local/summary.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import time
 from typing import Any
 
-from functions.localstack.moto_server import METER_PATH, RequestMeter, classify
-from functions.localstack.summary import aws_request_figures
+from skinflint.local.moto_server import METER_PATH, RequestMeter, classify
+from skinflint.local.summary import aws_request_figures
 
 
 def signed(service: str, **environ: Any) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def test_request_figures_give_the_server_cpu_per_action_and_the_heavy_requests_s
 def test_the_gc_meter_times_collections_and_keeps_the_long_ones() -> None:
     import gc
 
-    from functions.localstack.moto_server import GcMeter
+    from skinflint.local.moto_server import GcMeter
 
     meter = GcMeter()
     meter.LONG_S = 0.0  # keep every pause
@@ -161,7 +161,7 @@ def test_a_collection_during_a_snapshot_neither_waits_nor_stops_later_collection
     import gc
     import threading
 
-    from functions.localstack.moto_server import GcMeter
+    from skinflint.local.moto_server import GcMeter
 
     meter = GcMeter().install()
     threshold = gc.get_threshold()
@@ -192,7 +192,7 @@ def test_the_server_freezes_what_survives_its_full_collections() -> None:
 
     # in a child process: the setting is the whole interpreter's
     code = (
-        "import gc, time; from functions.localstack.moto_server import frozen_full_collections as f; "
+        "import gc, time; from skinflint.local.moto_server import frozen_full_collections as f; "
         "before = gc.get_freeze_count(); t = f(0.05); time.sleep(0.3); keep = [[i] for i in range(1000)]; "
         "time.sleep(0.3); print(before, gc.get_freeze_count() > before + 1000, t.daemon, gc.get_threshold())"
     )
@@ -203,7 +203,7 @@ def test_the_server_freezes_what_survives_its_full_collections() -> None:
 def test_the_freeze_path_collects_and_freezes_without_reaching_moto() -> None:
     import gc
 
-    from functions.localstack.moto_server import FREEZE_PATH
+    from skinflint.local.moto_server import FREEZE_PATH
 
     seen: list[str] = []
     meter = RequestMeter(lambda e, s: seen.append("app") or [b""])
@@ -224,8 +224,8 @@ def test_the_stacks_stand_ins_for_aws_are_counted_apart() -> None:
     import boto3
     import pytest
 
-    from functions.localstack.emf import emulation_client
-    from functions.localstack.moto_server import EMULATION_HEADER
+    from skinflint.local.emf import emulation_client
+    from skinflint.local.moto_server import EMULATION_HEADER
 
     assert classify(
         signed(

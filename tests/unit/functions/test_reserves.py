@@ -1,4 +1,4 @@
-"""The control loop's reserve reviews (functions/control/reserves.py): which apps are due, in what
+"""The control loop's reserve reviews (control/reserves.py): which apps are due, in what
 order, within what budget, and how the chosen reserves reach the epoch's specs."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from functions.control import registry
-from functions.control.errors import RegistrationError
-from functions.control.registry import AppRecord, RegistrationSpec, ReserveSearch
-from functions.control.reserves import REVIEW_BAND, effective_specs, review_reserves
-from functions.control.state import ControlState, ReserveChoice
+from control import registry
+from control.errors import RegistrationError
+from control.registry import AppRecord, RegistrationSpec, ReserveSearch
+from control.reserves import REVIEW_BAND, effective_specs, review_reserves
+from control.state import ControlState, ReserveChoice
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cdk import constants as C
-from functions.adapters.results import EXPIRES_AT, ResultStore, expires_at
-from functions.settings import DEFAULT_RESULTS_RETENTION_DAYS, DataPlaneConfig, results_retention_from_env
+from core.adapters.results import EXPIRES_AT, ResultStore, expires_at
+from core.settings import DEFAULT_RESULTS_RETENTION_DAYS, DataPlaneConfig, results_retention_from_env
 
 
 def test_the_default_retention_is_a_week_and_a_setting_overrides_it():
@@ -45,8 +45,8 @@ def test_the_data_plane_and_the_stacks_agree_on_the_attribute_and_the_figure():
 def test_a_front_with_a_bad_retention_answers_503_with_the_reason_in_its_log(monkeypatch, caplog):
     from fastapi.testclient import TestClient
 
-    from functions.front.app import create_app
-    from functions.front.wiring import service_from_config
+    from front.app import create_app
+    from front.wiring import service_from_config
 
     monkeypatch.setenv("SKINFLINT_RESULTS_RETENTION_DAYS", "forever")
     client = TestClient(create_app(lambda: service_from_config(background_metrics=False)))

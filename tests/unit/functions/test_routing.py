@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from functions.localstack.summary import percentile, summarise, task_rows
-from functions.routing import child_count, child_region
-from functions.schema import ResultOut, TaskOut
+from core.routing import child_count, child_region
+from core.schema import ResultOut, TaskOut
 from planner.models import MachineGroup, ModulePlan, Plan
+from skinflint.local.summary import percentile, summarise, task_rows
 
 
 @pytest.mark.parametrize("fan_out", [0.5, 1.0, 1.5, 2.0, 2.5])

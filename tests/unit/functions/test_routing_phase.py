@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.routing import Router
-from functions.schema import Deployment
+from core.routing import Router
+from core.schema import Deployment
 from planner.dispatch import build_schedules
 from planner.models import MachineGroup, ModulePlan, Plan
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from cdk import constants as C
-from functions.settings import DataPlaneConfig, resource_name_problem
+from core.settings import DataPlaneConfig, resource_name_problem
 
 # -- S3 bucket names (S3 User Guide, "General purpose bucket naming rules") -----------------------
 
@@ -185,7 +185,7 @@ def test_the_cdk_stacks_names_pass() -> None:
 
 
 def test_the_local_stacks_names_pass_through_its_childrens_environment() -> None:
-    # functions/localstack/stack.py: the default names, moto's endpoint and the run's retention; the
+    # skinflint/local/stack.py: the default names, moto's endpoint and the run's retention; the
     # front and the workers it spawns read them back with from_env
     cfg = DataPlaneConfig(endpoint_url="http://127.0.0.1:5000", results_retention_days=600 / 86_400)
     assert DataPlaneConfig.from_env(cfg.to_env()) == cfg
@@ -196,8 +196,8 @@ def test_the_front_answers_503_with_the_reason_in_its_log(
 ) -> None:
     from fastapi.testclient import TestClient
 
-    from functions.front.app import create_app
-    from functions.front.wiring import service_from_config
+    from front.app import create_app
+    from front.wiring import service_from_config
 
     monkeypatch.setenv("SKINFLINT_BUCKET", "Frames Bucket")
     client = TestClient(create_app(lambda: service_from_config(background_metrics=False)))
@@ -209,7 +209,7 @@ def test_the_front_answers_503_with_the_reason_in_its_log(
 def test_the_instance_agent_refuses_a_bad_name_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpu_fleet.instance import main
+    from workers.instance import main
 
     monkeypatch.setenv("SKINFLINT_BUCKET", "My Bucket")
     assert main(["--hardware", "t4", "--instance-id", "i-0"]) == 2

@@ -1,4 +1,4 @@
-"""The AWS request meter (``functions/adapters/usage.py``): DynamoDB item sizes and request units per
+"""The AWS request meter (``core/adapters/usage.py``): DynamoDB item sizes and request units per
 operation kind, SQS's 64 KB chunks, S3's request classes, the hooks on a real (stubbed) botocore
 client, the front's HTTP middleware, publication through the metrics and the off switch. No network:
 botocore's Stubber answers; FastAPI's TestClient serves in process."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.adapters.metrics import MemoryMetrics
-from functions.adapters.usage import (
+from core.adapters.metrics import MemoryMetrics
+from core.adapters.usage import (
     HttpUsage,
     UsageMeter,
     attach,
@@ -21,7 +21,7 @@ from functions.adapters.usage import (
     s3_unit,
     sqs_requests,
 )
-from functions.settings import DataPlaneConfig, make_client, usage_metering_from_env
+from core.settings import DataPlaneConfig, make_client, usage_metering_from_env
 
 
 @pytest.fixture(autouse=True)

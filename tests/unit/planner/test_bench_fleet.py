@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bench.fleet import epoch_times
 from planner.generate import generate_problems
-from skinflint.bench_fleet import epoch_times
 
 if TYPE_CHECKING:
     import pytest
@@ -23,7 +23,7 @@ def test_registered_epoch_is_timed_and_plans_the_cold_fleet() -> None:
 
 
 def test_steady_run_summary_names_the_types_over_the_target() -> None:
-    from skinflint.bench_fleet import _steady_run, steady
+    from bench.fleet import _steady_run, steady
 
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(3, 7))}
     out = steady(problems, 8, 0.05, 7)
@@ -38,9 +38,9 @@ def test_steady_run_summary_names_the_types_over_the_target() -> None:
 def test_changed_problems_are_timed_solved_at_once_and_within_the_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import skinflint.bench_fleet
+    import bench.fleet
+    from bench.fleet import changed_problems, solver_for
     from planner.fleet import RealisationCache, plan_fleet
-    from skinflint.bench_fleet import changed_problems, solver_for
 
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(4, 11))}
     first = plan_fleet(problems, solver=solver_for("dispatchable"), cache=RealisationCache())
@@ -49,14 +49,14 @@ def test_changed_problems_are_timed_solved_at_once_and_within_the_budget(
     out = changed_problems(problems, first, "dispatchable", "prices", budget_s=600.0)
     assert out["converged"] and out["same_solved_plans"] and len(out["epochs"]) == 1
     assert out["epochs"][0]["resolved"] == 4
-    monkeypatch.setattr(skinflint.bench_fleet, "RAMP", 1.6)  # past these small plans' capacity
+    monkeypatch.setattr(bench.fleet, "RAMP", 1.6)  # past these small plans' capacity
     ramp = changed_problems(problems, first, "dispatchable", "ramp", budget_s=600.0)
     assert ramp["converged"] and ramp["same_solved_plans"] and ramp["changed_apps"] > 0
 
 
 def test_cold_epochs_give_quick_plans_past_the_budget_and_converge_with_it() -> None:
+    from bench.fleet import changed_problems, solver_for
     from planner.fleet import RealisationCache, plan_fleet
-    from skinflint.bench_fleet import changed_problems, solver_for
 
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(4, 11))}
     first = plan_fleet(problems, solver=solver_for("dispatchable"), cache=RealisationCache())
@@ -70,8 +70,8 @@ def test_cold_epochs_give_quick_plans_past_the_budget_and_converge_with_it() -> 
 
 
 def test_load_occupancy_fills_groups_in_dispatch_order() -> None:
+    from bench.fleet import load_occupancy
     from planner.models import MachineGroup, ModulePlan, ModuleSpec, Plan, ProblemSpec, ProfileEntry
-    from skinflint.bench_fleet import load_occupancy
 
     entry = ProfileEntry(hardware="t4", batch=4, duration_s=0.02, concurrency=1)
     problem = ProblemSpec(
@@ -100,7 +100,7 @@ def test_load_occupancy_fills_groups_in_dispatch_order() -> None:
 
 
 def test_one_fleet_reports_where_the_bill_goes() -> None:
-    from skinflint.bench_fleet import one_fleet
+    from bench.fleet import one_fleet
 
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(5, 3))}
     out = one_fleet(problems)

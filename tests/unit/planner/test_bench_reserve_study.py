@@ -1,5 +1,5 @@
 """bench/simulator.py --reserve-study: a shed_target's reserve kept from the registered rate against
-chosen again at the new rate (what functions/control/reserves.py does)."""
+chosen again at the new rate (what control/reserves.py does)."""
 
 from __future__ import annotations
 

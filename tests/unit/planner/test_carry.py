@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from bench.fleet import slowed, without_timings
 from planner.check import check_plan
 from planner.fleet import CARRIED_KEY, RealisationCache, plan_fleet, realised, seed_plan
 from planner.generate import generate_problem
 from planner.robust import solve_dispatchable
-from skinflint.bench_fleet import slowed, without_timings
 
 if TYPE_CHECKING:
     from collections.abc import Callable

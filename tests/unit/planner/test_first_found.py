@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from bench.fleet import solved_plans, without_timings
 from planner.errors import InfeasibleError
 from planner.fleet import CARRIED_KEY, KEEP_KEY, RealisationCache, plan_fleet, realised, redispatch
 from planner.generate import generate_problem
 from planner.packing import check_fleet
 from planner.robust import FIRST_FOUND_KEY, QUICK_SLO, solve_dispatchable
-from skinflint.bench_fleet import solved_plans, without_timings
 from tests.unit.planner.test_carry import next_epoch
 from tests.unit.planner.test_robust import assert_simulated_within
 

@@ -303,8 +303,8 @@ def test_generated_join_is_guaranteed_and_within_its_figure():
 
 
 def test_router_spreads_each_parent_at_its_own_rate():
-    from functions.routing import Router
-    from functions.schema import Deployment
+    from core.routing import Router
+    from core.schema import Deployment
 
     problem, plan = join(module_plan((4, 1, 0.04, 1, 100.0), wcl=0.08))
     annotated = annotate(problem, plan, realise(problem, plan))

@@ -368,7 +368,7 @@ def test_backlog_boost_rejects_bad_input():
 
 
 def test_undeleted_messages_are_allowed_for_up_to_one_delete_batch():
-    from functions.settings import undeleted_bound
+    from core.settings import undeleted_bound
 
     assert undeleted_bound(4.0, 0.0) == 0.0  # deletes at once: nothing extra in flight
     assert undeleted_bound(4.0, 1.0) == 5.0  # 1.25 lingers at 4 req/s

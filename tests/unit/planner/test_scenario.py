@@ -1,4 +1,4 @@
-"""The diurnal scale scenario (planner/scenario.py): load, forecasting from the past only, shedding
+"""The diurnal scale scenario (bench/scenario.py): load, forecasting from the past only, shedding
 arithmetic, caches, a tiny day end to end, and the `skinflint bench diurnal` command."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from planner.models import AppSpec, HardwareSpec, MachineGroup, ModulePlan, Plan, ProfileEntry
-from planner.scenario import (
+from bench.scenario import (
     AppTemplate,
     LoadConfig,
     PolicyConfig,
@@ -25,6 +24,7 @@ from planner.scenario import (
     run_scenario,
     serve_epoch,
 )
+from planner.models import AppSpec, HardwareSpec, MachineGroup, ModulePlan, Plan, ProfileEntry
 from skinflint.cli import main
 
 # --------------------------------------------------------------------------- a tiny synthetic app

@@ -1,6 +1,6 @@
 """``skinflint apps`` / ``skinflint report`` against an AWS that fails: an error answer, no answer
 (endpoint unreachable, read timeout) or no credentials is one line on stderr and exit 1, as the
-adapters' own errors are (``functions.adapters._aws.AWS_ERRORS``); a ``ParamValidationError`` (a
+adapters' own errors are (``core.adapters._aws.AWS_ERRORS``); a ``ParamValidationError`` (a
 request of ours botocore refused) is not taken for the user's error and propagates. A malformed
 region or endpoint (the user's: a flag or the environment) is one line before any client is made.
 Tiny fake clients in place of boto3's, no moto, no network."""
@@ -19,8 +19,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-import functions.settings
-from functions.control.errors import ControlError
+import core.settings
+from control.errors import ControlError
 from skinflint.cli import main
 from skinflint.commands.apps import aws_errors
 from skinflint.commands.report import build_report
@@ -58,7 +58,7 @@ def fail_every_call(monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[F
         made.append(FakeClient(error, answers))
         return made[-1]
 
-    monkeypatch.setattr(functions.settings, "make_client", make_client)
+    monkeypatch.setattr(core.settings, "make_client", make_client)
     return made
 
 
@@ -199,7 +199,7 @@ def test_the_guard_lets_a_bug_of_ours_propagate(error: Exception) -> None:
 def test_build_report_turns_a_raw_aws_error_into_one_line(
     make_error: Callable[[], Exception], shown: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import functions.report
+    import skinflint.report
 
     error = make_error()
 
@@ -207,7 +207,7 @@ def test_build_report_turns_a_raw_aws_error_into_one_line(
         raise error  # as a call outside the adapters would
 
     fail_every_call(monkeypatch, AssertionError("not called"))
-    monkeypatch.setattr(functions.report, "collect_report", collect_report)
+    monkeypatch.setattr(skinflint.report, "collect_report", collect_report)
     with pytest.raises(UsageError, match="^cannot build the report from CloudWatch in us-east-1: ") as raised:
         build_report(endpoint=None, apps=None, start=0.0, end=60.0)
     assert shown in str(raised.value) and raised.value.__cause__ is error

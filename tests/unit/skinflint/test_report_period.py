@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-import functions.report
-import functions.settings
+import core.settings
+import skinflint.report
 from skinflint.cli import build_parser, main
 from skinflint.commands.report import CLOUDWATCH_PERIOD_S, LOCAL_PERIOD_S, build_report
 from skinflint.errors import UsageError
@@ -26,8 +26,8 @@ def periods(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         seen.append(period_s)
         return {"window": {"period_s": period_s}}
 
-    monkeypatch.setattr(functions.settings, "make_client", lambda service, _cfg: object())
-    monkeypatch.setattr(functions.report, "collect_report", collect_report)
+    monkeypatch.setattr(core.settings, "make_client", lambda service, _cfg: object())
+    monkeypatch.setattr(skinflint.report, "collect_report", collect_report)
     return seen
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: each prints figures and writes a dated page under docs/results/ (``skinflint bench ...``)."""

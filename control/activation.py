@@ -1,0 +1,124 @@
+"""Activation of a new plan version, gated on its slots being served (docs/control.md, "Activation").
+
+A version published over one that is serving is *gated*: it is published with ``activate_at`` at its
+latest (``activate_by``: ``created_at + activate_max_lead_s``), and the front keeps dispatching on
+the previous version meanwhile. :func:`check_activation` (run by every epoch, every backlog check
+and, on the Lambda, in a short wait after publishing) reads the version's slot claims and the
+instances' heartbeats: once every slot is claimed by an instance whose fresh heartbeat says it
+serves that slot of that version (the agent heartbeats after it loaded every model of the slot), it
+moves ``activate_at`` earlier, to ``max(now + activate_notice_s, created_at + activate_lead_s)``,
+with a conditional rewrite of the pointer (:meth:`PlanStore.set_activation`). The notice gives the
+front (1 s pointer cache) and the agents (1 s poll) time to see the new time before it comes. A
+version whose slots are not all served by ``activate_by`` activates anyway (a fleet that cannot
+grow must not freeze the plan); the first check after that records which slots were not ready
+(``unready``), logs them and emits ``ActivationUnreadySlots``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from control.epoch import Controller
+    from core.adapters.plan_store import Manifest, PlanStore
+
+__all__ = ["ActivationCheck", "check_activation", "slot_readiness"]
+
+log = logging.getLogger("skinflint.control")
+
+
+@dataclass
+class ActivationCheck:
+    """What a check found; ``as_json`` goes into the epoch's and the backlog check's summaries."""
+
+    status: str  # active (not gated, or decided) | waiting | ready (moved earlier) | deadline | conflict
+    version: int | None = None
+    slots: int = 0
+    ready: int = 0
+    missing: dict[str, str] = field(default_factory=dict)  # slot -> why it is not ready
+    activate_at: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, {}) or k == "status"}
+
+
+def slot_readiness(store: PlanStore, version: int, now: float, fresh_s: float) -> tuple[int, dict[str, str]]:
+    """(slots of ``version``, slot -> why it is not served yet). A slot is ready when it is claimed
+    and its holder's heartbeat, at most ``fresh_s`` old, says it serves that slot of ``version``
+    (state ``serving``)."""
+    fleet = store.fleet(version)
+    if fleet is None:
+        return 0, {}
+    claims = store.claims(version, fleet)
+    beats = store.instances()
+    missing: dict[str, str] = {}
+    for inst in fleet.instances:
+        slot = str(inst.slot)
+        claim = claims.get(slot)
+        if claim is None:
+            missing[slot] = "unclaimed"
+            continue
+        beat = beats.get(claim.instance_id)
+        if beat is None or beat.version != version or beat.slot != slot:
+            missing[slot] = f"{claim.instance_id} has not loaded it"
+        elif beat.state != "serving":
+            missing[slot] = f"{claim.instance_id} is {beat.state}"
+        elif beat.at < now - fresh_s:
+            missing[slot] = f"{claim.instance_id} silent for {now - beat.at:.0f} s"
+    return len(fleet.instances), missing
+
+
+def check_activation(ctl: Controller, current: Manifest | None = None) -> ActivationCheck:
+    """One check of the current version's activation (see the module doc). Never raises a
+    :class:`~core.adapters.plan_store.VersionConflict`: a concurrent publish or check wins."""
+    from core.adapters.plan_store import VersionConflict
+
+    c = ctl.config
+    cur = current if current is not None else ctl.plans.current()
+    if cur is None:
+        return ActivationCheck(status="active")
+    out = ActivationCheck(status="active", version=cur.version, activate_at=cur.activate_at)
+    if not cur.gated:
+        return out
+    now = ctl.clock()
+    out.slots, out.missing = slot_readiness(ctl.plans, cur.version, now, c.heartbeat_fresh_s)
+    out.ready = out.slots - len(out.missing)
+    try:
+        if now >= cur.activate_at:  # the deadline came first: it is active, say what was not ready
+            unready = [f"{s}: {why}" for s, why in sorted(out.missing.items())]
+            ctl.plans.set_activation(cur, cur.activate_at, activation="deadline", unready=unready)
+            out.status = "deadline"
+            ctl.metrics.put("ActivationUnreadySlots", len(unready))
+            ctl.metrics.put("ActivationSeconds", cur.activate_at - cur.created_at, "Seconds")
+            if unready:
+                log.warning(
+                    "v%d activated at its deadline (%.0f s after publishing) with %d of %d slot(s) not "
+                    "ready: %s",
+                    cur.version,
+                    cur.activate_at - cur.created_at,
+                    len(unready),
+                    out.slots,
+                    "; ".join(unready),
+                )
+            return out
+        if out.missing:
+            out.status = "waiting"
+            return out
+        at = min(cur.activate_at, max(now + c.activate_notice_s, cur.created_at + c.activate_lead_s))
+        ctl.plans.set_activation(cur, at, activation="ready", ready_at=now)
+    except VersionConflict as exc:
+        out.status = "conflict"
+        log.info("activation of v%d not rewritten: %s", cur.version, exc)
+        return out
+    out.status, out.activate_at = "ready", at
+    ctl.metrics.put("ActivationUnreadySlots", 0)
+    ctl.metrics.put("ActivationSeconds", at - cur.created_at, "Seconds")
+    log.info(
+        "v%d: every slot served %.1f s after publishing; active at %+.1f s",
+        cur.version,
+        now - cur.created_at,
+        at - now,
+    )
+    return out

@@ -1,0 +1,225 @@
+"""The backlog correction between epochs (docs/control.md, "Backlog between epochs").
+
+The fleet is sized by the plan; the task queues are the check that the plan holds. Between two
+epochs :func:`check_backlog` reads the depth of every machine's queue of the version in force
+(``GetQueueAttributes``: visible + in flight, real time; CloudWatch's ``ApproximateAgeOfOldestMessage``
+comes in one-minute periods, too late to correct within an epoch) and asks
+:func:`planner.scaling.backlog_boost` which modules hold more than their plan allows. For those apps
+it records the frame rate that gives the late modules the capacity to catch up and runs an early
+epoch (at least ``min_gap_s`` after the previous one), which re-plans them at that rate and resizes
+the groups through the same hysteresis. It is a correction, not a second planner: the boost applies
+to that one epoch only, and the next scheduled epoch plans from observed rates again (the hysteresis
+keeps the instances for its memory). Extra instances without a plan would only idle (an instance
+serves the slots of the plan, nothing else), so the correction goes through a plan.
+
+While a new version waits for its slots to be served, a check first runs its activation check
+(:mod:`control.activation`): the check is what activates a served version between epochs
+(the local stack's timer every few seconds, the ``skinflint.backlog`` rule every minute on AWS).
+Nothing is read while a version activates (its queues are not in use yet).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from control.state import EpochTaken
+from core.schema import queue_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from control.epoch import Controller
+    from core.adapters.plan_store import Claim, InstanceStatus, PlanStore
+    from core.schema import Deployment
+    from planner.scaling import QueueBacklog
+
+__all__ = ["BacklogSummary", "check_backlog", "frames_for", "read_backlog"]
+
+
+@dataclass
+class BacklogSummary:
+    """What a backlog check did; ``as_json`` is the handler's answer."""
+
+    status: str  # quiet | corrected | deferred | activating | superseded | no plan | failed
+    version: int | None = None
+    queues: int = 0  # queues read
+    late: list[str] = field(default_factory=list)  # "app.module g/m: depth > allowed"
+    unserved: list[str] = field(default_factory=list)  # late queues no live instance serves
+    cooling: list[str] = field(default_factory=list)  # late apps corrected less than cooldown_s ago
+    boosts: dict[str, float] = field(default_factory=dict)  # app -> frames/s asked of the next epoch
+    epoch: dict[str, Any] = field(default_factory=dict)  # the early epoch's summary
+    activation: dict[str, Any] = field(default_factory=dict)  # the new version's activation check
+    error: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, {}, []) or k == "status"}
+
+
+def _live(claim: Claim | None, beats: Mapping[str, InstanceStatus], now: float, stale_s: float) -> bool:
+    """A slot is served when it is claimed and its holder heartbeats (a holder that has not sent its
+    first heartbeat yet counts while its claim is fresh)."""
+    if claim is None:
+        return False
+    beat = beats.get(claim.instance_id)
+    if beat is None:
+        return claim.at >= now - stale_s
+    return beat.at >= now - stale_s and beat.state not in ("draining", "gone")
+
+
+def read_backlog(
+    store: PlanStore,
+    depth: Callable[[str], int],
+    version: int,
+    now: float,
+    *,
+    stale_s: float,
+    skip: set[str] | None = None,
+    workers: int = 1,
+    delete_linger_s: float = 0.0,
+) -> tuple[list[QueueBacklog], list[str]]:
+    """Every planned machine's queue of ``version`` (apps in ``skip`` left out), with the machine's
+    planned rate, batch and its module's budget, and whether a live instance holds its slot. Returns
+    the readings and the queues that could not be read (gone, or an SQS error). ``delete_linger_s``:
+    the workers' delete linger; the processed messages it keeps in flight are allowed for
+    (:func:`core.settings.undeleted_bound`)."""
+    from core.settings import undeleted_bound
+    from planner.scaling import QueueBacklog
+
+    deps = store.deployments(version)
+    fleet = store.fleet(version)
+    claims = store.claims(version, fleet) if fleet is not None else {}
+    beats = store.instances()
+    slot_of = (
+        {(s.app, s.module, s.group, s.machine): str(i.slot) for i in fleet.instances for s in i.shares}
+        if fleet is not None
+        else {}
+    )
+    todo: list[tuple[str, str, int, int, float, int, float, str]] = []
+    for app, dep in sorted(deps.items()):
+        if skip and app in skip:
+            continue
+        for module, mp in dep.plan.modules.items():
+            for g, group in enumerate(mp.groups):
+                for m in range(group.machines):
+                    url = dep.queues.get(module, {}).get(queue_key(g, m))
+                    if url is not None:
+                        todo.append(
+                            (app, module, g, m, group.rate_per_machine, group.batch, mp.latency_budget_s, url)
+                        )
+
+    def read(url: str) -> int | None:
+        try:
+            return int(depth(url))
+        except Exception:  # noqa: BLE001 - one unreadable queue must not stop the check of the others
+            return None
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        depths = list(pool.map(read, [t[-1] for t in todo]))
+    out: list[QueueBacklog] = []
+    failed: list[str] = []
+    for (app, module, g, m, rate, batch, budget, url), n in zip(todo, depths, strict=True):
+        if n is None:
+            failed.append(url)
+            continue
+        slot = slot_of.get((app, module, g, m))
+        served = slot is not None and _live(claims.get(slot), beats, now, stale_s)
+        label, pending = queue_key(g, m), undeleted_bound(rate, delete_linger_s)
+        out.append(QueueBacklog(app, module, n, rate, batch, budget, served, queue=label, undeleted=pending))
+    return out, failed
+
+
+def frames_for(dep: Deployment, module_rates: Mapping[str, float]) -> float:
+    """The app's frame rate at which every module of ``module_rates`` gets at least that rate
+    (module rate = frame rate x the product of the fan-outs on the way from the roots)."""
+    from planner.models import topological_order
+
+    per_frame = {m: (1.0 if m in dep.roots else 0.0) for m in dep.plan.modules}
+    for m in topological_order(list(per_frame), [(s, d) for s, d, _ in dep.edges]):
+        for src, dst, fan in dep.edges:
+            if src == m:
+                per_frame[dst] += per_frame[m] * fan
+    return max((r / per_frame[m] for m, r in module_rates.items() if per_frame.get(m, 0) > 0), default=0.0)
+
+
+def check_backlog(ctl: Controller, reason: str = "backlog check") -> BacklogSummary:
+    """One check (see the module doc). Runs the early epoch itself when the last epoch is at least
+    ``min_gap_s`` old; otherwise the boost waits in the control state for the next check or epoch."""
+    from planner.scaling import backlog_boost
+
+    t0 = time.perf_counter()
+    c = ctl.config
+    now = ctl.clock()
+    state = ctl.states.load()
+    cur = ctl.plans.current()
+    if cur is None:
+        return BacklogSummary(status="no plan")
+    out = BacklogSummary(status="quiet", version=cur.version)
+    if cur.gated:  # a new version waits for its slots: activate it when they are served
+        from control.activation import check_activation
+
+        check = check_activation(ctl, cur)
+        out.activation = check.as_json()
+        if check.activate_at is not None:
+            cur = cur.model_copy(update={"activate_at": check.activate_at})
+    if now < cur.activate_at:  # instances are preloading the new version: its queues are not in use yet
+        out.status = "activating"
+        out.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
+        return out
+    cooling = {a for a, at in state.corrected_at.items() if now - at < c.backlog_cooldown_s}
+    readings, unreadable = read_backlog(
+        ctl.plans,
+        ctl.depth,
+        cur.version,
+        now,
+        stale_s=c.stale_s,
+        workers=c.queue_workers,
+        delete_linger_s=c.delete_linger_s,
+    )
+    out.queues = len(readings)
+    for q in readings:
+        if q.late:
+            line = f"{q.app}.{q.module} {q.queue}: {q.depth} > {q.allowed:.0f}"
+            (out.late if q.served else out.unserved).append(line)
+    out.cooling = sorted({q.app for q in readings if q.late and q.served and q.app in cooling})
+    need = backlog_boost(
+        [q for q in readings if q.app not in cooling],
+        horizon_s=c.epoch_s,
+        min_boost=c.backlog_min_boost,
+        max_boost=c.backlog_max_boost,
+    )
+    deps = ctl.plans.deployments(cur.version, need) if need else {}
+    for app, modules in need.items():
+        frames = frames_for(deps[app], modules)
+        state.boosts[app] = max(state.boosts.get(app, 0.0), frames)
+        state.corrected_at[app] = now
+        out.boosts[app] = round(frames, 4)
+    out.timings_ms["read"] = round((time.perf_counter() - t0) * 1e3, 2)
+    if unreadable:
+        out.error = f"{len(unreadable)} queue(s) not read, e.g. {unreadable[0]}"
+    if state.boosts:
+        gap = now - state.last_epoch_at if state.last_epoch_at is not None else None
+        out.status = "corrected" if gap is None or gap >= c.min_gap_s else "deferred"
+    state.last_check = {"at": now, "status": out.status, "late": len(out.late), "boosts": out.boosts}
+    try:
+        ctl.states.save(state, state.epoch if state.epoch > 0 else None)
+    except EpochTaken:  # an epoch started meanwhile: it plans from fresh data, which supersedes this
+        out.status, out.boosts = "superseded", {}
+        return out
+    _emit(ctl, out)
+    if out.status == "corrected":
+        why = ", ".join(sorted(state.boosts))
+        out.epoch = ctl.run_epoch(reason=f"{reason}: backlog of {why}").as_json()
+    out.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
+    return out
+
+
+def _emit(ctl: Controller, out: BacklogSummary) -> None:
+    ctl.metrics.put("LateQueues", len(out.late))
+    ctl.metrics.put("UnservedLateQueues", len(out.unserved))
+    ctl.metrics.put("BacklogCorrections", len(out.boosts))
+    for app in out.boosts:
+        ctl.metrics.put("BacklogCorrections", 1, App=app)

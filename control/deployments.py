@@ -1,0 +1,151 @@
+"""A new version's deployments from the epoch's plans: what changed, and fresh queues only where a
+module's plan changed (an unchanged module keeps its queues and the app its schedule origin, so
+nothing in flight is disturbed)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from core.schema import SERVICE_CORRECTION_KEY as CORRECTION_KEY
+from core.schema import Deployment
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from control.registry import RegistrationSpec
+    from planner.models import ModulePlan, Plan
+
+__all__ = ["AppChange", "app_change", "build_deployment", "changed_apps", "same_module_plan"]
+
+_REL = 1e-9
+# A plan that is otherwise unchanged is not re-published for a rate that moved by less than this
+# (relative): the machines are the same, only the admission limit derived from the rate would move,
+# and publishing a version every epoch for forecast jitter churns the front and the instances.
+RATE_REPUBLISH_REL = 0.10
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=_REL, abs_tol=1e-12)
+
+
+def _rate_close(old: float, new: float, modules_changed: bool) -> bool:
+    if modules_changed or old <= 0:
+        return _close(old, new)
+    return abs(new - old) <= RATE_REPUBLISH_REL * old
+
+
+def same_module_plan(a: ModulePlan, b: ModulePlan) -> bool:
+    """Equal machine groups (hardware, batch, concurrency, machines, rate, duration) and budgets:
+    the same dispatch schedule, so the same queues can carry it."""
+    if len(a.groups) != len(b.groups) or not _close(a.latency_budget_s, b.latency_budget_s):
+        return False
+    return all(
+        (x.hardware, x.batch, x.concurrency, x.machines) == (y.hardware, y.batch, y.concurrency, y.machines)
+        and _close(x.rate_per_machine, y.rate_per_machine)
+        and _close(x.duration_s, y.duration_s)
+        for x, y in zip(a.groups, b.groups, strict=True)
+    )
+
+
+@dataclass
+class AppChange:
+    """What differs between an app's deployment in force and its new plan."""
+
+    app: str
+    changed_modules: list[str] = field(default_factory=list)  # need fresh queues
+    other: list[str] = field(default_factory=list)  # slo, edges, rate, ... (queues kept)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changed_modules or self.other)
+
+
+def app_change(
+    spec: RegistrationSpec,
+    plan: Plan,
+    frame_rate: float,
+    previous: Deployment | None,
+    *,
+    emulated: list[str],
+    overhead_s: float,
+) -> AppChange:
+    if previous is None:
+        return AppChange(spec.name, changed_modules=list(plan.modules), other=["new app"])
+    out = AppChange(spec.name)
+    for m, mp in plan.modules.items():
+        old = previous.plan.modules.get(m)
+        if old is None or not same_module_plan(old, mp):
+            out.changed_modules.append(m)
+    checks: list[tuple[str, bool]] = [
+        ("slo", _close(previous.slo_s, spec.slo_s)),
+        ("admission reserve", _close(previous.planning_slo_s or previous.slo_s, spec.planning_slo_s)),
+        ("edges", [tuple(e) for e in previous.edges] == [tuple(e) for e in spec.edges]),
+        ("modules removed", set(previous.plan.modules) <= set(plan.modules)),
+        ("rate", _rate_close(previous.frame_rate, frame_rate, bool(out.changed_modules))),
+        ("emulated hardware", sorted(previous.emulated_hardware) == sorted(emulated)),
+        ("overhead", _close(previous.overhead_s, overhead_s)),
+        # a plan carried over a problem change (planner.fleet.CARRIED_KEY) solved again, or newly carried:
+        # written even when its machines are the same, or the next epoch would solve it again
+        ("carried", _carried(previous.plan) == _carried(plan)),
+    ]
+    out.other = [name for name, same in checks if not same]
+    return out
+
+
+def _carried(plan: Plan) -> bool:
+    from planner.fleet import CARRIED_KEY
+
+    return CARRIED_KEY in (plan.model_extra or {})
+
+
+def build_deployment(
+    spec: RegistrationSpec,
+    plan: Plan,
+    frame_rate: float,
+    previous: Deployment | None,
+    change: AppChange,
+    *,
+    version: int,
+    now: float,
+    make_queues: Callable[[str, ModulePlan], dict[str, str]],
+    emulated: list[str],
+    overhead_s: float,
+    corrections: Mapping[str, float] | None = None,
+) -> Deployment:
+    """The app's deployment in ``version``: unchanged modules keep their module plan (exactly) and
+    queues; ``make_queues(module, module_plan)`` creates the changed modules' queues. A changed
+    module's plan records the service-time corrections its durations include
+    (``service_correction_s``: hardware -> s; ``"module@hardware"`` keys of ``corrections``), so a
+    worker emulating the hardware sleeps the profile's duration, not the correction."""
+    corr = corrections or {}
+    modules: dict[str, Any] = {}
+    queues: dict[str, dict[str, str]] = {}
+    for m, mp in plan.modules.items():
+        if previous is not None and m not in change.changed_modules:
+            modules[m] = previous.plan.modules[m]
+            queues[m] = dict(previous.queues[m])
+        else:
+            mine = {k.split("@", 1)[1]: v for k, v in corr.items() if k.split("@", 1)[0] == m}
+            modules[m] = mp.model_copy(update={CORRECTION_KEY: mine}) if mine else mp
+            queues[m] = make_queues(m, mp)
+    has_parent = {d for _, d, _ in spec.edges}
+    return Deployment(
+        app=spec.name,
+        version=version,
+        origin_s=previous.origin_s if previous is not None else now,
+        slo_s=spec.slo_s,
+        frame_rate=frame_rate,
+        roots=[m for m in spec.modules if m not in has_parent],
+        edges=list(spec.edges),
+        plan=plan.model_copy(update={"modules": modules}),
+        queues=queues,
+        emulated_hardware=sorted(emulated),
+        overhead_s=overhead_s,
+        planning_slo_s=spec.planning_slo_s if spec.admission_reserve > 0 else None,
+    )
+
+
+def changed_apps(changes: Mapping[str, AppChange]) -> dict[str, list[str]]:
+    return {a: c.changed_modules + c.other for a, c in changes.items() if c.changed}

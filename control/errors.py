@@ -1,0 +1,26 @@
+"""Errors of the control plane (one base class, a subclass of the data plane's)."""
+
+from __future__ import annotations
+
+from core.errors import DataPlaneError
+
+__all__ = ["ControlError", "RegistrationConflict", "RegistrationError"]
+
+
+class ControlError(DataPlaneError):
+    """Base class of the control plane's errors."""
+
+
+class RegistrationError(ControlError):
+    """An app spec that cannot be registered; ``problems`` lists every reason (one line each)."""
+
+    def __init__(self, problems: list[str], name: str = ""):
+        n = len(problems)
+        head = f"app {name!r}: " if name else ""
+        super().__init__(f"{head}{n} problem{'s' if n != 1 else ''}: " + "; ".join(problems))
+        self.problems = list(problems)
+        self.name = name
+
+
+class RegistrationConflict(ControlError):
+    """Another registration of the same app was stored between this one's read and write."""

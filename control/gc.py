@@ -1,0 +1,166 @@
+"""Garbage collection of plan versions, their queues and dead instances' claims.
+
+A version is kept while it is current, while it is the previous one and the current one has not
+activated yet (plus ``keep_previous_s``), while a live instance reports serving it (any of the
+versions its heartbeat lists: during a version change an instance still drains the shares of the
+superseded version after it adopted the new one), and while it is
+newer than the current one (a writer may be publishing it; older than ``orphan_s`` it is an
+orphan). Any other version is deleted once the queues only it references are empty (deleted
+first); a queue still holding messages keeps its version for the next epoch. A claim of an
+instance whose heartbeat is older than ``stale_s`` (or that never sent one) is released so a
+replacement can take the slot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from control.queues import delete_queue
+from core.adapters.queues import queue_gone
+from core.errors import QueueError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from core.adapters.plan_store import Manifest, PlanStore
+
+__all__ = ["GcConfig", "GcReport", "collect", "queue_gone"]
+
+
+@dataclass(frozen=True)
+class GcConfig:
+    stale_s: float = 180.0  # s: an instance silent this long is gone
+    keep_previous_s: float = 60.0  # s after activation the previous version is kept at least
+    orphan_s: float = 600.0  # s: a version newer than current and older than this is an orphan
+    queue_prefix: str = "skinflint-"
+
+
+@dataclass
+class GcReport:
+    deleted_versions: list[int] = field(default_factory=list)
+    deleted_queues: list[str] = field(default_factory=list)
+    waiting_queues: list[str] = field(default_factory=list)  # not empty yet: version kept
+    released: list[str] = field(default_factory=list)  # "slot:instance" claims released
+    kept: list[int] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "deleted_versions": self.deleted_versions,
+            "deleted_queues": len(self.deleted_queues),
+            "waiting_queues": len(self.waiting_queues),
+            "released_claims": self.released,
+            "kept_versions": self.kept,
+        }
+
+
+def _kept(store: PlanStore, cur: Manifest, versions: list[int], now: float, cfg: GcConfig) -> set[int]:
+    keep = {cur.version}
+    if cur.previous is not None and now < cur.activate_at + cfg.keep_previous_s:
+        keep.add(cur.previous)
+    live = [s for s in store.instances().values() if s.at >= now - cfg.stale_s and s.state != "gone"]
+    keep |= {v for s in live for v in s.served_versions()}
+    for v in versions:
+        if v > cur.version:
+            m = store.manifest(v)
+            if m is None or m.created_at >= now - cfg.orphan_s:
+                keep.add(v)
+    return keep
+
+
+def _depth(depth: Callable[[str], int], url: str) -> int | None:
+    """Messages in the queue; None when the queue no longer exists."""
+    try:
+        return depth(url)
+    except QueueError as exc:
+        if queue_gone(exc):
+            return None
+        raise
+
+
+def _queues(store: PlanStore, version: int) -> set[str]:
+    return {u for d in store.deployments(version).values() for qs in d.queues.values() for u in qs.values()}
+
+
+def release_dead_claims(store: PlanStore, version: int, now: float, cfg: GcConfig) -> list[str]:
+    beats = store.instances()
+    out: list[str] = []
+    for slot, claim in store.claims(version).items():
+        beat = beats.get(claim.instance_id)
+        last = beat.at if beat is not None else claim.at
+        if last < now - cfg.stale_s or (beat is not None and beat.state == "gone"):
+            if slot in store.release(version, claim.instance_id):
+                out.append(f"{slot}:{claim.instance_id}")
+    return out
+
+
+def collect(
+    store: PlanStore, sqs: Any, depth: Callable[[str], int], now: float, cfg: GcConfig | None = None
+) -> GcReport:
+    """One GC pass (the planner runs it at the end of every epoch)."""
+    cfg = cfg or GcConfig()
+    report = GcReport()
+    cur = store.current()
+    if cur is None:
+        return report
+    report.released = release_dead_claims(store, cur.version, now, cfg)
+    versions = store.versions()
+    keep = _kept(store, cur, versions, now, cfg)
+    report.kept = sorted(keep)
+    live_queues: set[str] = set()
+    for v in keep:
+        live_queues |= _queues(store, v)
+    for v in sorted(set(versions) - keep):
+        waiting = False
+        for url in sorted(_queues(store, v) - live_queues):
+            n = _depth(depth, url)
+            if n is None:
+                continue  # deleted by an earlier pass
+            if n > 0:
+                report.waiting_queues.append(url)
+                waiting = True
+            elif delete_queue(sqs, url):
+                report.deleted_queues.append(url)
+        if not waiting:
+            store.delete_version(v)
+            report.deleted_versions.append(v)
+        else:
+            live_queues |= _queues(store, v)  # a later version's deletion must not take them
+    report.deleted_queues += sweep_orphan_queues(
+        sqs, depth, set(versions) - set(report.deleted_versions), cur.version, cfg, keep=live_queues
+    )
+    return report
+
+
+def sweep_orphan_queues(
+    sqs: Any,
+    depth: Callable[[str], int],
+    stored: set[int],
+    current: int,
+    cfg: GcConfig,
+    keep: set[str] | None = None,
+) -> list[str]:
+    """Queues named for a version at most ``current`` that is no longer stored (a writer that lost
+    a version conflict, or crashed, after creating them). Empty ones are deleted, except those in
+    ``keep`` (queues a stored version still references: an unchanged module keeps the queues of
+    the version that created them, whose name they carry)."""
+    kept_names = {u.rsplit("/", 1)[-1] for u in keep or ()}
+    from core.adapters._aws import AWS_ERRORS
+
+    pattern = re.compile(rf"^{re.escape(cfg.queue_prefix)}.*-v(\d+)-g\d+-m\d+$")
+    out: list[str] = []
+    try:
+        pages = sqs.get_paginator("list_queues").paginate(QueueNamePrefix=cfg.queue_prefix)
+        urls = [u for page in pages for u in page.get("QueueUrls", [])]
+    except AWS_ERRORS:
+        return out  # best effort (ListQueues may not be granted, SQS unreachable); the next epoch tries again
+    for url in urls:
+        name = url.rsplit("/", 1)[-1]
+        m = pattern.match(name)
+        if m is None or name in kept_names:
+            continue
+        v = int(m.group(1))
+        if v <= current and v not in stored and _depth(depth, url) == 0 and delete_queue(sqs, url):
+            out.append(url)
+    return out

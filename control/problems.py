@@ -1,0 +1,136 @@
+"""From a registered app to the planner's problem: the usable hardware, the profiles the stack will
+really see (p95 when measured, plus the per-hop overhead of the data plane), and the most children
+one parent request sends along each edge (the dispatch-aware solve sizes children for their bursts)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from control.registry import RegistrationSpec
+    from planner.models import HardwareSpec, Plan, ProblemSpec
+
+__all__ = [
+    "adjust_profiles",
+    "app_problem",
+    "machine_count",
+    "max_children",
+    "solve_within_caps",
+    "usable_hardware",
+]
+
+
+def adjust_profiles(
+    problem: ProblemSpec, overhead_s: float, corrections: Mapping[str, float] | None = None
+) -> ProblemSpec:
+    """Every profile entry's duration becomes its p95 (``p95_s``, when measured) plus ``overhead_s``:
+    what one hop of the data plane really takes around the model (SQS send and receive, grace), plus
+    the service-time correction learned for the module on that hardware (``"module@hardware"`` -> s,
+    :mod:`control.calibration`)."""
+    corr = corrections or {}
+    modules = {}
+    for name, mod in problem.modules.items():
+        entries = []
+        for e in mod.profile:
+            extra = e.model_extra or {}
+            d = float(extra.get("p95_s") or e.duration_s) + overhead_s + corr.get(f"{name}@{e.hardware}", 0.0)
+            entries.append(e.model_copy(update={"duration_s": d}))
+        modules[name] = mod.model_copy(update={"profile": entries})
+    return problem.model_copy(update={"modules": modules})
+
+
+def max_children(edges: Iterable[tuple[str, str, float]]) -> list[list[object]]:
+    """``[[parent, child, n], ...]``: the most children one parent request sends along each edge,
+    ``ceil`` of its fan-out factor (a data plane whose fan-out varies per request sends up to that;
+    the problem extra :data:`planner.robust.FAN_OUT_KEY`, as the local stack plans)."""
+    return [[src, dst, float(math.ceil(f - 1e-9))] for src, dst, f in edges]
+
+
+def usable_hardware(
+    spec: RegistrationSpec, catalog: Mapping[str, HardwareSpec], available: Iterable[str] | None
+) -> list[str]:
+    """Hardware the app may run on: its ``hardware`` list (default: the whole catalog) that has an
+    EC2 instance type (or a mapping in ``instance_types``) and, when known, a worker group."""
+    allowed = spec.hardware if spec.hardware is not None else list(catalog)
+    avail = set(available) if available is not None else None
+    return [
+        h
+        for h in allowed
+        if h in catalog
+        and (catalog[h].instance_type or spec.instance_types.get(h))
+        and (avail is None or h in avail)
+    ]
+
+
+def app_problem(
+    spec: RegistrationSpec,
+    frame_rate: float,
+    catalog: Mapping[str, HardwareSpec],
+    available: Iterable[str] | None,
+    overhead_s: float,
+    corrections: Mapping[str, float] | None = None,
+) -> ProblemSpec:
+    """The planner's problem for ``spec`` at ``frame_rate`` frames/s, for its planning SLO (the SLO
+    less its ``admission_reserve``, :attr:`RegistrationSpec.planning_slo_s`), with the extra
+    ``max_children_per_request`` (:func:`max_children`) when the app has edges and the app's
+    service-time ``corrections`` added to its profiles (:func:`adjust_profiles`). Raises
+    ``ValueError`` naming the module that has no profile on the usable hardware."""
+    from planner.robust import FAN_OUT_KEY
+
+    hw = usable_hardware(spec, catalog, available)
+    problem = spec.app_spec().to_problem(
+        frame_rate, spec.profiles, {h: catalog[h] for h in hw}, spec.planning_slo_s
+    )
+    for name, mod in problem.modules.items():
+        if not mod.profile:
+            model = spec.modules[name].model
+            have = sorted({e.hardware for e in spec.profiles.get(model, [])})
+            raise ValueError(
+                f"module {name!r} (model {model}) has no profile on the usable hardware "
+                f"({', '.join(hw) or 'none'}), profiled on: {', '.join(have) or 'nothing'}"
+            )
+    used = {e.hardware for m in problem.modules.values() for e in m.profile}
+    update: dict[str, object] = {
+        "hardware": {h: s for h, s in problem.hardware.items() if h in used},
+        "name": spec.name,
+    }
+    if spec.edges:
+        update[FAN_OUT_KEY] = max_children(spec.edges)
+    problem = problem.model_copy(update=update)
+    return adjust_profiles(problem, overhead_s, corrections)
+
+
+def machine_count(plan: Plan, hardware: str) -> dict[str, int]:
+    """Machines of ``hardware`` per module of ``plan``."""
+    return {m: sum(g.machines for g in mp.groups if g.hardware == hardware) for m, mp in plan.modules.items()}
+
+
+def solve_within_caps(
+    problem: ProblemSpec, solve: Callable[[ProblemSpec], Plan], caps: Mapping[str, int]
+) -> tuple[Plan, ProblemSpec, list[str]]:
+    """Solve, then, while the plan uses more machines of a capped hardware class than ``caps``
+    allows (e.g. the local stack's real CPU: this host's cores run at most one such machine), take
+    that class away from the module with the most machines on it and solve again. Returns the plan,
+    the problem it solves (moved modules without the class) and one note per module moved. When no
+    module can move (the class is its only one) the last plan is returned: the caller decides."""
+    notes: list[str] = []
+    while True:
+        plan = solve(problem)
+        counts = {hw: machine_count(plan, hw) for hw in sorted(caps)}
+        over = [hw for hw, per in counts.items() if sum(per.values()) > caps[hw]]
+        if not over:
+            return plan, problem, notes
+        hw = over[0]
+        per = counts[hw]
+        worst = max(per, key=lambda m: per[m])  # the first in module order among equals
+        mod = problem.modules[worst]
+        keep = [e for e in mod.profile if e.hardware != hw]
+        if not keep:
+            return plan, problem, notes
+        notes.append(f"{worst}: moved off {hw} (at most {caps[hw]} machine(s) of it)")
+        problem = problem.model_copy(
+            update={"modules": {**problem.modules, worst: mod.model_copy(update={"profile": keep})}}
+        )

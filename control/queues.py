@@ -1,0 +1,109 @@
+"""Task queues: one standard SQS queue per planned machine, each with a redrive policy to a DLQ.
+Every queue created here (task queues and the local DLQ) is encrypted at rest with SQS-managed
+keys (SSE-SQS), like the stack's own queues; it is asked for explicitly rather than left to the
+account's default.
+
+Per machine (not per config group) because a time-window batch belongs to one machine
+(docs/dataplane.md). A module whose plan changed in a version gets fresh queues whose names carry
+the version, so messages dispatched on the old schedule (old batch ids, old windows) and on the new
+one never share a queue; an unchanged module keeps its queues. Old queues are deleted by the
+garbage collector once they are empty (:mod:`control.gc`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from core.adapters._aws import AWS_ERRORS
+from core.adapters.queues import queue_gone
+from core.errors import ConfigError, QueueError
+from core.schema import queue_key
+
+if TYPE_CHECKING:
+    from planner.models import ModulePlan
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "create_module_queues",
+    "delete_queue",
+    "SSE_ATTRIBUTES",
+    "ensure_app_dlq",
+    "queue_name",
+]
+
+DEFAULT_PREFIX = "skinflint-"  # cdk/constants.py QUEUE_NAME_PREFIX (the IAM policies' scope)
+_MAX_NAME = 80  # SQS queue name limit (characters)
+# Server-side encryption with SQS-managed keys (no KMS key to grant the writers and readers).
+SSE_ATTRIBUTES = {"SqsManagedSseEnabled": "true"}
+
+
+def queue_name(
+    app: str, module: str, group: int, machine: int, version: int | None = None, prefix: str = DEFAULT_PREFIX
+) -> str:
+    """``skinflint-<app>-<module>[-v<version>]-g<group>-m<machine>``; names over SQS's 80 characters
+    keep their tail and replace the middle by a digest (still unique, still under the prefix)."""
+    tail = (f"-v{version}" if version is not None else "") + f"-g{group}-m{machine}"
+    name = f"{prefix}{app}-{module}{tail}"
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(f"{app}/{module}".encode()).hexdigest()[:12]
+    room = _MAX_NAME - len(prefix) - len(tail) - len(digest) - 1
+    return f"{prefix}{f'{app}-{module}'[:room]}-{digest}{tail}"
+
+
+def ensure_app_dlq(sqs: Any, app: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
+    """The app's dead-letter queue (created if missing): (url, arn). The deployed stack passes its
+    shared DLQ's ARN instead (``SKINFLINT_TASKS_DLQ_ARN``)."""
+    try:
+        url = sqs.create_queue(QueueName=f"{prefix}{app}-dlq", Attributes=dict(SSE_ATTRIBUTES))["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    except AWS_ERRORS as exc:
+        raise ConfigError(f"cannot create the dead-letter queue of {app}: {exc}") from exc
+    return url, arn
+
+
+def create_module_queues(
+    sqs: Any,
+    app: str,
+    module: str,
+    module_plan: ModulePlan,
+    *,
+    dlq_arn: str,
+    version: int | None = None,
+    prefix: str = DEFAULT_PREFIX,
+    visibility_timeout_s: int = 30,
+    max_receive_count: int = 5,
+    retention_s: int = 3600,
+) -> dict[str, str]:
+    """One queue per machine of the module's groups; returns ``queue_key(group, machine) -> url``.
+    CreateQueue is idempotent for equal attributes, so a retried epoch reuses what it created."""
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)})
+    out: dict[str, str] = {}
+    try:
+        for g, group in enumerate(module_plan.groups):
+            for m in range(group.machines):
+                out[queue_key(g, m)] = sqs.create_queue(
+                    QueueName=queue_name(app, module, g, m, version, prefix),
+                    Attributes={
+                        "VisibilityTimeout": str(visibility_timeout_s),
+                        "RedrivePolicy": redrive,
+                        "MessageRetentionPeriod": str(retention_s),
+                        **SSE_ATTRIBUTES,
+                    },
+                    tags={"skinflint:app": app, "skinflint:module": module},
+                )["QueueUrl"]
+    except AWS_ERRORS as exc:
+        raise ConfigError(f"cannot create the queues of {app}/{module}: {exc}") from exc
+    return out
+
+
+def delete_queue(sqs: Any, url: str) -> bool:
+    """Delete a queue; False when it was already gone."""
+    try:
+        sqs.delete_queue(QueueUrl=url)
+    except AWS_ERRORS as exc:
+        if queue_gone(exc):  # either protocol's code (the JSON protocol says QueueDoesNotExist)
+            return False
+        raise QueueError(f"cannot delete {url}: {exc}", queue_url=url) from exc
+    return True

@@ -1,0 +1,1 @@
+"""The shared data-plane core: schema, routing, settings, errors and every AWS adapter."""

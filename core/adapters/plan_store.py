@@ -1,0 +1,638 @@
+"""The plan store: versioned fleet plans on the config table, flipped atomically.
+
+A *version* is a set of immutable items, all written with ``attribute_not_exists(pk)``::
+
+    plan#v00000007#manifest          Manifest (version, created_at, activate_at, reason, apps, previous)
+    plan#v00000007#app#<app>         the app's Deployment (DAG, plan, schedule origin, queues)
+    plan#v00000007#fleet             the FleetPlan (instances per hardware type and their shares)
+    plan#v00000007#claim#<slot>      which instance holds a slot (conditional write: one holder)
+
+then the *pointer* ``plan#current`` is flipped with a conditional write on the version the writer
+read (:class:`VersionConflict` when another writer won). The pointer carries the manifest; its
+``previous`` is the version the front was serving when the new one was published (not a version
+published earlier that never activated). The one thing that changes after publishing is the
+activation time: :meth:`PlanStore.set_activation` moves ``activate_at`` earlier once the version's
+slots are served (a conditional rewrite of the pointer on the manifest read; the version's items,
+and so every reader's view of the plan, are untouched). Readers read the pointer, then the
+version's items, with consistent reads: every item of a version exists before the pointer names
+it and none changes afterwards, so a reader never sees half a plan. ``plan#seq`` hands out
+version numbers (an atomic counter), so a writer that crashed half-way leaves an orphan, never a
+half-written version that a later writer would collide with.
+
+Documents larger than :data:`INLINE_LIMIT` bytes (a 100-app fleet plan) are split into parts
+(``<key>#p<i>``, binary) under a head item that carries their count and the SHA-256 of the whole;
+a reader checks the checksum. DynamoDB's item limit is 400 KB.
+
+Instances report what they serve with :meth:`PlanStore.put_instance` (``instance#<id>``: every
+version whose shares they still run, :class:`InstanceStatus`); the control loop's garbage collector
+deletes a version once no live instance serves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.adapters._aws import AWS_ERRORS, error_code
+from core.errors import ConfigError
+from core.schema import Deployment
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from planner.packing import FleetPlan, Instance
+
+__all__ = [
+    "INLINE_LIMIT",
+    "AppEntry",
+    "Claim",
+    "InstanceStatus",
+    "Manifest",
+    "PlanStore",
+    "PlanStoreError",
+    "VersionConflict",
+    "slot_content",
+]
+
+INLINE_LIMIT = 300_000  # bytes of a document stored in its head item; larger ones are split in parts
+POINTER = "plan#current"
+SEQUENCE = "plan#seq"
+_PREFIX = "plan#v"
+_WRITERS = 8  # parallel PutItem calls when writing a version
+
+
+class PlanStoreError(ConfigError):
+    """A plan-store item is missing, corrupt (checksum) or a DynamoDB call failed."""
+
+
+class VersionConflict(PlanStoreError):
+    """Another writer flipped the pointer first: ``expected`` was read, ``actual`` is current."""
+
+    def __init__(self, expected: int | None, actual: int | None):
+        super().__init__(
+            f"plan version conflict: expected current version {expected}, found {actual}", key=POINTER
+        )
+        self.expected = expected
+        self.actual = actual
+
+
+class AppEntry(BaseModel):
+    """What a version holds for one app. Extra keys (planned rate, spec revision, ...) are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    sha256: str  # of the Deployment document
+    frame_rate: float
+    changed: list[str] = Field(default_factory=list)  # modules given fresh queues in this version
+
+
+class Manifest(BaseModel):
+    """The head of a version. ``activate_at``: the front dispatches on this version from that time
+    on (epoch s); until then it keeps dispatching on ``previous`` (the version served when this one
+    was published) while workers preload. A *gated* version (``activate_by`` set) is published with
+    ``activate_at = activate_by``, the latest activation; the control loop moves ``activate_at``
+    earlier once every slot is held by an instance that loaded the version (``activation``
+    ``"ready"``, ``ready_at``), or records at the deadline which slots were not ready
+    (``activation`` ``"deadline"``, ``unready``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: int
+    created_at: float
+    activate_at: float
+    reason: str
+    previous: int | None
+    apps: dict[str, AppEntry]
+    counts: dict[str, int] = Field(default_factory=dict)  # planned instances per hardware type
+    billed_per_hour: float = 0.0
+    occupancy_per_hour: float = 0.0
+    fleet_sha256: str = ""
+    activate_by: float | None = None  # epoch s: the latest activation (None: ``activate_at`` is fixed)
+    activation: str | None = None  # how a gated version activated: "ready" | "deadline" (None: not yet)
+    ready_at: float | None = None  # epoch s: when every slot was first seen served by a loaded instance
+    unready: list[str] = Field(default_factory=list)  # slots not ready when it activated at the deadline
+
+    @property
+    def gated(self) -> bool:
+        """Activation waits for the slots to be served and nothing has decided it yet."""
+        return self.activate_by is not None and self.activation is None
+
+    def serving(self, now: float) -> int:
+        """The version the front dispatches on at ``now``."""
+        if now < self.activate_at and self.previous is not None:
+            return self.previous
+        return self.version
+
+
+class Claim(BaseModel):
+    slot: str
+    instance_id: str
+    hardware: str
+    at: float
+
+
+class InstanceStatus(BaseModel):
+    """An instance's heartbeat (``state``: starting, idle, serving, draining, gone): the slot it
+    holds, ``version`` the newest version it adopted, and ``serving_versions`` every version whose
+    shares it still runs (during a version change the superseded version's shares drain after the
+    new one's have started, so an instance serves two or more at once). A heartbeat written before
+    ``serving_versions`` existed carries ``version`` alone: :meth:`served_versions` reads both."""
+
+    model_config = ConfigDict(extra="allow")
+
+    instance_id: str
+    hardware: str
+    version: int | None = None
+    serving_versions: list[int] = Field(default_factory=list)
+    slot: str | None = None
+    state: str = "serving"
+    at: float
+
+    def served_versions(self) -> set[int]:
+        """Every version this instance may still poll a queue of: ``serving_versions`` and
+        ``version`` (the only one an old heartbeat records)."""
+        out = set(self.serving_versions)
+        if self.version is not None:
+            out.add(self.version)
+        return out
+
+
+def slot_content(instance: Instance) -> tuple[tuple[Any, ...], ...]:
+    """What an instance must have loaded to serve a slot: its shares' keys (app, module, hardware,
+    batch, concurrency, duration). Two slots with equal content are served without reloading."""
+    return tuple(sorted(s.key for s in instance.shares))
+
+
+def _vkey(version: int, *parts: str) -> str:
+    return f"{_PREFIX}{version:08d}#" + "#".join(parts)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _load_fleet(text: str) -> FleetPlan:
+    from planner.packing import FleetPlan
+
+    return FleetPlan.model_validate_json(text)
+
+
+class PlanStore:
+    """Versioned plans on the config table (``pk`` string key). Thread-safe (boto3 clients are)."""
+
+    def __init__(self, client: Any, table: str):
+        self._ddb = client
+        self._table = table
+
+    # -- low-level items ------------------------------------------------------------------------
+    def _get(self, pk: str) -> dict[str, Any] | None:
+        try:
+            item = self._ddb.get_item(TableName=self._table, Key={"pk": {"S": pk}}, ConsistentRead=True).get(
+                "Item"
+            )
+        except AWS_ERRORS as exc:
+            raise PlanStoreError(f"cannot read {pk}: {exc}", key=pk) from exc
+        return item if item else None
+
+    def _batch_get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(keys), 100):
+            request: dict[str, Any] = {
+                self._table: {"Keys": [{"pk": {"S": k}} for k in keys[i : i + 100]], "ConsistentRead": True}
+            }
+            for attempt in range(8):
+                try:
+                    page = self._ddb.batch_get_item(RequestItems=request)
+                except AWS_ERRORS as exc:
+                    raise PlanStoreError(f"cannot read {len(keys)} plan items: {exc}") from exc
+                for item in page.get("Responses", {}).get(self._table, []):
+                    out[item["pk"]["S"]] = item
+                request = page.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(0.02 * 2**attempt)
+            if request:
+                raise PlanStoreError("DynamoDB left plan items unread after 8 tries")
+        return out
+
+    def _put_new(self, item: dict[str, Any]) -> None:
+        pk = item["pk"]["S"]
+        try:
+            self._ddb.put_item(
+                TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+            )
+        except AWS_ERRORS as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                raise PlanStoreError(f"{pk} already exists (versions are immutable)", key=pk) from exc
+            raise PlanStoreError(f"cannot write {pk}: {exc}", key=pk) from exc
+
+    def _delete(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        for i in range(0, len(keys), 25):
+            left: dict[str, Any] = {
+                self._table: [{"DeleteRequest": {"Key": {"pk": {"S": k}}}} for k in keys[i : i + 25]]
+            }
+            for attempt in range(8):
+                try:
+                    left = self._ddb.batch_write_item(RequestItems=left).get("UnprocessedItems") or {}
+                except AWS_ERRORS as exc:
+                    raise PlanStoreError(f"cannot delete plan items: {exc}") from exc
+                if not left:
+                    break
+                time.sleep(0.02 * 2**attempt)
+            if left:
+                raise PlanStoreError("DynamoDB left plan items undeleted after 8 tries")
+
+    # -- documents (inline or in checksummed parts) -----------------------------------------------
+    @staticmethod
+    def _doc_items(pk: str, text: str) -> list[dict[str, Any]]:
+        data = text.encode()
+        digest = _sha(data)
+        if len(data) <= INLINE_LIMIT:
+            return [{"pk": {"S": pk}, "doc": {"S": text}, "sha256": {"S": digest}, "parts": {"N": "0"}}]
+        parts = [data[i : i + INLINE_LIMIT] for i in range(0, len(data), INLINE_LIMIT)]
+        head = {"pk": {"S": pk}, "sha256": {"S": digest}, "parts": {"N": str(len(parts))}}
+        return [head] + [{"pk": {"S": f"{pk}#p{i}"}, "data": {"B": p}} for i, p in enumerate(parts)]
+
+    def _read_doc(self, pk: str, head: dict[str, Any] | None = None) -> str | None:
+        head = head if head is not None else self._get(pk)
+        if head is None:
+            return None
+        n = int(head.get("parts", {}).get("N", "0"))
+        if n == 0:
+            data = str(head["doc"]["S"]).encode()
+        else:
+            keys = [f"{pk}#p{i}" for i in range(n)]
+            got = self._batch_get(keys)
+            missing = [k for k in keys if k not in got]
+            if missing:
+                raise PlanStoreError(f"{pk}: {len(missing)} of {n} parts missing", key=pk)
+            data = b"".join(bytes(got[k]["data"]["B"]) for k in keys)
+        if _sha(data) != head["sha256"]["S"]:
+            raise PlanStoreError(f"{pk}: checksum mismatch (corrupt or mixed parts)", key=pk)
+        return data.decode()
+
+    def _read_docs(self, keys: list[str]) -> dict[str, str]:
+        heads = self._batch_get(keys)
+        return {k: doc for k, h in heads.items() if (doc := self._read_doc(k, h)) is not None}
+
+    # -- readers ----------------------------------------------------------------------------------
+    def current(self) -> Manifest | None:
+        """The manifest the pointer names (one consistent read), or None before the first publish."""
+        item = self._get(POINTER)
+        return Manifest.model_validate_json(item["doc"]["S"]) if item else None
+
+    def manifest(self, version: int) -> Manifest | None:
+        doc = self._read_doc(_vkey(version, "manifest"))
+        return Manifest.model_validate_json(doc) if doc else None
+
+    def deployment(self, version: int, app: str) -> Deployment | None:
+        doc = self._read_doc(_vkey(version, "app", app))
+        return Deployment.model_validate_json(doc) if doc else None
+
+    def deployments(self, version: int, apps: Iterable[str] | None = None) -> dict[str, Deployment]:
+        """Every app's deployment in ``version`` (or those of ``apps``)."""
+        if apps is None:
+            m = self.manifest(version)
+            if m is None:
+                return {}
+            apps = m.apps
+        names = sorted(apps)
+        docs = self._read_docs([_vkey(version, "app", a) for a in names])
+        return {
+            a: Deployment.model_validate_json(docs[k])
+            for a in names
+            if (k := _vkey(version, "app", a)) in docs
+        }
+
+    def fleet(self, version: int) -> FleetPlan | None:
+        doc = self._read_doc(_vkey(version, "fleet"))
+        return _load_fleet(doc) if doc else None
+
+    def versions(self) -> list[int]:
+        """Every version that has a manifest (published, superseded or orphaned), ascending."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "ProjectionExpression": "pk",
+            "FilterExpression": "begins_with(pk, :p)",
+            "ExpressionAttributeValues": {":p": {"S": _PREFIX}},
+        }
+        out: list[int] = []
+        try:
+            while True:
+                page = self._ddb.scan(**kwargs)
+                for item in page.get("Items", []):
+                    pk = item["pk"]["S"]
+                    if pk.endswith("#manifest"):
+                        out.append(int(pk[len(_PREFIX) :].split("#", 1)[0]))
+                if "LastEvaluatedKey" not in page:
+                    return sorted(out)
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        except AWS_ERRORS as exc:
+            raise PlanStoreError(f"cannot list plan versions: {exc}") from exc
+
+    # -- the writer ---------------------------------------------------------------------------------
+    def reserve_version(self) -> int:
+        """A fresh version number (atomic counter): queue names can carry it before publishing."""
+        try:
+            out = self._ddb.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": SEQUENCE}},
+                UpdateExpression="ADD seq :one",
+                ExpressionAttributeValues={":one": {"N": "1"}},
+                ReturnValues="UPDATED_NEW",
+            )
+        except AWS_ERRORS as exc:
+            raise PlanStoreError(f"cannot reserve a plan version: {exc}", key=SEQUENCE) from exc
+        return int(out["Attributes"]["seq"]["N"])
+
+    def publish(
+        self,
+        deployments: Mapping[str, Deployment] | Iterable[Deployment],
+        fleet: FleetPlan,
+        *,
+        expected: int | None,
+        activate_at: float,
+        reason: str,
+        version: int | None = None,
+        created_at: float | None = None,
+        app_meta: Mapping[str, Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Manifest:
+        """Write a new version and flip the pointer to it, if the pointer still names ``expected``
+        (None: no version yet). Every Deployment is stamped with the version. The new version's
+        ``previous`` is the version the front serves at ``created_at``: ``expected`` once it has
+        activated, else ``expected``'s own ``previous`` (a version superseded before it activated is
+        never served). Raises :class:`VersionConflict` when another writer flipped first; this
+        version's items are then deleted (best effort; GC removes what is left)."""
+        current = self.current()
+        actual = current.version if current else None
+        if actual != expected:
+            raise VersionConflict(expected, actual)
+        created = time.time() if created_at is None else created_at
+        previous = current.serving(created) if current is not None else None
+        v = version if version is not None else self.reserve_version()
+        deps = list(deployments.values()) if isinstance(deployments, Mapping) else list(deployments)
+        meta = app_meta or {}
+        items: list[dict[str, Any]] = []
+        apps: dict[str, AppEntry] = {}
+        for d in deps:
+            doc = d.model_copy(update={"version": v}).model_dump_json()
+            m = dict(meta.get(d.app, {}))
+            apps[d.app] = AppEntry(sha256=_sha(doc.encode()), frame_rate=d.frame_rate, **m)
+            items += self._doc_items(_vkey(v, "app", d.app), doc)
+        fleet_doc = fleet.model_dump_json()
+        items += self._doc_items(_vkey(v, "fleet"), fleet_doc)
+        manifest = Manifest(
+            version=v,
+            created_at=created,
+            activate_at=activate_at,
+            reason=reason,
+            previous=previous,
+            apps=apps,
+            counts=dict(sorted(fleet.counts().items())),
+            billed_per_hour=float(fleet.billed_per_hour),
+            occupancy_per_hour=float(fleet.occupancy_per_hour),
+            fleet_sha256=_sha(fleet_doc.encode()),
+            **dict(extra or {}),
+        )
+        manifest_doc = manifest.model_dump_json()
+        with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+            list(pool.map(self._put_new, items))
+        for item in self._doc_items(_vkey(v, "manifest"), manifest_doc):  # last: marks it complete
+            self._put_new(item)
+        self._flip(v, expected, manifest_doc)
+        return manifest
+
+    def _flip(self, version: int, expected: int | None, manifest_doc: str) -> None:
+        cond: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(pk)"}
+            if expected is None
+            else {
+                "ConditionExpression": "version = :e",
+                "ExpressionAttributeValues": {":e": {"N": str(expected)}},
+            }
+        )
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={"pk": {"S": POINTER}, "version": {"N": str(version)}, "doc": {"S": manifest_doc}},
+                **cond,
+            )
+        except AWS_ERRORS as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise PlanStoreError(f"cannot flip the plan pointer: {exc}", key=POINTER) from exc
+            now = self.current()
+            try:
+                self.delete_version(version)
+            except PlanStoreError:
+                pass  # GC removes the orphan later
+            raise VersionConflict(expected, now.version if now else None) from exc
+
+    def set_activation(self, expected: Manifest, activate_at: float, **fields: Any) -> Manifest:
+        """Rewrite the current version's activation: ``activate_at`` (never later than the one
+        read) and the activation record (``activation``, ``ready_at``, ``unready``). Conditional on
+        the pointer still holding exactly the manifest ``expected`` (same version, same activation):
+        :class:`VersionConflict` when another version was published or another check rewrote it
+        first. Only the pointer's manifest and the version's manifest item change; the version's
+        deployments and fleet (what readers dispatch on) do not, so the flip stays atomic."""
+        if activate_at > expected.activate_at:
+            raise PlanStoreError(
+                f"v{expected.version}: activation can only move earlier "
+                f"({activate_at:.3f} > {expected.activate_at:.3f})",
+                key=POINTER,
+            )
+        item = self._get(POINTER)
+        actual = int(item["version"]["N"]) if item is not None else None
+        if item is None or actual != expected.version:
+            raise VersionConflict(expected.version, actual)
+        raw = str(item["doc"]["S"])
+        if Manifest.model_validate_json(raw) != expected:
+            raise VersionConflict(expected.version, expected.version)  # another check rewrote it
+        updated = expected.model_copy(update={"activate_at": activate_at, **fields})
+        doc = updated.model_dump_json()
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={"pk": {"S": POINTER}, "version": {"N": str(expected.version)}, "doc": {"S": doc}},
+                ConditionExpression="version = :v AND doc = :d",
+                ExpressionAttributeValues={":v": {"N": str(expected.version)}, ":d": {"S": raw}},
+            )
+        except AWS_ERRORS as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise PlanStoreError(f"cannot rewrite the plan pointer: {exc}", key=POINTER) from exc
+            now = self.current()
+            raise VersionConflict(expected.version, now.version if now else None) from exc
+        self._rewrite_manifest_item(expected.version, doc)
+        return updated
+
+    def _rewrite_manifest_item(self, version: int, doc: str) -> None:
+        """The version's manifest item follows the pointer's activation (reports read it), best
+        effort: the pointer is what the front and the instances act on."""
+        pk = _vkey(version, "manifest")
+        try:
+            head = self._get(pk)
+        except PlanStoreError:  # unreadable now: the pointer, already rewritten, holds the truth
+            return
+        if head is None or int(head.get("parts", {}).get("N", "0")) or len(doc.encode()) > INLINE_LIMIT:
+            return  # gone (GC) or chunked: the pointer alone carries the activation
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    "pk": {"S": pk},
+                    "doc": {"S": doc},
+                    "sha256": {"S": _sha(doc.encode())},
+                    "parts": {"N": "0"},
+                },
+                ConditionExpression="sha256 = :old",
+                ExpressionAttributeValues={":old": head["sha256"]},
+            )
+        except AWS_ERRORS:
+            pass  # a concurrent rewrite or GC won, or DynamoDB was unreachable; the pointer holds the truth
+
+    def delete_version(self, version: int) -> None:
+        """Delete every item of ``version`` (manifest first, so it stops being listed). Refuses the
+        version the pointer names."""
+        current = self.current()
+        if current is not None and current.version == version:
+            raise PlanStoreError(f"version {version} is current; it cannot be deleted", key=POINTER)
+        head_keys = [_vkey(version, "manifest"), _vkey(version, "fleet")]
+        manifest = self.manifest(version)
+        fleet = None
+        try:
+            fleet = self.fleet(version)
+        except PlanStoreError:
+            fleet = None  # corrupt or half-written: delete what the keys below reach
+        apps = list(manifest.apps) if manifest else []
+        heads = self._batch_get(head_keys + [_vkey(version, "app", a) for a in apps])
+        keys: list[str] = []
+        for pk, head in heads.items():
+            keys += [f"{pk}#p{i}" for i in range(int(head.get("parts", {}).get("N", "0")))]
+        if fleet is not None:
+            keys += [_vkey(version, "claim", str(i.slot)) for i in fleet.instances]
+        keys += [k for k in heads if not k.endswith("#manifest")]
+        self._delete([_vkey(version, "manifest")])
+        self._delete(keys)
+
+    # -- slot claims --------------------------------------------------------------------------------
+    def claims(self, version: int, fleet: FleetPlan | None = None) -> dict[str, Claim]:
+        """Slot -> its claim, for every claimed slot of ``version``."""
+        fl = fleet if fleet is not None else self.fleet(version)
+        if fl is None:
+            return {}
+        got = self._batch_get([_vkey(version, "claim", str(i.slot)) for i in fl.instances])
+        return {c.slot: c for c in (Claim.model_validate_json(item["doc"]["S"]) for item in got.values())}
+
+    def claim(
+        self, version: int, instance_id: str, hardware: str, prefer_slot: str | None = None
+    ) -> Instance | None:
+        """Claim a free slot of ``hardware`` in ``version`` for ``instance_id`` (conditional write:
+        two instances never hold one slot). Idempotent: an instance that already holds a slot gets
+        it back. Preference, first to last: a free slot whose content equals what ``prefer_slot``
+        held in the previous version (nothing to reload; ``prefer_slot`` itself first), the slot
+        named ``prefer_slot``, the slot sharing most models with it, then slot order. None when
+        every slot of ``hardware`` is taken."""
+        fleet = self.fleet(version)
+        if fleet is None:
+            raise PlanStoreError(f"plan version {version} has no fleet", key=_vkey(version, "fleet"))
+        held = self.claims(version, fleet)
+        for inst in fleet.instances:
+            c = held.get(str(inst.slot))
+            if c is not None and c.instance_id == instance_id:
+                return inst
+        free = [i for i in fleet.instances if i.hardware == hardware and str(i.slot) not in held]
+        for inst in self._preference(version, free, prefer_slot):
+            claim = Claim(slot=str(inst.slot), instance_id=instance_id, hardware=hardware, at=time.time())
+            try:
+                self._ddb.put_item(
+                    TableName=self._table,
+                    Item={
+                        "pk": {"S": _vkey(version, "claim", claim.slot)},
+                        "doc": {"S": claim.model_dump_json()},
+                        "holder": {"S": instance_id},
+                    },
+                    ConditionExpression="attribute_not_exists(pk)",
+                )
+            except AWS_ERRORS as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    continue  # another instance won this slot: try the next
+                raise PlanStoreError(f"cannot claim slot {claim.slot}: {exc}") from exc
+            return inst
+        return None
+
+    def _preference(self, version: int, free: list[Instance], prefer_slot: str | None) -> list[Instance]:
+        if prefer_slot is None or not free:
+            return free
+        before: tuple[tuple[Any, ...], ...] = ()
+        manifest = self.manifest(version)
+        if manifest is not None and manifest.previous is not None:
+            prev = self.fleet(manifest.previous)
+            old = next((i for i in prev.instances if str(i.slot) == prefer_slot), None) if prev else None
+            before = slot_content(old) if old is not None else ()
+        models = {c[:2] for c in before}
+
+        def rank(inst: Instance) -> tuple[int, int, int]:
+            same = bool(before) and slot_content(inst) == before
+            named = str(inst.slot) == prefer_slot
+            common = len(models & {c[:2] for c in slot_content(inst)})
+            return (0 if same else 1, 0 if named else 1, -common)
+
+        return sorted(free, key=rank)  # stable: slot order breaks ties
+
+    def release(self, version: int, instance_id: str) -> list[str]:
+        """Drop every claim ``instance_id`` holds in ``version`` (when it leaves); returns the slots."""
+        out: list[str] = []
+        for slot, c in self.claims(version).items():
+            if c.instance_id != instance_id:
+                continue
+            try:
+                self._ddb.delete_item(
+                    TableName=self._table,
+                    Key={"pk": {"S": _vkey(version, "claim", slot)}},
+                    ConditionExpression="holder = :me",
+                    ExpressionAttributeValues={":me": {"S": instance_id}},
+                )
+            except AWS_ERRORS as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    continue  # someone else holds it now
+                raise PlanStoreError(f"cannot release slot {slot}: {exc}") from exc
+            out.append(slot)
+        return out
+
+    # -- instance heartbeats ------------------------------------------------------------------------
+    def put_instance(self, status: InstanceStatus) -> None:
+        pk = f"instance#{status.instance_id}"
+        try:
+            self._ddb.put_item(
+                TableName=self._table, Item={"pk": {"S": pk}, "doc": {"S": status.model_dump_json()}}
+            )
+        except AWS_ERRORS as exc:
+            raise PlanStoreError(f"cannot write {pk}: {exc}", key=pk) from exc
+
+    def instances(self) -> dict[str, InstanceStatus]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "FilterExpression": "begins_with(pk, :p)",
+            "ExpressionAttributeValues": {":p": {"S": "instance#"}},
+        }
+        out: dict[str, InstanceStatus] = {}
+        try:
+            while True:
+                page = self._ddb.scan(**kwargs)
+                for item in page.get("Items", []):
+                    st = InstanceStatus.model_validate_json(item["doc"]["S"])
+                    out[st.instance_id] = st
+                if "LastEvaluatedKey" not in page:
+                    return out
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        except AWS_ERRORS as exc:
+            raise PlanStoreError(f"cannot list instances: {exc}") from exc
+
+    def delete_instance(self, instance_id: str) -> None:
+        self._delete([f"instance#{instance_id}"])

@@ -1,0 +1,150 @@
+"""SQS: send task messages in batches of 10 (several queues' batches in parallel), long-poll, delete,
+release (visibility 0)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from core.adapters._aws import AWS_ERRORS, error_code
+from core.errors import QueueError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from core.schema import TaskMessage
+
+__all__ = ["GONE_CODES", "Received", "TaskQueues", "queue_gone"]
+
+#: SQS's error codes for a queue that does not exist (the query protocol's and moto's legacy code,
+#: the JSON protocol's exception name)
+GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+
+
+def queue_gone(exc: BaseException) -> bool:
+    """Whether an SQS failure (a :class:`QueueError` wrapping botocore's ``ClientError``, or the
+    ``ClientError`` itself) says the queue does not exist (the control loop's garbage collector
+    deleted it). A network failure (``BotoCoreError``) never does."""
+    cause = exc.__cause__ if isinstance(exc, QueueError) else exc
+    return cause is not None and error_code(cause) in GONE_CODES
+
+
+@dataclass(frozen=True)
+class Received:
+    body: str
+    receipt: str
+    receive_count: int
+    sent_at: float  # epoch s, SQS's SentTimestamp
+
+
+#: threads a :class:`TaskQueues` sends on in parallel (its own pool, started on first use)
+SEND_THREADS = 4
+
+
+class TaskQueues:
+    def __init__(self, client: Any):
+        self._sqs = client
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def send(self, queue_url: str, messages: list[TaskMessage]) -> None:
+        self.send_many({queue_url: messages})
+
+    def send_many(self, by_queue: Mapping[str, list[TaskMessage]]) -> None:
+        """Send every queue's messages, one ``SendMessageBatch`` per 10. With more than one
+        request they go in parallel: a message's delivery does not wait for the round trips of
+        the requests before it (a parent's children on two queues, a burst of more than ten).
+        Raises the first failure (:class:`QueueError`) once every request has returned; the
+        messages of the requests that succeeded were sent (a retry sends them again: at least
+        once, as a redelivered parent does)."""
+        calls = [(url, msgs[i : i + 10]) for url, msgs in by_queue.items() for i in range(0, len(msgs), 10)]
+        if len(calls) <= 1:
+            for url, chunk in calls:
+                self._send_batch(url, chunk)
+            return
+        pool = self._send_pool()
+        futures = [pool.submit(self._send_batch, url, chunk) for url, chunk in calls[1:]]
+        failure: QueueError | None = None
+        try:
+            self._send_batch(*calls[0])
+        except QueueError as exc:
+            failure = exc
+        for f in futures:
+            try:
+                f.result()
+            except QueueError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _send_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="sqs-send")
+            return self._pool
+
+    def _send_batch(self, queue_url: str, messages: list[TaskMessage]) -> None:
+        entries = [
+            {"Id": str(n), "MessageBody": m.model_dump_json(exclude_none=True)}
+            for n, m in enumerate(messages)
+        ]
+        try:
+            out = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+        except AWS_ERRORS as exc:
+            raise QueueError(f"cannot send to {queue_url}: {exc}", queue_url=queue_url) from exc
+        if out.get("Failed"):
+            why = "; ".join(f.get("Message", f.get("Code", "?")) for f in out["Failed"])
+            raise QueueError(f"SQS refused {len(out['Failed'])} message(s): {why}", queue_url=queue_url)
+
+    def receive(self, queue_url: str, wait_s: int = 20, max_messages: int = 10) -> list[Received]:
+        try:
+            out = self._sqs.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=wait_s,
+                MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+            )
+        except AWS_ERRORS as exc:
+            raise QueueError(f"cannot receive from {queue_url}: {exc}", queue_url=queue_url) from exc
+        return [
+            Received(
+                body=m["Body"],
+                receipt=m["ReceiptHandle"],
+                receive_count=int(m.get("Attributes", {}).get("ApproximateReceiveCount", 1)),
+                sent_at=int(m.get("Attributes", {}).get("SentTimestamp", 0)) / 1000.0,
+            )
+            for m in out.get("Messages", [])
+        ]
+
+    def delete(self, queue_url: str, receipts: list[str]) -> None:
+        self._batch("delete_message_batch", queue_url, [{"ReceiptHandle": r} for r in receipts])
+
+    def release(self, queue_url: str, receipts: list[str]) -> None:
+        """Make messages visible again at once (ChangeMessageVisibility 0): another worker, or this
+        one after a restart, picks them up without waiting for the visibility timeout."""
+        self._batch(
+            "change_message_visibility_batch",
+            queue_url,
+            [{"ReceiptHandle": r, "VisibilityTimeout": 0} for r in receipts],
+        )
+
+    def _batch(self, op: str, queue_url: str, entries: list[dict[str, Any]]) -> None:
+        for i in range(0, len(entries), 10):
+            chunk = [{"Id": str(n), **e} for n, e in enumerate(entries[i : i + 10])]
+            try:
+                getattr(self._sqs, op)(QueueUrl=queue_url, Entries=chunk)
+            except AWS_ERRORS as exc:
+                raise QueueError(f"{op} on {queue_url} failed: {exc}", queue_url=queue_url) from exc
+
+    def depth(self, queue_url: str) -> int:
+        """Visible plus in-flight messages (approximate, as SQS reports them)."""
+        try:
+            attrs = self._sqs.get_queue_attributes(
+                QueueUrl=queue_url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+        except AWS_ERRORS as exc:
+            raise QueueError(f"cannot read depth of {queue_url}: {exc}", queue_url=queue_url) from exc
+        return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])

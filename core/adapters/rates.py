@@ -1,0 +1,185 @@
+"""Observed frame rates from CloudWatch: the front's ``FramesAccepted`` metric (dimension ``App``)
+plus the frames it shed for lack of capacity, summed over whole periods and divided by the time
+they cover."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import TYPE_CHECKING, Any
+
+from core.adapters._aws import AWS_ERRORS
+from core.errors import MetricsError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+__all__ = ["SHED_REASONS", "ObservedRates", "RateWindow", "ServiceOverruns"]
+
+_MAX_QUERIES = 500  # GetMetricData's limit per call
+#: FrontRejected reasons that mean "no planned capacity for this frame" (front/admission.py)
+SHED_REASONS = ("over_planned_rate", "slot_full", "queue_backlog", "deadline")
+
+
+class RateWindow:
+    """``[start, end)``: the last ``ceil(window_s / period_s)`` whole periods (at least one) that
+    ended by ``now - lag_s``. CloudWatch sums per period, so a partial period would be under-counted;
+    writers stamp values with the time they happened (``core.adapters.metrics``) and flush them
+    later, so a period is complete only once every writer has flushed after its end: ``lag_s`` is
+    the writers' flush interval (plus delivery)."""
+
+    def __init__(self, now: float, window_s: float, period_s: int, lag_s: float = 0.0):
+        if period_s < 1 or lag_s < 0 or window_s < 0:
+            raise ValueError(f"bad rate window: window {window_s} s, period {period_s} s, lag {lag_s} s")
+        self.period_s = int(period_s)
+        self.lag_s = float(lag_s)
+        self.end = math.floor((now - lag_s) / period_s) * period_s
+        self.start = self.end - period_s * max(1, math.ceil(window_s / period_s - 1e-9))
+
+    @property
+    def seconds(self) -> float:
+        return float(self.end - self.start)
+
+
+def _metric_values(
+    cw: Any,
+    namespace: str,
+    series: list[tuple[str, list[dict[str, str]]]],
+    stat: str,
+    window: RateWindow,
+) -> Iterator[tuple[int, list[float]]]:
+    """(index into ``series``, values) for each (metric name, dimensions) of ``series`` over
+    ``window`` at its period: GetMetricData in chunks of 500 queries, every page followed."""
+    for k, _, values in _metric_points(cw, namespace, series, stat, window):
+        yield k, values
+
+
+def _metric_points(
+    cw: Any,
+    namespace: str,
+    series: list[tuple[str, list[dict[str, str]]]],
+    stat: str,
+    window: RateWindow,
+) -> Iterator[tuple[int, list[float], list[float]]]:
+    """As :func:`_metric_values`, with each value's period start (epoch seconds)."""
+    start = dt.datetime.fromtimestamp(window.start, dt.UTC)
+    end = dt.datetime.fromtimestamp(window.end, dt.UTC)
+    for i in range(0, len(series), _MAX_QUERIES):
+        queries = [
+            {
+                "Id": f"m{i + k}",
+                "MetricStat": {
+                    "Metric": {"Namespace": namespace, "MetricName": metric, "Dimensions": dims},
+                    "Period": window.period_s,
+                    "Stat": stat,
+                },
+                "ReturnData": True,
+            }
+            for k, (metric, dims) in enumerate(series[i : i + _MAX_QUERIES])
+        ]
+        kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
+        try:
+            while True:
+                page = cw.get_metric_data(**kwargs)
+                for res in page.get("MetricDataResults", []):
+                    stamps = [_epoch_s(t) for t in res.get("Timestamps", [])]
+                    yield int(res["Id"][1:]), stamps, [float(v) for v in res.get("Values", [])]
+                if not page.get("NextToken"):
+                    break
+                kwargs["NextToken"] = page["NextToken"]
+        except AWS_ERRORS as exc:
+            raise MetricsError(f"GetMetricData failed: {exc}") from exc
+
+
+def _epoch_s(t: Any) -> float:
+    return t.timestamp() if isinstance(t, dt.datetime) else float(t)
+
+
+class ObservedRates:
+    """Demand per app: frames accepted (``FramesAccepted``) plus frames the front shed for lack of
+    planned capacity (``FrontRejected`` with one of ``shed_reasons``): a front that sheds at the
+    planned rate would otherwise never show the planner that more is needed. A client that retries
+    a shed frame is counted twice; the planner's headroom absorbs that."""
+
+    def __init__(
+        self,
+        client: Any,
+        namespace: str,
+        metric: str = "FramesAccepted",
+        shed_metric: str = "FrontRejected",
+        shed_reasons: tuple[str, ...] = SHED_REASONS,
+    ):
+        self._cw = client
+        self.namespace = namespace
+        self.metric = metric
+        self.shed_metric = shed_metric
+        self.shed_reasons = shed_reasons
+
+    def _series(self, apps: list[str]) -> list[tuple[str, str, list[dict[str, str]]]]:
+        out = [(app, self.metric, [{"Name": "App", "Value": app}]) for app in apps]
+        out += [
+            (app, self.shed_metric, [{"Name": "App", "Value": app}, {"Name": "Reason", "Value": r}])
+            for app in apps
+            for r in self.shed_reasons
+        ]
+        return out
+
+    def frame_rates(self, apps: Iterable[str], window: RateWindow) -> dict[str, float]:
+        """Frames/s demanded per app over ``window`` (0.0 for an app with no data)."""
+        return {app: rate for app, (rate, _) in self.observe(apps, window).items()}
+
+    def observe(self, apps: Iterable[str], window: RateWindow) -> dict[str, tuple[float, float | None]]:
+        """Per app: (frames/s demanded over ``window``, the start of the first period with frames
+        from the period before the window on, None when none). Read with one period of look-back:
+        when the first period with frames is the window's first (or a later one) and the period
+        before it had none, the app's first frames are in the window and its first period is
+        likely partial (frames began somewhere inside it): the rate over the window under-counts."""
+        names = sorted(set(apps))
+        total = dict.fromkeys(names, 0.0)
+        first: dict[str, float | None] = dict.fromkeys(names)
+        series = self._series(names)
+        wider = RateWindow(window.end, window.seconds + window.period_s, window.period_s)
+        for k, stamps, values in _metric_points(
+            self._cw, self.namespace, [(m, d) for _, m, d in series], "Sum", wider
+        ):
+            app = series[k][0]
+            total[app] += sum(v for t, v in zip(stamps, values, strict=True) if t >= window.start)
+            seen = [t for t, v in zip(stamps, values, strict=True) if v > 0]
+            if seen:
+                cur = first[app]
+                first[app] = min(seen) if cur is None else min(cur, *seen)
+        return {app: (total[app] / window.seconds, first[app]) for app in names}
+
+
+class ServiceOverruns:
+    """The workers' ``ServiceOverrunMs`` (per batch: window end to done, minus the planned batch
+    duration; workers/worker.py), its ``Maximum`` per (app, module, hardware) over a window, in
+    seconds. A key with no data is left out (not run in the window)."""
+
+    def __init__(self, client: Any, namespace: str, metric: str = "ServiceOverrunMs"):
+        self._cw = client
+        self.namespace = namespace
+        self.metric = metric
+
+    def maxima(
+        self, keys: Iterable[tuple[str, str, str]], window: RateWindow
+    ) -> dict[tuple[str, str, str], float]:
+        series = sorted(set(keys))
+        out: dict[tuple[str, str, str], float] = {}
+        # dimensions in name order, as the workers' metrics put them (moto matches dimensions as a
+        # list; CloudWatch as a set)
+        queries = [
+            (
+                self.metric,
+                [
+                    {"Name": "App", "Value": a},
+                    {"Name": "Hardware", "Value": hw},
+                    {"Name": "Module", "Value": m},
+                ],
+            )
+            for a, m, hw in series
+        ]
+        for k, values in _metric_values(self._cw, self.namespace, queries, "Maximum", window):
+            if values:
+                out[series[k]] = max(out.get(series[k], -math.inf), max(values) / 1e3)
+        return out

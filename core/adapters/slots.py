@@ -1,0 +1,98 @@
+"""Batch-slot counts shared by every front instance (DynamoDB, the results table).
+
+The front's admission counts the frames it put in each root window (``front/admission.py``).
+One process sees only its own frames, so N Lambda instances could each fill a window to its cap. With
+this counter a window's count lives in one item, ``pk = slot#<app>#v<version>#<module>``,
+``sk = <batch id>``, raised by a conditional ``UpdateItem`` (``ADD n 1`` if ``n < cap``): one write per
+frame admitted (a refused condition is billed as a write too), and the cap holds across instances.
+
+Items expire with the table's TTL (``expires_at``: the window's end plus :data:`KEEP_S`). The counter
+fails open: when DynamoDB cannot be reached the front admits on its own count, as it does without
+the counter, and says so (:meth:`SlotCounter.take` returns None) so the failure is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from core.adapters._aws import AWS_ERRORS, error_code
+from core.adapters.results import EXPIRES_AT
+
+__all__ = ["KEEP_S", "SlotCounter", "slot_key"]
+
+log = logging.getLogger(__name__)
+
+#: s a window's count is kept after the window ends (no one reads it then; TTL deletes it later)
+KEEP_S = 600.0
+
+
+def slot_key(app: str, version: int, module: str, batch_id: int) -> dict[str, dict[str, str]]:
+    """The item of one window of one root module of one deployment version."""
+    return {"pk": {"S": f"slot#{app}#v{version}#{module}"}, "sk": {"S": str(batch_id)}}
+
+
+class SlotCounter:
+    """Shared per-window counts (see the module doc). ``ddb``: a DynamoDB client; ``table``: the
+    results table (hash ``pk``, range ``sk``, TTL on ``expires_at``)."""
+
+    def __init__(self, ddb: Any, table: str) -> None:
+        self.ddb = ddb
+        self.table = table
+
+    def take(
+        self, app: str, version: int, module: str, batch_id: int, cap: int, window_end: float
+    ) -> bool | None:
+        """Count one more frame in the window if it holds fewer than ``cap``: True when counted,
+        False when the window is full, None when DynamoDB could not answer (the caller decides alone)."""
+        failed = self._update(
+            slot_key(app, version, module, batch_id),
+            "ADD n :one SET #exp = :exp",
+            "attribute_not_exists(n) OR n < :cap",
+            {":one": {"N": "1"}, ":cap": {"N": str(int(cap))}, ":exp": {"N": str(int(window_end + KEEP_S))}},
+            names={"#exp": EXPIRES_AT},
+        )
+        if failed is None:
+            return True
+        if failed == "ConditionalCheckFailedException":
+            return False
+        log.warning(
+            "slot counter %s unavailable (%s): admitting on this front's own count", self.table, failed
+        )
+        return None
+
+    def release(self, app: str, version: int, module: str, batch_id: int) -> None:
+        """Give back one frame counted in the window (a JSON batch refused after part of it was
+        counted); best effort: a failure leaves the window one frame fuller than it is."""
+        failed = self._update(
+            slot_key(app, version, module, batch_id),
+            "ADD n :minus",
+            "attribute_exists(n) AND n > :zero",
+            {":minus": {"N": "-1"}, ":zero": {"N": "0"}},
+        )
+        if failed not in (None, "ConditionalCheckFailedException"):
+            log.warning("slot counter %s: could not give back a frame (%s)", self.table, failed)
+
+    def _update(
+        self,
+        key: dict[str, dict[str, str]],
+        update: str,
+        condition: str,
+        values: dict[str, dict[str, str]],
+        names: dict[str, str] | None = None,
+    ) -> str | None:
+        """One conditional ``UpdateItem``: None when it was applied, else the service's error code
+        (``ConditionalCheckFailedException``: the condition did not hold) or the error's text."""
+        extra = {"ExpressionAttributeNames": names} if names else {}
+        try:
+            self.ddb.update_item(
+                TableName=self.table,
+                Key=key,
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
+                **extra,
+            )
+        except AWS_ERRORS as exc:
+            return error_code(exc) or str(exc) or type(exc).__name__
+        return None

@@ -1,0 +1,504 @@
+"""Admission control of the front: refuse, before anything is stored or enqueued, the frames the
+deployed plan cannot serve within their deadline, and say why and when to come back.
+
+The front is stateless (a Lambda function; any number of instances), so the decision uses only
+what every instance can compute alone -- the deployment's dispatch schedule -- plus cheap state
+local to the instance. Checks, in order (docs/loadtest.md has the reasoning and the measurements):
+
+1. **per API key** (429 ``rate_limited``): a token bucket per key (frames/s and a burst);
+2. **planned rate** (503 ``over_planned_rate``): a GCRA (virtual scheduling) limiter at the app's
+   planned frame rate plus a headroom, capped at the rate the plan's machines sustain
+   (min over modules of schedule rate / requests per frame), with a burst tolerance in seconds;
+3. **batch slots** (503 ``slot_full`` / ``queue_backlog`` / ``deadline``): TC dispatch gives a
+   frame arriving at ``t`` the slot ``slot_at(t)``, one batch of one machine that holds at most
+   ``b`` requests, and for a dispatch-aware plan at most what the plan's realisation assumed the
+   window holds (``planner.dispatch.root_window_caps``: the children were sized for the bursts of
+   windows that full, whatever the arrival process). The instance counts what it put in each slot;
+   a full slot spills the frame into
+   the next windows while the slot's bound (window end + the window's steady-state queue wait +
+   batch duration + the downstream modules' planned worst case) still meets the frame's deadline.
+   A machine whose queue holds more than it can run within the SLO (visible + in flight, read with
+   ``GetQueueAttributes`` at most once per ``queue_check_s``) is skipped.
+
+A JSON batch of frames is admitted whole or not at all. Everything here is mechanism over the plan:
+no shared counter, so N instances can each fill a slot -- the worker's early drop (Nexus) is the
+backstop that reports such frames as dropped instead of late.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from core.adapters.slots import SlotCounter
+    from core.routing import Route, Router
+    from core.schema import Deployment
+
+__all__ = [
+    "Admission",
+    "AdmissionConfig",
+    "Admitted",
+    "Gcra",
+    "Shed",
+    "TokenBucket",
+    "requests_per_frame",
+]
+
+_PRUNE_EVERY = 256  # admissions between two prunes of the slot counters and idle key buckets
+_KEY_IDLE_S = 300.0  # s: a key's bucket unused this long is forgotten (it would be full again)
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    """Knobs of admission control (environment: ``SKINFLINT_ADMISSION_*``)."""
+
+    enabled: bool = True
+    key_rate_per_s: float = 100.0  # frames/s per API key and front instance; 0 turns the check off
+    key_burst: float = 200.0  # frames a key may send at once
+    rate_headroom: float = 0.1  # admit up to the planned frame rate x (1 + headroom)
+    burst_s: float = 1.0  # s: how far ahead of the planned pace a frame may be admitted (GCRA tolerance)
+    max_spill_slots: int = 64  # windows looked at after the arrival slot
+    queue_check_s: float = 1.0  # s between depth reads of one queue; 0 turns the backlog check off
+    margin_s: float = 0.0  # s kept in reserve when comparing a slot's bound with the deadline
+    # count the frames of each window in DynamoDB too (core/adapters/slots.py), so every front
+    # instance sees them: the cap holds across Lambda instances, at one conditional write per frame
+    shared_slots: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionConfig:
+        e = os.environ if env is None else env
+        d = cls()
+
+        def num(name: str, default: float) -> float:
+            raw = e.get(f"SKINFLINT_ADMISSION_{name}")
+            return float(raw) if raw not in (None, "") else default
+
+        return cls(
+            enabled=e.get("SKINFLINT_ADMISSION", "on").lower() not in ("0", "off", "false", "no"),
+            key_rate_per_s=num("KEY_RATE", d.key_rate_per_s),
+            key_burst=num("KEY_BURST", d.key_burst),
+            rate_headroom=num("HEADROOM", d.rate_headroom),
+            burst_s=num("BURST_S", d.burst_s),
+            max_spill_slots=int(num("MAX_SPILL", d.max_spill_slots)),
+            queue_check_s=num("QUEUE_CHECK_S", d.queue_check_s),
+            margin_s=num("MARGIN_S", d.margin_s),
+            shared_slots=e.get("SKINFLINT_ADMISSION_SHARED", "off").lower() in ("1", "on", "true", "yes"),
+        )
+
+
+@dataclass(frozen=True)
+class Shed:
+    """A refusal: HTTP ``status`` (429 or 503), ``error`` code, ``reason``, and when to retry."""
+
+    status: int
+    error: str
+    reason: str
+    retry_after_s: float
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """Per frame, the route of every root module; ``spilled`` frames went past their arrival slot."""
+
+    routes: list[dict[str, Route]]
+    spilled: int = 0
+    shared_errors: int = 0  # windows the shared count could not be read for (admitted on the own count)
+
+
+class TokenBucket:
+    """``rate`` tokens/s up to ``burst``; :meth:`take` returns 0 when granted, else the wait in s."""
+
+    def __init__(self, rate: float, burst: float, now: float):
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self.tokens = self.burst
+        self.updated = now
+        self.last_take = now
+
+    def _refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+
+    def take(self, n: float, now: float) -> float:
+        self._refill(now)
+        self.last_take = now
+        if n <= self.tokens:
+            self.tokens -= n
+            return 0.0
+        if n > self.burst:
+            return math.inf
+        return (n - self.tokens) / self.rate
+
+    def give_back(self, n: float) -> None:
+        self.tokens = min(self.burst, self.tokens + n)
+
+
+class Gcra:
+    """Generic cell-rate algorithm (virtual scheduling): at most ``rate`` frames/s, a frame may be
+    ``tolerance_s`` ahead of the pace (so ``floor(tolerance * rate) + 1`` frames at once). A request
+    of ``n`` frames passes when its first frame is on time and moves the pace on by all ``n`` (a
+    JSON batch larger than the burst is not refused for ever; the frames after it wait instead)."""
+
+    def __init__(self, rate: float, tolerance_s: float):
+        self.interval = 1.0 / rate
+        self.tolerance_s = tolerance_s
+        self.tat = -math.inf  # theoretical arrival time of the next frame
+
+    def check(self, n: int, now: float) -> tuple[float, float]:
+        """(wait, new tat): ``wait`` is 0 when ``n`` frames may pass now (commit with :meth:`commit`)."""
+        tat = max(self.tat, now)
+        ahead = tat - now
+        if ahead > self.tolerance_s + 1e-12:
+            return ahead - self.tolerance_s, self.tat
+        return 0.0, tat + n * self.interval
+
+    def commit(self, tat: float) -> None:
+        self.tat = tat
+
+
+def requests_per_frame(dep: Deployment) -> dict[str, float]:
+    """Mean requests of every module per frame (1 at the roots, times the fan-out along each edge)."""
+    mu: dict[str, float] = {m: (1.0 if m in dep.roots else 0.0) for m in dep.plan.modules}
+    done: set[str] = set()
+
+    def visit(m: str) -> None:  # depth-first in topological order (the DAG is validated upstream)
+        if m in done:
+            return
+        for src, dst, _ in dep.edges:
+            if dst == m:
+                visit(src)
+        mu[m] = (1.0 if m in dep.roots else 0.0) + sum(mu[s] * f for s, d, f in dep.edges if d == m)
+        done.add(m)
+
+    for m in list(mu):
+        visit(m)
+    return mu
+
+
+@dataclass
+class _AppState:
+    """What admission derives once per deployment version: the limiter and the per-module bounds."""
+
+    key: tuple[int, float]  # (version, origin): a new deployment resets the slot counts
+    gcra: Gcra | None
+    rate: float  # frames/s the limiter admits
+    tail_s: dict[str, float]  # planned worst case of the modules below a module (longest path)
+    backlog_limit: dict[tuple[str, int], int]  # (module, group) -> queue depth beyond which it is skipped
+    caps: dict[str, list[int]]  # root module -> frames each window of its period may take
+    slots: dict[tuple[str, int], int] = field(default_factory=dict)  # (module, batch id) -> frames
+    slot_end: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
+def _module_wcl(router: Router, module: str) -> float:
+    planned = router.deployment.plan.modules[module].worst_case_latency_s
+    sched = router.schedule(module)
+    return max(planned, float(sched.worst_case_latency_s) if sched is not None else 0.0)
+
+
+def _tails(router: Router) -> dict[str, float]:
+    dep = router.deployment
+    memo: dict[str, float] = {}
+
+    def tail(m: str) -> float:
+        if m not in memo:
+            memo[m] = max((_module_wcl(router, c) + tail(c) for c, _ in dep.children(m)), default=0.0)
+        return memo[m]
+
+    return {m: tail(m) for m in dep.plan.modules}
+
+
+def _caps(router: Router) -> dict[str, list[int]]:
+    """Per root module, the frames each window of its schedule's period may take
+    (``planner.dispatch.root_window_caps``); a module without a schedule is left out (its batch)."""
+    from planner.dispatch import root_window_caps
+
+    dep = router.deployment
+    out: dict[str, list[int]] = {}
+    for m in dep.roots:
+        sched = router.schedule(m)
+        if sched is not None and hasattr(sched, "window_lists"):
+            out[m] = root_window_caps(dep.plan.modules[m], sched, has_children=bool(dep.children(m)))
+    return out
+
+
+class Admission:
+    """Admission control of one front instance (thread-safe). ``depth(queue_url)`` reads a queue's
+    visible + in-flight count (``TaskQueues.depth``); it is optional. ``slots``: the counts every front
+    instance shares (:class:`core.adapters.slots.SlotCounter`), consulted for a window this
+    instance finds free when ``config.shared_slots``; its call is made under the instance's lock (a
+    Lambda front serves one request at a time)."""
+
+    def __init__(self, config: AdmissionConfig | None = None, slots: SlotCounter | None = None):
+        self.config = config or AdmissionConfig()
+        self.slots = slots if self.config.shared_slots else None
+        self._lock = threading.Lock()
+        self._apps: dict[str, _AppState] = {}
+        self._keys: dict[str, TokenBucket] = {}
+        self._depths: dict[str, tuple[float, int | None]] = {}  # queue url -> (read at, depth)
+        self._refreshing: set[str] = set()  # queue urls whose depth a request is reading now
+        self._calls = 0
+
+    # -- per deployment ----------------------------------------------------------------------------
+    def prepare(self, router: Router) -> None:
+        """Derive the deployment's limiter and bounds now (else on its first frame)."""
+        self._state(router)
+
+    def _state(self, router: Router) -> _AppState:
+        dep = router.deployment
+        key = (dep.version, dep.origin_s)
+        st = self._apps.get(dep.app)
+        if st is not None and st.key == key:
+            return st
+        mu = requests_per_frame(dep)
+        capacity = math.inf
+        for m, mp in dep.plan.modules.items():
+            sched = router.schedule(m)
+            w = (
+                float(sched.effective_rate)
+                if sched is not None
+                else sum(g.machines * g.rate_per_machine for g in mp.groups)
+            )
+            if mu.get(m, 0.0) > 0:
+                capacity = min(capacity, w / mu[m])
+        planned = dep.frame_rate * (1.0 + self.config.rate_headroom) if dep.frame_rate > 0 else math.inf
+        rate = min(planned, capacity)
+        gcra = Gcra(rate, self.config.burst_s) if math.isfinite(rate) and rate > 0 else None
+        limits = {
+            (m, gi): math.ceil(g.rate_per_machine * dep.slo_s) + g.batch
+            for m, mp in dep.plan.modules.items()
+            for gi, g in enumerate(mp.groups)
+        }
+        st = _AppState(
+            key=key, gcra=gcra, rate=rate, tail_s=_tails(router), backlog_limit=limits, caps=_caps(router)
+        )
+        self._apps[dep.app] = st
+        return st
+
+    # -- the decision ------------------------------------------------------------------------------
+    def admit(
+        self,
+        router: Router,
+        n_frames: int,
+        now: float,
+        api_key: str | None = None,
+        depth: Callable[[str], int] | None = None,
+    ) -> Admitted | Shed:
+        """Admit ``n_frames`` frames of ``router``'s app arriving at ``now`` (epoch s), or say why not."""
+        dep = router.deployment
+        if not self.config.enabled:
+            return Admitted([{m: router.route(m, now) for m in dep.roots} for _ in range(n_frames)])
+        stale: list[str] | None = [] if depth is not None and self.config.queue_check_s > 0 else None
+        try:
+            with self._lock:
+                return self._decide(router, n_frames, now, api_key, stale)
+        finally:
+            if stale and depth is not None:
+                self._refresh_depths(stale, depth, now)
+
+    def _decide(
+        self, router: Router, n_frames: int, now: float, api_key: str | None, stale: list[str] | None
+    ) -> Admitted | Shed:
+        """The decision (the caller holds the lock)."""
+        dep = router.deployment
+        self._calls += 1
+        if self._calls % _PRUNE_EVERY == 0:
+            self._prune(now)
+        shed = self._take_key(api_key, n_frames, now)
+        if shed is not None:
+            return shed
+        st = self._state(router)
+        new_tat = None
+        if st.gcra is not None:
+            wait, new_tat = st.gcra.check(n_frames, now)
+            if wait > 0:
+                self._refund_key(api_key, n_frames)
+                return Shed(
+                    503,
+                    "over_planned_rate",
+                    f"{dep.app} is planned for {dep.frame_rate:g} frames/s; this front admits up to "
+                    f"{st.rate:.3g} frames/s with a {self.config.burst_s:g} s burst",
+                    wait,
+                )
+        out = self._reserve(router, st, n_frames, now, stale)
+        if isinstance(out, Shed):
+            self._refund_key(api_key, n_frames)
+            return out
+        if st.gcra is not None and new_tat is not None:
+            st.gcra.commit(new_tat)
+        return out
+
+    def _take_key(self, api_key: str | None, n: int, now: float) -> Shed | None:
+        cfg = self.config
+        if not api_key or cfg.key_rate_per_s <= 0:
+            return None
+        digest = hashlib.sha256(api_key.encode()).hexdigest()[:32]
+        bucket = self._keys.get(digest)
+        if bucket is None:
+            bucket = self._keys[digest] = TokenBucket(cfg.key_rate_per_s, cfg.key_burst, now)
+        wait = bucket.take(n, now)
+        if wait == 0:
+            return None
+        if math.isinf(wait):
+            return Shed(
+                429,
+                "rate_limited",
+                f"{n} frames in one request exceed this key's burst of {bucket.burst:g}",
+                1.0 / cfg.key_rate_per_s,
+            )
+        return Shed(
+            429,
+            "rate_limited",
+            f"this API key is limited to {cfg.key_rate_per_s:g} frames/s (burst {bucket.burst:g})",
+            wait,
+        )
+
+    def _refund_key(self, api_key: str | None, n: int) -> None:
+        if not api_key or self.config.key_rate_per_s <= 0:
+            return
+        bucket = self._keys.get(hashlib.sha256(api_key.encode()).hexdigest()[:32])
+        if bucket is not None:
+            bucket.give_back(n)
+
+    def _reserve(
+        self, router: Router, st: _AppState, n_frames: int, now: float, stale: list[str] | None
+    ) -> Admitted | Shed:
+        dep = router.deployment
+        deadline = now + dep.slo_s - self.config.margin_s
+        taken: list[tuple[str, int]] = []
+        shared: list[tuple[str, int]] = []  # windows counted in the shared counter for this request
+        routes: list[dict[str, Route]] = []
+        spilled = errors = 0
+        for _ in range(n_frames):
+            frame: dict[str, Route] = {}
+            for module in dep.roots:
+                found = self._find_slot(router, st, module, now, deadline, stale)
+                if isinstance(found, Shed):
+                    for k in taken:  # all or nothing
+                        st.slots[k] -= 1
+                    if self.slots is not None:
+                        for m, bid in shared:
+                            self.slots.release(dep.app, dep.version, m, bid)
+                    return found
+                route, hops, counted = found
+                k = (module, route.batch_id)
+                st.slots[k] = st.slots.get(k, 0) + 1
+                st.slot_end[k] = route.window_end
+                taken.append(k)
+                if counted is True:
+                    shared.append(k)
+                errors += counted is None
+                frame[module] = route
+                spilled += hops > 0
+            routes.append(frame)
+        return Admitted(routes, spilled, errors)
+
+    def _find_slot(
+        self, router: Router, st: _AppState, module: str, now: float, deadline: float, stale: list[str] | None
+    ) -> tuple[Route, int, bool | None] | Shed:
+        """The first window from ``now`` on that can meet ``deadline`` and has room: (its route, the
+        windows passed over, whether the shared counter counted the frame: True, False when there is
+        none, None when it could not answer), or why none."""
+        sched = router.schedule(module)
+        full = backlogged = 0
+        t = now
+        first_end = math.inf
+        for hop in range(self.config.max_spill_slots + 1):
+            route = router.route(module, t)
+            first_end = min(first_end, route.window_end)
+            group = sched.groups[route.group]
+            wait = sched.window_wait_s(route.batch_id)
+            bound = route.window_end + wait + group.duration_s + st.tail_s[module]
+            if bound > deadline:
+                break
+            caps = st.caps.get(module)
+            cap = caps[route.batch_id % len(caps)] if caps else group.batch
+            if st.slots.get((module, route.batch_id), 0) >= cap:
+                full += 1
+            elif self._backlogged(route.queue_url, st.backlog_limit[(module, route.group)], now, stale):
+                backlogged += 1
+            else:
+                if self.slots is None:
+                    return route, hop, False
+                dep = router.deployment
+                got = self.slots.take(dep.app, dep.version, module, route.batch_id, cap, route.window_end)
+                if got is not False:
+                    return route, hop, got
+                # other front instances filled it: full here too, no second call for this window
+                st.slots[(module, route.batch_id)] = cap
+                st.slot_end[(module, route.batch_id)] = route.window_end
+                full += 1
+            t = route.window_end + 1e-6  # windows are [start, end): the next one
+        if full == 0 and backlogged == 0:
+            return Shed(
+                503,
+                "deadline",
+                f"no batch slot of {module} can finish within the {router.deployment.slo_s:g} s SLO",
+                1.0,
+            )
+        if backlogged > full:
+            return Shed(
+                503,
+                "queue_backlog",
+                f"the machines of {module} have more queued than they can run within the SLO",
+                max(self.config.queue_check_s, 0.1),
+            )
+        # the earliest a retry can succeed: when the arrival slot has moved on by one window
+        return Shed(
+            503,
+            "slot_full",
+            f"every batch slot of {module} that can meet the deadline is full ({full} looked at)",
+            max(first_end - now, 0.01),
+        )
+
+    def _backlogged(self, url: str, limit: int, now: float, stale: list[str] | None) -> bool:
+        """From the cached depth (no I/O under the lock); a stale one is put on ``stale`` for this
+        request to re-read after the decision, unless another request is reading it already."""
+        if stale is None:
+            return False
+        read_at, value = self._depths.get(url, (-math.inf, None))
+        if now - read_at >= self.config.queue_check_s and url not in self._refreshing:
+            self._refreshing.add(url)
+            stale.append(url)
+        return value is not None and value > limit
+
+    def _refresh_depths(self, urls: list[str], depth: Callable[[str], int], now: float) -> None:
+        """Read the depth of the queues this request found stale (outside the lock: a slow SQS call
+        delays this request only)."""
+        for url in urls:
+            try:
+                value: int | None = int(depth(url))
+            except Exception:  # noqa: BLE001 - a failed read must not refuse frames (fail open)
+                value = None
+            with self._lock:
+                self._depths[url] = (now, value)
+                self._refreshing.discard(url)
+
+    def _prune(self, now: float) -> None:
+        for st in self._apps.values():
+            old = [slot for slot, end in st.slot_end.items() if end < now - 5.0]
+            for slot in old:
+                st.slot_end.pop(slot, None)
+                st.slots.pop(slot, None)
+        idle = [digest for digest, b in self._keys.items() if now - b.last_take > _KEY_IDLE_S]
+        for digest in idle:
+            del self._keys[digest]
+
+    # -- introspection (tests, /metrics) ---------------------------------------------------------
+    def admitted_rate(self, app: str) -> float | None:
+        st = self._apps.get(app)
+        return st.rate if st is not None else None
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                app: {"rate": st.rate, "slots": len(st.slots), "tail_s": dict(st.tail_s)}
+                for app, st in self._apps.items()
+            }

@@ -1,0 +1,292 @@
+"""The front's logic, free of HTTP: authenticate, validate frames, dispatch them (TC time windows)
+and enqueue; read results. Adapters are injected; the FastAPI routes only translate."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NoReturn
+
+from core.adapters.results import FrameRecord
+from core.errors import DataPlaneError
+from core.routing import Router
+from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from core.adapters.blobs import BlobStore
+    from core.adapters.config_store import ConfigStore
+    from core.adapters.metrics import Metrics
+    from core.adapters.plan_store import Manifest, PlanStore
+    from core.adapters.queues import TaskQueues
+    from core.adapters.results import ResultStore
+    from core.routing import Route
+    from core.settings import DataPlaneConfig
+    from front.admission import Admission
+
+__all__ = ["FrontService", "Rejection"]
+
+IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}
+_CACHE_TTL_S = 10.0
+_POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
+_REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: anything else cannot exist (and never hits DynamoDB)
+_APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+log = logging.getLogger("skinflint.front")
+
+
+class Rejection(DataPlaneError):
+    """A request the front refuses: HTTP ``status``, a short ``error`` code and a ``reason``."""
+
+    def __init__(self, status: int, error: str, reason: str, retry_after_s: float | None = None):
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+        self.retry_after_s = retry_after_s  # load shedding (429/503): when a retry may succeed
+
+
+def check_image(data: bytes, content_type: str) -> None:
+    """Decode the image fully (a truncated JPEG passes a header check); raise :class:`Rejection`."""
+    from io import BytesIO
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(BytesIO(data)) as img:
+            fmt = img.format
+            img.load()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise Rejection(
+            422, "undecodable_image", f"the body is not a decodable {content_type}: {exc}"
+        ) from exc
+    if fmt != IMAGE_TYPES[content_type]:
+        raise Rejection(422, "undecodable_image", f"content type says {content_type} but the image is {fmt}")
+
+
+@dataclass
+class FrontService:
+    config: DataPlaneConfig
+    store: ConfigStore
+    results: ResultStore
+    queues: TaskQueues
+    blobs: BlobStore
+    metrics: Metrics
+    clock: Callable[[], float] = time.time
+    admission: Admission | None = None  # load shedding (front/admission.py); None: admit all
+    plans: PlanStore | None = None  # versioned plans: dispatch on the version serving now (docs/control.md)
+    _routers: dict[str, tuple[float, Router | None]] = field(default_factory=dict)
+    _keys: dict[str, float] = field(default_factory=dict)
+    _pointer: tuple[float, Manifest | None] = (0.0, None)
+    _by_version: dict[tuple[str, int], Router] = field(default_factory=dict)
+    _io: list[ThreadPoolExecutor] = field(default_factory=list)  # started on first use
+    _io_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _io_pool(self) -> ThreadPoolExecutor:
+        with self._io_lock:
+            if not self._io:
+                self._io.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="front-io"))
+            return self._io[0]
+
+    # -- auth and config ---------------------------------------------------------------------------
+    def authenticate(self, key: str | None) -> None:
+        if not key:
+            self.reject(401, "missing_api_key", "send the API key in the x-api-key header")
+        now = self.clock()
+        if self._keys.get(key, 0.0) > now:
+            return
+        if not self.store.api_key_known(key):
+            self.reject(403, "wrong_api_key", "the API key is not known")
+        self._keys[key] = now + _CACHE_TTL_S
+
+    def router(self, app: str) -> Router:
+        if not _APP_NAME.fullmatch(app):
+            self.reject(404, "unknown_app", f"no app named {app[:140]!r} is deployed")
+        now = self.clock()
+        m = self._manifest(now)
+        if m is not None:
+            return self._versioned_router(app, m.serving(now))
+        cached = self._routers.get(app)
+        if cached is None or cached[0] < now:
+            dep = self.store.get_deployment(app)
+            cached = (now + _CACHE_TTL_S, Router.for_deployment(dep) if dep else None)
+            self._routers[app] = cached
+        if cached[1] is None:
+            self.reject(404, "unknown_app", f"no app named {app!r} is deployed")
+        assert cached[1] is not None
+        return cached[1]
+
+    def _manifest(self, now: float) -> Manifest | None:
+        """The plan pointer's manifest, read at most once per ``_POINTER_TTL_S``."""
+        if self.plans is None:
+            return None
+        if self._pointer[0] <= now:
+            self._pointer = (now + _POINTER_TTL_S, self.plans.current())
+        return self._pointer[1]
+
+    def _versioned_router(self, app: str, version: int) -> Router:
+        """The router of ``app`` in plan ``version`` (versions are immutable: cached for good; the
+        pointer, re-read every ``_POINTER_TTL_S``, says which version serves: the previous one
+        until the current one's ``activate_at``)."""
+        assert self.plans is not None
+        key = (app, version)
+        router = self._by_version.get(key)
+        if router is None:
+            dep = self.plans.deployment(version, app)
+            if dep is None:
+                self.reject(404, "unknown_app", f"no app named {app!r} is deployed")
+            assert dep is not None
+            router = self._by_version[key] = Router.for_deployment(dep)
+            for old in sorted(self._by_version, key=lambda k: k[1])[: max(0, len(self._by_version) - 64)]:
+                self._by_version.pop(old, None)
+        return router
+
+    def warm(self) -> list[str]:
+        """Do now what the first frame of each deployed app would otherwise pay for: read the plan
+        pointer, build each app's router (dispatch schedules) and admission state, and open the
+        DynamoDB and SQS connections (a read of each app's root queue depth and of a missing
+        result). Returns the apps warmed. Best effort: a failed read leaves the rest lazy."""
+        warmed: list[str] = []
+        try:
+            for info in self.list_apps():
+                router = self.router(str(info["name"]))
+                if self.admission is not None:
+                    self.admission.prepare(router)
+                for m in router.deployment.roots:
+                    for url in router.deployment.queues.get(m, {}).values():
+                        self.queues.depth(url)
+                warmed.append(str(info["name"]))
+            self.results.get_request("warm-up")
+        except Exception as exc:  # noqa: BLE001 - best effort: what is not warm stays lazy
+            log.warning("warm-up stopped early: %s", exc)
+        return warmed
+
+    def list_apps(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        m = self._manifest(self.clock())
+        for name in sorted(m.apps) if m is not None else self.store.list_apps():
+            d = self.router(name).deployment
+            out.append(
+                {
+                    "name": name,
+                    "slo_s": d.slo_s,
+                    # the SLO the plan was made for (less the app's admission_reserve, docs/control.md)
+                    "planning_slo_s": d.planning_slo_s or d.slo_s,
+                    "frame_rate": d.frame_rate,
+                    "roots": d.roots,
+                    "modules": list(d.plan.modules),
+                    "emulated_hardware": d.emulated_hardware,
+                }
+            )
+        return out
+
+    def reject(self, status: int, error: str, reason: str) -> NoReturn:
+        self.metrics.put("FrontRejected", 1, Reason=error)
+        raise Rejection(status, error, reason)
+
+    # -- frames ------------------------------------------------------------------------------------
+    def accept(self, app: str, frames: list[tuple[bytes, str]], api_key: str | None = None) -> FramesAccepted:
+        """Validate every frame first (all or nothing), admit them (load shedding), then store,
+        record and enqueue them."""
+        router = self.router(app)
+        for data, content_type in frames:
+            if content_type not in IMAGE_TYPES:
+                self.reject(415, "unsupported_media_type", f"{content_type!r} is not image/jpeg or image/png")
+            if len(data) > self.config.max_body_bytes:
+                self.reject(
+                    413, "too_large", f"a frame is {len(data)} bytes, limit {self.config.max_body_bytes}"
+                )
+            try:
+                check_image(data, content_type)
+            except Rejection as rej:
+                self.reject(rej.status, rej.error, rej.reason)
+        now = self.clock()
+        dep = router.deployment
+        admitted = self._admit(router, app, len(frames), now, api_key)
+        records: list[FrameRecord] = []
+        by_queue: dict[str, list[TaskMessage]] = {}
+        accepted: list[FrameAccepted] = []
+        for i, (data, content_type) in enumerate(frames):
+            request_id = uuid.uuid4().hex
+            payload = self._payload(request_id, data, content_type)
+            deadline = now + dep.slo_s
+            t0 = time.perf_counter()
+            routes: list[Route] = (
+                [admitted[i][m] for m in dep.roots] if admitted else [router.route(m, now) for m in dep.roots]
+            )
+            self.metrics.put("DispatchMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
+            for r in routes:
+                msg = router.task(
+                    r,
+                    request_id=request_id,
+                    task_id=r.module,
+                    accepted_at=now,
+                    enqueued_at=now,
+                    deadline=deadline,
+                    payload=payload,
+                )
+                by_queue.setdefault(r.queue_url, []).append(msg)
+            records.append(FrameRecord(request_id, app, now, deadline, roots=tuple(r.module for r in routes)))
+            accepted.append(FrameAccepted(request_id=request_id, deadline=deadline, modules=list(dep.roots)))
+        # the frame items and the root messages in parallel: the root modules' latency counts from
+        # `now`, so their messages do not wait for the write. A frame is accepted (202) only when
+        # both succeeded; after a failure of either (503) what the other wrote stays unreferenced
+        # (the caller never got the ids: no frame of it is answered or awaited)
+        write = self._io_pool().submit(self.results.create_frames, records)
+        try:
+            self.queues.send_many(by_queue)
+        finally:
+            write.result()
+        self.metrics.put("FramesAccepted", len(frames), App=app)
+        return FramesAccepted(app=app, accepted=accepted)
+
+    def _admit(
+        self, router: Router, app: str, n: int, now: float, api_key: str | None
+    ) -> list[dict[str, Route]] | None:
+        """Per frame, its root routes (None without admission control); sheds with 429/503."""
+        if self.admission is None:
+            return None
+        from front.admission import Shed
+
+        t0 = time.perf_counter()
+        decision = self.admission.admit(router, n, now, api_key, depth=self.queues.depth)
+        self.metrics.put("AdmissionMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
+        if isinstance(decision, Shed):
+            self.metrics.put("FrontRejected", n, App=app, Reason=decision.error)
+            raise Rejection(decision.status, decision.error, decision.reason, decision.retry_after_s)
+        if decision.spilled:
+            self.metrics.put("SlotSpills", decision.spilled, App=app)
+        if decision.shared_errors:
+            self.metrics.put("SlotCounterErrors", decision.shared_errors, App=app)
+        return decision.routes
+
+    def _payload(self, request_id: str, data: bytes, content_type: str) -> Payload:
+        b64 = base64.b64encode(data).decode()
+        if len(b64) <= self.config.inline_limit_bytes:
+            return Payload(content_type=content_type, size=len(data), inline_b64=b64)
+        key = f"frames/{request_id}"
+        self.blobs.put(key, data, content_type)
+        self.metrics.put("FramesToS3", 1)
+        return Payload(content_type=content_type, size=len(data), s3_key=key)
+
+    # -- results -----------------------------------------------------------------------------------
+    def result(self, request_id: str, wait_s: float = 0.0) -> ResultOut:
+        if not _REQUEST_ID.fullmatch(request_id):
+            self.reject(404, "unknown_request", f"no request {request_id[:140]!r}")
+        end = self.clock() + max(0.0, min(wait_s, 20.0))
+        while True:
+            out = self.results.get_request(request_id)
+            if out is None:
+                self.reject(404, "unknown_request", f"no request {request_id!r}")
+            assert out is not None
+            if out.status != "queued" or self.clock() >= end:
+                return out
+            time.sleep(0.05)

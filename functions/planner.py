@@ -1,0 +1,32 @@
+"""AWS Lambda entry point of the planner (EventBridge schedule, app changes, fleet events).
+
+Thin: build the controller from the environment on the first invocation (kept while the Lambda is
+warm), hand the event over, return the epoch's JSON summary. Environment (cdk/stacks/control.py):
+``SKINFLINT_CONFIG_TABLE``, ``SKINFLINT_BUCKET``, ``SKINFLINT_METRICS_NAMESPACE``,
+``SKINFLINT_ASG_NAMES`` (JSON hardware -> group), ``SKINFLINT_PLANNER_EPOCH_S``,
+``SKINFLINT_TASKS_DLQ_ARN``, ``SKINFLINT_QUEUE_PREFIX`` and the optional tuning variables of
+:class:`control.epoch.ControlConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["handler", "reset"]
+
+_controller: dict[str, Any] = {}
+
+
+def reset() -> None:
+    """Forget the cached controller (tests, or the local stack after changing the environment)."""
+    _controller.clear()
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    from control.epoch import ControlConfig
+    from control.service import build_controller, handle_event
+    from core.settings import DataPlaneConfig
+
+    if "c" not in _controller:
+        _controller["c"] = build_controller(DataPlaneConfig.from_env(), ControlConfig.from_env())
+    return handle_event(_controller["c"], event)

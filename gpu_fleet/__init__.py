@@ -1,1 +1,0 @@
-"""Skinflint gpu_fleet package."""

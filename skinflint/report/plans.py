@@ -1,0 +1,123 @@
+"""What was planned, read from the config table: the versioned plan store (``plan#...``: each
+version's manifest with the fleet's billed and occupancy cost, the apps' deployments and the packed
+fleet) when the control loop publishes there, else the single deployment per app (``app#<app>``)
+that the data plane's first local stack writes. The report compares what was observed with this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from core.errors import ConfigError
+from skinflint.report.cloudwatch import ReportError
+
+if TYPE_CHECKING:
+    from core.schema import Deployment
+
+__all__ = ["PlanHistory", "PlannedVersion", "load_plan_history"]
+
+
+@dataclass(frozen=True)
+class PlannedVersion:
+    """One plan as it applied from ``activate_at``: the fleet's cost and each app's part of it."""
+
+    version: int
+    activate_at: float  # epoch s
+    billed_per_hour: float  # whole instances x price (the fleet, every app)
+    occupancy_per_hour: float
+    app_billed_per_hour: dict[str, float] = field(default_factory=dict)  # each app's part of the bill
+    counts: dict[str, int] = field(default_factory=dict)  # instances per hardware type
+
+
+@dataclass
+class PlanHistory:
+    versions: list[PlannedVersion]  # ascending activate_at
+    deployments: dict[str, Deployment]  # the latest deployment of every app
+    source: str  # "plan store" | "deployments" | "none"
+
+    def at(self, t: float) -> PlannedVersion | None:
+        """The version in force at ``t`` (the first one before it started)."""
+        best = None
+        for v in self.versions:
+            if v.activate_at <= t:
+                best = v
+        return best or (self.versions[0] if self.versions else None)
+
+
+def _app_parts(fleet: Any) -> dict[str, float]:
+    """Each app's part of the fleet's bill: every instance's price split over its shares in
+    proportion to their occupancy (a dedicated instance goes wholly to its app)."""
+    parts: dict[str, float] = {}
+    for inst in fleet.instances:
+        price = float(fleet.prices[inst.hardware])
+        total = sum(s.occupancy for s in inst.shares)
+        for s in inst.shares:
+            w = s.occupancy / total if total > 0 else 1.0 / len(inst.shares)
+            parts[s.app] = parts.get(s.app, 0.0) + price * w
+    return parts
+
+
+def _from_plan_store(ddb: Any, table: str) -> PlanHistory | None:
+    from core.adapters.plan_store import Manifest, PlanStore
+
+    store = PlanStore(ddb, table)
+    current = store.current()
+    if current is None:
+        return None
+    # the versions served: the chain of ``previous`` from the current one (each manifest names the
+    # version served when it was published, so a version superseded before it activated, reserved
+    # or orphaned versions, are not on it); a manifest already collected ends the chain
+    chain: list[Manifest] = [current]
+    seen = {current.version}
+    while (prev := chain[-1].previous) is not None and prev not in seen:
+        m = store.manifest(prev)
+        if m is None:
+            break
+        chain.append(m)
+        seen.add(prev)
+    versions: list[PlannedVersion] = []
+    for m in chain:
+        v = m.version
+        fleet = store.fleet(v)
+        versions.append(
+            PlannedVersion(
+                version=v,
+                activate_at=m.activate_at,
+                billed_per_hour=m.billed_per_hour,
+                occupancy_per_hour=m.occupancy_per_hour,
+                app_billed_per_hour=_app_parts(fleet) if fleet is not None else {},
+                counts=dict(m.counts),
+            )
+        )
+    versions.sort(key=lambda x: x.activate_at)
+    return PlanHistory(versions, store.deployments(current.version), "plan store")
+
+
+def _from_deployments(ddb: Any, table: str, apps: list[str]) -> PlanHistory:
+    from core.adapters.config_store import ConfigStore
+
+    store = ConfigStore(ddb, table)
+    names = apps or store.list_apps()
+    deps = {a: d for a in names if (d := store.get_deployment(a)) is not None}
+    if not deps:
+        return PlanHistory([], {}, "none")
+    start = min(d.origin_s for d in deps.values())
+    version = PlannedVersion(
+        version=max(d.version for d in deps.values()),
+        activate_at=start,
+        billed_per_hour=sum(d.plan.billed_per_hour for d in deps.values()),
+        occupancy_per_hour=sum(d.plan.cost_per_hour for d in deps.values()),
+        app_billed_per_hour={a: d.plan.billed_per_hour for a, d in deps.items()},
+    )
+    return PlanHistory([version], deps, "deployments")
+
+
+def load_plan_history(ddb: Any, table: str, apps: list[str]) -> PlanHistory:
+    """The plans of the config table ``table`` (see the module doc)."""
+    try:
+        history = _from_plan_store(ddb, table)
+        if history is not None:
+            return history
+        return _from_deployments(ddb, table, apps)
+    except ConfigError as exc:
+        raise ReportError(f"cannot read the plans in {table}: {exc}") from exc

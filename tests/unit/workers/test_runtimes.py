@@ -1,0 +1,56 @@
+"""The real runtime warms up before its share is ready: its first request batch runs at speed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from workers.runtimes import OnnxRuntime
+
+
+@pytest.fixture(scope="module")
+def gray_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """x (B, 1, 4, 4) -> Conv -> Flatten -> Gemm to 3 classes (random fixed-seed weights)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((2, 1, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(rng.standard_normal((3, 32)).astype(np.float32), "fc")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Flatten", ["c"], ["f"], axis=1),
+            helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1),
+        ],
+        "gray",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        initializer=[w, fc],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("onnx") / "gray.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+class _Counting:
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.batches: list[int] = []
+
+    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
+        self.batches.append(next(iter(feeds.values())).shape[0])
+        return self.session.run(names, feeds)
+
+
+def test_warm_up_runs_the_model_at_the_planned_batch_on_a_decoded_frame(gray_model: str) -> None:
+    rt = OnnxRuntime(gray_model)
+    counting = _Counting(rt.session)
+    rt.session = counting  # type: ignore[assignment]
+    took = rt.warm_up(batch=4, runs=2)
+    assert counting.batches == [4, 4] and took > 0
+    out = rt.run([np.zeros((1, 4, 4), dtype=np.float32)])
+    assert out[0]["label"] in (0, 1, 2) and out[0]["provider"] == "CPUExecutionProvider"

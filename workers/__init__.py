@@ -1,0 +1,1 @@
+"""Skinflint workers package."""

@@ -1,0 +1,67 @@
+"""Poison messages: what a worker records when a message cannot be served, so the frame's owner
+reads the reason (``GET /v1/requests/{id}``: status ``dropped``, the task's ``reason``) while the
+message itself goes on to the DLQ after ``maxReceiveCount`` receives, for an operator.
+
+Two kinds (mechanism only; the worker decides when):
+- a body that does not parse as a :class:`~core.schema.TaskMessage`: its ids are read
+  best-effort from the JSON, and when it names a request and a task the task is recorded as
+  dropped with ``reason = "poison: <what is wrong>"``; a body without ids is only logged and
+  counted (there is no frame to answer);
+- a request whose batch failed on every one of its receives (a frame the model cannot run, a
+  payload that is gone): on its last receive it is recorded as dropped with
+  ``reason = "failed N times: <error>"``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.adapters.results import TaskRecord
+
+__all__ = ["describe_error", "poison_record"]
+
+_MAX_REASON = 300  # characters kept of an error message
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line: the exception's type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    out = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return out[:_MAX_REASON]
+
+
+def _ids(body: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except (ValueError, TypeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def poison_record(
+    body: str, why: str, module: str, hardware: str, emulated: bool, now: float
+) -> TaskRecord | None:
+    """The ``dropped`` task record of an unparseable message that still names its request and task
+    (and this worker's module), else None."""
+    doc = _ids(body)
+    request_id, task_id = doc.get("request_id"), doc.get("task_id")
+    if not (isinstance(request_id, str) and isinstance(task_id, str) and request_id and task_id):
+        return None
+    if doc.get("module", module) != module:
+        return None
+    enqueued = doc.get("enqueued_at")
+    return TaskRecord(
+        request_id=request_id[:64],
+        task_id=task_id[:512],
+        module=module,
+        status="dropped",
+        hardware=hardware,
+        emulated=emulated,
+        enqueued_at=float(enqueued) if isinstance(enqueued, int | float) else now,
+        started_at=now,
+        finished_at=now,
+        batch_size=0,
+        reason=f"poison: {why}"[:_MAX_REASON],
+    )

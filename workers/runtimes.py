@@ -1,0 +1,140 @@
+"""Model runtimes: onnxruntime (CPU here, CUDA when the machine has it) and an emulated runtime
+that sleeps the profile's duration and labels every result ``"emulated": true`` (GPU classes on a
+machine without a GPU). :func:`make_runtime` picks one from an assignment."""
+
+from __future__ import annotations
+
+import time
+from io import BytesIO
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from core.schema import Assignment
+
+__all__ = ["EmulatedRuntime", "OnnxRuntime", "Runtime", "decode_frame", "make_runtime"]
+
+
+class Runtime(Protocol):
+    emulated: bool
+
+    def prepare(self, data: bytes, region: list[float] | None) -> Any:
+        """Decode and pre-process one request's input (runs before the batch)."""
+
+    def run(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        """Run one batch; one output dict per input."""
+
+
+def decode_frame(data: bytes, region: list[float] | None, size: tuple[int, int]) -> np.ndarray:
+    """JPEG/PNG bytes -> float32 HxWx3 in [0, 1], cropped to ``region`` (fractions) and resized."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(BytesIO(data)) as img:
+        rgb = img.convert("RGB")
+        if region:
+            w, h = rgb.size
+            x0, y0, x1, y1 = region
+            rgb = rgb.crop((int(x0 * w), int(y0 * h), max(int(x1 * w), 1), max(int(y1 * h), 1)))
+        rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        return np.asarray(rgb, dtype=np.float32) / 255.0
+
+
+class EmulatedRuntime:
+    """Sleeps the planned batch duration; results say ``emulated``. Never pretends to be real."""
+
+    emulated = True
+
+    def __init__(self, duration_s: float, hardware: str, sleep: Any = time.sleep):
+        self.duration_s = duration_s
+        self.hardware = hardware
+        self._sleep = sleep
+
+    def prepare(self, data: bytes, region: list[float] | None) -> Any:
+        return len(data)
+
+    def run(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        self._sleep(self.duration_s)
+        return [{"emulated": True, "hardware": self.hardware} for _ in inputs]
+
+
+class OnnxRuntime:
+    """A real ONNX model. The first input is the image batch (NCHW or NHWC, float32); each row of
+    the first output is summarised as its arg-max and max."""
+
+    emulated = False
+
+    def __init__(self, model_path: str, threads: int = 1):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        providers = [
+            p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()
+        ]
+        self.session = ort.InferenceSession(model_path, sess_options=opts, providers=providers)
+        self.provider = self.session.get_providers()[0]
+        inp = self.session.get_inputs()[0]
+        self.input_name = inp.name
+        dims = [d if isinstance(d, int) and d > 0 else None for d in inp.shape[1:]]
+        self.channels_first = len(dims) == 3 and dims[0] in (1, 3)
+        if len(dims) == 3:
+            h, w = (dims[1], dims[2]) if self.channels_first else (dims[0], dims[1])
+            self.size = (h or 224, w or 224)
+            self.channels = (dims[0] if self.channels_first else dims[2]) or 3
+        else:
+            self.size = (1, int(dims[0] or 3) // 3 or 1)
+            self.channels = 3
+        self.flat = len(dims) != 3
+        self.flat_len = int(dims[0] or 3) if self.flat else 0
+
+    def prepare(self, data: bytes, region: list[float] | None) -> Any:
+        import numpy as np
+
+        if self.flat:
+            arr = decode_frame(data, region, (8, 8)).reshape(-1)
+            return np.resize(arr, self.flat_len).astype(np.float32)
+        arr = decode_frame(data, region, self.size)
+        if self.channels == 1:
+            arr = arr.mean(axis=2, keepdims=True)
+        return arr.transpose(2, 0, 1) if self.channels_first else arr
+
+    def warm_up(self, batch: int, runs: int = 2) -> float:
+        """Run the model ``runs`` times on a blank batch of ``batch`` frames decoded like a request's
+        (onnxruntime's first runs allocate its memory arena, PIL loads its codecs): a share is
+        ready only after this, so its first real batch takes its profiled time. Returns the
+        seconds it took."""
+        from PIL import Image
+
+        t = time.perf_counter()
+        buf = BytesIO()
+        Image.new("RGB", (64, 48)).save(buf, format="JPEG")
+        x = self.prepare(buf.getvalue(), None)
+        for _ in range(max(1, runs)):
+            self.run([x] * max(1, batch))
+        return time.perf_counter() - t
+
+    def run(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        import numpy as np
+
+        batch = np.stack(inputs).astype(np.float32)
+        out = self.session.run(None, {self.input_name: batch})[0]
+        rows = np.asarray(out).reshape(len(inputs), -1)
+        labels = rows.argmax(axis=1)
+        return [
+            {"label": int(lbl), "score": round(float(row[lbl]), 5), "provider": self.provider}
+            for lbl, row in zip(labels, rows, strict=True)
+        ]
+
+
+def make_runtime(assignment: Assignment, warm_up: bool = True) -> Runtime:
+    """The assignment's runtime; a real model is warmed up at the assignment's batch size first."""
+    if assignment.runtime == "onnx" and assignment.model_path:
+        rt = OnnxRuntime(assignment.model_path, threads=assignment.threads)
+        if warm_up:
+            rt.warm_up(assignment.batch)
+        return rt
+    seconds = assignment.model_s if assignment.model_s is not None else assignment.duration_s
+    return EmulatedRuntime(seconds, assignment.hardware)

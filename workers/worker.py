@@ -1,0 +1,768 @@
+"""The worker: one process per planned machine (``python -m workers.worker --worker-id ID``).
+
+It reads its :class:`~core.schema.Assignment` (module, config, queue) and the app's
+:class:`~core.schema.Deployment` from the config table, long-polls its queue, assembles
+batches per the dispatch schedule (:mod:`workers.batching`), drops early what can no longer meet
+its deadline, runs the batch (:mod:`workers.runtimes`), records results idempotently, forwards
+each result to the downstream modules through the same dispatch library as the front, and emits
+metrics. A processed message's delete may wait up to ``delete_linger_s`` (default 1 s,
+``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine others: its result
+is already recorded, so a redelivery before the delete is a duplicate the conditional write absorbs,
+and the linger is far below the queues' 30 s visibility timeout. SIGTERM: the batch in hand is
+finished, pending deletes are sent, everything still buffered is released
+(ChangeMessageVisibility 0). A queue deleted under the worker (the control loop's garbage
+collector removes a superseded version's queues) is logged once: the worker stops receiving, runs
+what it already holds and stops (``queue_gone``); it neither retries nor restarts on it.
+
+On a fleet instance (:mod:`workers.instance`) several workers, one per share of the instance's
+slot, run in one process and share one :class:`Device`: their batches take the device in the
+order their windows close, as the fleet packing assumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import heapq
+import itertools
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from core.adapters.results import TaskRecord
+from core.errors import DataPlaneError, QueueError
+from core.routing import child_count, child_region
+from core.schema import TaskMessage
+from core.settings import DELETE_BATCH, delete_linger_from_env
+from workers.batching import BatchAssembler, Pending
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from core.adapters.blobs import BlobStore
+    from core.adapters.config_store import ConfigStore
+    from core.adapters.metrics import Metrics
+    from core.adapters.outcomes import FrameOutcomes
+    from core.adapters.queues import Received, TaskQueues
+    from core.adapters.results import ResultStore
+    from core.routing import Router
+    from core.schema import Assignment
+    from workers.runtimes import Runtime
+
+__all__ = ["BatchOutcome", "Device", "Worker", "main"]
+
+log = logging.getLogger("skinflint.worker")
+
+
+class _Dims(TypedDict):
+    """The dimensions of every metric a worker puts."""
+
+    App: str
+    Module: str
+    Hardware: str
+
+
+@dataclass
+class BatchOutcome:
+    batch_id: int
+    ran: int = 0
+    dropped: int = 0
+    duplicates: int = 0
+    forwarded: int = 0
+
+
+class Device:
+    """One accelerator (or the CPU cores a model runs on) shared by every worker of an instance.
+
+    A batch of a share planned with concurrency ``c`` takes ``1/c`` of the device while it runs
+    (``c`` copies of the model run at once, as profiled); a ``c = 1`` batch has the device to
+    itself. Batches are granted strictly in the order their windows closed, earliest first: a
+    later window never overtakes an earlier one, which is what the packing's added wait (one
+    duty cycle of the other shares) assumes. One worker alone with its own device behaves as
+    ``c`` model slots."""
+
+    _EPS = 1e-9
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._used = 0.0
+        self._waiting: list[tuple[float, int]] = []
+        self._seq = itertools.count()
+        self.busy_s = 0.0  # total device-seconds granted (weighted), for occupancy figures
+
+    @contextmanager
+    def slot(self, close_at: float, concurrency: int = 1) -> Iterator[None]:
+        """Hold ``1/concurrency`` of the device for the ``with`` body, in window-close order."""
+        weight = 1.0 / max(1, concurrency)
+        me = (close_at, next(self._seq))
+        with self._cv:
+            heapq.heappush(self._waiting, me)
+            while self._waiting[0] != me or self._used + weight > 1.0 + self._EPS:
+                self._cv.wait()
+            heapq.heappop(self._waiting)
+            self._used += weight
+            self._cv.notify_all()  # the next in line may fit beside this one
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._used -= weight
+                self.busy_s += weight * (time.perf_counter() - start)
+                self._cv.notify_all()
+
+
+@dataclass
+class Worker:
+    assignment: Assignment
+    router: Router
+    queues: TaskQueues
+    results: ResultStore
+    blobs: BlobStore
+    metrics: Metrics
+    runtime: Runtime
+    grace_s: float = 0.02
+    output_inline_limit_bytes: int = 64 * 1024
+    clock: Callable[[], float] = time.time
+    io_threads: int = 3
+    crash_after_record: bool = False  # tests: die between recording and deleting (SQS redelivers)
+    device: Device = field(default_factory=Device)  # shared by the workers of one instance
+    outcomes: FrameOutcomes | None = None  # per-frame SLO / end-to-end metrics (default: next to results)
+    emit_outcomes: bool = True  # False: no frame-outcome metrics (and no read-back of finished frames)
+    max_receive_count: int = 5  # the queues' redrive maxReceiveCount (cdk constants, provision)
+    # s a processed message's delete may wait to share a DeleteMessageBatch (0: at once; a serving
+    # worker gets core.settings.DEFAULT_DELETE_LINGER_S from build_worker / the instance agent).
+    # Pending deletes go out when ten are pending, when the oldest has waited this long
+    # (:meth:`serve`'s flusher), and at shutdown (:meth:`flush_deletes`).
+    delete_linger_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        a = self.assignment
+        from planner.dispatch import PHASE_KEY
+
+        mp = self.router.deployment.plan.modules.get(a.module)
+        # a module whose phase the packer fixed takes turns with the other shares of its instance
+        # (aligned duty cycle): its batches must not start before their window ends, even when full
+        aligned = mp is not None and PHASE_KEY in (mp.model_extra or {})
+        self.assembler = BatchAssembler(a.batch, self.grace_s, hold_full=aligned)
+        self._lock = threading.Condition()
+        self._stopping = threading.Event()
+        self._gone = threading.Event()  # the queue was deleted under the worker: stop once idle
+        self._dims: _Dims = {"App": a.app, "Module": a.module, "Hardware": a.hardware}
+        self._forward_router = self.router
+        dep = self.router.deployment
+        self._tail_s = dep.min_tail_s(a.module)
+        self._children = dep.children(a.module)
+        self._batches_run: set[int] = set()
+        self._in_hand = 0  # batches taken from the assembler and not finished yet
+        self._receives: dict[str, int] = {}  # idempotency key -> SQS receive count (poison path)
+        self._to_delete: list[str] = []  # receipts of processed messages not deleted yet
+        self._to_delete_since = 0.0  # clock() when the oldest of them was added
+        self._delete_lock = threading.Lock()
+        if self.outcomes is None and self.emit_outcomes:
+            from core.adapters.outcomes import FrameOutcomes, leaf_rank
+
+            rank = leaf_rank(dep.plan.modules, dep.children, a.module)
+            self.outcomes = FrameOutcomes.for_results(
+                self.results, self.metrics, roots=tuple(dep.roots), rank=rank
+            )
+        self.totals: dict[str, int] = {
+            "ran": 0, "dropped": 0, "duplicates": 0, "forwarded": 0, "poison": 0, "released": 0,
+        }  # fmt: skip
+
+    def forward_with(self, router: Router) -> None:
+        """Route the children of every batch finished from now on with ``router`` (a newer plan
+        version: once it is active, its queues are the ones served). The worker's own windows
+        (batch size, empty-slot count) stay those of its assignment."""
+        self._forward_router = router
+        dep = router.deployment
+        if self.assignment.module in dep.plan.modules:
+            self._tail_s = dep.min_tail_s(self.assignment.module)
+            self._children = dep.children(self.assignment.module)
+
+    @property
+    def forward_router(self) -> Router:
+        """The routing children are forwarded with (the assignment's, or a newer version's)."""
+        return self._forward_router
+
+    def retarget(self, router: Router) -> None:
+        """Serve the same queue and configuration under a newer plan version: its windows (empty
+        slots) and its routing both come from ``router`` from now on."""
+        self.router = router
+        self.forward_with(router)
+
+    @property
+    def queue_gone(self) -> bool:
+        """The worker's queue no longer exists: it stopped (or stops once what it holds has run)."""
+        return self._gone.is_set()
+
+    def _check_gone(self, exc: DataPlaneError, op: str) -> bool:
+        """Whether ``exc`` says the worker's queue was deleted; the first time, log it and stop
+        receiving. Its messages went with it: nothing can be received, deleted or released there."""
+        from core.adapters.queues import queue_gone
+
+        if not isinstance(exc, QueueError) or exc.queue_url != self.assignment.queue_url:
+            return False
+        if not queue_gone(exc):
+            return False
+        with self._lock:  # the receiver and a batch thread may both find it out: log once
+            first = not self._gone.is_set()
+            self._gone.set()
+            held = len(self.assembler)
+            self._lock.notify_all()
+        if first:
+            log.warning(
+                "%s: queue %s no longer exists (%s failed); stopping this share once the %d "
+                "request(s) it holds have run",
+                self.assignment.worker_id,
+                self.assignment.queue_url,
+                op,
+                held,
+            )
+        return True
+
+    def idle(self) -> bool:
+        """Nothing buffered and no batch in hand (the queue itself may still hold messages)."""
+        with self._lock:
+            return len(self.assembler) == 0 and self._in_hand == 0
+
+    # -- receiving ---------------------------------------------------------------------------------
+    def accept(self, received: list[Received]) -> int:
+        """Parse and buffer received messages; a malformed one stays in the queue (it reaches the
+        DLQ after maxReceiveCount receives) and is counted."""
+        if self._stopping.is_set():  # received while stopping: give it straight back
+            self._release([r.receipt for r in received])
+            return 0
+        now = self.clock()
+        n = 0
+        poison: list[tuple[Received, ValueError]] = []
+        with self._lock:
+            if len(self._receives) > 20_000:  # receive counts matter only while a request is in hand
+                self._receives.clear()
+            for r in received:
+                try:
+                    msg = TaskMessage.parse(r.body)
+                except ValueError as exc:
+                    self.totals["poison"] += 1
+                    self.metrics.put("PoisonMessages", 1, **self._dims)
+                    log.warning("unparseable message left for the DLQ (receive %d)", r.receive_count)
+                    poison.append((r, exc))
+                    continue
+                self.assembler.add(msg, r.receipt, now)
+                self._receives[msg.idempotency_key] = r.receive_count
+                n += 1
+            self._lock.notify_all()
+        for r, err in poison:
+            self._record_poison(r, err)
+        return n
+
+    # -- poison messages (workers/poison.py) ------------------------------------------------------
+    def _record_poison(self, r: Received, exc: ValueError) -> None:
+        """An unparseable message that names its request: record its task as dropped with the
+        reason (the frame's owner reads it); the message itself goes on to the DLQ."""
+        from workers.poison import poison_record
+
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        rec = poison_record(
+            r.body, why, self.assignment.module, self.assignment.hardware, self.runtime.emulated, self.clock()
+        )
+        if rec is None:
+            return
+        try:
+            self.results.record_tasks([rec])
+            self._observe_outcomes([rec])
+        except DataPlaneError as e:
+            log.warning("cannot record poison message of %s: %s", rec.key, e)
+
+    def _batch_failed(self, batch_id: int, items: list[Pending], exc: BaseException) -> None:
+        """A failed batch stays in flight (SQS redelivers it; the DLQ takes it after
+        ``max_receive_count`` receives). A batch of several is retried one request at a time, so a
+        poison request does not take its batch-mates with it; a request failing on its last
+        receive is recorded as dropped with the reason, so its frame is answered."""
+        from workers.poison import describe_error
+
+        if len(items) > 1:
+            for p in items:
+                try:
+                    self.process(batch_id, [p])
+                except Exception as one:  # noqa: BLE001 - each request's failure is handled alone
+                    self._batch_failed(batch_id, [p], one)
+            return
+        for p in items:
+            tries = self._receives.get(p.message.idempotency_key, 1)
+            if tries < self.max_receive_count:
+                continue
+            now = self.clock()
+            rec = self._record(
+                p.message, "dropped", now, now, 1, (), reason=f"failed {tries} times: {describe_error(exc)}"
+            )
+            try:
+                self.results.record_tasks([rec])
+                self._observe_outcomes([rec])
+                self.metrics.put("PoisonMessages", 1, **self._dims)
+            except DataPlaneError as e:
+                log.warning("cannot record the failure of %s: %s", rec.key, e)
+
+    def _observe_outcomes(self, records: list[TaskRecord], also: list[str] | None = None) -> None:
+        """Emit the end-to-end outcome of the frames these records (or ``also``'s) finished (best
+        effort)."""
+        if self.outcomes is None:
+            return
+        try:
+            # a background read-back (core/adapters/outcomes.py)
+            self.outcomes.submit(records, also or ())
+        except DataPlaneError as exc:
+            log.warning("frame outcome not emitted: %s", exc)
+
+    def poll_once(self, wait_s: int = 1) -> int:
+        return self.accept(self.queues.receive(self.assignment.queue_url, wait_s=wait_s))
+
+    # -- executing ---------------------------------------------------------------------------------
+    def run_ready(self, now: float | None = None) -> list[BatchOutcome]:
+        with self._lock:
+            ready = self.assembler.take_ready(self.clock() if now is None else now)
+            self._in_hand += len(ready)
+        return [self._process_counted(bid, items) for bid, items in ready]
+
+    def _process_counted(self, batch_id: int, items: list[Pending]) -> BatchOutcome:
+        try:
+            return self.process(batch_id, items)
+        finally:
+            with self._lock:
+                self._in_hand -= 1
+                self._lock.notify_all()
+
+    def process(self, batch_id: int, items: list[Pending]) -> BatchOutcome:
+        a = self.assignment
+        out = BatchOutcome(batch_id)
+        start = self.clock()
+        run: list[Pending] = []
+        records: list[TaskRecord] = []
+        for p in items:
+            m = p.message
+            if start + a.duration_s + self._tail_s > m.deadline:  # Nexus early drop
+                records.append(
+                    self._record(
+                        m,
+                        "dropped",
+                        start,
+                        start,
+                        len(items),
+                        (),
+                        reason="deadline",
+                        received_at=p.received_at,
+                    )
+                )
+                out.dropped += 1
+            else:
+                run.append(p)
+        outputs: list[dict[str, Any]] = []
+        if run:
+            inputs = [self.runtime.prepare(self._payload(p.message), p.message.region) for p in run]
+            close_at = min(p.message.window_end for p in run)
+            with self.device.slot(close_at, a.concurrency):  # the I/O below runs outside it
+                outputs = self.runtime.run(inputs)
+        done = self.clock()
+        children: dict[str, list[tuple[TaskMessage, int]]] = {}
+        for p, output in zip(run, outputs, strict=True):
+            m = p.message
+            ids: list[str] = []
+            for child, fan in self._children:
+                n = child_count(m.idempotency_key, child, fan)
+                children.setdefault(child, []).extend((m, k) for k in range(n))
+                ids += [f"{m.task_id}/{child}.{k}" for k in range(n)]
+            records.append(
+                self._record(
+                    m, "done", start, done, len(run), tuple(ids), output=output, received_at=p.received_at
+                )
+            )
+        # forward first, then record (conditional writes: the idempotency gate). The children are on
+        # their way while the results are written, so the write is not in their latency; a recorded
+        # task's children were all enqueued, and until it is recorded the frame reads as queued
+        # (its children are reachable only through its item). A redelivery forwards again (at least
+        # once: the children's ids are fixed, so their own conditional writes drop the copies).
+        out.forwarded = self._forward(children, enqueued_at=done)
+        _, repeats = self.results.record_tasks(records)
+        out.ran = len(run)
+        out.duplicates = len(repeats)
+        if self.crash_after_record:
+            raise SystemExit("crash injected after recording")
+        self._delete([r for p in items for r in p.receipts])
+        self._metrics(items, run, records, out, start, done)
+        # a redelivered parent's write may be its frame's last (its children ran after the first
+        # delivery): it checks the frame too
+        redelivered = [
+            p.message.request_id
+            for p in run
+            if self._children and self._receives.get(p.message.idempotency_key, 1) > 1
+        ]
+        self._observe_outcomes(records, redelivered)
+        with self._lock:
+            self._batches_run.add(batch_id)
+            for k in ("ran", "dropped", "duplicates", "forwarded"):
+                self.totals[k] += getattr(out, k)
+        return out
+
+    def _delete(self, receipts: list[str]) -> None:
+        """Delete processed messages, at once or (``delete_linger_s`` > 0) with the next full
+        ``DeleteMessageBatch`` or flush."""
+        if self.delete_linger_s <= 0:
+            self._delete_now(receipts)
+            return
+        with self._delete_lock:
+            if not self._to_delete:
+                self._to_delete_since = self.clock()
+            self._to_delete.extend(receipts)
+            full = len(self._to_delete) // DELETE_BATCH * DELETE_BATCH
+            take, self._to_delete = self._to_delete[:full], self._to_delete[full:]
+        if take:
+            self._delete_now(take)
+
+    @property
+    def pending_deletes(self) -> int:
+        """Processed messages whose delete has not been sent yet."""
+        with self._delete_lock:
+            return len(self._to_delete)
+
+    def flush_deletes(self, force: bool = True) -> int:
+        """Send the pending deletes (``force=False``: only once the oldest has waited
+        ``delete_linger_s``). Returns how many were sent. A failure (other than the queue being gone)
+        is logged: the messages come back after the visibility timeout and their redelivery is a
+        duplicate the results' conditional write absorbs."""
+        with self._delete_lock:
+            due = force or self.clock() - self._to_delete_since >= self.delete_linger_s
+            if not self._to_delete or not due:
+                return 0
+            take, self._to_delete = self._to_delete, []
+        try:
+            self._delete_now(take)
+        except DataPlaneError as exc:
+            log.warning("delete of %d processed message(s) failed (redelivered later): %s", len(take), exc)
+            return 0
+        return len(take)
+
+    def _flush_loop(self) -> None:
+        period = max(0.02, self.delete_linger_s / 4)
+        while not self._stopping.wait(period):
+            self.flush_deletes(force=False)
+
+    def _delete_now(self, receipts: list[str]) -> None:
+        """Delete processed messages; a queue deleted meanwhile took them with it (their results are
+        recorded: the batch succeeded)."""
+        if self._gone.is_set():
+            return
+        try:
+            self.queues.delete(self.assignment.queue_url, receipts)
+        except DataPlaneError as exc:
+            if not self._check_gone(exc, "delete"):
+                raise
+
+    def _payload(self, m: TaskMessage) -> bytes:
+        if m.payload.inline_b64 is not None:
+            return base64.b64decode(m.payload.inline_b64)
+        assert m.payload.s3_key is not None
+        return self.blobs.get(m.payload.s3_key)
+
+    def _record(
+        self,
+        m: TaskMessage,
+        status: str,
+        start: float,
+        done: float,
+        batch_size: int,
+        children: tuple[str, ...],
+        output: dict[str, Any] | None = None,
+        reason: str | None = None,
+        received_at: float | None = None,
+    ) -> TaskRecord:
+        output_json = json.dumps(output, separators=(",", ":")) if output is not None else None
+        s3_key = None
+        if output_json is not None and len(output_json) > self.output_inline_limit_bytes:
+            s3_key = f"outputs/{m.request_id}/{m.task_id.replace('/', '_')}.json"
+            self.blobs.put(s3_key, output_json.encode(), "application/json")
+            output_json = None
+        return TaskRecord(
+            request_id=m.request_id,
+            task_id=m.task_id,
+            module=m.module,
+            status=status,
+            hardware=self.assignment.hardware,
+            emulated=self.runtime.emulated,
+            enqueued_at=m.enqueued_at,
+            started_at=start,
+            finished_at=done,
+            batch_size=batch_size,
+            children=children,
+            output_json=output_json,
+            output_s3_key=s3_key,
+            reason=reason,
+            received_at=received_at,
+        )
+
+    def _forward(self, children: dict[str, list[tuple[TaskMessage, int]]], enqueued_at: float) -> int:
+        """Send each child request to its machine's queue (at least once: a redelivered parent
+        forwards again; the child's conditional write makes the duplicate harmless). A child is
+        routed by the time it is sent; its module latency counts from its parent's finish (the
+        parent's result write comes after the forward, outside it)."""
+        n = 0
+        at = self.clock()
+        router = self._forward_router
+        sends: dict[str, list[TaskMessage]] = {}
+        for child, reqs in children.items():
+            burst = router.route_burst(child, at, len(reqs), parent=self.assignment.module)
+            for (m, k), route in zip(reqs, burst, strict=True):
+                msg = router.task(
+                    route,
+                    request_id=m.request_id,
+                    task_id=f"{m.task_id}/{child}.{k}",
+                    accepted_at=m.accepted_at,
+                    enqueued_at=enqueued_at,
+                    deadline=m.deadline,
+                    payload=m.payload,
+                    region=child_region(m.idempotency_key, child, k),
+                )
+                sends.setdefault(route.queue_url, []).append(msg)
+                n += 1
+        self.queues.send_many(sends)  # every child queue at once: none waits for another's send
+        return n
+
+    def _metrics(
+        self,
+        items: list[Pending],
+        run: list[Pending],
+        records: list[TaskRecord],
+        out: BatchOutcome,
+        start: float,
+        done: float,
+    ) -> None:
+        put, dims = self.metrics.put, self._dims
+        for r in records:
+            if r.status == "done":
+                put("ModuleLatencyMs", (r.finished_at - r.enqueued_at) * 1e3, "Milliseconds", **dims)
+        for p in items:
+            put("QueueWaitMs", (start - p.message.enqueued_at) * 1e3, "Milliseconds", **dims)
+        if run:
+            put("BatchFill", len(run) / self.assignment.batch, "None", **dims)
+            put("BatchMs", (done - start) * 1e3, "Milliseconds", **dims)
+            # how much later than planned the batch finished, from its window end: the planned batch
+            # duration covers the hop (SQS, grace, decode) and the run, the packing's added wait the
+            # co-located shares; the control loop adds a module's positive maximum to its profile
+            # (control/calibration.py)
+            a = self.assignment
+            close_at = min(p.message.window_end for p in run)
+            overrun = (done - close_at - a.duration_s - a.added_wait_s) * 1e3
+            put("ServiceOverrunMs", overrun, "Milliseconds", **dims)
+        put("Drops", out.dropped, **dims)
+        put("Duplicates", out.duplicates, **dims)
+
+    def count_empty_slots(self, t_from: float, t_to: float) -> int:
+        """Windows of this machine that closed in [t_from, t_to) without a request."""
+        schedule = self.router.schedule(self.assignment.module)
+        if schedule is None:
+            return 0
+        origin = self.router.origin(self.assignment.module)
+        slots = schedule.slots_for_machine(
+            self.assignment.group, self.assignment.machine, t_from - origin, t_to - origin
+        )
+        return sum(1 for s in slots if s.batch_id not in self._batches_run)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+
+    def warm(self) -> None:
+        """Open the connections the first batch would otherwise open (a read of a missing result,
+        the depth of its own queue and of every queue it forwards to, while the receiver holds a
+        connection in its long poll): the share is ready only after this. Best effort."""
+        try:
+            self.results.get_request("warm-up")
+            self.queues.depth(self.assignment.queue_url)
+            dep = self._forward_router.deployment
+            for child, _ in self._children:
+                for url in dep.queues.get(child, {}).values():
+                    self.queues.depth(url)
+        except Exception as exc:  # noqa: BLE001 - what is not warm stays lazy
+            log.warning("warm-up stopped early: %s", exc)
+
+    def _receive_loop(self) -> None:
+        while not self._stopping.is_set() and not self._gone.is_set():
+            try:
+                self.poll_once(wait_s=1)
+            except DataPlaneError as exc:
+                if self._check_gone(exc, "receive"):
+                    return
+                log.warning("receive failed: %s", exc)
+                time.sleep(0.5)
+
+    def serve(self, heartbeat: Callable[[dict[str, Any]], None] | None = None, report_s: float = 5.0) -> None:
+        """Run until :meth:`stop`; then release what is still buffered."""
+        receiver = threading.Thread(target=self._receive_loop, name="receiver", daemon=True)
+        receiver.start()
+        self.warm()
+        if heartbeat:
+            heartbeat({"ready": True, "at": self.clock(), "emulated": self.runtime.emulated, **self.totals})
+        # reports (heartbeat write, empty-slot count) on their own thread: in this loop they would
+        # hold back the batches that become ready meanwhile
+        reporter = threading.Thread(
+            target=self._report_loop, args=(heartbeat, report_s), name="reporter", daemon=True
+        )
+        reporter.start()
+        if self.delete_linger_s > 0:
+            threading.Thread(target=self._flush_loop, name="delete-flusher", daemon=True).start()
+        # ``concurrency`` copies of the model run at once (``_model_slots``); the extra threads do the
+        # I/O of finished batches (result writes, forwarding, deletes) while the model runs the next
+        threads = self.assignment.concurrency + self.io_threads
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="batch") as pool:
+            while not self._stopping.is_set() and not (self._gone.is_set() and self.idle()):
+                with self._lock:
+                    nxt = self.assembler.next_close()
+                    delay = 0.25 if nxt is None else max(0.0, nxt - self.clock())
+                    if delay > 0:
+                        self._lock.wait(timeout=min(delay, 0.25))
+                    ready = self.assembler.take_ready(self.clock())
+                    self._in_hand += len(ready)
+                for bid, items in ready:
+                    pool.submit(self._process_logged, bid, items)
+        self._stopping.set()  # also when the queue went away: the reporter and late receives stop
+        reporter.join(timeout=3)
+        self._shutdown(receiver)
+
+    def _process_logged(self, batch_id: int, items: list[Pending]) -> None:
+        try:
+            self._process_counted(batch_id, items)
+        except DataPlaneError as exc:  # the batch's messages stay in flight: SQS redelivers them
+            log.error("batch %d failed, left for redelivery: %s", batch_id, exc)
+            self._batch_failed(batch_id, items, exc)
+        except Exception as exc:  # a model or decode failure: same, and the DLQ catches a poison request
+            log.exception("batch %d failed, left for redelivery", batch_id)
+            self._batch_failed(batch_id, items, exc)
+
+    def _report_loop(self, heartbeat: Callable[[dict[str, Any]], None] | None, report_s: float) -> None:
+        last = self.clock()
+        while not self._stopping.wait(report_s):
+            now = self.clock()
+            self._report(last, now - self.grace_s, heartbeat)
+            last = now
+
+    def _report(self, t_from: float, t_to: float, heartbeat: Callable[[dict[str, Any]], None] | None) -> None:
+        self.metrics.put("InstanceSeconds", t_to - t_from, "Seconds", **self._dims)
+        try:
+            self.metrics.put("EmptySlots", self.count_empty_slots(t_from, t_to), **self._dims)
+        except Exception as exc:  # noqa: BLE001 - a metric must never stop serving
+            log.warning("empty-slot count failed: %s", exc)
+        if len(self._batches_run) > 10_000:
+            self._batches_run.clear()
+        if heartbeat:
+            try:
+                heartbeat({"ready": True, "at": t_to, "emulated": self.runtime.emulated, **self.totals})
+            except DataPlaneError as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    def _shutdown(self, receiver: threading.Thread) -> None:
+        self.flush_deletes()  # every batch has finished (the pool is closed): its deletes go now
+        receiver.join(timeout=3)
+        if receiver.is_alive():  # a receive still in flight: what it returns is released by accept()
+            log.warning("receiver still in a long poll at shutdown")
+        released = self.release_buffered()
+        outcomes = self.outcomes.stats if self.outcomes is not None else {}
+        log.info("stopped: %s, released %d, frame-outcome checks %s", self.totals, released, outcomes)
+
+    def release_buffered(self) -> int:
+        """Give every buffered (not yet run) message back to the queue at once."""
+        with self._lock:
+            left = self.assembler.drain()
+        return self._release([r for p in left for r in p.receipts])
+
+    def _release(self, receipts: list[str]) -> int:
+        if receipts and self._gone.is_set():
+            return 0  # the queue and its messages are gone: nothing to give back
+        if receipts:
+            try:
+                self.queues.release(self.assignment.queue_url, receipts)
+            except DataPlaneError as exc:  # they come back after the visibility timeout instead
+                if self._check_gone(exc, "release"):
+                    return 0
+                log.warning("release of %d message(s) failed: %s", len(receipts), exc)
+                return 0
+            self.metrics.put("Released", len(receipts), **self._dims)
+            with self._lock:
+                self.totals["released"] += len(receipts)
+        return len(receipts)
+
+
+def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, Metrics]:
+    """Wire a worker from the environment (config table, clients, runtime)."""
+    from core.adapters.blobs import BlobStore
+    from core.adapters.config_store import ConfigStore
+    from core.adapters.queues import TaskQueues
+    from core.adapters.results import ResultStore
+    from core.errors import ConfigError
+    from core.routing import Router
+    from core.settings import DataPlaneConfig, make_client, make_metrics
+    from workers.runtimes import make_runtime
+
+    try:
+        cfg = DataPlaneConfig.from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="environment") from None  # the message names the setting
+    try:
+        linger = delete_linger_from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="SKINFLINT_DELETE_LINGER_S") from None
+    ddb = make_client("dynamodb", cfg, "worker")
+    store = ConfigStore(ddb, cfg.config_table)
+    assignment = store.get_assignment(worker_id)
+    deployment = store.get_deployment(assignment.app)
+    if deployment is None:
+        raise ConfigError(f"app {assignment.app!r} is not deployed", key=f"app#{assignment.app}")
+    metrics = make_metrics(cfg, "worker")
+    worker = Worker(
+        assignment=assignment,
+        router=Router.for_deployment(deployment),
+        queues=TaskQueues(make_client("sqs", cfg, "worker")),
+        results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
+        blobs=BlobStore(make_client("s3", cfg, "worker"), cfg.bucket),
+        metrics=metrics,
+        runtime=make_runtime(assignment),
+        output_inline_limit_bytes=cfg.output_inline_limit_bytes,
+        delete_linger_s=linger,
+    )
+    return worker, store, metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workers.lifeline import install as install_lifeline
+
+    parser = argparse.ArgumentParser(prog="python -m workers.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--worker-id", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s worker {args.worker_id} %(levelname)s %(message)s"
+    )
+    try:
+        worker, store, metrics = build_worker(args.worker_id)
+    except DataPlaneError as exc:
+        print(f"worker {args.worker_id}: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    install_lifeline()  # $SKINFLINT_PARENT_PID set: SIGTERM (stop, release) once that process is gone
+    metrics.start()
+    try:
+        worker.serve(heartbeat=lambda info: store.put_heartbeat(args.worker_id, info))
+    finally:
+        metrics.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
