@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/simulator.py                 # large synthetic plan, 10 simulated minutes
     .venv/bin/python bench/simulator.py --duration 60   # shorter while iterating
-    .venv/bin/python bench/simulator.py --check         # the papers' examples (DESIGN.md §7)
+    .venv/bin/python bench/simulator.py --check         # the papers' examples (docs/design.md §7)
     .venv/bin/python bench/simulator.py --generated 100 # dispatch-aware solves of generated problems
 
 The large plan is built directly (no solver): a three-module DAG (detector -> car, detector -> person)
@@ -148,7 +148,7 @@ def example_plans() -> list[tuple[ProblemSpec, Plan]]:
                 MachineGroup(**gpu, batch=2, machines=1, rate_per_machine=6.0, duration_s=0.1),
             ]
         },
-        # Piccolo M1: 285 req/s all on batch-100 machines (DESIGN.md §2: 1 + 100/285 = 1.35 s)
+        # Piccolo M1: 285 req/s all on batch-100 machines (docs/design.md §2: 1 + 100/285 = 1.35 s)
         "piccolo_m1.json": {
             "m1": [MachineGroup(**gpu, batch=100, machines=3, rate_per_machine=95.0, duration_s=1.0)]
         },

@@ -1,4 +1,4 @@
-"""``python -m planner solve PROBLEM.json [--policy P] [--objective O]`` (DESIGN.md §3 contract)."""
+"""``python -m planner solve PROBLEM.json [--policy P] [--objective O]`` (docs/design.md §3 contract)."""
 
 import sys
 

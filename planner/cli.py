@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     solve = sub.add_parser("solve", help="plan a problem file and print the plan JSON")
-    solve.add_argument("problem", help="problem JSON file (DESIGN.md §3)")
+    solve.add_argument("problem", help="problem JSON file (docs/design.md §3)")
     solve.add_argument(
         "--policy",
         default="skinflint",

@@ -1,7 +1,7 @@
 """Throughput-cost (TC) dispatch from a stateless front: a plan becomes a periodic schedule of time windows.
 
 Every request of a module that arrives inside window ``k`` belongs to one batch, executed by one machine
-when the window closes (DESIGN.md §4, "time windows"). The front needs no shared counter: it maps the
+when the window closes (docs/design.md §4, "time windows"). The front needs no shared counter: it maps the
 arrival time to a window with :meth:`DispatchSchedule.slot_at` (a bisect on precomputed offsets).
 
 Construction (docs/dispatch.md has the argument and the measurements):

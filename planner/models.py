@@ -1,6 +1,6 @@
 """Data models of the planner: what a user specifies (``*Spec``) and what the planner returns (``*Plan``).
 
-The JSON shapes of :class:`ProblemSpec` and :class:`Plan` are contracts (DESIGN.md §3): other tools
+The JSON shapes of :class:`ProblemSpec` and :class:`Plan` are contracts (docs/design.md §3): other tools
 read them. Extra keys are allowed everywhere and kept, so profiles can carry provenance.
 """
 
@@ -170,7 +170,7 @@ class ModulePlan(_Open):
 
 
 class Plan(_Open):
-    """The planner's output (DESIGN.md §3). ``cost_per_hour`` is the occupancy cost (sum of p*f/t,
+    """The planner's output (docs/design.md §3). ``cost_per_hour`` is the occupancy cost (sum of p*f/t,
     dummy load paid), ``billed_per_hour`` the sum of machines * price; ``objective`` says which one
     the plan minimises."""
 

@@ -2,7 +2,7 @@
 front of the front function (FastAPI + Mangum).
 
 REST rather than HTTP API: API keys, usage plans (per-key quota and throttle) and AWS WAF exist only
-on REST APIs (DESIGN.md §6), and cameras are machine clients for which a key is the natural
+on REST APIs (docs/design.md §6), and cameras are machine clients for which a key is the natural
 credential. The app re-checks the key against the hashed keys in the config table; the admin route
 (``POST /v1/apps``, front/admin.py) also needs an admin key, checked the same way.
 

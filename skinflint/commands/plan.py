@@ -17,7 +17,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "plan",
         help="plan a problem file and show the plan as a table",
-        description="Plan a problem file (DESIGN.md §3 format) and show the plan.",
+        description="Plan a problem file (docs/design.md §3 format) and show the plan.",
     )
     p.add_argument("problem", help="problem JSON file")
     p.add_argument(

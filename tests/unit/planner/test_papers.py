@@ -65,7 +65,7 @@ def test_piccolo_285_round_robin_3_7_multi_config_3_1_dummy_3_0_exact_2_85():
     assert tc.occupancy == pytest.approx(3.1)
     # Piccolo dummy: b/(L - d) - u = 100/(2 - 1) - 85 = 15 -> 300 req/s on 3 x b100
     assert piccolo_dummy(P1, tc, 2.0, "occupancy").occupancy == pytest.approx(3.0)
-    # exact (DESIGN.md §2): w = 285 on b100: 1 + 100/285 = 1.35 <= 2 -> 285/100 = 2.85
+    # exact (docs/design.md §2): w = 285 on b100: 1 + 100/285 = 1.35 <= 2 -> 285/100 = 2.85
     assert occupancy_optimal(P1, 285, 2.0).occupancy == pytest.approx(2.85)  # type: ignore[union-attr]
 
 
