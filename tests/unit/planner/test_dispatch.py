@@ -14,8 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner import dispatch
 from planner.dispatch import DispatchSchedule, build_schedule, build_schedules, rr_pattern, theorem1_latencies
+from planner.dispatch import build as dispatch_build
+from planner.dispatch import order as dispatch_order
+from planner.dispatch import period as dispatch_period
 from planner.models import MachineGroup, ModulePlan, Plan
 
 GPU = "gpu"
@@ -260,31 +262,32 @@ def test_schedules_are_bit_identical_to_the_frozen_ones():
 
 
 def exhaustive_period(lam, cap, machines, batch, early_stop=False):
-    """The period search evaluated through ``_counts`` (sums of floats through ``dispatch._sum``, numpy's
+    """The period search evaluated through ``_counts`` (sums of floats through ``dispatch_period._sum``, numpy's
     order, which the module uses): every candidate, the smallest key kept; with ``early_stop``, stopping
-    where :func:`planner.dispatch._choose_period` stops (the search as written before its one- and
+    where :func:`planner.dispatch.period.choose_period` stops (the search as written before its one- and
     few-group loops were fused)."""
     p_min = max(1.0 / x for x in lam)
-    candidates = [p_min * m for m in range(1, dispatch._PERIOD_MULTIPLES + 1)]
-    exact = dispatch._rational_period(lam)
+    candidates = [p_min * m for m in range(1, dispatch_period._PERIOD_MULTIPLES + 1)]
+    exact = dispatch_period._rational_period(lam)
     if (
         exact is not None
-        and exact * dispatch._sum([x * m for x, m in zip(lam, machines, strict=True)]) <= dispatch.MAX_WINDOWS
+        and exact * dispatch_period._sum([x * m for x, m in zip(lam, machines, strict=True)])
+        <= dispatch_period.MAX_WINDOWS
     ):
         candidates.insert(0, exact)
-    multiples_from = len(candidates) - dispatch._PERIOD_MULTIPLES
+    multiples_from = len(candidates) - dispatch_period._PERIOD_MULTIPLES
     best = None
     for pos, period in enumerate(candidates):
-        counts, base = dispatch._counts(lam, cap, machines, batch, period)
+        counts, base = dispatch_period._counts(lam, cap, machines, batch, period)
         if early_stop and best is not None and pos >= multiples_from:
-            if base > dispatch.MAX_WINDOWS or (best[0][:2] == (0.0, 0.0) and base >= best[0][2]):
+            if base > dispatch_period.MAX_WINDOWS or (best[0][:2] == (0.0, 0.0) and base >= best[0][2]):
                 break
         total = sum(n * m for n, m in zip(counts, machines, strict=True))
-        if total > dispatch.MAX_WINDOWS and best is not None:
+        if total > dispatch_period.MAX_WINDOWS and best is not None:
             continue
         ideal = [x * period for x in lam]
         served = sum(n * m * b for n, m, b in zip(counts, machines, batch, strict=True))
-        planned = dispatch._sum([i * m * b for i, m, b in zip(ideal, machines, batch, strict=True)])
+        planned = dispatch_period._sum([i * m * b for i, m, b in zip(ideal, machines, batch, strict=True)])
         shortfall = max(0.0, 1.0 - served / planned)
         err = max(abs(n - i) / i for n, i in zip(counts, ideal, strict=True))
         key = (round(shortfall, 12), round(err, 9), total)
@@ -313,13 +316,13 @@ def period_inputs(draw):
 @given(period_inputs())
 def test_period_search_stops_early_without_changing_the_choice(args):
     # the stop relies on the windows before the shortfall move never decreasing with the period
-    assert dispatch._choose_period(*args) == exhaustive_period(*args)
+    assert dispatch_period.choose_period(*args) == exhaustive_period(*args)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(1e-6, 1e6) | st.integers(1, 10**6).map(float), min_size=1, max_size=20))
 def test_small_sums_are_numpys(xs):
-    assert dispatch._sum(xs) == float(np.sum(np.array(xs)))
+    assert dispatch_period._sum(xs) == float(np.sum(np.array(xs)))
 
 
 def test_eligibility_passes_join_the_previous_one_exactly(monkeypatch):
@@ -328,17 +331,19 @@ def test_eligibility_passes_join_the_previous_one_exactly(monkeypatch):
     # Copying gives what computing every step gives (and the frozen schedule).
     case = max(json.loads(FROZEN.read_text())["cases"], key=lambda c: c["windows"])
     joined = []
-    finish_as = dispatch._Pass.finish_as
+    finish_as = dispatch_order._Pass.finish_as
 
     def spy(self, other):
         joined.append(len(self.seq))
         finish_as(self, other)
 
-    monkeypatch.setattr(dispatch._Pass, "finish_as", spy)
-    monkeypatch.setattr(dispatch, "ELIGIBLE_MAX_WINDOWS", dispatch.MAX_WINDOWS)  # tried on this period too
+    monkeypatch.setattr(dispatch_order._Pass, "finish_as", spy)
+    monkeypatch.setattr(
+        dispatch_build, "ELIGIBLE_MAX_WINDOWS", dispatch_period.MAX_WINDOWS
+    )  # tried on this period too
     fast = frozen_figures(case)
     assert joined and joined[0] < case["windows"] // 10
-    monkeypatch.setattr(dispatch, "_SNAP", 10**9)  # never checks: every pass computed step by step
+    monkeypatch.setattr(dispatch_order, "_SNAP", 10**9)  # never checks: every pass computed step by step
     joined.clear()
     assert frozen_figures(case) == fast == {k: case[k] for k in fast}
     assert not joined
@@ -348,11 +353,13 @@ def test_large_periods_keep_the_edf_order_without_trying_the_eligibility_order(m
     # Above ELIGIBLE_MAX_WINDOWS the EDF order is kept as is (it meets every group's guarantee by
     # construction); the frozen figures of those plans are unchanged (the eligibility order lost there).
     cases = json.loads(FROZEN.read_text())["cases"]
-    large = [c for c in cases if c["windows"] > dispatch.ELIGIBLE_MAX_WINDOWS and len(c["groups"]) > 1]
+    large = [c for c in cases if c["windows"] > dispatch_build.ELIGIBLE_MAX_WINDOWS and len(c["groups"]) > 1]
     assert len(large) >= 5
     calls = []
-    eligible = dispatch._order_eligible
-    monkeypatch.setattr(dispatch, "_order_eligible", lambda *a, **k: calls.append(1) or eligible(*a, **k))
+    eligible = dispatch_build.order_eligible
+    monkeypatch.setattr(
+        dispatch_build, "order_eligible", lambda *a, **k: calls.append(1) or eligible(*a, **k)
+    )
     for case in large[:5]:
         s = build_schedule(case["module"], frozen_plan(case["groups"]), case["prices"])
         assert all(g.worst_case_latency_s <= g.guarantee_s + 1e-9 for g in s.groups if g.machines)

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import planner.robust
-from planner.dispatch import DispatchSchedule, _Group, _Layout, _order_edf, build_schedule
+from planner.dispatch import DispatchSchedule, build_schedule
+from planner.dispatch.build import _Layout
+from planner.dispatch.order import SequencedGroup, order_edf
 from planner.errors import PlannerError
 from planner.fleet import EPOCH_GC_THRESHOLDS, RealisationCache, plan_fleet, seed_plan
 from planner.generate import generate_problem
@@ -182,9 +184,9 @@ def test_one_group_layout_is_the_numpy_layout_bit_for_bit(machines: int, conc: i
         dur = float(rng.uniform(0.005, 0.4))
         count = int(rng.integers(1, 9))
         window = float(rng.uniform(0.5, 1.5)) * dur / fill / conc
-        g = _Group(0, machines=machines, count=count, window=window, dur=dur, conc=conc, slack=0.01)
+        g = SequencedGroup(0, machines=machines, count=count, window=window, dur=dur, conc=conc, slack=0.01)
         period = window * g.total * float(rng.uniform(0.999, 1.001))
-        fast, ref = _Layout.one_group(g, period), _Layout(_order_edf([g], period), [g], period)
+        fast, ref = _Layout.one_group(g, period), _Layout(order_edf([g], period), [g], period)
         for name in ("seq", "ends", "starts", "machine", "waits"):
             a, b = getattr(fast, name), getattr(ref, name)
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
@@ -198,8 +200,8 @@ def test_one_group_layout_is_the_numpy_layout_bit_for_bit(machines: int, conc: i
 
 def test_one_group_layout_with_queueing() -> None:
     """A machine loaded past one batch per window queues: the fast layout has the numpy waits."""
-    g = _Group(0, machines=2, count=5, window=0.01, dur=0.05, conc=2, slack=0.0)
-    fast, ref = _Layout.one_group(g, 0.1), _Layout(_order_edf([g], 0.1), [g], 0.1)
+    g = SequencedGroup(0, machines=2, count=5, window=0.01, dur=0.05, conc=2, slack=0.0)
+    fast, ref = _Layout.one_group(g, 0.1), _Layout(order_edf([g], 0.1), [g], 0.1)
     assert ref.waits.max() > 0
     assert fast.waits.tobytes() == ref.waits.tobytes() and fast.worst == ref.worst
 

@@ -12,9 +12,13 @@ import random
 import numpy as np
 import pytest
 
-from planner import dispatch, robust
+from planner import robust
 from planner.dispatch import DispatchSchedule, build_schedule
+from planner.dispatch import build as dispatch_build
+from planner.dispatch import order as dispatch_order
+from planner.dispatch import period as dispatch_period
 from planner.generate import generate_problem
+from planner.latency import EPS
 from planner.models import MachineGroup, ModulePlan
 from planner.split import topology
 from tests.unit.planner.test_dispatch import exhaustive_period
@@ -108,7 +112,7 @@ def test_window_lists_and_groups_are_the_arrays():
 
 
 def reference_period(lam, cap, machines, batch):
-    """:func:`planner.dispatch._choose_period` evaluated through ``_counts`` (its code before the one- and
+    """:func:`planner.dispatch.period.choose_period` evaluated through ``_counts`` (its code before the one- and
     few-group loops were fused)."""
     return exhaustive_period(lam, cap, machines, batch, early_stop=True)
 
@@ -124,7 +128,7 @@ def test_fused_period_search_is_the_counts_evaluation(groups):
             cap.append(c / d)
             machines.append(rng.choice([1, 2, 3, 40, 600]))
             batch.append(rng.choice([1, 2, 4, 8, 32]))
-        got = dispatch._choose_period(lam, cap, machines, batch)
+        got = dispatch_period.choose_period(lam, cap, machines, batch)
         want = reference_period(lam, cap, machines, batch)
         assert repr(got) == repr(want), (lam, cap, machines, batch)
 
@@ -134,13 +138,13 @@ def test_fused_period_search_is_the_counts_evaluation(groups):
 
 def reference_pass(groups, period, dls, last):
     """The eligibility pass with the general step only (no unrolled two-group step)."""
-    cur = dispatch._Pass(len(groups))
+    cur = dispatch_order._Pass(len(groups))
     windows = [g.window for g in groups]
     lags = [g.lag for g in groups]
     need = [min(g.lag, g.total) for g in groups]
     prev = last.ends if last is not None else [[] for _ in groups]
     order = [p for p, g in enumerate(groups) if g.total > 0]
-    base = [dispatch._ready(g, 0, [], prev[p], period) - g.slack for p, g in enumerate(groups)]
+    base = [dispatch_order._ready(g, 0, [], prev[p], period) - g.slack for p, g in enumerate(groups)]
     deadline = [d[0] if d else 0.0 for d in dls]
     pending = sum(1 for n in need if n > 0)
     tau = 0.0
@@ -148,7 +152,7 @@ def reference_pass(groups, period, dls, last):
         best, late, best_excess, best_dl = -1, True, 0.0, 0.0
         for p in order:
             excess = base[p] - (tau + windows[p])
-            if excess <= dispatch._EPS:
+            if excess <= EPS:
                 if late or deadline[p] < best_dl:
                     best, late, best_dl = p, False, deadline[p]
             elif late and (
@@ -162,12 +166,12 @@ def reference_pass(groups, period, dls, last):
         k = len(cur.ends[best])
         if k < g.total:
             deadline[best] = dls[best][k]
-            base[best] = dispatch._ready(g, k, cur.ends[best], prev[best], period) - g.slack
+            base[best] = dispatch_order._ready(g, k, cur.ends[best], prev[best], period) - g.slack
         else:
             order.remove(best)
         if k == need[best]:
             pending -= 1
-        if step % dispatch._SNAP == dispatch._SNAP - 1:
+        if step % dispatch_order._SNAP == dispatch_order._SNAP - 1:
             state = cur.snap(tau)
             if (
                 pending == 0
@@ -184,17 +188,17 @@ def test_eligibility_order_is_the_general_steps(monkeypatch):
     rng = random.Random(9)
     plans = [mp for mp in (random_plan(rng, 3) for _ in range(300)) if len(mp.groups) > 1][:120]
     orders: list[list[int]] = []
-    order_eligible = dispatch._order_eligible
+    order_eligible = dispatch_build.order_eligible
 
     def recorded(groups, period, passes=4):
         out = order_eligible(groups, period, passes)
         orders.append(out)
         return out
 
-    monkeypatch.setattr(dispatch, "_order_eligible", recorded)
+    monkeypatch.setattr(dispatch_build, "order_eligible", recorded)
     fast = [build_schedule("m", mp, PRICES).model_dump_json() for mp in plans]
     fast_orders, orders[:] = list(orders), []
-    monkeypatch.setattr(dispatch, "_eligible_pass", reference_pass)
+    monkeypatch.setattr(dispatch_order, "_eligible_pass", reference_pass)
     slow = [build_schedule("m", mp, PRICES).model_dump_json() for mp in plans]
     assert len(fast_orders) > 80 and sum(map(len, fast_orders)) > 20_000
     assert fast_orders == orders  # the order itself, whether or not it beats EDF's
