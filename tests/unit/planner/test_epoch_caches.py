@@ -19,7 +19,8 @@ from planner.errors import PlannerError
 from planner.fleet import EPOCH_GC_THRESHOLDS, RealisationCache, plan_fleet, seed_plan
 from planner.generate import generate_problem
 from planner.models import MachineGroup, ModulePlan, Plan
-from planner.packing import Share, _best_fit, _Bin, _Item, _Slots
+from planner.packing import Share
+from planner.packing.binpack import _best_fit, _Bin, _Item, _Slots
 from planner.robust import solve_dispatchable
 from planner.solve import BilledCache, solve
 
