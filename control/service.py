@@ -86,7 +86,7 @@ def build_controller(
     from core.adapters.queues import TaskQueues
     from core.adapters.rates import ObservedRates, ServiceOverruns
     from core.adapters.usage import report_to
-    from core.settings import make_client
+    from core.clients import make_client
 
     given = dict(clients or {})
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from core.adapters.metrics import Metrics
 
 __all__ = [
     "DEFAULT_DELETE_LINGER_S",
@@ -19,8 +17,6 @@ __all__ = [
     "METRICS_SINKS",
     "DataPlaneConfig",
     "delete_linger_from_env",
-    "make_client",
-    "make_metrics",
     "resource_name_problem",
     "results_retention_from_env",
     "undeleted_bound",
@@ -90,10 +86,11 @@ def undeleted_bound(rate: float, linger_s: float) -> float:
 
 
 #: ``SKINFLINT_USAGE_METERING``: ``on`` (the default) counts the AWS requests of every client
-#: :func:`make_client` makes for a component, and the units AWS bills them by, and publishes them with
-#: the component's metrics (``AwsRequests``, ``AwsRequestUnits``: core/adapters/usage.py, the data
-#: plane's part of ``skinflint report``); ``off`` makes no hook and publishes nothing (the metrics are
-#: custom metrics CloudWatch bills per month, and each flush with them is one more PutMetricData).
+#: ``core.clients.make_client`` makes for a component, and the units AWS bills them by, and publishes
+#: them with the component's metrics (``AwsRequests``, ``AwsRequestUnits``: core/adapters/usage.py,
+#: the data plane's part of ``skinflint report``); ``off`` makes no hook and publishes nothing (the
+#: metrics are custom metrics CloudWatch bills per month, and each flush with them is one more
+#: PutMetricData).
 _USAGE_METERING = {"on": True, "1": True, "true": True, "off": False, "0": False, "false": False}
 
 
@@ -225,7 +222,7 @@ class DataPlaneConfig:
     extra: dict[str, str] = field(default_factory=dict)
     usage_metering: bool = True  # SKINFLINT_USAGE_METERING: count the components' AWS requests
     # SKINFLINT_METRICS_SINK: "cloudwatch" (PutMetricData) or "emf" (Embedded Metric Format lines on
-    # stdout, or appended to SKINFLINT_EMF_FILE, which CloudWatch Logs extracts: make_metrics)
+    # stdout, or appended to SKINFLINT_EMF_FILE, which CloudWatch Logs extracts: core.clients.make_metrics)
     metrics_sink: str = "cloudwatch"
     emf_file: str | None = None
 
@@ -287,48 +284,3 @@ class DataPlaneConfig:
         if self.emf_file:
             env["SKINFLINT_EMF_FILE"] = self.emf_file
         return env
-
-
-def make_metrics(
-    config: DataPlaneConfig, component: str, emf: bool | None = None, collect_every_s: float = 0.0
-) -> Metrics:
-    """``component``'s metrics, its usage counts included (``report_to``): Embedded Metric Format
-    lines when ``emf`` (default: ``config.metrics_sink == "emf"``), written to ``config.emf_file``
-    or stdout, their bytes counted as CloudWatch Logs ingestion; else PutMetricData through a
-    client made for ``component``. The caller flushes (or ``start()`` s a flush thread)."""
-    from core.adapters.metrics import CloudWatchMetrics, EmfMetrics, emf_file_writer
-    from core.adapters.usage import LOGS_INGESTED, meter, report_to
-
-    if not (config.metrics_sink == "emf" if emf is None else emf):
-        client = make_client("cloudwatch", config, component)
-        return report_to(CloudWatchMetrics(client, config.metrics_namespace), component)
-    counted = meter(component) if config.usage_metering else None
-    return report_to(
-        EmfMetrics(
-            config.metrics_namespace,
-            write=emf_file_writer(config.emf_file) if config.emf_file else None,
-            on_written=None if counted is None else lambda n: counted.add_units(LOGS_INGESTED, float(n)),
-            collect_every_s=collect_every_s,
-        ),
-        component,
-    )
-
-
-def make_client(service: str, config: DataPlaneConfig, component: str | None = None) -> Any:
-    """A boto3 client for ``service`` (imported lazily: Lambda cold start). With ``component``
-    (``front``, ``worker``, ``instance``, ``control``) its requests are counted in that component's
-    usage meter (core/adapters/usage.py) unless ``config.usage_metering`` is off."""
-    import boto3
-    from botocore.config import Config
-
-    client = boto3.client(
-        service,
-        region_name=config.region,
-        endpoint_url=config.endpoint_url,
-        config=Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=32),
-    )
-    if component is not None and config.usage_metering:
-        from core.adapters.usage import attach
-
-        attach(client, component)
-    return client

@@ -107,7 +107,7 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
     from control.service import Registrar, load_catalog, profile_store
     from control.state import StateStore
     from core.adapters.config_store import ConfigStore
-    from core.settings import make_client
+    from core.clients import make_client
 
     ddb, s3 = make_client("dynamodb", config, "front"), make_client("s3", config, "front")
     function = os.environ.get("SKINFLINT_PLANNER_FUNCTION")

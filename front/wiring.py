@@ -30,8 +30,9 @@ def service_from_config(
     from core.adapters.plan_store import PlanStore
     from core.adapters.queues import TaskQueues
     from core.adapters.results import ResultStore
+    from core.clients import make_client, make_metrics
     from core.errors import ConfigError
-    from core.settings import DataPlaneConfig, make_client, make_metrics
+    from core.settings import DataPlaneConfig
     from front.service import FrontService
 
     if config is None:

@@ -759,7 +759,8 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     from core.adapters.plan_store import InstanceStatus, PlanStore
     from core.adapters.queues import TaskQueues
     from core.adapters.results import ResultStore
-    from core.settings import DataPlaneConfig, make_client, make_metrics
+    from core.clients import make_client, make_metrics
+    from core.settings import DataPlaneConfig
     from workers.lifecycle import AutoScalingCompleter, ImdsClient, LifecycleWatcher
 
     cfg = DataPlaneConfig.from_env()

@@ -705,9 +705,10 @@ def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, Metrics]:
     from core.adapters.config_store import ConfigStore
     from core.adapters.queues import TaskQueues
     from core.adapters.results import ResultStore
+    from core.clients import make_client, make_metrics
     from core.errors import ConfigError
     from core.routing import Router
-    from core.settings import DataPlaneConfig, make_client, make_metrics
+    from core.settings import DataPlaneConfig
     from workers.runtimes import make_runtime
 
     try:

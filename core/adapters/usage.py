@@ -1,6 +1,6 @@
 """The AWS requests a process makes, and the units AWS bills them by, counted where they are made.
 
-:func:`attach` registers on a boto3 client's event system (``core.settings.make_client`` calls it
+:func:`attach` registers on a boto3 client's event system (``core.clients.make_client`` calls it
 for every data-plane client it makes with a component name): ``after-call`` counts every API call
 (once, whatever the SDK's retries did underneath) per (service, operation), and the billing units of
 its answer; ``before-parameter-build`` (DynamoDB, SQS, CloudWatch) notes what the units need from

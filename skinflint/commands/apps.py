@@ -132,7 +132,7 @@ def register(sub: Any) -> None:
 
 
 def _clients(cfg: DataPlaneConfig) -> tuple[Any, Any]:
-    from core.settings import make_client
+    from core.clients import make_client
 
     return make_client("dynamodb", cfg), make_client("s3", cfg)
 

@@ -112,8 +112,9 @@ def build_report(
         raise UsageError(f"--period must be a positive number of seconds, got {period}")
     table = _aws_prices(aws_prices)
     from core.adapters._aws import AWS_ERRORS
+    from core.clients import make_client
     from core.errors import DataPlaneError
-    from core.settings import DataPlaneConfig, make_client
+    from core.settings import DataPlaneConfig
     from skinflint.local.stack import FAKE_CREDENTIALS
     from skinflint.report import collect_report
 

@@ -49,7 +49,7 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
     from core.adapters.autoscaling import FleetGroups
     from core.adapters.plan_store import PlanStore
     from core.adapters.rates import ObservedRates, RateWindow
-    from core.settings import make_client
+    from core.clients import make_client
 
     now = time.time() if now is None else now
     ddb = make_client("dynamodb", cfg)

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.clients import make_client
 from core.errors import DataPlaneError
-from core.settings import DataPlaneConfig, make_client
+from core.settings import DataPlaneConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -30,8 +30,9 @@ from botocore.exceptions import ClientError
 
 from control.service import Registrar
 from core.adapters.plan_store import PlanStore
+from core.clients import make_client
 from core.schema import ResultOut
-from core.settings import DataPlaneConfig, make_client
+from core.settings import DataPlaneConfig
 from skinflint.local.stack import LocalStack, StackConfig, registration_doc
 from skinflint.local.summary import summarise
 from skinflint.local.video import synthetic_frames

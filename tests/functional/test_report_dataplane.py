@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from core.adapters.metrics import CloudWatchMetrics
 from core.adapters.usage import meter, report_to
-from core.settings import DataPlaneConfig, make_client
+from core.clients import make_client
+from core.settings import DataPlaneConfig
 from profiles.aws_prices import load_aws_prices
 from skinflint.report import collect_report
 from tests.functional.conftest import API_KEY, jpeg_bytes

@@ -114,7 +114,8 @@ def test_the_extractor_follows_every_file_of_its_pattern_even_new_ones(tmp_path)
 def test_the_metrics_sink_setting_is_checked_and_carried() -> None:
     import pytest
 
-    from core.settings import DataPlaneConfig, make_metrics
+    from core.clients import make_metrics
+    from core.settings import DataPlaneConfig
 
     with pytest.raises(ValueError, match="SKINFLINT_METRICS_SINK must be one of cloudwatch, emf, got 'logs'"):
         DataPlaneConfig.from_env({"SKINFLINT_METRICS_SINK": "logs"})

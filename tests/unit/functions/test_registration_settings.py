@@ -83,14 +83,14 @@ def test_registration_solves_at_the_rate_and_child_headroom_the_epoch_uses(
 def test_the_cli_and_the_admin_api_build_their_registrar_with_those_settings(
     planner_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import core.settings
+    import core.clients
     from control import service
     from core.settings import DataPlaneConfig
     from front.admin import admin_from_config
     from skinflint.commands import apps
 
     # no AWS here: clients, the catalog and the profile store are stubbed, the wiring is real
-    monkeypatch.setattr(core.settings, "make_client", lambda *_a, **_k: None)
+    monkeypatch.setattr(core.clients, "make_client", lambda *_a, **_k: None)
     monkeypatch.setattr(service, "load_catalog", lambda *_a: load_catalog())
     monkeypatch.setattr(service, "profile_store", lambda *_a, **_k: None)
     monkeypatch.delenv("SKINFLINT_PLANNER_FUNCTION", raising=False)

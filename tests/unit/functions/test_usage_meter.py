@@ -21,7 +21,8 @@ from core.adapters.usage import (
     s3_unit,
     sqs_requests,
 )
-from core.settings import DataPlaneConfig, make_client, usage_metering_from_env
+from core.clients import make_client
+from core.settings import DataPlaneConfig, usage_metering_from_env
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-import core.settings
+import core.clients
 from control.errors import ControlError
 from skinflint.cli import main
 from skinflint.commands.apps import aws_errors
@@ -58,7 +58,7 @@ def fail_every_call(monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[F
         made.append(FakeClient(error, answers))
         return made[-1]
 
-    monkeypatch.setattr(core.settings, "make_client", make_client)
+    monkeypatch.setattr(core.clients, "make_client", make_client)
     return made
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import core.settings
+import core.clients
 from skinflint.cli import main
 
 COMMANDS = [
@@ -47,7 +47,7 @@ def test_a_malformed_name_is_one_line_naming_the_setting_before_any_client(
         made.append(service)
         raise AssertionError("no client is made")
 
-    monkeypatch.setattr(core.settings, "make_client", make_client)
+    monkeypatch.setattr(core.clients, "make_client", make_client)
     monkeypatch.setenv(setting, value)
     assert main(argv) == 1
     captured = capsys.readouterr()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import core.settings
+import core.clients
 import skinflint.report
 from skinflint.cli import build_parser, main
 from skinflint.commands.report import CLOUDWATCH_PERIOD_S, LOCAL_PERIOD_S, build_report
@@ -26,7 +26,7 @@ def periods(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         seen.append(period_s)
         return {"window": {"period_s": period_s}}
 
-    monkeypatch.setattr(core.settings, "make_client", lambda service, _cfg: object())
+    monkeypatch.setattr(core.clients, "make_client", lambda service, _cfg: object())
     monkeypatch.setattr(skinflint.report, "collect_report", collect_report)
     return seen
 
