@@ -21,10 +21,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/skinflint demo $(ARGS)
 
+## Style, format, types and the layer contracts (import-linter, pyproject.toml [tool.importlinter]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy planner core front control functions workers skinflint profiles cdk loadtest bench
+	$(BIN)/lint-imports
 
 ## Lint, type-check and run every test (what .ci/run calls).
 test: lint
@@ -42,4 +44,4 @@ worker-deps: $(STAMP)
 	$(BIN)/python -m cdk.deps worker
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache cdk.out
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache cdk.out
