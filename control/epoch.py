@@ -516,7 +516,7 @@ class Controller:
     ) -> list[str] | None:
         """Hardware with a worker group whose launches have not failed recently (None: no groups
         are configured, every deployable class may be planned and nothing is scaled)."""
-        from core.adapters.autoscaling import ScalingError
+        from core.adapters.autoscaling import AutoScalingError
 
         if not self.config.asg_names:
             return None
@@ -530,7 +530,7 @@ class Controller:
             if state.unavailable.get(hw, 0.0) <= now:
                 try:
                     failures = self.groups.capacity_failures(hw, since)
-                except ScalingError as exc:
+                except AutoScalingError as exc:
                     failures = []
                     summary.warnings.append(str(exc))
                 if failures:
@@ -800,14 +800,14 @@ class Controller:
     # -- fleet size --------------------------------------------------------------------------------
     def _scale(self, state: ControlState, current: Manifest | None, summary: EpochSummary) -> None:
         """Desired capacity per group from the version in force, through hysteresis."""
-        from core.adapters.autoscaling import ScalingError
+        from core.adapters.autoscaling import AutoScalingError
         from planner.scaling import Hysteresis
 
         if current is None or not self.config.asg_names:
             return
         try:
             groups = self.groups.states()
-        except ScalingError as exc:
+        except AutoScalingError as exc:
             summary.warnings.append(str(exc))
             return
         hyst = Hysteresis.from_dict(state.hysteresis) if state.hysteresis else Hysteresis()
@@ -833,7 +833,7 @@ class Controller:
             try:
                 self.groups.set_desired(hw, n)
                 summary.scaled[hw] = [g.desired, n]
-            except ScalingError as exc:
+            except AutoScalingError as exc:
                 summary.warnings.append(str(exc))
 
     def _bounded(self, hw: str, want: int, g: GroupState, state: ControlState, summary: EpochSummary) -> int:

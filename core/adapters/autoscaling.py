@@ -13,12 +13,12 @@ from core.errors import DataPlaneError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["FleetGroups", "GroupState", "ScalingError"]
+__all__ = ["AutoScalingError", "FleetGroups", "GroupState"]
 
 _FAILED = ("Failed", "Cancelled")
 
 
-class ScalingError(DataPlaneError):
+class AutoScalingError(DataPlaneError):
     """An Auto Scaling call failed; ``group`` names the group."""
 
     def __init__(self, message: str, group: str = ""):
@@ -65,7 +65,7 @@ class FleetGroups:
                             pending=sum(s.startswith("Pending") for s in states),
                         )
         except AWS_ERRORS as exc:
-            raise ScalingError(f"cannot describe the worker groups: {exc}") from exc
+            raise AutoScalingError(f"cannot describe the worker groups: {exc}") from exc
         return out
 
     def set_desired(self, hardware: str, count: int) -> None:
@@ -75,7 +75,7 @@ class FleetGroups:
                 AutoScalingGroupName=name, DesiredCapacity=int(count), HonorCooldown=False
             )
         except AWS_ERRORS as exc:
-            raise ScalingError(f"cannot set {name} to {count}: {exc}", group=name) from exc
+            raise AutoScalingError(f"cannot set {name} to {count}: {exc}", group=name) from exc
 
     def capacity_failures(self, hardware: str, since: float) -> list[str]:
         """Status messages of the group's scaling activities that failed at or after ``since``
@@ -86,7 +86,9 @@ class FleetGroups:
         try:
             page = self._asg.describe_scaling_activities(AutoScalingGroupName=name, MaxRecords=50)
         except AWS_ERRORS as exc:
-            raise ScalingError(f"cannot read the scaling activities of {name}: {exc}", group=name) from exc
+            raise AutoScalingError(
+                f"cannot read the scaling activities of {name}: {exc}", group=name
+            ) from exc
         for act in page.get("Activities", []):
             start = act.get("StartTime")
             if act.get("StatusCode") in _FAILED and start is not None and start >= cutoff:

@@ -29,7 +29,7 @@ from control.registry import AppRecord, AppRegistry, RegistrationSpec
 from control.state import ControlState, EpochTaken, StateStore
 from core.adapters._aws import AWS_ERRORS, error_code
 from core.adapters._ddb import to_item
-from core.adapters.autoscaling import FleetGroups, ScalingError
+from core.adapters.autoscaling import AutoScalingError, FleetGroups
 from core.adapters.blobs import BlobStore
 from core.adapters.config_store import ConfigStore
 from core.adapters.metrics import CloudWatchMetrics, MemoryMetrics
@@ -324,14 +324,14 @@ CASES: dict[str, tuple[Callable[[Exception], Any], type[Exception]]] = {
         lambda e: CloudWatchReader(FakeClient(e), "Skinflint").list_series("X"),
         ReportError,
     ),
-    "autoscaling.states": (lambda e: FleetGroups(FakeClient(e), {"t4": "g-t4"}).states(), ScalingError),
+    "autoscaling.states": (lambda e: FleetGroups(FakeClient(e), {"t4": "g-t4"}).states(), AutoScalingError),
     "autoscaling.set_desired": (
         lambda e: FleetGroups(FakeClient(e), {"t4": "g-t4"}).set_desired("t4", 2),
-        ScalingError,
+        AutoScalingError,
     ),
     "autoscaling.capacity_failures": (
         lambda e: FleetGroups(FakeClient(e), {"t4": "g-t4"}).capacity_failures("t4", 0.0),
-        ScalingError,
+        AutoScalingError,
     ),
     "lifecycle.complete": (
         lambda e: AutoScalingCompleter(FakeClient(e), "g-t4", "drain").complete("i-1"),
