@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-import planner.robust
+import planner.robust.search
+import planner.robust.spread
 from planner.dispatch import DispatchSchedule, build_schedule
 from planner.dispatch.build import _Layout
 from planner.dispatch.order import SequencedGroup, order_edf
@@ -104,7 +105,7 @@ def test_dispatchable_solve_unchanged_by_its_round_cache(monkeypatch: pytest.Mon
         def put(self, table: object, rate: float, budget: float, value: object) -> None:  # type: ignore[override]
             """Keep nothing: every lookup misses."""
 
-    monkeypatch.setattr(planner.robust, "BilledCache", _NoCache)
+    monkeypatch.setattr(planner.robust.search, "BilledCache", _NoCache)
     fresh = solve_dispatchable(problem)
     assert _dump(cached) == _dump(fresh)
 
@@ -209,24 +210,24 @@ def test_one_group_layout_with_queueing() -> None:
 
 def test_required_spread_rate_is_kept_per_schedule_and_input() -> None:
     sched = _schedule()
-    first = planner.robust.required_spread_rate(sched, 1.5, [30.0, 12.0])
-    assert first == planner.robust._required_spread_rate(sched, 1.5, (30.0, 12.0))
+    first = planner.robust.spread.required_spread_rate(sched, 1.5, [30.0, 12.0])
+    assert first == planner.robust.spread._required_spread_rate(sched, 1.5, (30.0, 12.0))
     memo = sched.derived()
     assert ("spread", sched.period_s, 1.5, (30.0, 12.0), True) in memo
-    assert planner.robust.required_spread_rate(sched, 1.5, (30.0, 12.0)) == first  # a list or a tuple
-    assert planner.robust.required_spread_rate(sched, 1.5, 30.0) == planner.robust._required_spread_rate(
-        sched, 1.5, (30.0,)
-    )
+    assert planner.robust.spread.required_spread_rate(sched, 1.5, (30.0, 12.0)) == first  # a list or a tuple
+    assert planner.robust.spread.required_spread_rate(
+        sched, 1.5, 30.0
+    ) == planner.robust.spread._required_spread_rate(sched, 1.5, (30.0,))
     # a root's stream (not spaced) is another question, kept apart
-    unspaced = planner.robust.required_spread_rate(sched, 1.5, 30.0, spaced=False)
-    assert unspaced == planner.robust._required_spread_rate(sched, 1.5, (30.0,), False)
+    unspaced = planner.robust.spread.required_spread_rate(sched, 1.5, 30.0, spaced=False)
+    assert unspaced == planner.robust.spread._required_spread_rate(sched, 1.5, (30.0,), False)
     assert ("spread", sched.period_s, 1.5, (30.0,), False) in memo
     # other windows: the memo is emptied (a model_copy shares the private state)
     shifted = [w.model_copy(update={"end_s": w.end_s * 0.9}) for w in sched.windows]
     other = sched.model_copy(update={"windows": shifted})
     assert other.derived() == {}
-    assert planner.robust.required_spread_rate(other, 1.5, [30.0, 12.0]) == (
-        planner.robust._required_spread_rate(other, 1.5, (30.0, 12.0))
+    assert planner.robust.spread.required_spread_rate(other, 1.5, [30.0, 12.0]) == (
+        planner.robust.spread._required_spread_rate(other, 1.5, (30.0, 12.0))
     )
 
 

@@ -12,7 +12,6 @@ import random
 import numpy as np
 import pytest
 
-from planner import robust
 from planner.dispatch import DispatchSchedule, build_schedule
 from planner.dispatch import build as dispatch_build
 from planner.dispatch import order as dispatch_order
@@ -20,6 +19,7 @@ from planner.dispatch import period as dispatch_period
 from planner.generate import generate_problem
 from planner.latency import EPS
 from planner.models import MachineGroup, ModulePlan
+from planner.robust import spread as robust_spread
 from planner.split import topology
 from tests.unit.planner.test_dispatch import exhaustive_period
 
@@ -68,8 +68,8 @@ def test_required_spread_rate_in_python_is_numpys_bit_for_bit(seed):
                 rng.choice([sched.planned_rate, rng.uniform(1.0, 2.0 * sched.planned_rate)])
                 for _ in range(rng.choice([1, 1, 2, 3]))
             )
-            fast = robust._required_spread_rate_small(sched, per_request, streams)
-            slow = robust._required_spread_rate(sched, per_request, streams)
+            fast = robust_spread._required_spread_rate_small(sched, per_request, streams)
+            slow = robust_spread._required_spread_rate(sched, per_request, streams)
             # repr: the same floats bit for bit (inf included), the same burst
             assert repr(fast) == repr(slow), (sched.model_dump_json()[:300], per_request, streams)
             assert type(fast[0]) is float and type(fast[1]) is int
@@ -80,18 +80,20 @@ def test_required_spread_rate_in_python_is_numpys_bit_for_bit(seed):
 def test_required_spread_rate_of_an_idle_parent_is_zero_on_both_paths():
     sched = schedules(0, 1, max_groups=1)[0]
     # a stream this sparse puts no request in a window: no child, no requirement
-    assert robust._required_spread_rate_small(sched, 1.0, (1e-12,)) == (0.0, 0)
-    assert robust._required_spread_rate(sched, 1.0, (1e-12,)) == (0.0, 0)
+    assert robust_spread._required_spread_rate_small(sched, 1.0, (1e-12,)) == (0.0, 0)
+    assert robust_spread._required_spread_rate(sched, 1.0, (1e-12,)) == (0.0, 0)
 
 
 def test_required_spread_rate_takes_numpy_for_long_periods_and_odd_inputs(monkeypatch):
     calls: list[str] = []
-    monkeypatch.setattr(robust, "_required_spread_rate", lambda *a: calls.append("numpy") or (1.0, 1))
-    monkeypatch.setattr(robust, "_required_spread_rate_small", lambda *a: calls.append("python") or (1.0, 1))
+    monkeypatch.setattr(robust_spread, "_required_spread_rate", lambda *a: calls.append("numpy") or (1.0, 1))
+    monkeypatch.setattr(
+        robust_spread, "_required_spread_rate_small", lambda *a: calls.append("python") or (1.0, 1)
+    )
     short = schedules(1, 1, max_groups=1)[0]
-    assert len(short.windows) <= robust._SMALL_PATTERN
-    robust.required_spread_rate(short, 1.0, 10.0)
-    robust.required_spread_rate(short, 1.0, math.inf)  # not a float the plain path handles
+    assert len(short.windows) <= robust_spread._SMALL_PATTERN
+    robust_spread.required_spread_rate(short, 1.0, 10.0)
+    robust_spread.required_spread_rate(short, 1.0, math.inf)  # not a float the plain path handles
     assert calls == ["python", "numpy"]
 
 

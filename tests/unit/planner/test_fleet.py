@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import planner.robust
+import planner.robust.realisation
 from planner.check import check_plan
 from planner.dispatch import build_schedule
 from planner.fleet import SPLIT_KEY, RealisationCache, plan_fleet, restore_modules, shape_plan
@@ -349,13 +349,13 @@ def _untimed(res):
 def test_shared_schedules_change_nothing_but_time(seed, monkeypatch):
     # GIVEN a solver that takes plan_fleet's per-app schedule dict, and one that builds its own
     built = []
-    real_build = planner.robust.build_schedule
+    real_build = planner.robust.realisation.build_schedule
 
     def counted(*args, **kwargs):
         built.append(args[0])
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(planner.robust, "build_schedule", counted)
+    monkeypatch.setattr(planner.robust.realisation, "build_schedule", counted)
     given = []
 
     def sharing(problem, *, schedules=None):

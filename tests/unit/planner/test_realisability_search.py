@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-import planner.robust
+import planner.robust.search
+import planner.robust.staircase
 from planner.check import check_plan
 from planner.generate import generate_problem
 from planner.models import Plan, ProblemSpec
@@ -107,7 +108,7 @@ def test_search_does_not_depend_on_the_billed_cache(monkeypatch: pytest.MonkeyPa
         def put(self, table: object, rate: float, budget: float, value: object) -> None:  # type: ignore[override]
             """Keep nothing: every lookup misses."""
 
-    monkeypatch.setattr(planner.robust, "BilledCache", _NoCache)
+    monkeypatch.setattr(planner.robust.search, "BilledCache", _NoCache)
     assert _dump(solve_dispatchable(problem, search_work=25)) == _dump(cached)
 
 
@@ -149,8 +150,10 @@ def test_one_configuration_options_come_cheapest_first() -> None:
             },
         }
     )
-    search = planner.robust._Search(problem, policy="skinflint", objective="billed", fan_out=None)
-    finder = planner.robust._RealisedSearch(search, math.inf, 0.0, 100)
+    search = planner.robust.search.DispatchSearch(
+        problem, policy="skinflint", objective="billed", fan_out=None
+    )
+    finder = planner.robust.staircase.RealisedSearch(search, math.inf, 0.0, 100)
     options = finder._one_config(0, 150.0, 0.05)
     got = [next(options) for _ in range(5)]
     assert [(s.groups[0].config.batch, s.groups[0].machines) for s in got] == [

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import planner.robust
+import planner.robust.realisation
 from planner.check import check_plan
 from planner.dispatch import build_schedule, planned_spread_rate
 from planner.errors import InfeasibleError
@@ -371,13 +371,13 @@ def _untimed(plan: Plan) -> str:
 @pytest.mark.parametrize("seed", [2, 11])
 def test_given_schedules_are_filled_and_change_nothing_but_time(seed, monkeypatch):
     built = []
-    real_build = planner.robust.build_schedule
+    real_build = planner.robust.realisation.build_schedule
 
     def counted(*args, **kwargs):
         built.append(args[0])
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(planner.robust, "build_schedule", counted)
+    monkeypatch.setattr(planner.robust.realisation, "build_schedule", counted)
     problem = generate_problem(seed)
     # GIVEN a plan solved with the solver's own schedules
     own = solve_dispatchable(problem)
