@@ -1,4 +1,5 @@
-"""docs/deploy.md's commands must match the code: context keys, stack names, outputs, helpers."""
+"""The docs must match the code: docs/deploy.md's context keys, stack names, outputs and helpers; the
+README's length and commands; every relative link of the README and docs/."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from cdk.config import CONTEXT_KEYS, load_catalog
 from cdk.deps import main as deps_main
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.infra.conftest import Assembly
 
 pytestmark = pytest.mark.infra
@@ -102,3 +105,52 @@ def test_curl_routes_in_the_guide_exist() -> None:
             method == m and re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", route), path) for m, route in routes
         )
         assert ok, (method, path)
+
+
+README = (C.REPO_ROOT / "README.md").read_text()
+PAGES = [C.REPO_ROOT / "README.md", *sorted((C.REPO_ROOT / "docs").rglob("*.md"))]
+
+
+def test_readme_is_short() -> None:
+    """The README is for users: at most 160 lines; measurements live under docs/results/."""
+    assert len(README.splitlines()) <= 160
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(C.REPO_ROOT)))
+def test_relative_links_resolve(page: Path) -> None:
+    """Every relative link of the README and of docs/ names a file or folder in the repository."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#", 1)[0]).resolve()
+        if not path.exists() or C.REPO_ROOT.resolve() not in path.parents:
+            broken.append(target)
+    assert not broken, broken
+
+
+def test_nothing_cites_a_file_outside_the_repo() -> None:
+    for page in PAGES:
+        text = page.read_text()
+        assert "../shared" not in text and "DESIGN.md" not in text, page
+
+
+def test_readme_commands_parse() -> None:
+    """Every ``skinflint ...`` and ``python -m planner ...`` line of the README's bash blocks parses."""
+    from planner.cli import build_parser as planner_parser
+    from skinflint.cli import build_parser
+
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        lines += [line.split("  #", 1)[0].strip() for line in block.splitlines()]
+    commands = [line for line in lines if line.startswith(("skinflint ", "python -m planner "))]
+    assert {"demo", "plan", "up", "apps", "status", "loadtest", "report"} <= {
+        c.split()[1] for c in commands if c.startswith("skinflint")
+    }
+    for cmd in commands:
+        argv = shlex.split(cmd, comments=True)
+        parser = build_parser() if argv[0] == "skinflint" else planner_parser()
+        try:
+            parser.parse_args(argv[1:] if argv[0] == "skinflint" else argv[3:])
+        except SystemExit as exc:  # argparse's way of saying no
+            raise AssertionError(f"the CLI refuses: {cmd}") from exc
