@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.dispatch import build_schedule
-
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -80,6 +78,10 @@ def adversarial_phases(
 ) -> dict[tuple[str, str, int, int], float]:
     """Phases under which every other share's first batch becomes ready just before the ``victim``'s first
     batch (the case behind ``added_wait_s``), for :func:`simulate_instance`."""
+    # Loaded here, not at the top: the dispatch schedules need numpy, which the front and the workers
+    # (they import planner.packing for its models) do not load at cold start.
+    from planner.dispatch import build_schedule
+
     firsts = {}
     for s in instance.shares:
         prices = {h: x.price_per_hour for h, x in apps[s.app][0].hardware.items()}

@@ -5,10 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from planner.dispatch import build_schedule
 from planner.packing.phases import aligned_phases
 from planner.packing.shares import colocatable_groups, plan_latency_model, share_name
 
@@ -59,6 +57,12 @@ def simulate_instance(
     packer's (:func:`aligned_phases`), and the bound is the share's ``added_wait_s`` (0); else random in
     ``[0, period)`` (independent schedule origins). Without the packer's phases the bound is the FIFO
     one, ``fifo_wait_s`` (the sum of the other shares' durations)."""
+    # numpy and the dispatch schedules load here: the front and the workers import planner.packing for
+    # its models at cold start, and never replay.
+    import numpy as np
+
+    from planner.dispatch import build_schedule
+
     own = phases is None and instance.aligned and honour_phases
     if own:
         phases = aligned_phases(instance)

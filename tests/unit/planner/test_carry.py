@@ -337,7 +337,8 @@ def test_a_bad_budget_is_refused() -> None:
 def test_a_grown_plan_raises_the_children_its_parents_bursts_outgrew() -> None:
     """More machines of a parent send bigger or denser bursts: the child grown only to its new rate no
     longer realises; grown to what its spread needs, it does (and stays a valid plan)."""
-    from planner.fleet import _grown, _grown_realised, redispatch
+    from planner.fleet import redispatch
+    from planner.fleet.carry import _grown, _grown_realised
 
     problem = generate_problem(1)
     old = plan_fleet({"a": problem}, solver=_Counting(), cache=False).plans["a"]

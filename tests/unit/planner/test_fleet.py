@@ -191,9 +191,11 @@ def _dispatchable(problem, *, schedules=None):
 
 
 def _configs(plan):
-    from planner.fleet import _solved
+    from planner.fleet.keys import solved_modules
 
-    return {m: {(g.hardware, g.batch, g.concurrency) for g in mp.groups} for m, mp in _solved(plan).items()}
+    return {
+        m: {(g.hardware, g.batch, g.concurrency) for g in mp.groups} for m, mp in solved_modules(plan).items()
+    }
 
 
 def test_a_replan_keeps_its_configurations_when_that_bills_within_stick():
