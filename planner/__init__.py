@@ -1,5 +1,6 @@
 """Skinflint's planner: pure cost-minimising scheduling of DNN pipelines (numpy + pydantic only)."""
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import InfeasibleError, PlannerError, ProblemError
@@ -45,8 +46,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'planner' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)
 
 

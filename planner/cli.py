@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from planner.errors import InfeasibleError, PlannerError, ProblemError
 from planner.models import ProblemSpec
 from planner.policies import POLICIES
+from planner.solve import solve
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,29 +61,27 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m planner", description="Skinflint's cost-minimising planner."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    solve = sub.add_parser("solve", help="plan a problem file and print the plan JSON")
-    solve.add_argument("problem", help="problem JSON file (docs/design.md §3)")
-    solve.add_argument(
+    solve_cmd = sub.add_parser("solve", help="plan a problem file and print the plan JSON")
+    solve_cmd.add_argument("problem", help="problem JSON file (docs/design.md §3)")
+    solve_cmd.add_argument(
         "--policy",
         default="skinflint",
         choices=list(POLICIES),
         metavar="NAME",
         help=f"planning policy (default skinflint): {', '.join(POLICIES)}",
     )
-    solve.add_argument(
+    solve_cmd.add_argument(
         "--objective",
         default="billed",
         choices=["occupancy", "billed"],
         help="cost the plan minimises (default billed)",
     )
-    solve.add_argument("--indent", type=int, default=2, help="JSON indent (default 2)")
+    solve_cmd.add_argument("--indent", type=int, default=2, help="JSON indent (default 2)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from planner.solve import solve
-
     try:
         problem = load_problem(args.problem)
         plan = solve(problem, policy=args.policy, objective=args.objective)

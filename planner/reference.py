@@ -1,9 +1,11 @@
 """The exhaustive reference for the billed objective (policy ``optimal``).
 
-Deliberately independent of :func:`planner.module.billed_optimal`: each module's complete
-(worst case, billed cost) Pareto frontier comes from a labelling dynamic programme over machine
-mixes, evaluated with the generic Theorem 1 evaluator; frontiers are then combined exhaustively.
-Slow by design — it is the yardstick, not the planner.
+Deliberately independent of :func:`planner.module.billed_optimal` and of the solver: each module's
+complete (worst case, billed cost) Pareto frontier comes from a labelling dynamic programme over
+machine mixes, evaluated with the generic Theorem 1 evaluator; frontiers are then combined
+exhaustively. The solver hands it plain inputs (configurations, rates, paths, the SLO, each module's
+largest budget and the cost of a feasible plan as an upper bound) and imports it; it imports nothing
+of the solver. Slow by design — it is the yardstick, not the planner.
 """
 
 from __future__ import annotations
@@ -17,9 +19,7 @@ from planner.module import ModuleSchedule
 from planner.split import ListSource, Option, combine
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from planner.solve import _Ctx
+    from collections.abc import Callable, Sequence
 
 __all__ = ["billed_frontier", "exhaustive_billed"]
 
@@ -83,42 +83,52 @@ def billed_frontier(
     return front
 
 
-def _proportional_plan_cost(ctx: _Ctx) -> float:
+def _proportional_plan_cost(
+    configs: Sequence[Sequence[Config]], rates: Sequence[float], paths: Sequence[Sequence[int]], slo: float
+) -> float:
     """Billed cost of a simple feasible plan (an upper bound for the search): budgets proportional
     to each module's smallest duration, scaled to fill the SLO; each module on the config with the
     smallest duration, with enough machines for b / (L - d)."""
-    dmin = [min(c.duration for c in ctx.configs[i]) for i in range(ctx.n)]
+    dmin = [min(config.duration for config in module_configs) for module_configs in configs]
     total = 0.0
-    for i in range(ctx.n):
-        factor = min(ctx.slo / sum(dmin[j] for j in p) for p in ctx.paths if i in p)
+    for i in range(len(configs)):
+        factor = min(slo / sum(dmin[j] for j in path) for path in paths if i in path)
         budget = dmin[i] * factor
-        c = min(ctx.configs[i], key=lambda c: c.duration)
-        need = max(ctx.rate[i], c.min_rate(budget))
+        fastest = min(configs[i], key=lambda config: config.duration)
+        need = max(rates[i], fastest.min_rate(budget))
         if not math.isfinite(need):
             return math.inf
-        total += math.ceil(need / c.throughput - 1e-9) * c.price
+        total += math.ceil(need / fastest.throughput - 1e-9) * fastest.price
     return total
 
 
-def exhaustive_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
-    from planner.solve import _heuristic, _max_budget, _spread_slack, _total
-
-    cap = min(_total(ctx, _heuristic(ctx)), _proportional_plan_cost(ctx))
-    fronts = [billed_frontier(ctx.configs[i], ctx.rate[i], _max_budget(ctx, i), cap) for i in range(ctx.n)]
+def exhaustive_billed(
+    configs: Sequence[Sequence[Config]],
+    rates: Sequence[float],
+    paths: list[list[int]],
+    slo: float,
+    max_budgets: Callable[[int], float],
+    upper_bound: float,
+) -> list[ModuleSchedule] | None:
+    """The billed optimum: one schedule per module (in ``configs``' order) whose worst cases fit every
+    path in ``slo``, or None. ``max_budgets(i)``: module ``i``'s largest worst case (the SLO less the
+    other modules' least ones on its paths); ``upper_bound``: the cost of a feasible plan (the search
+    keeps only machine mixes that cost no more)."""
+    cap = min(upper_bound, _proportional_plan_cost(configs, rates, paths, slo))
+    fronts = [billed_frontier(configs[i], rates[i], max_budgets(i), cap) for i in range(len(configs))]
     if any(not f for f in fronts):
         return None
     size = math.prod(len(f) for f in fronts)
     if size <= 200_000:
         best: tuple[float, tuple[Option[ModuleSchedule], ...]] | None = None
         for combo in itertools.product(*fronts):
-            if all(sum(combo[i].latency for i in p) <= ctx.slo + EPS for p in ctx.paths):
+            if all(sum(combo[i].latency for i in path) <= slo + EPS for path in paths):
                 cost = sum(o.cost for o in combo)
                 if best is None or cost < best[0] - EPS:
                     best = (cost, combo)
         choice = list(best[1]) if best is not None else None
     else:
-        choice, _ = combine([ListSource(f) for f in fronts], ctx.paths, ctx.slo)
+        choice, _ = combine([ListSource(f) for f in fronts], paths, slo)
     if choice is None:
         return None
-    scheds = [o.payload for o in choice]
-    return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
+    return [option.payload for option in choice]

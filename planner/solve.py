@@ -32,6 +32,7 @@ from planner.module import (
     piccolo_dummy,
 )
 from planner.policies import PolicySpec, get_policy
+from planner.reference import exhaustive_billed
 from planner.split import ListSource, Option, combine, even_split, iterative_split, path_latency, topology
 
 if TYPE_CHECKING:
@@ -687,9 +688,11 @@ def _plan_ctx(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
     if pol.split == "exhaustive":
         if ctx.objective == "occupancy":
             return _exact_occupancy(ctx, exhaustive=True)
-        from planner.reference import exhaustive_billed
-
-        return exhaustive_billed(ctx)
+        upper_bound = _total(ctx, _heuristic(ctx))
+        scheds = exhaustive_billed(
+            ctx.configs, ctx.rate, ctx.paths, ctx.slo, lambda i: _max_budget(ctx, i), upper_bound
+        )
+        return None if scheds is None else (scheds, _spread_slack(ctx, [sched.wcl for sched in scheds]))
     if pol.split == "exact":
         exact = (
             _exact_occupancy(ctx, exhaustive=False) if ctx.objective == "occupancy" else _exact_billed(ctx)
