@@ -130,9 +130,10 @@ def test_relative_links_resolve(page: Path) -> None:
 
 
 def test_nothing_cites_a_file_outside_the_repo() -> None:
+    outside = ("../" + "shared", "DESIGN" + ".md")  # in two parts, so that a grep finds only real citations
     for page in PAGES:
         text = page.read_text()
-        assert "../shared" not in text and "DESIGN.md" not in text, page
+        assert not any(name in text for name in outside), page
 
 
 def test_readme_commands_parse() -> None:
