@@ -1,7 +1,7 @@
 """Names and sizes of the deployed system, in one place (units in the comments).
 
 Resource names that the data plane also uses (``core/settings.py`` defaults, the queue-name
-prefix of ``skinflint/local/provision.py``) are spelled here once and passed to the code as
+prefix of ``control/queues.py``) are spelled here once and passed to the code as
 environment variables, never re-typed in a stack.
 """
 
@@ -30,7 +30,7 @@ OBSERVABILITY_STACK = f"{STACK_PREFIX}-Observability"
 ALL_STACKS = (STATEFUL_STACK, FLEET_STACK, CONTROL_STACK, FRONT_STACK, OBSERVABILITY_STACK)
 
 # -- stateful resources -----------------------------------------------------------------------------
-CONFIG_TABLE_NAME = "skinflint-config"  # deployments, hashed API keys, assignments (pk)
+CONFIG_TABLE_NAME = "skinflint-config"  # plan versions, hashed API keys, control state, app registry (pk)
 RESULTS_TABLE_NAME = "skinflint-results"  # per-request task records (pk, sk)
 RESULTS_TTL_ATTRIBUTE = "expires_at"  # epoch s (core.adapters.results.EXPIRES_AT); DynamoDB's TTL
 QUEUE_NAME_PREFIX = "skinflint-"  # task queues are created at run time as skinflint-{app}-...

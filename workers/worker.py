@@ -1,7 +1,8 @@
-"""The worker: one process per planned machine (``python -m workers.worker --worker-id ID``).
+"""The worker: serves one share (one planned machine of one module) of a fleet instance.
 
-It reads its :class:`~core.schema.Assignment` (module, config, queue) and the app's
-:class:`~core.schema.Deployment` from the config table, long-polls its queue, assembles
+The instance agent (:mod:`workers.instance`) derives its :class:`~core.schema.Assignment` (module,
+config, queue) from the slot it claimed and gives it the router of the app's
+:class:`~core.schema.Deployment` in that plan version. The worker long-polls its queue, assembles
 batches per the dispatch schedule (:mod:`workers.batching`), drops early what can no longer meet
 its deadline, runs the batch (:mod:`workers.runtimes`), records results idempotently, forwards
 each result to the downstream modules through the same dispatch library as the front, and emits
@@ -14,21 +15,18 @@ finished, pending deletes are sent, everything still buffered is released
 collector removes a superseded version's queues) is logged once: the worker stops receiving, runs
 what it already holds and stops (``queue_gone``); it neither retries nor restarts on it.
 
-On a fleet instance (:mod:`workers.instance`) several workers, one per share of the instance's
-slot, run in one process and share one :class:`Device`: their batches take the device in the
-order their windows close, as the fleet packing assumes.
+The workers of one instance, one per share of its slot, run in one process and share one
+:class:`Device`: their batches take the device in the order their windows close, as the fleet
+packing assumes.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import heapq
 import itertools
 import json
 import logging
-import signal
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,14 +38,13 @@ from core.adapters.results import TaskRecord
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count, child_region
 from core.schema import TaskMessage
-from core.settings import DELETE_BATCH, delete_linger_from_env
+from core.settings import DELETE_BATCH
 from workers.batching import BatchAssembler, Pending
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from core.adapters.blobs import BlobStore
-    from core.adapters.config_store import ConfigStore
     from core.adapters.metrics import Metrics
     from core.adapters.outcomes import FrameOutcomes
     from core.adapters.queues import Received, TaskQueues
@@ -56,7 +53,7 @@ if TYPE_CHECKING:
     from core.schema import Assignment
     from workers.runtimes import Runtime
 
-__all__ = ["BatchOutcome", "Device", "Worker", "main"]
+__all__ = ["BatchOutcome", "Device", "Worker"]
 
 log = logging.getLogger("skinflint.worker")
 
@@ -136,9 +133,9 @@ class Worker:
     device: Device = field(default_factory=Device)  # shared by the workers of one instance
     outcomes: FrameOutcomes | None = None  # per-frame SLO / end-to-end metrics (default: next to results)
     emit_outcomes: bool = True  # False: no frame-outcome metrics (and no read-back of finished frames)
-    max_receive_count: int = 5  # the queues' redrive maxReceiveCount (cdk constants, provision)
+    max_receive_count: int = 5  # the queues' redrive maxReceiveCount (cdk constants, control.queues)
     # s a processed message's delete may wait to share a DeleteMessageBatch (0: at once; a serving
-    # worker gets core.settings.DEFAULT_DELETE_LINGER_S from build_worker / the instance agent).
+    # worker gets core.settings.DEFAULT_DELETE_LINGER_S from the instance agent).
     # Pending deletes go out when ten are pending, when the oldest has waited this long
     # (:meth:`serve`'s flusher), and at shutdown (:meth:`flush_deletes`).
     delete_linger_s: float = 0.0
@@ -697,73 +694,3 @@ class Worker:
             with self._lock:
                 self.totals["released"] += len(receipts)
         return len(receipts)
-
-
-def build_worker(worker_id: str) -> tuple[Worker, ConfigStore, Metrics]:
-    """Wire a worker from the environment (config table, clients, runtime)."""
-    from core.adapters.blobs import BlobStore
-    from core.adapters.config_store import ConfigStore
-    from core.adapters.queues import TaskQueues
-    from core.adapters.results import ResultStore
-    from core.clients import make_client, make_metrics
-    from core.errors import ConfigError
-    from core.routing import Router
-    from core.settings import DataPlaneConfig
-    from workers.runtimes import make_runtime
-
-    try:
-        cfg = DataPlaneConfig.from_env()
-    except ValueError as exc:
-        raise ConfigError(str(exc), key="environment") from None  # the message names the setting
-    try:
-        linger = delete_linger_from_env()
-    except ValueError as exc:
-        raise ConfigError(str(exc), key="SKINFLINT_DELETE_LINGER_S") from None
-    ddb = make_client("dynamodb", cfg, "worker")
-    store = ConfigStore(ddb, cfg.config_table)
-    assignment = store.get_assignment(worker_id)
-    deployment = store.get_deployment(assignment.app)
-    if deployment is None:
-        raise ConfigError(f"app {assignment.app!r} is not deployed", key=f"app#{assignment.app}")
-    metrics = make_metrics(cfg, "worker")
-    worker = Worker(
-        assignment=assignment,
-        router=Router.for_deployment(deployment),
-        queues=TaskQueues(make_client("sqs", cfg, "worker")),
-        results=ResultStore(ddb, cfg.results_table, cfg.results_retention_s),
-        blobs=BlobStore(make_client("s3", cfg, "worker"), cfg.bucket),
-        metrics=metrics,
-        runtime=make_runtime(assignment),
-        output_inline_limit_bytes=cfg.output_inline_limit_bytes,
-        delete_linger_s=linger,
-    )
-    return worker, store, metrics
-
-
-def main(argv: list[str] | None = None) -> int:
-    from workers.lifeline import install as install_lifeline
-
-    parser = argparse.ArgumentParser(prog="python -m workers.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--worker-id", required=True)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s worker {args.worker_id} %(levelname)s %(message)s"
-    )
-    try:
-        worker, store, metrics = build_worker(args.worker_id)
-    except DataPlaneError as exc:
-        print(f"worker {args.worker_id}: {exc}", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    signal.signal(signal.SIGINT, lambda *_: worker.stop())
-    install_lifeline()  # $SKINFLINT_PARENT_PID set: SIGTERM (stop, release) once that process is gone
-    metrics.start()
-    try:
-        worker.serve(heartbeat=lambda info: store.put_heartbeat(args.worker_id, info))
-    finally:
-        metrics.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -77,7 +77,7 @@ def collect_report(
             # input order (Dimension.__lt__ compares a value with a name), CloudWatch by set
             key = tuple(dims.items())
             requests += [SeriesRequest(metric, key, stat) for stat in stats]
-    plans = load_plan_history(ddb, config_table, apps or sorted(seen_apps))
+    plans = load_plan_history(ddb, config_table)
     names = apps or sorted(seen_apps | set(plans.deployments))
     series = reader.fetch(requests, start, end, period_s)
     return compute_report(

@@ -1,7 +1,6 @@
 """What was planned, read from the config table: the versioned plan store (``plan#...``: each
 version's manifest with the fleet's billed and occupancy cost, the apps' deployments and the packed
-fleet) when the control loop publishes there, else the single deployment per app (``app#<app>``)
-that the data plane's first local stack writes. The report compares what was observed with this."""
+fleet) the control loop publishes. The report compares what was observed with this."""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ class PlannedVersion:
 class PlanHistory:
     versions: list[PlannedVersion]  # ascending activate_at
     deployments: dict[str, Deployment]  # the latest deployment of every app
-    source: str  # "plan store" | "deployments" | "none"
+    source: str  # "plan store" | "none"
 
     def at(self, t: float) -> PlannedVersion | None:
         """The version in force at ``t`` (the first one before it started)."""
@@ -93,31 +92,10 @@ def _from_plan_store(ddb: Any, table: str) -> PlanHistory | None:
     return PlanHistory(versions, store.deployments(current.version), "plan store")
 
 
-def _from_deployments(ddb: Any, table: str, apps: list[str]) -> PlanHistory:
-    from core.adapters.config_store import ConfigStore
-
-    store = ConfigStore(ddb, table)
-    names = apps or store.list_apps()
-    deps = {a: d for a in names if (d := store.get_deployment(a)) is not None}
-    if not deps:
-        return PlanHistory([], {}, "none")
-    start = min(d.origin_s for d in deps.values())
-    version = PlannedVersion(
-        version=max(d.version for d in deps.values()),
-        activate_at=start,
-        billed_per_hour=sum(d.plan.billed_per_hour for d in deps.values()),
-        occupancy_per_hour=sum(d.plan.cost_per_hour for d in deps.values()),
-        app_billed_per_hour={a: d.plan.billed_per_hour for a, d in deps.items()},
-    )
-    return PlanHistory([version], deps, "deployments")
-
-
-def load_plan_history(ddb: Any, table: str, apps: list[str]) -> PlanHistory:
+def load_plan_history(ddb: Any, table: str) -> PlanHistory:
     """The plans of the config table ``table`` (see the module doc)."""
     try:
         history = _from_plan_store(ddb, table)
-        if history is not None:
-            return history
-        return _from_deployments(ddb, table, apps)
     except ConfigError as exc:
         raise ReportError(f"cannot read the plans in {table}: {exc}") from exc
+    return history if history is not None else PlanHistory([], {}, "none")

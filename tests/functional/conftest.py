@@ -12,12 +12,14 @@ import pytest
 from core.adapters.blobs import BlobStore
 from core.adapters.config_store import ConfigStore
 from core.adapters.metrics import MemoryMetrics
+from core.adapters.plan_store import PlanStore
 from core.adapters.queues import TaskQueues
 from core.adapters.results import ResultStore
 from core.routing import Router
 from core.settings import DataPlaneConfig
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
-from skinflint.local.provision import create_base, deploy
+from skinflint.local.provision import create_base
+from tests.functional._deploy import publish_app
 
 if TYPE_CHECKING:
     from core.schema import Assignment, Deployment
@@ -103,6 +105,7 @@ class Stack:
     sqs: Any
     s3: Any
     store: ConfigStore
+    plans: PlanStore
     results: ResultStore
     queues: TaskQueues
     blobs: BlobStore
@@ -136,14 +139,16 @@ def stack() -> Any:
         create_base(ddb, s3, cfg)
         store = ConfigStore(ddb, cfg.config_table)
         store.put_api_key(API_KEY, "tests")
-        dep, assignments, dlq = deploy(
-            store,
+        plans = PlanStore(ddb, cfg.config_table)
+        published = publish_app(
+            plans,
             sqs,
             two_module_app(),
             two_module_plan(),
             frame_rate=4.0,
             emulated_hardware=["t4", "cpu"],
             origin_s=time.time() - 100.0,
+            activate_at=time.time() - 100.0,
             visibility_timeout_s=1,
         )
         yield Stack(
@@ -152,13 +157,14 @@ def stack() -> Any:
             sqs=sqs,
             s3=s3,
             store=store,
+            plans=plans,
             results=ResultStore(ddb, cfg.results_table),
             queues=TaskQueues(sqs),
             blobs=BlobStore(s3, cfg.bucket),
             metrics=MemoryMetrics(),
-            deployment=dep,
-            assignments=assignments,
-            dlq=dlq,
+            deployment=published.deployment,
+            assignments=published.assignments,
+            dlq=published.dlq,
         )
 
 

@@ -1,5 +1,6 @@
-"""Faults against moto: a worker killed mid-batch, a worker dying mid-write, poison messages, and
-overload at twice the planned rate (admission control)."""
+"""Faults against moto: an instance killed mid-batch, a worker dying mid-write, poison messages, and
+overload at twice the planned rate (admission control). Every app is deployed as a versioned plan
+in the plan store (tests/functional/_deploy.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from fastapi.testclient import TestClient
 from core.adapters.config_store import ConfigStore
 from core.adapters.metrics import MemoryMetrics
 from core.adapters.outcomes import FrameOutcomes
+from core.adapters.plan_store import PlanStore
 from core.adapters.results import ResultStore
 from core.routing import Router
 from core.settings import DataPlaneConfig
@@ -25,8 +27,9 @@ from front.admission import Admission, AdmissionConfig
 from front.app import create_app
 from front.service import FrontService
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
-from skinflint.local.provision import create_base, deploy
+from skinflint.local.provision import create_base
 from skinflint.local.stack import free_port
+from tests.functional._deploy import publish_app
 from tests.functional.conftest import API_KEY, two_module_app
 from workers.runtimes import EmulatedRuntime
 from workers.worker import Worker
@@ -88,6 +91,7 @@ def front_for(stack_like, admission: Admission | None = None) -> FrontService:
     return FrontService(
         config=stack_like.cfg,
         store=stack_like.store,
+        plans=stack_like.plans,
         results=stack_like.results,
         queues=stack_like.queues,
         blobs=stack_like.blobs,
@@ -117,11 +121,12 @@ def jpeg(seed: int = 0) -> bytes:
     return jpeg_bytes(seed=seed)
 
 
-# -- a worker killed mid-batch (a real process, SIGKILL) ---------------------------------------------
+# -- an instance killed mid-batch (a real process, SIGKILL) -------------------------------------------
 
 
 class _ServerStack:
-    """moto's server in this process, the resources, and clients to it (for a worker subprocess)."""
+    """moto's server in this process, the resources, and clients to it (for an instance agent
+    subprocess)."""
 
     def __init__(self, port: int, plan: Plan, visibility_s: int):
         import boto3
@@ -138,12 +143,13 @@ class _ServerStack:
         create_base(self.ddb, s3, self.cfg)
         self.store = ConfigStore(self.ddb, self.cfg.config_table)
         self.store.put_api_key(API_KEY, "tests")
+        self.plans = PlanStore(self.ddb, self.cfg.config_table)
         self.results = ResultStore(self.ddb, self.cfg.results_table)
         self.queues = TaskQueues(self.sqs)
         self.blobs = BlobStore(s3, self.cfg.bucket)
         self.metrics = MemoryMetrics()
-        self.deployment, self.assignments, self.dlq = deploy(
-            self.store,
+        published = publish_app(
+            self.plans,
             self.sqs,
             two_module_app(),
             plan,
@@ -151,6 +157,11 @@ class _ServerStack:
             slo_s=20.0,
             emulated_hardware=["t4"],
             visibility_timeout_s=visibility_s,
+        )
+        self.deployment, self.assignments, self.dlq = (
+            published.deployment,
+            published.assignments,
+            published.dlq,
         )
 
 
@@ -168,14 +179,24 @@ def server_stack():
         server.stop()
 
 
-def test_a_worker_killed_mid_batch_loses_nothing(server_stack, tmp_path):
+def _serving(s: _ServerStack, instance_id: str) -> bool:
+    """The instance reported its slot served (its heartbeat follows the start of its shares)."""
+    status = s.plans.instances().get(instance_id)
+    return status is not None and status.state == "serving"
+
+
+def test_an_instance_killed_mid_batch_loses_nothing(server_stack, tmp_path):
     s = server_stack
     det = next(a for a in s.assignments if a.module == "detector")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKINFLINT_")}
     env.update(s.cfg.to_env())
-    log = (tmp_path / "worker.log").open("wb")
+    env["SKINFLINT_MODEL_DIR"] = str(tmp_path / "no-models")  # every share emulated (t4 is, anyway)
+    log = (tmp_path / "instance.log").open("wb")
+    # the instance agent production runs: it claims the first free t4 slot of the version, t4/0,
+    # which holds the detector's machine (car's is t4/1)
+    command = [sys.executable, "-m", "workers.instance", "--hardware", "t4", "--instance-id", "i-kill"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.worker", "--worker-id", det.worker_id],
+        [*command, "--no-lifecycle", "--poll-s", "0.2"],
         cwd=REPO,
         env=env,
         stdout=log,
@@ -184,9 +205,13 @@ def test_a_worker_killed_mid_batch_loses_nothing(server_stack, tmp_path):
     )
     try:
         end = time.time() + 20
-        while not s.store.heartbeats().get(det.worker_id, {}).get("ready"):
-            assert proc.poll() is None and time.time() < end, (tmp_path / "worker.log").read_text()
+        while not _serving(s, "i-kill"):
+            assert proc.poll() is None and time.time() < end, (tmp_path / "instance.log").read_text()
             time.sleep(0.1)
+        status = s.plans.instances()["i-kill"]
+        assert status.slot == "t4/0" and list((status.model_extra or {})["shares"]) == [
+            "traffic.detector.g0.m0"
+        ]
         # GIVEN two frames in one detector window (one batch of two)
         svc = front_for(s)
         t = time.time()
@@ -195,7 +220,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(server_stack, tmp_path):
         ids = [a.request_id for a in svc.accept("traffic", frames).accepted]
         svc.clock = time.time
         window_end = Router.for_deployment(s.deployment).route("detector", t).window_end
-        # WHEN the worker is SIGKILLed while the batch runs (window closed, 1.5 s batch not finished)
+        # WHEN the instance is SIGKILLed while the batch runs (window closed, 1.5 s batch not finished)
         time.sleep(max(0.0, window_end + 0.5 - time.time()))
         attrs = s.sqs.get_queue_attributes(QueueUrl=det.queue_url, AttributeNames=["All"])["Attributes"]
         assert attrs["ApproximateNumberOfMessagesNotVisible"] == "2"  # in the worker's hands
@@ -356,8 +381,8 @@ def test_overload_at_twice_the_planned_rate_is_shed_and_accepted_frames_meet_the
         modules={"detector": AppModuleSpec(model="det"), "car": AppModuleSpec(model="car")},
         edges=[("detector", "car", 1.5)],
     )
-    dep, assignments, _ = deploy(
-        stack.store,
+    published = publish_app(
+        stack.plans,
         stack.sqs,
         app,
         chain_plan(2, 8.0, 0.05),
@@ -365,7 +390,8 @@ def test_overload_at_twice_the_planned_rate_is_shed_and_accepted_frames_meet_the
         emulated_hardware=["t4"],
         visibility_timeout_s=5,
     )
-    stack.assignments = assignments
+    dep = published.deployment
+    stack.assignments = published.assignments
     metrics = MemoryMetrics()
     stack.metrics = metrics
     svc = front_for(stack, Admission(AdmissionConfig(rate_headroom=0.25, burst_s=1.0)))

@@ -23,6 +23,7 @@ def _service(stack, **extra) -> FrontService:
     return FrontService(
         config=stack.cfg,
         store=stack.store,
+        plans=stack.plans,
         results=stack.results,
         queues=stack.queues,
         blobs=stack.blobs,

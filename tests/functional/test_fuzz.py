@@ -106,6 +106,7 @@ def front(stack):
     _CURRENT["svc"] = FrontService(
         config=stack.cfg,
         store=stack.store,
+        plans=stack.plans,
         results=stack.results,
         queues=stack.queues,
         blobs=stack.blobs,

@@ -1,4 +1,4 @@
-"""Run-time queues are encrypted at rest: every queue the planner (or the local stack) creates, task
+"""Run-time queues are encrypted at rest: every queue the planner creates for a plan version, task
 queues and dead-letter queues alike, asks for SSE-SQS and reports it.
 
 moto, like SQS for queues created since October 2022, turns SSE-SQS on by default, so reading the
@@ -14,9 +14,12 @@ import pytest
 from moto import mock_aws
 
 from control.queues import SSE_ATTRIBUTES, create_module_queues, ensure_app_dlq
+from core.adapters.plan_store import PlanStore
 from core.schema import queue_key
-from skinflint.local.provision import create_queues
-from tests.functional.conftest import two_module_plan
+from core.settings import DataPlaneConfig
+from skinflint.local.provision import create_base
+from tests.functional._deploy import publish_app
+from tests.functional.conftest import two_module_app, two_module_plan
 
 pytestmark = pytest.mark.functional
 
@@ -58,9 +61,14 @@ def test_task_queues_and_dlq_ask_for_and_have_sse(sqs: Any) -> None:
     assert dlq_arn in redrive["Attributes"]["RedrivePolicy"]
 
 
-def test_local_stack_queues_are_encrypted(sqs: Any) -> None:
-    """The local stack's provisioning goes through the same factory: all its queues ask for SSE too."""
-    queues, dlq = create_queues(sqs, "traffic", two_module_plan())
+def test_a_published_versions_queues_are_encrypted(sqs: Any) -> None:
+    """Publishing a plan version (the control loop's path, which the local stack runs too) goes
+    through the same factory: all its queues ask for SSE too."""
+    cfg = DataPlaneConfig()
+    ddb, s3 = (boto3.client(s, region_name="us-east-1") for s in ("dynamodb", "s3"))
+    create_base(ddb, s3, cfg)
+    published = publish_app(PlanStore(ddb, cfg.config_table), sqs, two_module_app(), two_module_plan(), 4.0)
+    queues, dlq = published.deployment.queues, published.dlq
     urls = [dlq, *(u for per_module in queues.values() for u in per_module.values())]
     assert len(urls) == 1 + 1 + 2  # the DLQ, detector's machine, car's two machines
     assert SSE_ATTRIBUTES == {"SqsManagedSseEnabled": "true"}

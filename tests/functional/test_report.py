@@ -1,5 +1,6 @@
-"""The cost report against moto's CloudWatch and config table: worker metrics with one deployment,
-instance metrics with versioned fleet plans, and the CLI (JSON, plots, HTML) on moto's server."""
+"""The cost report against moto's CloudWatch and config table: worker metrics with one plan
+version, instance metrics with versioned fleet plans, and the CLI (JSON, plots, HTML) on moto's
+server."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from core.adapters.results import TaskRecord
 from core.settings import DataPlaneConfig
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
 from planner.packing import FleetPlan, Instance, Share
-from skinflint.local.provision import create_base, deploy
+from skinflint.local.provision import create_base
 from skinflint.report import collect_report
+from tests.functional._deploy import publish_app
 
 pytestmark = pytest.mark.functional
 
@@ -140,19 +142,20 @@ def aws():
         yield cfg, ddb, sqs, cw
 
 
-def test_report_from_worker_metrics_and_the_deployment(aws):
+def test_report_from_worker_metrics_and_the_published_plan(aws):
     cfg, ddb, sqs, cw = aws
-    from core.adapters.config_store import ConfigStore
 
     start = float(int(time.time()) // P * P - 10 * P)
-    deploy(ConfigStore(ddb, cfg.config_table), sqs, APP, plan(), 10.0, origin_s=start - 600)
+    # one version, active since before the window: one instance per planned machine
+    store = PlanStore(ddb, cfg.config_table)
+    publish_app(store, sqs, APP, plan(), 10.0, origin_s=start - 600, activate_at=start - 600, prices=PRICES)
     worker_metrics(cw, start, periods=6)
     r = collect_report(
         cw, ddb, namespace="Skinflint", config_table=cfg.config_table, prices=PRICES,
         start=start, end=start + 6 * P, period_s=P,
     )  # fmt: skip
     f = r["fleet"]
-    assert (f["source"], r["plan_source"]) == ("workers", "deployments")
+    assert (f["source"], r["plan_source"]) == ("workers", "plan store")
     # 6 periods, the 4 inside are steady: 0.6 x 60/60 + 0.4 x 120/60 = 1.4 USD/h, as planned
     assert (f["active_periods"], f["interior_periods"]) == (6, 4)
     assert f["observed_per_hour_steady"] == pytest.approx(1.4)
@@ -175,6 +178,14 @@ def test_report_from_worker_metrics_and_the_deployment(aws):
     assert car["latency_max_s"] == pytest.approx(0.15) and car["planned_worst_s"] == 0.2
 
 
+def _queues(sqs, p: Plan) -> dict[str, dict[str, str]]:
+    """One queue per planned machine, with the app's DLQ (as the control loop creates them)."""
+    from control.queues import create_module_queues, ensure_app_dlq
+
+    _, dlq_arn = ensure_app_dlq(sqs, "traffic")
+    return {m: create_module_queues(sqs, "traffic", m, mp, dlq_arn=dlq_arn) for m, mp in p.modules.items()}
+
+
 def fleet(instances: int) -> FleetPlan:
     share = Share(
         app="traffic", module="detector", group=0, machine=0, hardware="t4", batch=2, concurrency=1,
@@ -191,10 +202,9 @@ def fleet(instances: int) -> FleetPlan:
 def test_report_follows_the_plan_versions_and_bills_the_fleets_instances(aws):
     cfg, ddb, sqs, cw = aws
     from core.schema import Deployment
-    from skinflint.local.provision import create_queues
 
     start = float(int(time.time()) // P * P - 12 * P)
-    queues, _ = create_queues(sqs, "traffic", plan())
+    queues = _queues(sqs, plan())
     dep = Deployment(
         app="traffic", version=1, origin_s=start, slo_s=0.5, frame_rate=10.0, roots=["detector"],
         edges=[("detector", "car", 1.0)], plan=plan(), queues=queues,
@@ -228,11 +238,10 @@ def test_report_follows_the_plan_versions_and_bills_the_fleets_instances(aws):
 def test_a_version_superseded_before_it_activated_is_not_in_the_plan_history(aws):
     cfg, ddb, sqs, _ = aws
     from core.schema import Deployment
-    from skinflint.local.provision import create_queues
     from skinflint.report.plans import load_plan_history
 
     start = float(int(time.time()) // P * P - 12 * P)
-    queues, _ = create_queues(sqs, "traffic", plan())
+    queues = _queues(sqs, plan())
     dep = Deployment(
         app="traffic", version=1, origin_s=start, slo_s=0.5, frame_rate=10.0, roots=["detector"],
         edges=[("detector", "car", 1.0)], plan=plan(), queues=queues,
@@ -244,14 +253,13 @@ def test_a_version_superseded_before_it_activated_is_not_in_the_plan_history(aws
     v3 = store.publish([dep], fleet(2), expected=2, activate_at=start + 5 * P, reason="replaces v2")
     # THEN v3 follows v1, and the report never bills v2's fleet
     assert v3.previous == 1
-    history = load_plan_history(ddb, cfg.config_table, ["traffic"])
+    history = load_plan_history(ddb, cfg.config_table)
     assert [v.version for v in history.versions] == [1, 3]
 
 
 def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys, moto_url):
     import boto3
 
-    from core.adapters.config_store import ConfigStore
     from skinflint.cli import main
     from skinflint.local.stack import free_port
 
@@ -259,7 +267,8 @@ def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys, mot
     cfg = DataPlaneConfig(endpoint_url=url)
     ddb, sqs = (boto3.client(s, region_name="us-east-1", endpoint_url=url) for s in ("dynamodb", "sqs"))
     now = time.time()
-    deploy(ConfigStore(ddb, cfg.config_table), sqs, APP, plan(), 10.0, origin_s=now - 600)
+    store = PlanStore(ddb, cfg.config_table)
+    publish_app(store, sqs, APP, plan(), 10.0, origin_s=now - 600, activate_at=now - 600, prices=PRICES)
     # the data plane's own metrics path: aggregated values flushed by CloudWatchMetrics
     metrics = CloudWatchMetrics(
         boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=url), "Skinflint"

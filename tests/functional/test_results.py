@@ -48,7 +48,7 @@ def client(stack):
     from fastapi.testclient import TestClient
 
     svc = FrontService(
-        config=stack.cfg, store=stack.store, results=stack.results, queues=stack.queues,
+        config=stack.cfg, store=stack.store, plans=stack.plans, results=stack.results, queues=stack.queues,
         blobs=stack.blobs, metrics=stack.metrics,
     )  # fmt: skip
     return TestClient(create_app(lambda: svc))

@@ -43,6 +43,7 @@ def front(stack) -> FrontService:
     return FrontService(
         config=stack.cfg,
         store=stack.store,
+        plans=stack.plans,
         results=stack.results,
         queues=stack.queues,
         blobs=stack.blobs,
