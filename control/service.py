@@ -16,8 +16,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+
+from core.adapters.plan_store import InstanceStatus
+from core.errors import DataPlaneError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
     from control.epoch import ControlConfig, Controller
     from control.registry import AppRecord, AppRegistry, Registration, RegistrationSpec
@@ -150,19 +157,19 @@ def _instance_of(body: Mapping[str, Any]) -> tuple[str | None, str]:
 def _fleet_events(controller: Controller, records: list[Mapping[str, Any]]) -> dict[str, Any]:
     """An instance that terminates (lifecycle hook) or is interrupted (Spot) gives up its claims in
     the current and previous versions, so a replacement can take its slots at once; its heartbeat
-    says ``draining``. A record that cannot be processed is reported for redelivery."""
-    from core.adapters.plan_store import InstanceStatus
-    from core.errors import DataPlaneError
-
-    failures: list[dict[str, str]] = []
+    says ``draining``. A record that cannot be processed (a body that is not JSON, a failed AWS call)
+    is reported for redelivery (Powertools' batch processor: the SQS partial batch response, even
+    when every record failed); any other error fails the invocation (a bug: the whole batch is
+    redelivered, the function's Errors metric counts it)."""
     released: dict[str, list[str]] = {}
     store = controller.plans
-    for rec in records:
+
+    def release(record: SQSRecord) -> None:
         try:
-            body = json.loads(rec.get("body") or "{}")
+            body = json.loads(record.get("body") or "{}")
             instance, what = _instance_of(body)
             if instance is None:
-                continue
+                return
             cur = store.current()
             versions = [v for v in ((cur.version, cur.previous) if cur else ()) if v is not None]
             released[instance] = [f"v{v}:{s}" for v in versions for s in store.release(v, instance)]
@@ -173,9 +180,16 @@ def _fleet_events(controller: Controller, records: list[Mapping[str, Any]]) -> d
                 )
             log.info("fleet event %s for %s: released %s", what, instance, released[instance])
         except (ValueError, DataPlaneError) as exc:
-            log.warning("fleet event %s not processed: %s", rec.get("messageId"), exc)
-            failures.append({"itemIdentifier": str(rec.get("messageId", ""))})
-    return {"batchItemFailures": failures, "released": released}
+            log.warning("fleet event %s not processed: %s", record.get("messageId"), exc)
+            raise
+
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    with processor([dict(rec) for rec in records], release):
+        processor.process()
+    for _kind, exc, _trace in processor.exceptions:
+        if exc is not None and not isinstance(exc, (ValueError, DataPlaneError)):
+            raise exc
+    return {**processor.response(), "released": released}
 
 
 @dataclass

@@ -32,7 +32,7 @@ from core.errors import MetricsError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("skinflint.metrics")
 
 __all__ = [
     "CloudWatchMetrics",
@@ -247,6 +247,11 @@ def put_calls(data: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return out
 
 
+# Not Powertools Metrics (its layer ships with the Lambda functions, which use it for the ColdStart
+# metric: functions/telemetry.py): it writes every value of a series on the line instead of a statistic
+# set per time bucket, gives every metric of a flush one set of dimensions and one timestamp, writes to
+# stdout only (the local stack appends to a file its extractor tails) and cannot tell the bytes it wrote
+# (on_written: the usage meter counts them as CloudWatch Logs ingestion).
 class EmfMetrics(Metrics):
     """Flushes as CloudWatch Embedded Metric Format documents, one JSON line each, to ``write``
     (default: stdout). In AWS Lambda, stdout goes to the function's log group and CloudWatch Logs

@@ -21,7 +21,7 @@ from core.adapters.results import EXPIRES_AT
 
 __all__ = ["KEEP_S", "SlotCounter", "slot_key"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("skinflint.slots")
 
 #: s a window's count is kept after the window ends (no one reads it then; TTL deletes it later)
 KEEP_S = 600.0
