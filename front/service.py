@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 from core.adapters.results import FrameRecord
 from core.errors import DataPlaneError
 from core.logs import append_keys
+from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["FrontService", "Rejection"]
 
 IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}
-_CACHE_TTL_S = 10.0
+_KEY_TTL_S = 10.0  # s an API key found known is trusted without reading it again
 _POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
 _REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: anything else cannot exist (and never hits DynamoDB)
 _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -81,10 +82,9 @@ class FrontService:
     queues: TaskQueues
     blobs: BlobStore
     metrics: Metrics
+    plans: PlanStore  # versioned plans: dispatch on the version serving now (docs/control.md)
     clock: Callable[[], float] = time.time
     admission: Admission | None = None  # load shedding (front/admission.py); None: admit all
-    plans: PlanStore | None = None  # versioned plans: dispatch on the version serving now (docs/control.md)
-    _routers: dict[str, tuple[float, Router | None]] = field(default_factory=dict)
     _keys: dict[str, float] = field(default_factory=dict)
     _pointer: tuple[float, Manifest | None] = (0.0, None)
     _by_version: dict[tuple[str, int], Router] = field(default_factory=dict)
@@ -106,29 +106,19 @@ class FrontService:
             return
         if not self.store.api_key_known(key):
             self.reject(403, "wrong_api_key", "the API key is not known")
-        self._keys[key] = now + _CACHE_TTL_S
+        self._keys[key] = now + _KEY_TTL_S
 
     def router(self, app: str) -> Router:
         if not _APP_NAME.fullmatch(app):
             self.reject(404, "unknown_app", f"no app named {app[:140]!r} is deployed")
         now = self.clock()
         m = self._manifest(now)
-        if m is not None:
-            return self._versioned_router(app, m.serving(now))
-        cached = self._routers.get(app)
-        if cached is None or cached[0] < now:
-            dep = self.store.get_deployment(app)
-            cached = (now + _CACHE_TTL_S, Router.for_deployment(dep) if dep else None)
-            self._routers[app] = cached
-        if cached[1] is None:
+        if m is None:  # no plan published yet: nothing is deployed
             self.reject(404, "unknown_app", f"no app named {app!r} is deployed")
-        assert cached[1] is not None
-        return cached[1]
+        return self._versioned_router(app, m.serving(now))
 
     def _manifest(self, now: float) -> Manifest | None:
         """The plan pointer's manifest, read at most once per ``_POINTER_TTL_S``."""
-        if self.plans is None:
-            return None
         if self._pointer[0] <= now:
             self._pointer = (now + _POINTER_TTL_S, self.plans.current())
         return self._pointer[1]
@@ -137,7 +127,6 @@ class FrontService:
         """The router of ``app`` in plan ``version`` (versions are immutable: cached for good; the
         pointer, re-read every ``_POINTER_TTL_S``, says which version serves: the previous one
         until the current one's ``activate_at``)."""
-        assert self.plans is not None
         key = (app, version)
         router = self._by_version.get(key)
         if router is None:
@@ -173,7 +162,7 @@ class FrontService:
     def list_apps(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         m = self._manifest(self.clock())
-        for name in sorted(m.apps) if m is not None else self.store.list_apps():
+        for name in sorted(m.apps) if m is not None else []:
             d = self.router(name).deployment
             out.append(
                 {
@@ -217,6 +206,7 @@ class FrontService:
         accepted: list[FrameAccepted] = []
         for i, (data, content_type) in enumerate(frames):
             request_id = uuid.uuid4().hex
+            append_keys(request_id=request_id)  # the correlation id of the logs from here on
             append_keys(request_id=request_id)  # the correlation id of the logs from here on
             payload = self._payload(request_id, data, content_type)
             deadline = now + dep.slo_s
@@ -281,6 +271,7 @@ class FrontService:
 
     # -- results -----------------------------------------------------------------------------------
     def result(self, request_id: str, wait_s: float = 0.0) -> ResultOut:
+        append_keys(request_id=request_id[:140])
         append_keys(request_id=request_id[:140])
         if not _REQUEST_ID.fullmatch(request_id):
             self.reject(404, "unknown_request", f"no request {request_id[:140]!r}")
