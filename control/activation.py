@@ -12,6 +12,10 @@ front (1 s pointer cache) and the agents (1 s poll) time to see the new time bef
 version whose slots are not all served by ``activate_by`` activates anyway (a fleet that cannot
 grow must not freeze the plan); the first check after that records which slots were not ready
 (``unready``), logs them and emits ``ActivationUnreadySlots``.
+
+In three steps: :func:`slot_readiness` reads the claims and heartbeats, :func:`decide_activation`
+decides from them (no I/O), :func:`apply_activation` rewrites the pointer and emits the metrics;
+:meth:`control.epoch.Controller.check_activation` runs them.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from core.adapters.plan_store import VersionConflict
+
 if TYPE_CHECKING:
-    from control.epoch import Controller
+    from core.adapters.metrics import Metrics
     from core.adapters.plan_store import Manifest, PlanStore
 
-__all__ = ["ActivationCheck", "check_activation", "slot_readiness"]
+__all__ = ["ActivationCheck", "apply_activation", "decide_activation", "slot_readiness"]
 
 log = logging.getLogger("skinflint.control")
 
@@ -70,28 +76,48 @@ def slot_readiness(store: PlanStore, version: int, now: float, fresh_s: float) -
     return len(fleet.instances), missing
 
 
-def check_activation(ctl: Controller, current: Manifest | None = None) -> ActivationCheck:
-    """One check of the current version's activation (see the module doc). Never raises a
-    :class:`~core.adapters.plan_store.VersionConflict`: a concurrent publish or check wins."""
-    from core.adapters.plan_store import VersionConflict
-
-    c = ctl.config
-    cur = current if current is not None else ctl.plans.current()
-    if cur is None:
-        return ActivationCheck(status="active")
+def decide_activation(
+    cur: Manifest, now: float, slots: int, missing: dict[str, str], *, lead_s: float, notice_s: float
+) -> ActivationCheck:
+    """What to do with a gated version (``cur``) whose readiness is ``slots`` and ``missing``
+    (:func:`slot_readiness`): ``deadline`` (its deadline came first: it is active, say what was not
+    ready), ``waiting`` (slots not served yet) or ``ready`` (activate at ``activate_at``, earlier)."""
     out = ActivationCheck(status="active", version=cur.version, activate_at=cur.activate_at)
-    if not cur.gated:
-        return out
-    now = ctl.clock()
-    out.slots, out.missing = slot_readiness(ctl.plans, cur.version, now, c.heartbeat_fresh_s)
+    out.slots, out.missing = slots, missing
     out.ready = out.slots - len(out.missing)
+    if now >= cur.activate_at:
+        out.status = "deadline"
+    elif out.missing:
+        out.status = "waiting"
+    else:
+        out.status = "ready"
+        out.activate_at = min(cur.activate_at, max(now + notice_s, cur.created_at + lead_s))
+    return out
+
+
+def apply_activation(
+    plans: PlanStore, metrics: Metrics, cur: Manifest, decision: ActivationCheck, now: float
+) -> ActivationCheck:
+    """Rewrite the pointer as ``decision`` says (a ``deadline`` records the unready slots, ``ready``
+    moves ``activate_at`` earlier) and emit the metrics. Never raises a
+    :class:`~core.adapters.plan_store.VersionConflict`: a concurrent publish or check wins (status
+    ``conflict``)."""
+    if decision.status not in ("deadline", "ready"):
+        return decision
+    out = ActivationCheck(
+        status=decision.status,
+        version=decision.version,
+        slots=decision.slots,
+        ready=decision.ready,
+        missing=decision.missing,
+        activate_at=cur.activate_at,
+    )
     try:
-        if now >= cur.activate_at:  # the deadline came first: it is active, say what was not ready
+        if decision.status == "deadline":
             unready = [f"{s}: {why}" for s, why in sorted(out.missing.items())]
-            ctl.plans.set_activation(cur, cur.activate_at, activation="deadline", unready=unready)
-            out.status = "deadline"
-            ctl.metrics.put("ActivationUnreadySlots", len(unready))
-            ctl.metrics.put("ActivationSeconds", cur.activate_at - cur.created_at, "Seconds")
+            plans.set_activation(cur, cur.activate_at, activation="deadline", unready=unready)
+            metrics.put("ActivationUnreadySlots", len(unready))
+            metrics.put("ActivationSeconds", cur.activate_at - cur.created_at, "Seconds")
             if unready:
                 log.warning(
                     "v%d activated at its deadline (%.0f s after publishing) with %d of %d slot(s) not "
@@ -103,18 +129,16 @@ def check_activation(ctl: Controller, current: Manifest | None = None) -> Activa
                     "; ".join(unready),
                 )
             return out
-        if out.missing:
-            out.status = "waiting"
-            return out
-        at = min(cur.activate_at, max(now + c.activate_notice_s, cur.created_at + c.activate_lead_s))
-        ctl.plans.set_activation(cur, at, activation="ready", ready_at=now)
+        at = decision.activate_at
+        assert at is not None  # a ready decision says when
+        plans.set_activation(cur, at, activation="ready", ready_at=now)
     except VersionConflict as exc:
         out.status = "conflict"
         log.info("activation of v%d not rewritten: %s", cur.version, exc)
         return out
-    out.status, out.activate_at = "ready", at
-    ctl.metrics.put("ActivationUnreadySlots", 0)
-    ctl.metrics.put("ActivationSeconds", at - cur.created_at, "Seconds")
+    out.activate_at = at
+    metrics.put("ActivationUnreadySlots", 0)
+    metrics.put("ActivationSeconds", at - cur.created_at, "Seconds")
     log.info(
         "v%d: every slot served %.1f s after publishing; active at %+.1f s",
         cur.version,

@@ -16,27 +16,41 @@ While a new version waits for its slots to be served, a check first runs its act
 (:mod:`control.activation`): the check is what activates a served version between epochs
 (the local stack's timer every few seconds, the ``skinflint.backlog`` rule every minute on AWS).
 Nothing is read while a version activates (its queues are not in use yet).
+
+:meth:`control.epoch.Controller.check_backlog` runs a check: it reads the queues
+(:func:`read_backlog`), decides the corrections from the readings (:func:`late_modules`,
+:func:`record_corrections`: no I/O), saves the control state, emits the metrics
+(:func:`emit_backlog`) and runs the early epoch.
 """
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from control.state import EpochTaken
 from core.schema import queue_key
+from core.settings import undeleted_bound
+from planner.models import topological_order
+from planner.scaling import QueueBacklog, backlog_boost
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from control.epoch import Controller
+    from control.config import ControlConfig
+    from control.state import ControlState
+    from core.adapters.metrics import Metrics
     from core.adapters.plan_store import Claim, InstanceStatus, PlanStore
     from core.schema import Deployment
-    from planner.scaling import QueueBacklog
 
-__all__ = ["BacklogSummary", "check_backlog", "frames_for", "read_backlog"]
+__all__ = [
+    "BacklogSummary",
+    "emit_backlog",
+    "frames_for",
+    "late_modules",
+    "read_backlog",
+    "record_corrections",
+]
 
 
 @dataclass
@@ -86,9 +100,6 @@ def read_backlog(
     the readings and the queues that could not be read (gone, or an SQS error). ``delete_linger_s``:
     the workers' delete linger; the processed messages it keeps in flight are allowed for
     (:func:`core.settings.undeleted_bound`)."""
-    from core.settings import undeleted_bound
-    from planner.scaling import QueueBacklog
-
     deps = store.deployments(version)
     fleet = store.fleet(version)
     claims = store.claims(version, fleet) if fleet is not None else {}
@@ -135,8 +146,6 @@ def read_backlog(
 def frames_for(dep: Deployment, module_rates: Mapping[str, float]) -> float:
     """The app's frame rate at which every module of ``module_rates`` gets at least that rate
     (module rate = frame rate x the product of the fan-outs on the way from the roots)."""
-    from planner.models import topological_order
-
     per_frame = {m: (1.0 if m in dep.roots else 0.0) for m in dep.plan.modules}
     for m in topological_order(list(per_frame), [(s, d) for s, d, _ in dep.edges]):
         for src, dst, fan in dep.edges:
@@ -145,81 +154,53 @@ def frames_for(dep: Deployment, module_rates: Mapping[str, float]) -> float:
     return max((r / per_frame[m] for m, r in module_rates.items() if per_frame.get(m, 0) > 0), default=0.0)
 
 
-def check_backlog(ctl: Controller, reason: str = "backlog check") -> BacklogSummary:
-    """One check (see the module doc). Runs the early epoch itself when the last epoch is at least
-    ``min_gap_s`` old; otherwise the boost waits in the control state for the next check or epoch."""
-    from planner.scaling import backlog_boost
-
-    t0 = time.perf_counter()
-    c = ctl.config
-    now = ctl.clock()
-    state = ctl.states.load()
-    cur = ctl.plans.current()
-    if cur is None:
-        return BacklogSummary(status="no plan")
-    out = BacklogSummary(status="quiet", version=cur.version)
-    if cur.gated:  # a new version waits for its slots: activate it when they are served
-        from control.activation import check_activation
-
-        check = check_activation(ctl, cur)
-        out.activation = check.as_json()
-        if check.activate_at is not None:
-            cur = cur.model_copy(update={"activate_at": check.activate_at})
-    if now < cur.activate_at:  # instances are preloading the new version: its queues are not in use yet
-        out.status = "activating"
-        out.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
-        return out
-    cooling = {a for a, at in state.corrected_at.items() if now - at < c.backlog_cooldown_s}
-    readings, unreadable = read_backlog(
-        ctl.plans,
-        ctl.depth,
-        cur.version,
-        now,
-        stale_s=c.stale_s,
-        workers=c.queue_workers,
-        delete_linger_s=c.delete_linger_s,
-    )
+def late_modules(
+    out: BacklogSummary, readings: list[QueueBacklog], cooling: set[str], config: ControlConfig
+) -> dict[str, dict[str, float]]:
+    """Record the late queues in ``out`` (served or not, and the late apps cooling down) and return
+    the module rates the apps not cooling down need to catch up (:func:`planner.scaling.backlog_boost`)."""
     out.queues = len(readings)
     for q in readings:
         if q.late:
             line = f"{q.app}.{q.module} {q.queue}: {q.depth} > {q.allowed:.0f}"
             (out.late if q.served else out.unserved).append(line)
     out.cooling = sorted({q.app for q in readings if q.late and q.served and q.app in cooling})
-    need = backlog_boost(
+    return backlog_boost(
         [q for q in readings if q.app not in cooling],
-        horizon_s=c.epoch_s,
-        min_boost=c.backlog_min_boost,
-        max_boost=c.backlog_max_boost,
+        horizon_s=config.epoch_s,
+        min_boost=config.backlog_min_boost,
+        max_boost=config.backlog_max_boost,
     )
-    deps = ctl.plans.deployments(cur.version, need) if need else {}
+
+
+def record_corrections(
+    out: BacklogSummary,
+    state: ControlState,
+    need: Mapping[str, Mapping[str, float]],
+    deployments: Mapping[str, Deployment],
+    unreadable: list[str],
+    now: float,
+    min_gap_s: float,
+) -> None:
+    """The corrections of ``need`` into ``state`` (each app's frame rate for the next epoch) and the
+    check's status into ``out``: ``corrected`` when the early epoch may run now (``min_gap_s`` after
+    the previous one), ``deferred`` when it waits for the next check or epoch."""
     for app, modules in need.items():
-        frames = frames_for(deps[app], modules)
+        frames = frames_for(deployments[app], modules)
         state.boosts[app] = max(state.boosts.get(app, 0.0), frames)
         state.corrected_at[app] = now
         out.boosts[app] = round(frames, 4)
-    out.timings_ms["read"] = round((time.perf_counter() - t0) * 1e3, 2)
     if unreadable:
         out.error = f"{len(unreadable)} queue(s) not read, e.g. {unreadable[0]}"
     if state.boosts:
         gap = now - state.last_epoch_at if state.last_epoch_at is not None else None
-        out.status = "corrected" if gap is None or gap >= c.min_gap_s else "deferred"
+        out.status = "corrected" if gap is None or gap >= min_gap_s else "deferred"
     state.last_check = {"at": now, "status": out.status, "late": len(out.late), "boosts": out.boosts}
-    try:
-        ctl.states.save(state, state.epoch if state.epoch > 0 else None)
-    except EpochTaken:  # an epoch started meanwhile: it plans from fresh data, which supersedes this
-        out.status, out.boosts = "superseded", {}
-        return out
-    _emit(ctl, out)
-    if out.status == "corrected":
-        why = ", ".join(sorted(state.boosts))
-        out.epoch = ctl.run_epoch(reason=f"{reason}: backlog of {why}").as_json()
-    out.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
-    return out
 
 
-def _emit(ctl: Controller, out: BacklogSummary) -> None:
-    ctl.metrics.put("LateQueues", len(out.late))
-    ctl.metrics.put("UnservedLateQueues", len(out.unserved))
-    ctl.metrics.put("BacklogCorrections", len(out.boosts))
+def emit_backlog(metrics: Metrics, out: BacklogSummary) -> None:
+    metrics.put("LateQueues", len(out.late))
+    metrics.put("UnservedLateQueues", len(out.unserved))
+    metrics.put("BacklogCorrections", len(out.boosts))
     for app in out.boosts:
-        ctl.metrics.put("BacklogCorrections", 1, App=app)
+        metrics.put("BacklogCorrections", 1, App=app)

@@ -28,12 +28,23 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from core.schema import SERVICE_CORRECTION_KEY, Deployment
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from core.schema import Deployment
+    from control.state import ControlState
 
-__all__ = ["CAP_S", "HOLD_EPOCHS", "STEP_S", "correction_keys", "in_force", "update_corrections"]
+__all__ = [
+    "CAP_S",
+    "HOLD_EPOCHS",
+    "STEP_S",
+    "correction_keys",
+    "forget_apps",
+    "in_force",
+    "learn_corrections",
+    "update_corrections",
+]
 
 STEP_S = 0.005  # s: corrections are multiples of this
 HOLD_EPOCHS = 3  # epochs of low overruns before a correction shrinks
@@ -58,8 +69,6 @@ def correction_keys(deployments: Iterable[Deployment]) -> list[tuple[str, str, s
 
 def in_force(deployment: Deployment) -> dict[tuple[str, str], float]:
     """(module, hardware) -> the correction the deployment's durations include."""
-    from core.schema import SERVICE_CORRECTION_KEY
-
     out: dict[tuple[str, str], float] = {}
     for name, mp in deployment.plan.modules.items():
         for hw, c in ((mp.model_extra or {}).get(SERVICE_CORRECTION_KEY) or {}).items():
@@ -111,3 +120,30 @@ def update_corrections(
         else:
             out.pop(key, None)
     return out
+
+
+def forget_apps(state: ControlState, apps: Iterable[str]) -> None:
+    """Drop the corrections (and shrink streaks) of apps no longer registered."""
+    keep = set(apps)
+    for gone in set(state.corrections) - keep:
+        del state.corrections[gone]
+    for gone in set(state.corrections_low) - keep:
+        del state.corrections_low[gone]
+
+
+def learn_corrections(
+    state: ControlState, deployments: Iterable[Deployment], maxima: Mapping[tuple[str, str, str], float]
+) -> None:
+    """Update each app's corrections in ``state`` from the largest overrun of its modules in the window
+    (``maxima``: (app, module, hardware) -> s, read for :func:`correction_keys` of ``deployments``)."""
+    for dep in deployments:
+        app = dep.app
+        seen = {(m, hw): v for (a, m, hw), v in maxima.items() if a == app}
+        low = state.corrections_low.setdefault(app, {})
+        new = update_corrections(state.corrections.get(app, {}), seen, in_force(dep), low=low)
+        if not low:
+            state.corrections_low.pop(app, None)
+        if new:
+            state.corrections[app] = new
+        else:
+            state.corrections.pop(app, None)

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from core.schema import SERVICE_CORRECTION_KEY as CORRECTION_KEY
 from core.schema import Deployment
+from planner.fleet import CARRIED_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from control.registry import RegistrationSpec
+    from control.registration.spec import RegistrationSpec
     from planner.models import ModulePlan, Plan
 
 __all__ = ["AppChange", "app_change", "build_deployment", "changed_apps", "same_module_plan"]
@@ -95,8 +96,6 @@ def app_change(
 
 
 def _carried(plan: Plan) -> bool:
-    from planner.fleet import CARRIED_KEY
-
     return CARRIED_KEY in (plan.model_extra or {})
 
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from control.queues import delete_queue
+from control.queues import as_queue_admin
 from core.adapters.queues import queue_gone
 from core.errors import QueueError
 
@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from core.adapters.plan_store import Manifest, PlanStore
+    from core.adapters.queue_admin import QueueAdmin
 
-__all__ = ["GcConfig", "GcReport", "collect", "queue_gone"]
+__all__ = ["GcConfig", "GcReport", "collect", "release_dead_claims", "sweep_orphan_queues"]
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,15 @@ def release_dead_claims(store: PlanStore, version: int, now: float, cfg: GcConfi
 
 
 def collect(
-    store: PlanStore, sqs: Any, depth: Callable[[str], int], now: float, cfg: GcConfig | None = None
+    store: PlanStore,
+    queues: QueueAdmin | Any,
+    depth: Callable[[str], int],
+    now: float,
+    cfg: GcConfig | None = None,
 ) -> GcReport:
-    """One GC pass (the planner runs it at the end of every epoch)."""
+    """One GC pass (the planner runs it at the end of every epoch). ``queues``: the adapter (or an
+    SQS client, :func:`control.queues.as_queue_admin`)."""
+    queues = as_queue_admin(queues)
     cfg = cfg or GcConfig()
     report = GcReport()
     cur = store.current()
@@ -120,7 +127,7 @@ def collect(
             if n > 0:
                 report.waiting_queues.append(url)
                 waiting = True
-            elif delete_queue(sqs, url):
+            elif queues.delete(url):
                 report.deleted_queues.append(url)
         if not waiting:
             store.delete_version(v)
@@ -128,13 +135,13 @@ def collect(
         else:
             live_queues |= _queues(store, v)  # a later version's deletion must not take them
     report.deleted_queues += sweep_orphan_queues(
-        sqs, depth, set(versions) - set(report.deleted_versions), cur.version, cfg, keep=live_queues
+        queues, depth, set(versions) - set(report.deleted_versions), cur.version, cfg, keep=live_queues
     )
     return report
 
 
 def sweep_orphan_queues(
-    sqs: Any,
+    queues: QueueAdmin | Any,
     depth: Callable[[str], int],
     stored: set[int],
     current: int,
@@ -146,14 +153,12 @@ def sweep_orphan_queues(
     ``keep`` (queues a stored version still references: an unchanged module keeps the queues of
     the version that created them, whose name they carry)."""
     kept_names = {u.rsplit("/", 1)[-1] for u in keep or ()}
-    from core.adapters._aws import AWS_ERRORS
-
+    queues = as_queue_admin(queues)
     pattern = re.compile(rf"^{re.escape(cfg.queue_prefix)}.*-v(\d+)-g\d+-m\d+$")
     out: list[str] = []
     try:
-        pages = sqs.get_paginator("list_queues").paginate(QueueNamePrefix=cfg.queue_prefix)
-        urls = [u for page in pages for u in page.get("QueueUrls", [])]
-    except AWS_ERRORS:
+        urls = queues.list(cfg.queue_prefix)
+    except QueueError:
         return out  # best effort (ListQueues may not be granted, SQS unreachable); the next epoch tries again
     for url in urls:
         name = url.rsplit("/", 1)[-1]
@@ -161,6 +166,6 @@ def sweep_orphan_queues(
         if m is None or name in kept_names:
             continue
         v = int(m.group(1))
-        if v <= current and v not in stored and _depth(depth, url) == 0 and delete_queue(sqs, url):
+        if v <= current and v not in stored and _depth(depth, url) == 0 and queues.delete(url):
             out.append(url)
     return out

@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from planner.robust import FAN_OUT_KEY
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from control.registry import RegistrationSpec
+    from control.registration.spec import RegistrationSpec
     from planner.models import HardwareSpec, Plan, ProblemSpec
 
 __all__ = [
@@ -78,8 +80,6 @@ def app_problem(
     ``max_children_per_request`` (:func:`max_children`) when the app has edges and the app's
     service-time ``corrections`` added to its profiles (:func:`adjust_profiles`). Raises
     ``ValueError`` naming the module that has no profile on the usable hardware."""
-    from planner.robust import FAN_OUT_KEY
-
     hw = usable_hardware(spec, catalog, available)
     problem = spec.app_spec().to_problem(
         frame_rate, spec.profiles, {h: catalog[h] for h in hw}, spec.planning_slo_s

@@ -15,8 +15,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from core.adapters._aws import AWS_ERRORS
-from core.adapters.queues import queue_gone
+from core.adapters.queue_admin import QueueAdmin
 from core.errors import ConfigError, QueueError
 from core.schema import queue_key
 
@@ -28,6 +27,7 @@ __all__ = [
     "create_module_queues",
     "delete_queue",
     "SSE_ATTRIBUTES",
+    "as_queue_admin",
     "ensure_app_dlq",
     "queue_name",
 ]
@@ -52,19 +52,26 @@ def queue_name(
     return f"{prefix}{f'{app}-{module}'[:room]}-{digest}{tail}"
 
 
-def ensure_app_dlq(sqs: Any, app: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
+def as_queue_admin(queues: QueueAdmin | Any) -> QueueAdmin:
+    """``queues`` itself, or the adapter on it when it is an SQS client (the tests and the local
+    stack's helpers pass their client)."""
+    return queues if isinstance(queues, QueueAdmin) else QueueAdmin(queues)
+
+
+def ensure_app_dlq(queues: QueueAdmin | Any, app: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
     """The app's dead-letter queue (created if missing): (url, arn). The deployed stack passes its
     shared DLQ's ARN instead (``SKINFLINT_TASKS_DLQ_ARN``)."""
+    admin = as_queue_admin(queues)
     try:
-        url = sqs.create_queue(QueueName=f"{prefix}{app}-dlq", Attributes=dict(SSE_ATTRIBUTES))["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    except AWS_ERRORS as exc:
+        url = admin.create(f"{prefix}{app}-dlq", SSE_ATTRIBUTES)
+        arn = admin.arn(url)
+    except QueueError as exc:
         raise ConfigError(f"cannot create the dead-letter queue of {app}: {exc}") from exc
     return url, arn
 
 
 def create_module_queues(
-    sqs: Any,
+    queues: QueueAdmin | Any,
     app: str,
     module: str,
     module_plan: ModulePlan,
@@ -79,31 +86,26 @@ def create_module_queues(
     """One queue per machine of the module's groups; returns ``queue_key(group, machine) -> url``.
     CreateQueue is idempotent for equal attributes, so a retried epoch reuses what it created."""
     redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)})
+    admin = as_queue_admin(queues)
     out: dict[str, str] = {}
     try:
         for g, group in enumerate(module_plan.groups):
             for m in range(group.machines):
-                out[queue_key(g, m)] = sqs.create_queue(
-                    QueueName=queue_name(app, module, g, m, version, prefix),
-                    Attributes={
+                out[queue_key(g, m)] = admin.create(
+                    queue_name(app, module, g, m, version, prefix),
+                    {
                         "VisibilityTimeout": str(visibility_timeout_s),
                         "RedrivePolicy": redrive,
                         "MessageRetentionPeriod": str(retention_s),
                         **SSE_ATTRIBUTES,
                     },
                     tags={"skinflint:app": app, "skinflint:module": module},
-                )["QueueUrl"]
-    except AWS_ERRORS as exc:
+                )
+    except QueueError as exc:
         raise ConfigError(f"cannot create the queues of {app}/{module}: {exc}") from exc
     return out
 
 
-def delete_queue(sqs: Any, url: str) -> bool:
-    """Delete a queue; False when it was already gone."""
-    try:
-        sqs.delete_queue(QueueUrl=url)
-    except AWS_ERRORS as exc:
-        if queue_gone(exc):  # either protocol's code (the JSON protocol says QueueDoesNotExist)
-            return False
-        raise QueueError(f"cannot delete {url}: {exc}", queue_url=url) from exc
-    return True
+def delete_queue(queues: QueueAdmin | Any, url: str) -> bool:
+    """Delete a queue; False when it was already gone (:meth:`QueueAdmin.delete`)."""
+    return as_queue_admin(queues).delete(url)

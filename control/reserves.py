@@ -1,8 +1,8 @@
 """Admission reserves kept true to an app's ``shed_target`` as its rate moves.
 
 A registration with a ``shed_target`` chooses the smallest ``admission_reserve`` whose plan sheds at
-most the target of Poisson frames *at the registered rate* (``control.registry``,
-:func:`~control.registry.search_admission_reserve`). The shed fraction depends on the rate
+most the target of Poisson frames *at the registered rate* (``control.registration``,
+:func:`~control.registration.reserve.search_admission_reserve`). The shed fraction depends on the rate
 (the same plan's windows hold other counts): on the test app of ``tests/functional`` at a 0.06 s SLO
 and a 1 % target, the reserve chosen at 20 frames/s (0, 0.4 % shed) sheds 2.4 % at 40 frames/s and
 12 % at 80 (docs/control.md, "Reserves that follow the rate").
@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from control.errors import RegistrationError
+from control.registration.reserve import search_admission_reserve
 from control.state import ReserveChoice
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from control.registry import AppRecord, RegistrationSpec
+    from control.registration.spec import RegistrationSpec
+    from control.registration.store import AppRecord
     from control.state import ControlState
     from planner.models import HardwareSpec
 
@@ -95,8 +97,6 @@ def review_reserves(
     the registration's planner settings (``planner_settings``: overhead, headroom, child headroom,
     policy). Apps are reviewed by drift, largest first, while less than ``budget_s`` has been spent
     (at least one when any is due)."""
-    from control.registry import search_admission_reserve
-
     out = ReserveReview()
     if budget_s <= 0:
         return out

@@ -18,17 +18,35 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 
-from core.adapters.plan_store import InstanceStatus
-from core.errors import DataPlaneError
+from control.epoch import Controller
+from control.errors import ControlError
+from control.registration.store import AppRegistry
+from control.registration.validate import validate_registration
+from control.state import StateStore
+from core.adapters.autoscaling import FleetGroups
+from core.adapters.blobs import BlobStore
+from core.adapters.config_items import ConfigItems
+from core.adapters.metrics import CloudWatchMetrics
+from core.adapters.plan_store import InstanceStatus, PlanStore
+from core.adapters.queue_admin import QueueAdmin
+from core.adapters.queues import TaskQueues
+from core.adapters.rates import ObservedRates, ServiceOverruns
+from core.adapters.usage import report_to
+from core.clients import make_client
+from core.errors import DataPlaneError, MetricsError
+from profiles.errors import ProfilesError
+from profiles.s3store import S3Store
+from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, ProfileStore, cache_dir
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-    from control.epoch import ControlConfig, Controller
-    from control.registry import AppRecord, AppRegistry, Registration, RegistrationSpec
-    from control.state import StateStore
+    from control.config import ControlConfig
+    from control.registration.spec import RegistrationSpec
+    from control.registration.store import AppRecord
+    from control.registration.validate import Registration
     from core.settings import DataPlaneConfig
     from planner.models import HardwareSpec, ProfileEntry
 
@@ -41,6 +59,7 @@ __all__ = [
     "handle_event",
     "load_catalog",
     "profile_store",
+    "registry_and_state",
 ]
 
 log = logging.getLogger("skinflint.control")
@@ -53,9 +72,6 @@ BACKLOG_CHECK = "skinflint.backlog"  # event source of "check the task queues (a
 def profile_store(s3: Any, bucket: str, local: bool = False) -> Any:
     """The profile store the control plane reads: S3 (``profiles/``) over the packaged data; with
     ``local`` the build cache too (the CLI on a developer's machine)."""
-    from profiles.s3store import S3Store
-    from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, ProfileStore, cache_dir
-
     layers: list[ProfileStore] = [S3Store(s3, bucket, PROFILES_PREFIX)]
     if local:
         layers.append(LocalStore(cache_dir()))
@@ -65,13 +81,17 @@ def profile_store(s3: Any, bucket: str, local: bool = False) -> Any:
 
 def load_catalog(s3: Any, bucket: str) -> dict[str, HardwareSpec]:
     """The hardware catalog: ``s3://bucket/profiles/hardware.json`` when present, else the packaged one."""
-    from control.errors import ControlError
-    from profiles.errors import ProfilesError
-
     try:
         return dict(profile_store(s3, bucket).load_catalog())
     except ProfilesError as exc:
         raise ControlError(f"cannot read the hardware catalog: {exc}") from exc
+
+
+def registry_and_state(ddb: Any, s3: Any, table: str, bucket: str) -> tuple[AppRegistry, StateStore]:
+    """The app registry and the control state on the config table ``table`` and the bucket
+    ``bucket``, through their adapters on the given DynamoDB and S3 clients."""
+    items = ConfigItems(ddb, table)
+    return AppRegistry(items, BlobStore(s3, bucket)), StateStore(items)
 
 
 def build_controller(
@@ -84,17 +104,6 @@ def build_controller(
     """A controller on ``data``'s resources. ``clients`` maps a service name (dynamodb, sqs, s3,
     cloudwatch, autoscaling) to a client; missing ones are made with :func:`make_client`, their
     requests counted as the ``control`` component's (core/adapters/usage.py; given ones are not)."""
-    from control.epoch import Controller
-    from control.registry import AppRegistry
-    from control.state import StateStore
-    from core.adapters.autoscaling import FleetGroups
-    from core.adapters.metrics import CloudWatchMetrics
-    from core.adapters.plan_store import PlanStore
-    from core.adapters.queues import TaskQueues
-    from core.adapters.rates import ObservedRates, ServiceOverruns
-    from core.adapters.usage import report_to
-    from core.clients import make_client
-
     given = dict(clients or {})
 
     def client(name: str) -> Any:
@@ -103,15 +112,16 @@ def build_controller(
         return given[name]
 
     ddb, s3, cw, sqs = client("dynamodb"), client("s3"), client("cloudwatch"), client("sqs")
+    registry, states = registry_and_state(ddb, s3, data.config_table, data.bucket)
     return Controller(
         config=control,
         plans=PlanStore(ddb, data.config_table),
-        registry=AppRegistry(ddb, data.config_table, s3, data.bucket),
-        states=StateStore(ddb, data.config_table),
+        registry=registry,
+        states=states,
         rates=ObservedRates(cw, data.metrics_namespace),
         overruns=ServiceOverruns(cw, data.metrics_namespace),
         groups=FleetGroups(client("autoscaling"), control.asg_names),
-        sqs=sqs,
+        queues=QueueAdmin(sqs),
         depth=TaskQueues(sqs).depth,
         metrics=report_to(CloudWatchMetrics(cw, data.metrics_namespace), "control"),
         catalog=load_catalog(s3, data.bucket),
@@ -123,8 +133,6 @@ def handle_event(controller: Controller, event: Mapping[str, Any]) -> dict[str, 
     """One invocation: SQS fleet events (``Records``) are recorded; a backlog-check event runs
     :meth:`Controller.check_backlog`; anything else runs an epoch (an EventBridge schedule, an app
     change, the local stack's timer). Metrics are flushed."""
-    from core.errors import MetricsError
-
     try:
         if "Records" in event:
             return _fleet_events(controller, event["Records"])
@@ -217,8 +225,6 @@ class Registrar:
         return self._registration(doc).spec
 
     def _registration(self, doc: Any) -> Registration:
-        from control.registry import validate_registration
-
         available = list(self.states.load().asg_names) or None
         return validate_registration(
             doc,

@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from control.errors import ControlError
-from core.adapters._aws import AWS_ERRORS, error_code
+from core.adapters.config_items import ConfigItems, ItemConflictError
+from core.errors import ConfigError
 
 __all__ = ["ControlState", "EpochTaken", "ReserveChoice", "StateStore"]
 
@@ -57,37 +58,25 @@ class ControlState(BaseModel):
 
 
 class StateStore:
-    def __init__(self, client: Any, table: str):
-        self._ddb = client
-        self._table = table
+    """The control state on the config table (:class:`core.adapters.config_items.ConfigItems`)."""
+
+    def __init__(self, items: ConfigItems):
+        self._items = items
 
     def load(self) -> ControlState:
         try:
-            item = self._ddb.get_item(
-                TableName=self._table, Key={"pk": {"S": STATE_KEY}}, ConsistentRead=True
-            ).get("Item")
-        except AWS_ERRORS as exc:
+            item = self._items.get(STATE_KEY)
+        except ConfigError as exc:
             raise ControlError(f"cannot read the control state: {exc}") from exc
-        return ControlState.model_validate_json(item["doc"]["S"]) if item else ControlState()
+        return ControlState.model_validate_json(item["doc"]) if item else ControlState()
 
     def save(self, state: ControlState, expected_epoch: int | None) -> None:
         """Write ``state`` if the stored epoch is still ``expected_epoch`` (None: no state yet)."""
-        cond: dict[str, Any] = (
-            {"ConditionExpression": "attribute_not_exists(pk)"}
-            if expected_epoch is None
-            else {
-                "ConditionExpression": "epoch = :e",
-                "ExpressionAttributeValues": {":e": {"N": str(expected_epoch)}},
-            }
-        )
-        item = {
-            "pk": {"S": STATE_KEY},
-            "epoch": {"N": str(state.epoch)},
-            "doc": {"S": state.model_dump_json()},
-        }
+        values = {"epoch": state.epoch, "doc": state.model_dump_json()}
+        condition = None if expected_epoch is None else ("epoch", expected_epoch)
         try:
-            self._ddb.put_item(TableName=self._table, Item=item, **cond)
-        except AWS_ERRORS as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                raise EpochTaken(f"another planner ran epoch {state.epoch}") from exc
+            self._items.put(STATE_KEY, values, if_equal=condition, if_new=expected_epoch is None)
+        except ItemConflictError as exc:
+            raise EpochTaken(f"another planner ran epoch {state.epoch}") from exc
+        except ConfigError as exc:
             raise ControlError(f"cannot write the control state: {exc}") from exc

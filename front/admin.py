@@ -6,7 +6,7 @@ creates one). Behind API Gateway every method also needs the usage plan's ``x-ap
 
 The body is the app spec (JSON, or YAML where PyYAML is installed). An invalid spec gets 400 with
 ``problems``: every reason it cannot be registered, not only the first. A valid one is stored (S3
-spec file + config-table index, :class:`control.registry.AppRegistry`) and the planner
+spec file + config-table index, :class:`control.registration.store.AppRegistry`) and the planner
 is asked to plan it: invoked at once when ``SKINFLINT_PLANNER_FUNCTION`` names it, else at its
 next scheduled epoch.
 """
@@ -93,7 +93,7 @@ class AdminService:
         cache[key] = now + _KEY_TTL_S
 
     def register(self, body: bytes) -> dict[str, Any]:
-        from control.registry import parse_spec_text
+        from control.registration.spec import parse_spec_text
 
         record = self.registrar.register(parse_spec_text(body, "the body"))
         return record.model_dump() | {"planning": "requested"}
@@ -103,18 +103,19 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
     """An admin service on ``config``'s resources (boto3 clients made here, on first use)."""
     import time
 
-    from control.registry import AppRegistry, planner_settings, profile_lookup
-    from control.service import Registrar, load_catalog, profile_store
-    from control.state import StateStore
+    from control.registration.checks import planner_settings
+    from control.registration.spec import profile_lookup
+    from control.service import Registrar, load_catalog, profile_store, registry_and_state
     from core.adapters.config_store import ConfigStore
     from core.clients import make_client
 
     ddb, s3 = make_client("dynamodb", config, "front"), make_client("s3", config, "front")
     function = os.environ.get("SKINFLINT_PLANNER_FUNCTION")
     invoke = _planner_invoker(make_client("lambda", config, "front"), function) if function else None
+    registry, states = registry_and_state(ddb, s3, config.config_table, config.bucket)
     registrar = Registrar(
-        registry=AppRegistry(ddb, config.config_table, s3, config.bucket),
-        states=StateStore(ddb, config.config_table),
+        registry=registry,
+        states=states,
         catalog=load_catalog(s3, config.bucket),
         stored_profile=profile_lookup(profile_store(s3, config.bucket)),
         invoke_planner=invoke,

@@ -141,14 +141,15 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
     """The registrar, checking feasibility with the planner's settings from the environment
     (``SKINFLINT_PLANNER_HEADROOM``, ``SKINFLINT_CHILD_HEADROOM``, ``SKINFLINT_HOP_OVERHEAD_S``), so a
     spec accepted here is one the epoch plans."""
-    from control.registry import AppRegistry, planner_settings, profile_lookup
-    from control.service import Registrar, load_catalog, profile_store
-    from control.state import StateStore
+    from control.registration.checks import planner_settings
+    from control.registration.spec import profile_lookup
+    from control.service import Registrar, load_catalog, profile_store, registry_and_state
 
     ddb, s3 = _clients(cfg)
+    registry, states = registry_and_state(ddb, s3, cfg.config_table, cfg.bucket)
     return Registrar(
-        registry=AppRegistry(ddb, cfg.config_table, s3, cfg.bucket),
-        states=StateStore(ddb, cfg.config_table),
+        registry=registry,
+        states=states,
         catalog=load_catalog(s3, cfg.bucket),
         stored_profile=profile_lookup(profile_store(s3, cfg.bucket, local=True)),
         **planner_settings(),
@@ -157,7 +158,7 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
 
 def run_register(args: argparse.Namespace) -> int:
     from control.errors import RegistrationError
-    from control.registry import parse_spec_text
+    from control.registration.spec import parse_spec_text
 
     try:
         text = args.spec.read_text()
@@ -206,9 +207,10 @@ def _reserve_in_force(cfg: DataPlaneConfig, record: Any) -> dict[str, Any] | Non
     """The admission reserve the control loop chose again for this revision of the app
     (control/reserves.py), if it did."""
     from control.state import StateStore
+    from core.adapters.config_items import ConfigItems
 
     ddb, _ = _clients(cfg)
-    choice = StateStore(ddb, cfg.config_table).load().reserves.get(record.name)
+    choice = StateStore(ConfigItems(ddb, cfg.config_table)).load().reserves.get(record.name)
     if choice is None or choice.revision != record.revision:
         return None
     return choice.model_dump(include={"reserve", "rate", "shed", "met"})

@@ -47,6 +47,7 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
     from control.epoch import ControlConfig
     from control.state import StateStore
     from core.adapters.autoscaling import FleetGroups
+    from core.adapters.config_items import ConfigItems
     from core.adapters.plan_store import PlanStore
     from core.adapters.rates import ObservedRates, RateWindow
     from core.clients import make_client
@@ -54,7 +55,7 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
     now = time.time() if now is None else now
     ddb = make_client("dynamodb", cfg)
     plans = PlanStore(ddb, cfg.config_table)
-    state = StateStore(ddb, cfg.config_table).load()
+    state = StateStore(ConfigItems(ddb, cfg.config_table)).load()
     cur = plans.current()
     out: dict[str, Any] = {"at": now, "version": None, "apps": {}, "hardware": {}, "last_epoch": state.last}
     if cur is None:

@@ -291,9 +291,7 @@ class LocalStack:
     ) -> dict[str, str]:
         """Register the apps, create the hardware groups, build the controller."""
         from control.epoch import ControlConfig
-        from control.registry import AppRegistry
-        from control.service import Registrar, build_controller, load_catalog
-        from control.state import StateStore
+        from control.service import Registrar, build_controller, load_catalog, registry_and_state
         from core.adapters.plan_store import PlanStore
         from skinflint.local.fleet import create_groups
 
@@ -309,9 +307,10 @@ class LocalStack:
             max_size=self.config.max_instances,
             hook_timeout_s=int(self.config.hook_timeout_s),
         )
+        registry, states = registry_and_state(ddb, s3, cfg.config_table, cfg.bucket)
         registrar = Registrar(
-            registry=AppRegistry(ddb, cfg.config_table, s3, cfg.bucket),
-            states=StateStore(ddb, cfg.config_table),
+            registry=registry,
+            states=states,
             catalog=catalog,
             stored_profile=lambda _model: None,  # every profile is inline
             overhead_s=hop,

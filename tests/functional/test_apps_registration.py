@@ -12,7 +12,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from control.errors import RegistrationError
-from control.registry import validate_registration, validate_spec
+from control.registration.validate import validate_registration, validate_spec
 from profiles.hardware import load_catalog
 from skinflint.cli import main
 from tests.functional.test_control_epoch import SPEC
@@ -123,7 +123,8 @@ def test_a_bad_shed_target_is_listed(extra: dict[str, Any], problem: str) -> Non
 
 
 def test_a_shed_target_chooses_the_smallest_reserve_that_meets_it() -> None:
-    from control.registry import check_plannable, simulated_shed
+    from control.registration.checks import check_plannable
+    from control.registration.reserve import simulated_shed
 
     # at 0.04 s the plan for the whole SLO sheds about 4 % of Poisson frames at 20 frames/s, and
     # 0.1 of the SLO kept for spilled frames still about 2 %
@@ -147,10 +148,10 @@ def test_a_shed_target_chooses_the_smallest_reserve_that_meets_it() -> None:
 
 
 def test_a_shed_target_no_reserve_meets_is_one_problem(monkeypatch: pytest.MonkeyPatch) -> None:
-    from control import registry
+    from control.registration import reserve
 
     sheds = iter([0.09, 0.05, 0.04, 0.03, 0.03, 0.02, 0.02])
-    monkeypatch.setattr(registry, "simulated_shed", lambda *_a: next(sheds))
+    monkeypatch.setattr(reserve, "simulated_shed", lambda *_a: next(sheds))
     (only,) = problems_of(copy.deepcopy(SPEC) | {"shed_target": 0.01})
     assert only.startswith("shed_target 0.01 cannot be met: the least shed found was 0.02 of Poisson frames")
     assert "(admission_reserve 0.3)" in only
@@ -192,20 +193,20 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_cli_register_list_show_remove(aws: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from control.registry import AppRegistry
+    from control.service import registry_and_state
 
     cfg, ddb, s3 = aws
     path = tmp_path / "cams.yaml"
     path.write_text(yaml.safe_dump(SPEC))
     assert main(["apps", "register", str(path), "--dry-run"]) == 0
     assert "valid (2 modules); nothing stored" in capsys.readouterr().out
-    assert AppRegistry(ddb, cfg.config_table, s3, cfg.bucket).records() == []
+    assert registry_and_state(ddb, s3, cfg.config_table, cfg.bucket)[0].records() == []
     assert main(["apps", "register", str(path)]) == 0
     assert "registered cams revision 1" in capsys.readouterr().out
     assert main(["apps", "register", str(path), "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["revision"] == 2 and rec["s3_key"] == "registry/apps/cams/r2.json"
-    registry = AppRegistry(ddb, cfg.config_table, s3, cfg.bucket)
+    registry, _ = registry_and_state(ddb, s3, cfg.config_table, cfg.bucket)
     assert registry.replan_requested() == {"cams"}
     assert main(["apps", "list", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
@@ -237,10 +238,13 @@ def test_cli_says_which_reserve_a_shed_target_chose(
     assert "admission reserve 0.15 of the SLO" in text and "in force" not in text
     # a reserve the control loop chose again for this revision is shown beside the registered one
     from control.state import ControlState, ReserveChoice, StateStore
+    from core.adapters.config_items import ConfigItems
 
     cfg, ddb, _s3 = aws
     choice = ReserveChoice(reserve=0.3, rate=40.0, shed=0.002, met=True, revision=1, at=0.0)
-    StateStore(ddb, cfg.config_table).save(ControlState(epoch=1, reserves={"cams": choice}), None)
+    StateStore(ConfigItems(ddb, cfg.config_table)).save(
+        ControlState(epoch=1, reserves={"cams": choice}), None
+    )
     assert main(["apps", "show", "cams"]) == 0
     assert (
         "in force: admission reserve 0.3, chosen again by the control loop at 40 frames/s: 0.20 % shed"
@@ -270,7 +274,7 @@ def test_cli_invalid_spec_is_one_line_listing_every_problem(
 
 
 def test_admin_api_registers_with_an_admin_key(aws: Any) -> None:
-    from control.registry import AppRegistry
+    from control.service import registry_and_state
     from core.adapters.config_store import ConfigStore
     from front.admin import admin_from_config
     from front.app import create_app
@@ -300,7 +304,7 @@ def test_admin_api_registers_with_an_admin_key(aws: Any) -> None:
     )
     assert ok.status_code == 201, ok.json()
     assert ok.json()["name"] == "cams" and ok.json()["revision"] == 1 and ok.json()["planning"] == "requested"
-    registry = AppRegistry(ddb, cfg.config_table, s3, cfg.bucket)
+    registry, _ = registry_and_state(ddb, s3, cfg.config_table, cfg.bucket)
     assert [r.name for r in registry.records()] == ["cams"] and registry.replan_requested() == {"cams"}
     assert (
         client.post("/v1/apps", content=b"", headers={"x-admin-key": "admin-1"}).json()["error"]

@@ -138,7 +138,7 @@ def test_check_failure_is_reported_not_raised(env: Env, monkeypatch: pytest.Monk
     def broken(*_a: Any, **_k: Any) -> Any:
         raise RuntimeError("depth read exploded")
 
-    monkeypatch.setattr("control.backlog.read_backlog", broken)
+    monkeypatch.setattr("control.epoch.read_backlog", broken)
     out = env.ctl.check_backlog()
     assert out.status == "failed" and "exploded" in (out.error or "")
 

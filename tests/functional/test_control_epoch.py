@@ -290,7 +290,7 @@ def test_a_shed_target_reserve_is_chosen_again_when_the_rate_moves(env: Env) -> 
 def test_a_shed_target_no_reserve_meets_at_the_new_rate_warns(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from control import registry
+    from control.registration import reserve
 
     # GIVEN an app whose 1 % target is met at 20 frames/s (reserve 0.3)
     env.register(SPEC | {"slo_s": 0.3, "shed_target": 0.01})
@@ -300,7 +300,7 @@ def test_a_shed_target_no_reserve_meets_at_the_new_rate_warns(
     env.ctl.run_epoch()
     # WHEN at three times that rate every reserve's plan sheds 5 % (the simulator, stood in)
     sheds = iter([0.05, 0.04, 0.05, 0.06, 0.05, 0.05, 0.05])
-    monkeypatch.setattr(registry, "simulated_shed", lambda *_a: next(sheds))
+    monkeypatch.setattr(reserve, "simulated_shed", lambda *_a: next(sheds))
     env.frames("cams", 60.0)
     env.clock.t += 60
     out = env.ctl.run_epoch()
@@ -653,7 +653,7 @@ def test_service_overruns_are_learned_into_the_next_plan(env: Env) -> None:
     assert det and det[0].batch == dep.plan.modules["det"].groups[0].batch
     assert det[0].duration_s == pytest.approx(before + 0.04, abs=1e-6)
     # the module plan says what its durations include, so an emulating worker sleeps the profile's
-    from workers.instance import assignment_for
+    from workers.shares import assignment_for
 
     assert (after.plan.modules["det"].model_extra or {})["service_correction_s"] == {hw: 0.04}
     share = next(s for i in env.ctl.plans.fleet(out.version).instances for s in i.shares if s.module == "det")

@@ -176,7 +176,8 @@ def test_role_allows_exactly_what_its_code_calls(
 TABLE_OF_MODULE = {
     "core/adapters/config_store.py": "config",  # deployments, hashed keys
     "core/adapters/plan_store.py": "config",  # plan pointer, versions, claims, heartbeats
-    "control/registry.py": "config",  # app index, replan request
+    "core/adapters/config_items.py": "config",  # control#state, app index, replan request
+    "control/registration/store.py": "config",  # app index, replan request (through config_items.py)
     "control/state.py": "config",  # control#state
     "core/adapters/results.py": "results",  # frame records, task records, read_items
     "core/adapters/outcomes.py": "results",  # frame outcomes (read back with results.read_items)
@@ -292,7 +293,7 @@ def test_worker_roles_hold_the_same_table_grants(assembly: Assembly) -> None:
 
 def test_queues_are_created_with_tags() -> None:
     """Why the planner holds sqs:TagQueue."""
-    assert "tags=" in (ROOT / "functions" / "control" / "queues.py").read_text()
+    assert "tags=" in (ROOT / "control" / "queues.py").read_text()
 
 
 def test_worker_roles_are_alike_but_for_their_group(assembly: Assembly) -> None:
@@ -320,7 +321,7 @@ def test_event_source_actions_only_on_the_fleet_events_queue(assembly: Assembly)
 
 def test_config_writes_are_limited_to_the_writers_keys() -> None:
     """The LeadingKeys patterns of the worker and front roles match the keys the code writes."""
-    from control.registry import _INDEX, REPLAN_KEY
+    from control.registration.store import _INDEX, REPLAN_KEY
     from core.adapters.plan_store import _vkey
 
     worker_keys = [_vkey(7, "claim", "3"), "instance#i-0123456789abcdef0"]
@@ -355,7 +356,7 @@ def test_stack_queues_are_denied_to_roles_granted_the_prefix(assembly: Assembly)
 
 def test_s3_and_prefix_names_match_the_code() -> None:
     from control.epoch import ControlConfig
-    from control.registry import _S3_PREFIX
+    from control.registration.store import _S3_PREFIX
     from control.service import PROFILES_PREFIX
 
     assert C.PROFILES_PREFIX == PROFILES_PREFIX + "/"

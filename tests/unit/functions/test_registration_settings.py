@@ -11,7 +11,8 @@ import pytest
 import planner.robust
 from control.epoch import ControlConfig
 from control.errors import ControlError
-from control.registry import first_plan_rate, planner_settings, validate_spec
+from control.registration.checks import first_plan_rate, planner_settings
+from control.registration.validate import validate_spec
 from planner.scaling import forecast_rate
 from profiles.hardware import load_catalog
 
@@ -116,8 +117,10 @@ def test_the_floor_is_planned_with_the_same_headroom_as_any_rate(
 ) -> None:
     """A floor is a rate the app can always send at: planned at exactly that rate, its batch-1 windows
     have no spare room and two cameras' frames in one window are shed (``slot_full``) at the floor."""
-    from control.epoch import Controller
-    from control.registry import AppRecord, RegistrationSpec, floor_plan_rate
+    from control.planning import planned_rate
+    from control.registration.checks import floor_plan_rate
+    from control.registration.spec import RegistrationSpec
+    from control.registration.store import AppRecord
 
     spec = RegistrationSpec.model_validate({**SPEC, "rate": 20.0, "min_rate": min_rate})
     assert floor_plan_rate(spec, 0.1) == pytest.approx(forecast_rate([spec.floor_rate], headroom=0.1))
@@ -125,6 +128,8 @@ def test_the_floor_is_planned_with_the_same_headroom_as_any_rate(
         name=spec.name, revision=1, sha256="0", s3_key="k", registered_at=0.0, slo_s=1.0, rate=20.0,
         modules=list(spec.modules),
     )  # fmt: skip
-    ctl = Controller.__new__(Controller)  # only its config is read
-    ctl.config = ControlConfig(headroom=0.1)
-    assert ctl._planning_rate(spec, record, observed, observed_since=10.0) == pytest.approx(planned)
+    config = ControlConfig(headroom=0.1)
+    rate = planned_rate(
+        spec, record, observed, 10.0, headroom=config.headroom, trend_epochs=config.trend_epochs
+    )
+    assert rate == pytest.approx(planned)

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from control import registry
+from control import reserves
 from control.errors import RegistrationError
-from control.registry import AppRecord, RegistrationSpec, ReserveSearch
+from control.registration.reserve import ReserveSearch
+from control.registration.spec import RegistrationSpec
+from control.registration.store import AppRecord
 from control.reserves import REVIEW_BAND, effective_specs, review_reserves
 from control.state import ControlState, ReserveChoice
 
@@ -59,7 +61,7 @@ def searched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
         calls.append((spec.name, spec.rate))
         return ReserveSearch(reserve=0.3, shed=0.002, plan=PLAN, met=True)
 
-    monkeypatch.setattr(registry, "search_admission_reserve", search)
+    monkeypatch.setattr(reserves, "search_admission_reserve", search)
     return calls
 
 
@@ -130,7 +132,7 @@ def test_an_app_that_cannot_be_planned_at_the_rate_is_a_warning(monkeypatch: pyt
     def search(spec: RegistrationSpec, *_a: Any, **_kw: Any) -> ReserveSearch:
         raise RegistrationError(["cannot be planned at 900 frames/s"], spec.name)
 
-    monkeypatch.setattr(registry, "search_admission_reserve", search)
+    monkeypatch.setattr(reserves, "search_admission_reserve", search)
     state = ControlState()
     out = review({"a": app("a")}, {"a": 900.0}, state)
     assert not out.reviewed and not state.reserves

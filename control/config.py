@@ -1,0 +1,136 @@
+"""Settings of the control loop (:class:`ControlConfig`; ``from_env``: the planner Lambda's
+environment). The registration's feasibility check reads the same settings
+(:func:`control.registration.checks.planner_settings`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from control.errors import ControlError
+from core.settings import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["ControlConfig"]
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Settings of the control loop (``from_env``: the planner Lambda's environment)."""
+
+    asg_names: dict[str, str] = field(default_factory=dict)  # hardware -> Auto Scaling group name
+    epoch_s: float = 60.0  # s between scheduled epochs
+    min_gap_s: float = 10.0  # s: never re-plan sooner than this after the previous epoch (Nexus)
+    headroom: float = 0.1  # planned rate = forecast * (1 + headroom)
+    trend_epochs: int = 5  # observations the trend line is fitted to
+    history_len: int = 20  # observations kept per app
+    activate_lead_s: float = 15.0  # s: the earliest a version activates after publishing (preload)
+    activate_max_lead_s: float = 180.0  # s: the latest, served or not (<= activate_lead_s: no gating)
+    activate_notice_s: float = 3.0  # s between moving an activation earlier and the new time
+    activate_wait_s: float = 0.0  # s an epoch that published waits for the slots to be served
+    activate_poll_s: float = 2.0  # s between readiness reads while it waits
+    heartbeat_fresh_s: float = 30.0  # s: a heartbeat older than this does not show a slot served
+    hop_overhead_s: float = 0.05  # s added to every profile duration (SQS send and receive, grace)
+    calibrate: bool = False  # opt-in: learn service-time corrections from ServiceOverrunMs (calibration.py)
+    rate_period_s: int = 60  # s: CloudWatch period the observed rate is summed over
+    # s: the rate window ends this long before now, so every writer (front, workers) has flushed the
+    # values of its last period (they are stamped with the time they happened: adapters/metrics.py)
+    rate_lag_s: float = 5.0
+    unavailable_s: float = 600.0  # s a hardware type is left out after a failed launch
+    stale_s: float = 180.0  # s: an instance whose heartbeat is older is gone
+    emulated_hardware: tuple[str, ...] = ()  # local stack: GPU classes emulated from profiles
+    dlq_arn: str | None = None  # shared DLQ of the task queues (None: one DLQ per app)
+    queue_prefix: str = "skinflint-"
+    visibility_timeout_s: int = 30
+    queue_workers: int = 1  # apps whose queues are created in parallel (moto's SQS is not thread-safe)
+    policy: str = "skinflint"
+    child_headroom: float = 0.0  # extra planned rate of child modules (planner.robust, docs/dispatch.md)
+    # hardware -> the most machines of it one app's plan may use (the local stack: this host's real
+    # CPU runs at most one); a module over it is planned without that class (problems.solve_within_caps)
+    machine_caps: dict[str, int] = field(default_factory=dict)
+    backlog_cooldown_s: float = 60.0  # s: an app's backlog is corrected at most once this often
+    backlog_min_boost: float = 0.1  # a correction plans a late module for at least 1.1 x its capacity
+    backlog_max_boost: float = 1.0  # ... and at most 2 x
+    # the workers' delete linger (core.settings; the same SKINFLINT_DELETE_LINGER_S): the backlog
+    # check allows for the processed messages it keeps in flight
+    delete_linger_s: float = DEFAULT_DELETE_LINGER_S
+    # CPU s an epoch's solving may take before apps whose plan still serves a changed problem (new
+    # prices, a looser SLO) keep it and are solved in a later epoch (planner.fleet.plan_fleet's
+    # solve_budget_s; None: all solved at once); apps without a serving plan are solved now, in full
+    # while the budget allows, the rest with the solve's quick plan (carried, solved in full later)
+    solve_budget_s: float | None = 0.4
+    # wall s an epoch may spend, after publishing, choosing again the admission reserve of apps with a
+    # shed_target whose rate moved past the review band (control/reserves.py; 0: never)
+    reserve_review_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.child_headroom < float("inf"):
+            raise ValueError(f"child_headroom must be a finite fraction >= 0, got {self.child_headroom}")
+        if not 0 <= self.rate_lag_s < float("inf"):
+            raise ValueError(f"rate_lag_s must be a finite number of seconds >= 0, got {self.rate_lag_s}")
+        if self.activate_lead_s < 0 or self.activate_max_lead_s < 0:
+            raise ValueError("activation leads must be >= 0")
+        if self.activate_notice_s < 0 or self.activate_wait_s < 0 or self.activate_poll_s <= 0:
+            raise ValueError("activate_notice_s and activate_wait_s must be >= 0, activate_poll_s > 0")
+        if not 0 <= self.backlog_min_boost <= self.backlog_max_boost < float("inf"):
+            raise ValueError(
+                f"backlog boosts must satisfy 0 <= min <= max < inf, got {self.backlog_min_boost}, "
+                f"{self.backlog_max_boost}"
+            )
+        if self.solve_budget_s is not None and not 0 <= self.solve_budget_s < float("inf"):
+            raise ValueError(f"solve_budget_s must be finite seconds >= 0 or None, got {self.solve_budget_s}")
+        if not 0 <= self.reserve_review_s < float("inf"):
+            raise ValueError(f"reserve_review_s must be finite seconds >= 0, got {self.reserve_review_s}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ControlConfig:
+        e = os.environ if env is None else env
+        d = cls()
+        try:
+            return cls(
+                asg_names=dict(json.loads(e.get("SKINFLINT_ASG_NAMES") or "{}")),
+                epoch_s=float(e.get("SKINFLINT_PLANNER_EPOCH_S", d.epoch_s)),
+                min_gap_s=float(e.get("SKINFLINT_PLANNER_MIN_GAP_S", d.min_gap_s)),
+                headroom=float(e.get("SKINFLINT_PLANNER_HEADROOM", d.headroom)),
+                activate_lead_s=float(e.get("SKINFLINT_ACTIVATE_LEAD_S", d.activate_lead_s)),
+                activate_max_lead_s=float(e.get("SKINFLINT_ACTIVATE_MAX_LEAD_S", d.activate_max_lead_s)),
+                activate_notice_s=float(e.get("SKINFLINT_ACTIVATE_NOTICE_S", d.activate_notice_s)),
+                activate_wait_s=float(e.get("SKINFLINT_ACTIVATE_WAIT_S", d.activate_wait_s)),
+                heartbeat_fresh_s=float(e.get("SKINFLINT_HEARTBEAT_FRESH_S", d.heartbeat_fresh_s)),
+                hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
+                calibrate=(e.get("SKINFLINT_CALIBRATE", "0").strip().lower() in ("1", "true", "yes")),
+                rate_period_s=int(e.get("SKINFLINT_RATE_PERIOD_S", d.rate_period_s)),
+                rate_lag_s=float(e.get("SKINFLINT_RATE_LAG_S", d.rate_lag_s)),
+                unavailable_s=float(e.get("SKINFLINT_UNAVAILABLE_S", d.unavailable_s)),
+                stale_s=float(e.get("SKINFLINT_INSTANCE_STALE_S", d.stale_s)),
+                emulated_hardware=tuple(
+                    h for h in (e.get("SKINFLINT_EMULATED_HARDWARE") or "").split(",") if h
+                ),
+                dlq_arn=e.get("SKINFLINT_TASKS_DLQ_ARN") or None,
+                queue_prefix=e.get("SKINFLINT_QUEUE_PREFIX", d.queue_prefix),
+                queue_workers=max(1, int(e.get("SKINFLINT_QUEUE_WORKERS", d.queue_workers))),
+                child_headroom=float(e.get("SKINFLINT_CHILD_HEADROOM", d.child_headroom)),
+                machine_caps={
+                    k: int(v) for k, v in json.loads(e.get("SKINFLINT_MACHINE_CAPS") or "{}").items()
+                },
+                backlog_cooldown_s=float(e.get("SKINFLINT_BACKLOG_COOLDOWN_S", d.backlog_cooldown_s)),
+                backlog_max_boost=float(e.get("SKINFLINT_BACKLOG_MAX_BOOST", d.backlog_max_boost)),
+                delete_linger_s=delete_linger_from_env(e),
+                solve_budget_s=_budget_from_env(e.get("SKINFLINT_SOLVE_BUDGET_S"), d.solve_budget_s),
+                reserve_review_s=float(e.get("SKINFLINT_RESERVE_REVIEW_S", d.reserve_review_s)),
+            )
+        except (ValueError, TypeError) as exc:
+            raise ControlError(f"bad planner setting in the environment: {exc}") from exc
+
+
+def _budget_from_env(value: str | None, default: float | None) -> float | None:
+    """``SKINFLINT_SOLVE_BUDGET_S``: seconds, or ``none`` (no budget: every changed app solved at once)."""
+    if value is None or not value.strip():
+        return default
+    if value.strip().lower() in ("none", "off", "unlimited"):
+        return None
+    return float(value)
