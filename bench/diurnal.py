@@ -18,9 +18,18 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from bench.errors import OptionError, ScenarioError
+from bench.options import positive_int
+from bench.results import Recording, add_results_arguments, record
 from bench.scenario import (
     AppTemplate,
     LoadConfig,
@@ -36,9 +45,12 @@ from bench.scenario import (
     total_steps,
 )
 from planner.errors import PlannerError
-from skinflint.errors import UsageError
+from profiles.errors import ProfilesError
+from profiles.hardware import select
+from profiles.store import PACKAGE_ROOT, LocalStore, cache_dir, default_store
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Sequence
 
     from bench.scenario import DayLoad, StrategyResult
@@ -55,19 +67,14 @@ PROFILE_SOURCES = ("packaged", "store")
 
 
 def _store(profiles: str) -> Any:
-    from profiles.store import PACKAGE_ROOT, LocalStore, default_store
-
     if profiles not in PROFILE_SOURCES:
-        raise UsageError(f"profiles must be one of {', '.join(PROFILE_SOURCES)}, got {profiles!r}")
+        raise OptionError(f"profiles must be one of {', '.join(PROFILE_SOURCES)}, got {profiles!r}")
     return LocalStore(PACKAGE_ROOT) if profiles == "packaged" else default_store()
 
 
 def demo_templates(profiles: str = "packaged") -> dict[str, AppTemplate]:
     """One template per packaged demo application: its DAG, its models' profiles (from ``profiles``:
     :data:`PROFILE_SOURCES`) and the whole catalog."""
-    from profiles.errors import ProfilesError
-    from profiles.hardware import select
-
     try:
         store = _store(profiles)
         catalog = select(store.load_catalog(), None)
@@ -77,9 +84,9 @@ def demo_templates(profiles: str = "packaged") -> dict[str, AppTemplate]:
             models = {m.model: store.load_profile(m.model) for m in spec.modules.values()}
             out[name] = AppTemplate(name, spec, models, catalog)
     except ProfilesError as exc:
-        raise UsageError(f"cannot load the demo applications: {exc}") from exc
+        raise ScenarioError(f"cannot load the demo applications: {exc}") from exc
     if not out:
-        raise UsageError("no demo applications in the profile store")
+        raise ScenarioError("no demo applications in the profile store")
     return out
 
 
@@ -87,8 +94,6 @@ def profile_provenance(profiles: str) -> dict[str, Any]:
     """Where each demo model's profile came from: the store read, and per model the layer that held it
     (``packaged`` or ``build cache``) with its measurement's date, host load and source (measured or
     derived), from its first entry."""
-    from profiles.store import LocalStore, cache_dir
-
     store = _store(profiles)
     cached = set(LocalStore(cache_dir()).list_models()) if profiles == "store" else set()
     models: dict[str, Any] = {}
@@ -118,8 +123,6 @@ def run(
     """The scenario and the run's own figures (wall time, load average, caches, the profiles' provenance).
     ``workers`` processes run the simulations of an epoch in parallel (1: all in this process);
     ``profiles`` picks the demo models' profiles (:data:`PROFILE_SOURCES`)."""
-    from concurrent.futures import ProcessPoolExecutor
-
     templates = demo_templates(profiles)
     load = make_load(load_cfg, sorted(templates))
     started, t0 = time.perf_counter(), os.times()
@@ -155,10 +158,9 @@ def _run(  # noqa: PLR0913 -- the scenario's settings, passed through
     progress: bool,
     sims: SimCache,
 ) -> ScenarioReport:
-    from rich.progress import Progress
-
     cache = SolveCache(policy.policy, policy.solver)
-    with Progress(disable=not progress, transient=True) as bar:
+    # the bar goes to stderr: stdout holds the figures (and the results page copies it)
+    with Progress(console=Console(stderr=True), disable=not progress, transient=True) as bar:
         task = bar.add_task("diurnal day", total=total_steps(load, headrooms, oracle))
 
         def step(label: str) -> None:
@@ -199,9 +201,6 @@ def _row(s: StrategyResult, static_usd: float) -> list[str]:
 
 
 def render(report: ScenarioReport, host: dict[str, Any], plots: list[str]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(width=max(Console().width, 130))
     ld, pol = report.load, report.policy
     table = Table(
@@ -270,7 +269,7 @@ def render(report: ScenarioReport, host: dict[str, Any], plots: list[str]) -> No
 
 def plot(report: ScenarioReport, out_dir: str) -> list[str]:
     """Write the three PNGs into ``out_dir``; returns their paths."""
-    import matplotlib
+    import matplotlib  # optional and slow to import: only when plots are asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -279,7 +278,7 @@ def plot(report: ScenarioReport, out_dir: str) -> list[str]:
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create the plot directory {out_dir}: {exc}") from exc
+        raise OptionError(f"cannot create the plot directory {out_dir}: {exc}") from exc
     paths = [str(d / name) for name in PLOTS]
     _plot_rate_cost(plt, report, paths[0])
     _plot_slo(plt, report, paths[1])
@@ -394,6 +393,7 @@ def main(
     oracle: bool = True,
     workers: int = 2,
     profiles: str = "packaged",
+    page: Recording | None = None,
 ) -> int:
     try:
         report, host = run(
@@ -407,8 +407,10 @@ def main(
             profiles=profiles,
         )
     except PlannerError as exc:
-        raise UsageError(str(exc).splitlines()[0]) from exc
+        raise ScenarioError(str(exc).splitlines()[0]) from exc
     plots = plot(report, plots_dir) if plots_dir else []
+    if page is not None:
+        page.plots.extend(plots)
     if as_json:
         doc = report.model_dump(mode="json")
         doc["host"] = host
@@ -417,3 +419,98 @@ def main(
     else:
         render(report, host, plots)
     return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Simulate a day of diurnal load (night trough, morning ramp, noise, a flash crowd) over many apps "
+        "built from the demo applications, re-planned every epoch from forecasts of past epochs, and "
+        "compare billed cost and SLO attainment with static peak provisioning (docs/scale.md)."
+    )
+    parser.add_argument("--apps", type=positive_int, default=24, help="apps (default 24)")
+    parser.add_argument(
+        "--peak", type=float, default=100_000.0, help="busiest minute, frames/s (default 100000)"
+    )
+    parser.add_argument(
+        "--epochs", type=positive_int, default=96, help="epochs per day, dividing 1440 (default 96)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="load seed (default 0)")
+    parser.add_argument(
+        "--headroom",
+        default="0.05,0.1,0.2",
+        help="forecast headrooms to sweep, comma-separated; the smallest meeting the target is reported "
+        "(default 0.05,0.1,0.2)",
+    )
+    parser.add_argument(
+        "--target", type=float, default=0.99, help="fraction of frames within the SLO (default 0.99)"
+    )
+    parser.add_argument(
+        "--sample-s",
+        type=float,
+        default=2.0,
+        help="simulated seconds per load level, two levels per app and epoch (default 2)",
+    )
+    parser.add_argument(
+        "--arrivals",
+        choices=("uniform", "poisson", "bursty"),
+        default="uniform",
+        help="arrival process of the simulated samples (default uniform)",
+    )
+    parser.add_argument(
+        "--solver",
+        choices=("plain", "dispatchable"),
+        default="dispatchable",
+        help="planner.robust.solve_dispatchable (the default: what the control loop runs) or planner.solve "
+        "(Theorem-1 plans, not realised by the dispatch)",
+    )
+    parser.add_argument(
+        "--profiles",
+        choices=PROFILE_SOURCES,
+        default="packaged",
+        help="the demo models' profiles: packaged (the default: the committed measurements, the same "
+        "figures on every machine) or store (the build cache of skinflint models build / demo over them: "
+        "this host's measurements)",
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=2, help="processes running simulations (default 2)"
+    )
+    parser.add_argument("--no-oracle", action="store_true", help="skip the perfect-foresight oracle")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--plots", metavar="DIR", default=None, help="write the PNG plots into DIR")
+    add_results_arguments(parser)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    try:
+        headrooms = [float(value) for value in args.headroom.split(",") if value.strip()]
+    except ValueError:
+        raise OptionError(f"--headroom must be comma-separated numbers, got {args.headroom!r}") from None
+    if not headrooms or any(not 0 <= headroom <= 5 for headroom in headrooms):
+        raise OptionError(f"--headroom must list fractions in [0, 5], got {args.headroom!r}")
+    if not 0 < args.target <= 1:
+        raise OptionError(f"--target must be a fraction in (0, 1], got {args.target}")
+    try:
+        load = LoadConfig(apps=args.apps, peak_rps=args.peak, epochs=args.epochs, seed=args.seed)
+        policy = PolicyConfig(
+            headroom=headrooms[0], sample_s=args.sample_s, arrivals=args.arrivals, solver=args.solver
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "settings"
+        raise OptionError(f"bad {where}: {error['msg']}") from None
+
+    def body(page: Recording) -> int:
+        return main(
+            load,
+            policy,
+            headrooms,
+            as_json=args.json,
+            plots_dir=args.plots,
+            target=args.target,
+            oracle=not args.no_oracle,
+            workers=args.workers,
+            profiles=args.profiles,
+            page=page,
+        )
+
+    return record("diurnal", args, body)

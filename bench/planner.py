@@ -3,7 +3,7 @@
 Prints, per objective and policy: plans valid, plans found, mean / max cost over the exhaustive
 reference (policy ``optimal``), share of problems at the optimum, median / p95 in-process solve
 time; writes a CDF plot of normalised cost (like Harpagon Fig. 5b). Figures are measured on this
-machine at run time; nothing is hard-coded.
+machine at run time; nothing is hard-coded. ``skinflint bench planner``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from bench.results import Recording, add_results_arguments, record
 from planner.check import check_plan
 from planner.errors import InfeasibleError
 from planner.generate import generate_problems
@@ -22,6 +27,8 @@ from planner.policies import BASELINES
 from planner.solve import solve
 
 if TYPE_CHECKING:
+    import argparse
+
     from planner.models import Objective, Plan, ProblemSpec
 
 DEFAULT_POLICIES = ["skinflint", "harpagon", "piccolo", *BASELINES]
@@ -40,10 +47,10 @@ class Row:
     invalid: int = 0
     infeasible: int = 0
 
-    def summary(self, n: int) -> dict[str, Any]:
+    def summary(self, problems: int) -> dict[str, Any]:
         c, t, cpu = self.costs, sorted(self.times_ms), sorted(self.cpu_ms)
         return {
-            "problems": n,
+            "problems": problems,
             "planned": len(c),
             "infeasible": self.infeasible,
             "invalid": self.invalid,
@@ -61,10 +68,9 @@ class Row:
 def run(count: int, seed: int, policies: list[str], progress: bool = True) -> dict[str, Any]:
     problems = generate_problems(count, seed)
     rows = {(o, p): Row() for o in OBJECTIVES for p in [*policies, "optimal"]}
-    from rich.progress import Progress
-
     started = time.perf_counter()
-    with Progress(disable=not progress, transient=True) as bar:
+    # the bar goes to stderr: stdout holds the figures (and the results page copies it)
+    with Progress(console=Console(stderr=True), disable=not progress, transient=True) as bar:
         task = bar.add_task("planning", total=len(problems) * len(OBJECTIVES))
         for problem in problems:
             for objective in OBJECTIVES:
@@ -112,7 +118,7 @@ def _one(
 
 
 def plot_cdf(result: dict[str, Any], path: str) -> None:
-    import matplotlib
+    import matplotlib  # optional and slow to import: only when a plot is asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -142,9 +148,6 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(width=max(Console().width, 130))
     for objective in OBJECTIVES:
         table = Table(title=f"{objective} objective: cost normalised to the exact optimum")
@@ -163,33 +166,58 @@ def render(result: dict[str, Any]) -> None:
             "cpu p95 ms",
         ]:
             table.add_column(col, justify="right" if col != "policy" else "left")
-        for policy, s in result["results"][objective].items():
+        for policy, row in result["results"][objective].items():
             table.add_row(
                 policy,
-                str(s["planned"]),
-                str(s["infeasible"]),
-                str(s["invalid"]),
-                _fmt(s["mean_norm_cost"], ".3f"),
-                _fmt(s["max_norm_cost"], ".3f"),
-                _fmt(s["at_optimum_pct"], ".1f"),
-                _fmt(s["within_1pct_pct"], ".1f"),
-                _fmt(s["median_ms"], ".2f"),
-                _fmt(s["p95_ms"], ".2f"),
-                _fmt(s["median_cpu_ms"], ".2f"),
-                _fmt(s["p95_cpu_ms"], ".2f"),
+                str(row["planned"]),
+                str(row["infeasible"]),
+                str(row["invalid"]),
+                _fmt(row["mean_norm_cost"], ".3f"),
+                _fmt(row["max_norm_cost"], ".3f"),
+                _fmt(row["at_optimum_pct"], ".1f"),
+                _fmt(row["within_1pct_pct"], ".1f"),
+                _fmt(row["median_ms"], ".2f"),
+                _fmt(row["p95_ms"], ".2f"),
+                _fmt(row["median_cpu_ms"], ".2f"),
+                _fmt(row["p95_cpu_ms"], ".2f"),
             )
         console.print(table)
     load = ", ".join(f"{x:.1f}" for x in result["host"]["load_avg"])
-    n, seed, wall = result["problems"], result["seed"], result["wall_s"]
-    console.print(f"{n} problems, seed {seed}, {wall:.0f} s wall, load avg {load}")
+    problems, seed, wall = result["problems"], result["seed"], result["wall_s"]
+    console.print(f"{problems} problems, seed {seed}, {wall:.0f} s wall, load avg {load}")
 
 
-def main(count: int, seed: int, ablations: bool, as_json: bool, plot: str | None) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run every policy on seeded generated problems shaped like the papers' apps and random DAGs; print "
+        "cost normalised to the exhaustive optimum and solve times."
+    )
+    parser.add_argument("--problems", type=int, default=300, help="number of problems (default 300)")
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    parser.add_argument("--ablations", action="store_true", help="also run Harpagon's §IV-C ablations")
+    parser.add_argument("--plot", default="planner_cdf.png", help="CDF plot path (default planner_cdf.png)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_results_arguments(parser)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    return record(
+        "planner",
+        args,
+        lambda page: main(args.problems, args.seed, args.ablations, args.json, args.plot, page),
+    )
+
+
+def main(
+    count: int, seed: int, ablations: bool, as_json: bool, plot: str | None, page: Recording | None = None
+) -> int:
     policies = DEFAULT_POLICIES + (ABLATIONS if ablations else [])
     result = run(count, seed, policies, progress=not as_json)
     if plot:
         plot_cdf(result, plot)
         result["plot"] = plot
+        if page is not None:
+            page.plots.append(plot)
     raw = result.pop("_raw")
     if as_json:
         print(json.dumps(result, indent=2))

@@ -2,10 +2,11 @@
 
 Mechanism only: the windows come from ``planner.dispatch`` (the policy); this module maps a slot to
 its machine's queue and to epoch times. The decision is in process and costs a bisection (see
-``bench/dispatch_latency.py``)."""
+``skinflint bench dispatch``, ``bench/dispatch.py``)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,8 @@ class Router:
         self._schedules = schedules
         self._origin = deployment.origin_s
         self._origins: dict[str, float] = {}
+        # planner.dispatch and planner.robust load numpy: the front's first request pays for them, not
+        # the Lambda's cold start (tests/unit/functions/test_lean_imports.py)
         from planner.dispatch import planned_spread_rate
 
         # a burst's spread rate: the plan's (dispatch-aware plans record it), else the planned rate
@@ -51,7 +54,7 @@ class Router:
 
     @classmethod
     def for_deployment(cls, deployment: Deployment) -> Router:
-        from planner.dispatch import build_schedules
+        from planner.dispatch import build_schedules  # numpy: not at cold start (see __init__)
 
         # lookup tables now: the first request routed must not pay for them
         return cls(deployment, {m: s.prepare() for m, s in build_schedules(deployment.plan).items()})
@@ -64,7 +67,7 @@ class Router:
         schedule phase when the plan fixes one (aligned duty cycles, ``planner.dispatch.schedule_origin``)."""
         origin = self._origins.get(module)
         if origin is None:
-            from planner.dispatch import schedule_origin
+            from planner.dispatch import schedule_origin  # numpy: not at cold start (see __init__)
 
             sched = self._schedules.get(module)
             period = float(getattr(sched, "period_s", 0.0) or 0.0)
@@ -129,8 +132,6 @@ class Router:
 
 def _unit(key: str) -> float:
     """A deterministic number in [0, 1) from a string (stable across processes and redeliveries)."""
-    import hashlib
-
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64
 
 

@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bench.fleet import epoch_times
+import bench.fleet.changes
+from bench.fleet import (
+    changed_problems,
+    epoch_times,
+    load_occupancy,
+    one_fleet,
+    solver_for,
+    steady,
+    steady_run,
+)
+from planner.fleet import RealisationCache, plan_fleet
 from planner.generate import generate_problems
+from planner.models import MachineGroup, ModulePlan, ModuleSpec, Plan, ProblemSpec, ProfileEntry
 
 if TYPE_CHECKING:
     import pytest
@@ -23,11 +34,9 @@ def test_registered_epoch_is_timed_and_plans_the_cold_fleet() -> None:
 
 
 def test_steady_run_summary_names_the_types_over_the_target() -> None:
-    from bench.fleet import _steady_run, steady
-
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(3, 7))}
     out = steady(problems, 8, 0.05, 7)
-    row = _steady_run(2, out, 3, 5)
+    row = steady_run(2, out, 3, 5)
     assert (row["fleet_seed"], row["noise_seed"], row["apps"]) == (5002, 7, 3)
     assert row["max_changes_per_2_epochs"] == out["max_changes_per_2_epochs"]
     over = {h for h, v in out["per_hardware"].items() if v["max_changes_per_2_epochs"] > 1}
@@ -38,10 +47,6 @@ def test_steady_run_summary_names_the_types_over_the_target() -> None:
 def test_changed_problems_are_timed_solved_at_once_and_within_the_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import bench.fleet
-    from bench.fleet import changed_problems, solver_for
-    from planner.fleet import RealisationCache, plan_fleet
-
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(4, 11))}
     first = plan_fleet(problems, solver=solver_for("dispatchable"), cache=RealisationCache())
     held = changed_problems(problems, first, "dispatchable", "prices", budget_s=0.0, max_epochs=1)
@@ -49,15 +54,12 @@ def test_changed_problems_are_timed_solved_at_once_and_within_the_budget(
     out = changed_problems(problems, first, "dispatchable", "prices", budget_s=600.0)
     assert out["converged"] and out["same_solved_plans"] and len(out["epochs"]) == 1
     assert out["epochs"][0]["resolved"] == 4
-    monkeypatch.setattr(bench.fleet, "RAMP", 1.6)  # past these small plans' capacity
+    monkeypatch.setattr(bench.fleet.changes, "RAMP", 1.6)  # past these small plans' capacity
     ramp = changed_problems(problems, first, "dispatchable", "ramp", budget_s=600.0)
     assert ramp["converged"] and ramp["same_solved_plans"] and ramp["changed_apps"] > 0
 
 
 def test_cold_epochs_give_quick_plans_past_the_budget_and_converge_with_it() -> None:
-    from bench.fleet import changed_problems, solver_for
-    from planner.fleet import RealisationCache, plan_fleet
-
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(4, 11))}
     first = plan_fleet(problems, solver=solver_for("dispatchable"), cache=RealisationCache())
     tight = changed_problems(problems, first, "dispatchable", "cold", budget_s=0.0, max_epochs=1)
@@ -70,9 +72,6 @@ def test_cold_epochs_give_quick_plans_past_the_budget_and_converge_with_it() -> 
 
 
 def test_load_occupancy_fills_groups_in_dispatch_order() -> None:
-    from bench.fleet import load_occupancy
-    from planner.models import MachineGroup, ModulePlan, ModuleSpec, Plan, ProblemSpec, ProfileEntry
-
     entry = ProfileEntry(hardware="t4", batch=4, duration_s=0.02, concurrency=1)
     problem = ProblemSpec(
         name="a",
@@ -100,8 +99,6 @@ def test_load_occupancy_fills_groups_in_dispatch_order() -> None:
 
 
 def test_one_fleet_reports_where_the_bill_goes() -> None:
-    from bench.fleet import one_fleet
-
     problems = {f"app{i}": p for i, p in enumerate(generate_problems(5, 3))}
     out = one_fleet(problems)
     # requests <= plans' occupancy <= billed, and the packer's ratio is the bill over the plans'

@@ -1,4 +1,4 @@
-"""The diurnal scale scenario (bench/scenario.py): load, forecasting from the past only, shedding
+"""The diurnal scale scenario (bench/scenario/): load, forecasting from the past only, shedding
 arithmetic, caches, a tiny day end to end, and the `skinflint bench diurnal` command."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from bench.scenario import (
     ScenarioReport,
     SimCache,
     SolveCache,
-    _Day,
     diurnal_shape,
     make_load,
     plan_capacity,
@@ -24,6 +23,7 @@ from bench.scenario import (
     run_scenario,
     serve_epoch,
 )
+from bench.scenario.day import _Day
 from planner.models import AppSpec, HardwareSpec, MachineGroup, ModulePlan, Plan, ProfileEntry
 from skinflint.cli import main
 
@@ -236,13 +236,14 @@ def test_report_round_trips_through_json(tiny_report: ScenarioReport):
 
 
 def test_bench_diurnal_json(capsys, tmp_path):
+    plots = tmp_path / "plots"  # the working directory: the results page goes to docs/results/ in it
     argv = ["bench", "diurnal", "--apps", "2", "--peak", "60", "--epochs", "24", "--headroom", "0.2",
-            "--sample-s", "0.5", "--no-oracle", "--json", "--plots", str(tmp_path)]  # fmt: skip
+            "--sample-s", "0.5", "--no-oracle", "--json", "--plots", str(plots)]  # fmt: skip
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["load"]["apps"] == 2 and doc["oracle"] is None
     assert doc["adaptive"]["billed_usd"] > 0 and len(doc["adaptive"]["epochs"]) == 24
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+    assert sorted(p.name for p in plots.iterdir()) == sorted(
         ["diurnal_rate_cost.png", "diurnal_slo.png", "diurnal_sweep.png"]
     )
 

@@ -1,0 +1,174 @@
+"""The simulator benchmark's check: a plan's dispatch schedules built and simulated (measured against
+planned, Theorem 1 beside it), and dispatch-aware solves of generated problems simulated in turn."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.dispatch import DispatchSchedule, build_schedules
+from planner.errors import InfeasibleError
+from planner.generate import generate_problem
+from planner.robust import solve_dispatchable
+from planner.simulator import SimulationReport, simulate
+
+if TYPE_CHECKING:
+    from planner.models import Plan, ProblemSpec
+
+__all__ = ["generated", "print_generated", "print_runs", "run"]
+
+
+def _rows(report: SimulationReport, plan: Plan) -> list[dict[str, object]]:
+    return [
+        {
+            "module": m,
+            "requests": s.requests,
+            "p99_s": round(s.latency.p99_s, 4),
+            "measured_max_s": round(s.measured_worst_case_s, 4),
+            "schedule_bound_s": round(s.schedule_worst_case_s, 4),
+            "theorem1_s": round(s.theorem1_s, 4),
+            "planned_s": round(s.planned_worst_case_s, 4),
+            "machines": sum(g.machines for g in plan.modules[m].groups),
+            "headroom": round(float((plan.modules[m].model_extra or {}).get("headroom_used", 0.0)), 3),
+            "within_plan": s.within_plan,
+            "overflow": s.overflow_batches,
+            "mean_fill": round(s.mean_fill, 3),
+        }
+        for m, s in report.modules.items()
+    ]
+
+
+def _slot_at_p99_us(schedule: DispatchSchedule, horizon: float, calls: int = 10_000) -> float:
+    """p99 of one in-process ``slot_at`` call over random times (microseconds)."""
+    rng = random.Random(0)
+    times = []
+    for _ in range(calls):
+        t = rng.uniform(0.0, horizon)
+        t0 = time.perf_counter_ns()
+        schedule.slot_at(t)
+        times.append(time.perf_counter_ns() - t0)
+    times.sort()
+    return round(times[int(0.99 * calls)] / 1000, 1)
+
+
+def run(problem: ProblemSpec, plan: Plan, duration: float, arrivals: str, dispatch: str) -> dict[str, object]:
+    t0 = time.perf_counter()
+    schedules = build_schedules(plan, {h: hw.price_per_hour for h, hw in problem.hardware.items()})
+    t_sched = time.perf_counter() - t0
+    slot_at_p99_us = {m: _slot_at_p99_us(s, duration) for m, s in schedules.items()}
+    t0 = time.perf_counter()
+    report = simulate(problem, plan, duration, arrivals=arrivals, dispatch=dispatch)  # type: ignore[arg-type]
+    wall = time.perf_counter() - t0
+    return {
+        "problem": problem.name,
+        "dispatch": dispatch,
+        "arrivals": arrivals,
+        "simulated_s": duration,
+        "machines": sum(g.machines for mp in plan.modules.values() for g in mp.groups),
+        "windows_per_period": {m: len(s.windows) for m, s in schedules.items()},
+        "schedule_build_s": round(t_sched, 3),
+        "slot_at_p99_us": slot_at_p99_us,
+        "wall_s": round(wall, 2),
+        "requests": report.requests,
+        "requests_per_wall_s": round(report.requests / wall),
+        "slo_s": problem.slo_s,
+        "slo_attainment": report.end_to_end.slo_attainment,
+        "e2e_max_s": round(report.end_to_end.latency.max_s, 4),
+        "e2e_planned_s": round(report.end_to_end.planned_worst_case_s, 4),
+        "all_within_plan": report.all_within_plan,
+        "modules": _rows(report, plan),
+    }
+
+
+def print_runs(results: list[dict[str, object]]) -> None:
+    console = Console(width=None if Console().is_terminal else 160)
+    for r in results:
+        console.print(
+            f"[bold]{r['problem']}[/] dispatch={r['dispatch']} arrivals={r['arrivals']} "
+            f"simulated={r['simulated_s']}s machines={r['machines']} wall={r['wall_s']}s "
+            f"requests={r['requests']:,} ({r['requests_per_wall_s']:,}/s wall) "
+            f"SLO {r['slo_s']}s attained {r['slo_attainment']:.4%} e2e max {r['e2e_max_s']}s "
+            f"(planned {r['e2e_planned_s']}s) schedule build {r['schedule_build_s']}s "
+            f"slot_at p99 {r['slot_at_p99_us']} us"
+        )
+        rows = r["modules"]
+        assert isinstance(rows, list)
+        table = Table(*rows[0].keys())
+        for row in rows:
+            table.add_row(*(str(v) for v in row.values()))
+        console.print(table)
+
+
+def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
+    """Dispatch-aware solves of ``count`` generated problems per objective, each plan simulated under
+    uniform arrivals: how many modules stay within their realised figure, overflows, the same for the
+    joins (modules with several parents, and the plans that have one), the price of realisability
+    (cost against the plain Theorem-1 optimum) and the solve time."""
+    out: dict[str, object] = {"problems": count, "simulated_s": duration}
+    for objective in ("billed", "occupancy"):
+        price: list[float] = []
+        join_price: list[float] = []
+        solve_ms: list[float] = []
+        keys = ("plans", "infeasible", "modules", "within", "overflow", "join_plans", "joins", "joins_within")
+        tally = dict.fromkeys(keys, 0)
+        tally["joins_overflow"] = 0
+        e2e_ok = 0
+        for i in range(count):
+            problem = generate_problem(seed + i)
+            try:
+                plan = solve_dispatchable(problem, objective=objective)
+            except InfeasibleError:
+                tally["infeasible"] += 1
+                continue
+            report = simulate(problem, plan, duration)
+            joins = {m for m, ps in problem.parents().items() if len(ps) > 1}
+            tally["plans"] += 1
+            tally["join_plans"] += bool(joins)
+            realisability = (plan.model_extra or {}).get("price_of_realisability")
+            if realisability is not None:  # None: no plain plan to compare with
+                price.append(float(realisability))
+                if joins:
+                    join_price.append(float(realisability))
+            solve_ms.append(plan.solve_ms)
+            for name, m in report.modules.items():
+                within = m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9
+                tally["modules"] += 1
+                tally["within"] += within
+                tally["overflow"] += m.overflow_batches > 0
+                if name in joins:
+                    tally["joins"] += 1
+                    tally["joins_within"] += within
+                    tally["joins_overflow"] += m.overflow_batches > 0
+            e2e_ok += report.end_to_end.latency.max_s <= problem.slo_s + 1e-9
+        out[objective] = {
+            **tally,
+            "e2e_within_slo": e2e_ok,
+            "price_mean": round(statistics.fmean(price), 4) if price else 0.0,
+            "price_max": round(max(price), 4) if price else 0.0,
+            "price_nonzero": sum(1 for x in price if x > 1e-9),
+            "join_price_mean": round(statistics.fmean(join_price), 4) if join_price else 0.0,
+            "join_price_max": round(max(join_price), 4) if join_price else 0.0,
+            "solve_ms_median": round(statistics.median(solve_ms), 1) if solve_ms else 0.0,
+            "solve_ms_p95": round(sorted(solve_ms)[int(0.95 * (len(solve_ms) - 1))], 1) if solve_ms else 0.0,
+        }
+    return out
+
+
+def print_generated(g: dict[str, object]) -> None:
+    table = Table(
+        title=f"dispatch-aware solves of {g['problems']} generated problems, {g['simulated_s']} s each"
+    )
+    keys = [k for k, v in g.items() if isinstance(v, dict)]
+    table.add_column("figure")
+    for k in keys:
+        table.add_column(k)
+    first = g[keys[0]]
+    assert isinstance(first, dict)
+    for field in first:
+        table.add_row(field, *(str(g[k][field]) for k in keys))  # type: ignore[index]
+    Console(width=None if Console().is_terminal else 160).print(table)

@@ -1,0 +1,278 @@
+"""The simulator benchmark's studies: the arrival process against dispatch-aware plans with and without the
+front's admission (:func:`arrival_study`), and a ``shed_target``'s reserve as an app's rate moves
+(:func:`reserve_study`, what control/reserves.py reviews)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import track
+from rich.table import Table
+
+from control.registration.reserve import SHED_SIM_FRAMES, SHED_SIM_MAX_S, SHED_SIM_MIN_S, pick_reserve
+from planner.errors import InfeasibleError
+from planner.generate import generate_problem
+from planner.robust import solve_dispatchable
+from planner.simulator import simulate
+
+if TYPE_CHECKING:
+    from planner.models import ProblemSpec
+
+__all__ = [
+    "ADMISSIONS",
+    "UNSHARED_FRONTS",
+    "arrival_study",
+    "print_arrival_study",
+    "print_reserve_study",
+    "reserve_study",
+]
+
+
+ADMISSIONS = ("none", "batch", "planned")
+#: front instances that each count only their own frames, in the study's last admission row
+UNSHARED_FRONTS = 3
+
+
+def arrival_study(
+    count: int, duration: float, headroom: float = 0.1, reserve: float = 0.0, seed: int = 0
+) -> dict[str, object]:
+    """What the arrival process does to dispatch-aware plans, with and without the front's admission.
+
+    ``count`` generated problems, each solved (billed) for its rates times ``1 + headroom`` (the control
+    loop plans the forecast with 10 % headroom) and for its SLO times ``1 - reserve`` (latency left for
+    frames the admission spills into a later window), and simulated at its rates and SLO under uniform,
+    Poisson and
+    bursty root arrivals, with each root admission of :data:`planner.simulator.Admission`: ``none``
+    (every arrival enters its window), ``batch`` (windows capped at their batch, spill, shed) and
+    ``planned`` (capped at what the plan sized the children for, the front's). Per (arrivals,
+    admission): apps whose admitted frames fall below 99 % within the SLO, the admitted attainment (mean,
+    min), the frames shed (mean, max over apps), the apps with a window overflow, and the frames
+    answered within the SLO out of all offered ("good"). The last admission row is ``planned`` in
+    :data:`UNSHARED_FRONTS` fronts that each count only their own frames."""
+    rows: dict[tuple[str, str], list[tuple[float, float, bool]]] = {}
+    billed = 0.0
+    for i in track(range(count), description="simulating", console=Console(stderr=True), transient=True):
+        problem = generate_problem(seed + i)
+        planned_for = problem.model_copy(
+            update={
+                "slo_s": problem.slo_s * (1 - reserve),
+                "modules": {
+                    m: spec.model_copy(update={"rate": spec.rate * (1 + headroom)})
+                    for m, spec in problem.modules.items()
+                },
+            }
+        )
+        plan = solve_dispatchable(planned_for)
+        billed += plan.billed_per_hour
+        for k, arrivals in enumerate(("uniform", "poisson", "bursty")):
+            for admission, fronts in (*((a, 1) for a in ADMISSIONS), ("planned", UNSHARED_FRONTS)):
+                r = simulate(
+                    problem,
+                    plan,
+                    duration,
+                    arrivals,  # type: ignore[arg-type]
+                    seed=seed + i + k,
+                    admission=admission,  # type: ignore[arg-type]
+                    front_instances=fronts,
+                )
+                label = admission if fronts == 1 else f"{admission} x{fronts} fronts, unshared"
+                shed = r.frames_shed / r.frames_offered if r.frames_offered else 0.0
+                overflow = any(m.overflow_batches for m in r.modules.values())
+                row = (r.end_to_end.slo_attainment, shed, overflow)
+                rows.setdefault((arrivals, label), []).append(row)
+    out: dict[str, object] = {
+        "problems": count,
+        "simulated_s": duration,
+        "headroom": headroom,
+        "reserve": reserve,
+        "billed_per_hour": round(billed, 2),
+    }
+    for (arrivals, admission), vals in rows.items():
+        att = [v[0] for v in vals]
+        shed_frac = [v[1] for v in vals]
+        out[f"{arrivals}/{admission}"] = {
+            "apps_below_99": sum(1 for a in att if a < 0.99),
+            "attainment_mean": round(statistics.fmean(att), 4),
+            "attainment_min": round(min(att), 4),
+            "shed_mean": round(statistics.fmean(shed_frac), 4),
+            "shed_max": round(max(shed_frac), 4),
+            "apps_overflowing": sum(1 for v in vals if v[2]),
+            "good": round(statistics.fmean((1 - s) * a for a, s in zip(att, shed_frac, strict=True)), 4),
+        }
+    return out
+
+
+def _scaled(problem: ProblemSpec, factor: float, slo_factor: float = 1.0) -> ProblemSpec:
+    """``problem`` with every rate times ``factor`` and its SLO times ``slo_factor``."""
+    return problem.model_copy(
+        update={
+            "slo_s": problem.slo_s * slo_factor,
+            "modules": {
+                m: spec.model_copy(update={"rate": spec.rate * factor}) for m, spec in problem.modules.items()
+            },
+        }
+    )
+
+
+def _reserve_at(
+    problem: ProblemSpec, reserve: float, headroom: float, seed: int
+) -> tuple[float, float] | None:
+    """(Poisson frames shed, $/h) of ``problem`` planned as the control loop plans an app with that
+    admission reserve (rates x (1 + headroom), SLO x (1 - reserve)) and simulated at its own rates
+    against its whole SLO with the front's admission, for at least as many frames as a registration's
+    simulation (``control.registration.reserve``); None when it cannot be planned."""
+    try:
+        plan = solve_dispatchable(_scaled(problem, 1 + headroom, 1 - reserve))
+    except InfeasibleError:
+        return None
+    roots = sum(problem.modules[m].rate for m in problem.modules if not problem.parents().get(m))
+    duration = min(max(SHED_SIM_FRAMES / roots, SHED_SIM_MIN_S), SHED_SIM_MAX_S)
+    r = simulate(problem, plan, duration, "poisson", seed=seed, admission="planned")
+    return (r.frames_shed / r.frames_offered if r.frames_offered else 0.0), plan.billed_per_hour
+
+
+def _choose(
+    problem: ProblemSpec, target: float, headroom: float, seed: int
+) -> tuple[float, float, float, bool]:
+    """(reserve, shed, $/h, met) at ``problem``'s rates, by the registration's and the control loop's
+    rule (``control.registration.reserve.pick_reserve``)."""
+    best = pick_reserve(lambda reserve: _reserve_at(problem, reserve, headroom, seed), target)
+    if best is None:
+        raise InfeasibleError(f"{problem.name}: not plannable within its SLO")
+    return best
+
+
+def reserve_study(
+    count: int,
+    factors: tuple[float, ...] = (0.5, 2.0),
+    target: float = 0.01,
+    headroom: float = 0.1,
+    seed: int = 0,
+) -> dict[str, object]:
+    """What keeping a ``shed_target`` needs when an app's rate moves (control/reserves.py).
+
+    For ``count`` generated apps, the reserve is chosen at the generated rates as a registration chooses
+    it (:func:`_choose`, target ``target``). Then at every rate ``factor`` x those rates, the app is
+    planned (i) with that reserve, as before the control loop reviewed reserves, and (ii) with the reserve
+    chosen again at the new rate, as the review does; each simulated under Poisson frames with the
+    front's admission. Per factor: apps whose shed meets the target, mean and largest shed, the bill, and
+    how many reserves the review raised or lowered."""
+    per: dict[float, dict[str, list[float]]] = {f: {} for f in factors}
+    base_met = 0
+    planned = 0
+    for i in track(range(count), description="reserves", console=Console(stderr=True), transient=True):
+        problem = generate_problem(seed + i)
+        try:
+            r0, _shed0, _cost0, met0 = _choose(problem, target, headroom, seed + i)
+        except InfeasibleError:
+            continue
+        planned += 1
+        base_met += met0
+        for f in factors:
+            at = _scaled(problem, f)
+            stale = _reserve_at(at, r0, headroom, seed + i)
+            try:
+                rf, shed_f, cost_f, _met_f = _choose(at, target, headroom, seed + i)
+            except InfeasibleError:
+                continue
+            d = per[f]
+            if stale is not None:
+                d.setdefault("stale_shed", []).append(stale[0])
+                d.setdefault("stale_cost", []).append(stale[1])
+                d.setdefault("both_cost_stale", []).append(stale[1])
+                d.setdefault("both_cost_reviewed", []).append(cost_f)
+            else:
+                d.setdefault("stale_unplannable", []).append(1.0)
+            d.setdefault("reviewed_shed", []).append(shed_f)
+            d.setdefault("reviewed_cost", []).append(cost_f)
+            d.setdefault("raised", []).append(float(rf > r0))
+            d.setdefault("lowered", []).append(float(rf < r0))
+    out: dict[str, object] = {
+        "apps": planned,
+        "target": target,
+        "headroom": headroom,
+        "met_at_registered_rate": base_met,
+    }
+    for f, d in per.items():
+        kept_shed, reviewed = d.get("stale_shed", []), d.get("reviewed_shed", [])
+        out[f"x{f:g}"] = {
+            "apps": len(reviewed),
+            "stale_unplannable": int(sum(d.get("stale_unplannable", []))),
+            "stale_met": sum(1 for x in kept_shed if x <= target),
+            "stale_shed_mean": round(statistics.fmean(kept_shed), 4) if kept_shed else None,
+            "stale_shed_max": round(max(kept_shed), 4) if kept_shed else None,
+            "reviewed_met": sum(1 for x in reviewed if x <= target),
+            "reviewed_shed_mean": round(statistics.fmean(reviewed), 4) if reviewed else None,
+            "reviewed_shed_max": round(max(reviewed), 4) if reviewed else None,
+            "raised": int(sum(d.get("raised", []))),
+            "lowered": int(sum(d.get("lowered", []))),
+            # the bills of the apps planned both ways
+            "stale_billed_per_hour": round(sum(d.get("both_cost_stale", [])), 2),
+            "reviewed_billed_per_hour": round(sum(d.get("both_cost_reviewed", [])), 2),
+        }
+    return out
+
+
+def print_reserve_study(g: dict[str, object]) -> None:
+    table = Table(
+        title=(
+            f"shed_target {g['target']} on {g['apps']} generated apps (met at the registered rate by "
+            f"{g['met_at_registered_rate']}); Poisson frames, the front's admission; the registration's "
+            "reserve kept against chosen again at the new rate"
+        )
+    )
+    cols = ["rate", "apps", "kept: meet target", "shed mean", "max", "$/h"]
+    cols += ["chosen again: meet target", "shed mean", "max", "$/h", "raised", "lowered"]
+    for c in cols:
+        table.add_column(c, justify="right")
+    for key, v in g.items():
+        if not isinstance(v, dict):
+            continue
+        kept = f"{v['stale_met']}" + (
+            f" (+{v['stale_unplannable']} unplannable)" if v["stale_unplannable"] else ""
+        )
+        table.add_row(
+            key,
+            str(v["apps"]),
+            kept,
+            f"{100 * v['stale_shed_mean']:.2f} %" if v["stale_shed_mean"] is not None else "-",
+            f"{100 * v['stale_shed_max']:.1f} %" if v["stale_shed_max"] is not None else "-",
+            f"{v['stale_billed_per_hour']:.1f}",
+            str(v["reviewed_met"]),
+            f"{100 * v['reviewed_shed_mean']:.2f} %" if v["reviewed_shed_mean"] is not None else "-",
+            f"{100 * v['reviewed_shed_max']:.1f} %" if v["reviewed_shed_max"] is not None else "-",
+            f"{v['reviewed_billed_per_hour']:.1f}",
+            str(v["raised"]),
+            str(v["lowered"]),
+        )
+    Console(width=None if Console().is_terminal else 170).print(table)
+
+
+def print_arrival_study(g: dict[str, object]) -> None:
+    table = Table(
+        title=(
+            f"{g['problems']} generated apps planned at +{100 * float(g['headroom']):g} % "  # type: ignore[arg-type]
+            f"for {100 * (1 - float(g['reserve'])):g} % of the SLO "  # type: ignore[arg-type]
+            f"({g['billed_per_hour']} $/h), {g['simulated_s']} s each; attainment is of admitted frames"
+        )
+    )
+    cols = ["arrivals/admission", "apps < 99 %", "attainment mean", "min", "shed mean", "max"]
+    cols += ["overflowing", "good"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == cols[0] else "right")
+    for key, v in g.items():
+        if not isinstance(v, dict):
+            continue
+        table.add_row(
+            key,
+            str(v["apps_below_99"]),
+            f"{100 * v['attainment_mean']:.2f} %",
+            f"{100 * v['attainment_min']:.2f} %",
+            f"{100 * v['shed_mean']:.2f} %",
+            f"{100 * v['shed_max']:.1f} %",
+            str(v["apps_overflowing"]),
+            f"{100 * v['good']:.2f} %",
+        )
+    Console(width=None if Console().is_terminal else 160).print(table)
