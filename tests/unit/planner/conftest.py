@@ -4,7 +4,7 @@ from pathlib import Path
 from planner.latency import Config
 from planner.models import ProblemSpec
 
-# the papers' worked examples (copied from shared/examples, docs/design.md §7)
+# the papers' worked examples (the repo's examples/, docs/design.md §7)
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
