@@ -113,7 +113,7 @@ ASG_MAX_INSTANCES = 10  # instances per hardware class; the planner sets the des
 ROOT_VOLUME_GIB = 100  # GiB gp3: the DLAMI needs ~75 GiB
 DRAIN_HOOK_NAME = "skinflint-drain"
 # s: lifecycle hook heartbeat timeout. A drain takes a 1 s long poll + the batch in hand + releases,
-# each share's thread joined within 60 s (workers/instance.py); systemd kills a stuck agent at
+# each share's thread joined within 60 s (workers/agent.py); systemd kills a stuck agent at
 # half this, and the agent assumes this deadline (workers/lifecycle.py LifecycleWatcher).
 DRAIN_HEARTBEAT_S = 300
 DRAIN_POLL_S = 5  # s between IMDS target-lifecycle-state reads on the instance
@@ -150,7 +150,7 @@ SHED_TARGET_ALARM_MINUTES = 15  # an unmet shed_target stands this long: the app
 SLO_PERIOD_S = 300  # s: period of the SLO alarm (a few frames per minute would make 1 min noisy)
 # Metric names the code emits (namespace METRICS_NAMESPACE); tests/infra checks each against the code.
 SLO_ATTAINMENT_METRIC = "SloAttainment"  # App; 0/1 per finished frame (core/adapters/outcomes.py)
-INSTANCE_SECONDS_METRIC = "InstanceSeconds"  # Hardware, State: workers/instance.py
+INSTANCE_SECONDS_METRIC = "InstanceSeconds"  # Hardware, State: workers/agent.py
 PLANNING_FAILURES_METRIC = "PlanningFailures"  # no dimension: 1 failed epoch, 0 otherwise (control/epoch.py)
 
 

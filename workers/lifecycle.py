@@ -30,6 +30,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from core.adapters._aws import AWS_ERRORS
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -229,8 +231,6 @@ class AutoScalingCompleter:
         self.hook_name = hook_name
 
     def complete(self, instance_id: str) -> None:
-        from core.adapters._aws import AWS_ERRORS
-
         try:
             self._asg.complete_lifecycle_action(
                 LifecycleHookName=self.hook_name,

@@ -28,6 +28,8 @@ class Runtime(Protocol):
 
 def decode_frame(data: bytes, region: list[float] | None, size: tuple[int, int]) -> np.ndarray:
     """JPEG/PNG bytes -> float32 HxWx3 in [0, 1], cropped to ``region`` (fractions) and resized."""
+    # numpy and PIL load here, not at import: only a real model decodes frames (an emulated share,
+    # every share of an instance without models, never pays for them)
     import numpy as np
     from PIL import Image
 
@@ -66,7 +68,7 @@ class OnnxRuntime:
     emulated = False
 
     def __init__(self, model_path: str, threads: int = 1):
-        import onnxruntime as ort
+        import onnxruntime as ort  # the heaviest import of a worker: only when a real model loads
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
@@ -91,7 +93,7 @@ class OnnxRuntime:
         self.flat_len = int(dims[0] or 3) if self.flat else 0
 
     def prepare(self, data: bytes, region: list[float] | None) -> Any:
-        import numpy as np
+        import numpy as np  # as in decode_frame: real models only
 
         if self.flat:
             arr = decode_frame(data, region, (8, 8)).reshape(-1)
@@ -106,7 +108,7 @@ class OnnxRuntime:
         (onnxruntime's first runs allocate its memory arena, PIL loads its codecs): a share is
         ready only after this, so its first real batch takes its profiled time. Returns the
         seconds it took."""
-        from PIL import Image
+        from PIL import Image  # as in decode_frame: real models only
 
         t = time.perf_counter()
         buf = BytesIO()
@@ -117,7 +119,7 @@ class OnnxRuntime:
         return time.perf_counter() - t
 
     def run(self, inputs: list[Any]) -> list[dict[str, Any]]:
-        import numpy as np
+        import numpy as np  # as in decode_frame: real models only
 
         batch = np.stack(inputs).astype(np.float32)
         out = self.session.run(None, {self.input_name: batch})[0]

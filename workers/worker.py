@@ -34,19 +34,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from core.adapters.outcomes import FrameOutcomes, leaf_rank
+from core.adapters.queues import queue_gone
 from core.adapters.results import TaskRecord
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count, child_region
 from core.schema import TaskMessage
 from core.settings import DELETE_BATCH
+from planner.dispatch import PHASE_KEY
 from workers.batching import BatchAssembler, Pending
+from workers.poison import describe_error, poison_record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from core.adapters.blobs import BlobStore
     from core.adapters.metrics import Metrics
-    from core.adapters.outcomes import FrameOutcomes
     from core.adapters.queues import Received, TaskQueues
     from core.adapters.results import ResultStore
     from core.routing import Router
@@ -142,8 +145,6 @@ class Worker:
 
     def __post_init__(self) -> None:
         a = self.assignment
-        from planner.dispatch import PHASE_KEY
-
         mp = self.router.deployment.plan.modules.get(a.module)
         # a module whose phase the packer fixed takes turns with the other shares of its instance
         # (aligned duty cycle): its batches must not start before their window ends, even when full
@@ -164,8 +165,6 @@ class Worker:
         self._to_delete_since = 0.0  # clock() when the oldest of them was added
         self._delete_lock = threading.Lock()
         if self.outcomes is None and self.emit_outcomes:
-            from core.adapters.outcomes import FrameOutcomes, leaf_rank
-
             rank = leaf_rank(dep.plan.modules, dep.children, a.module)
             self.outcomes = FrameOutcomes.for_results(
                 self.results, self.metrics, roots=tuple(dep.roots), rank=rank
@@ -203,8 +202,6 @@ class Worker:
     def _check_gone(self, exc: DataPlaneError, op: str) -> bool:
         """Whether ``exc`` says the worker's queue was deleted; the first time, log it and stop
         receiving. Its messages went with it: nothing can be received, deleted or released there."""
-        from core.adapters.queues import queue_gone
-
         if not isinstance(exc, QueueError) or exc.queue_url != self.assignment.queue_url:
             return False
         if not queue_gone(exc):
@@ -264,8 +261,6 @@ class Worker:
     def _record_poison(self, r: Received, exc: ValueError) -> None:
         """An unparseable message that names its request: record its task as dropped with the
         reason (the frame's owner reads it); the message itself goes on to the DLQ."""
-        from workers.poison import poison_record
-
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         rec = poison_record(
             r.body, why, self.assignment.module, self.assignment.hardware, self.runtime.emulated, self.clock()
@@ -283,8 +278,6 @@ class Worker:
         ``max_receive_count`` receives). A batch of several is retried one request at a time, so a
         poison request does not take its batch-mates with it; a request failing on its last
         receive is recorded as dropped with the reason, so its frame is answered."""
-        from workers.poison import describe_error
-
         if len(items) > 1:
             for p in items:
                 try:

@@ -1,7 +1,7 @@
 """The cost report's figures from metric series and plans (pure: no AWS, no clock).
 
 Billed cost is whole instances x price (``profiles/hardware.json``), from ``InstanceSeconds``:
-- the fleet's instances (``workers/instance.py``: dimensions Hardware, State -- every state is
+- the fleet's instances (``workers/agent.py``: dimensions Hardware, State -- every state is
   billed) when they are published, else the workers' (App, Module, Hardware: one machine each);
 - per period of ``period_s``: USD/h = sum over hardware of price x instance-seconds / period;
 - *steady*: the mean over the interior periods (periods with data on both sides: a run's first

@@ -7,7 +7,7 @@ plan) and publishes it through the same code the epoch publishes with
 as the epoch keeps the apps it did not plan again. The fleet puts every planned machine on an
 instance of its own (the packing of shares that share no instance), so an instance agent that
 claims a slot serves exactly one machine. The assignments are those the instance agent derives
-from its slot (``workers.instance.assignment_for``), for tests that run one share's worker
+from its slot (``workers.shares.assignment_for``), for tests that run one share's worker
 directly."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from control.deployments import app_change, build_deployment
 from control.queues import create_module_queues, ensure_app_dlq
 from control.registration.spec import RegistrationSpec
 from planner.packing import FleetPlan, Instance, plan_shares
-from workers.instance import ModelResolver, assignment_for
+from workers.shares import ModelResolver, assignment_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -26,9 +26,10 @@ from planner.packing import FleetPlan, Instance, plan_shares
 from skinflint.local.fleet import LocalImds
 from skinflint.local.provision import create_base
 from tests.functional.conftest import API_KEY, jpeg_bytes, two_module_app
-from workers.instance import InstanceAgent, RuntimeCache, WorkerServices
+from workers.agent import InstanceAgent
 from workers.lifecycle import DrainNotice, ImdsClient, LifecycleWatcher
 from workers.runtimes import EmulatedRuntime
+from workers.shares import RuntimeCache, WorkerServices
 
 pytestmark = pytest.mark.functional
 

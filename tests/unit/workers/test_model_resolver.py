@@ -11,7 +11,7 @@ import pytest
 from control.errors import ControlError
 from core.errors import DataPlaneError
 from planner.packing import Share
-from workers.instance import ModelResolver
+from workers.shares import ModelResolver
 
 
 def _share() -> Share:

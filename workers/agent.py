@@ -1,0 +1,522 @@
+"""The instance agent: the loop of one fleet instance (run by ``python -m workers.instance``).
+
+It applies the planner's decisions; it decides nothing itself.
+
+1. **Claim**: reads the current plan version (the pointer, every ``poll_s``), claims a slot of the
+   version's packed fleet for its hardware (a conditional write in the plan store; the slot it
+   served before is preferred) and runs every share of the slot: one :class:`~workers.worker.
+   Worker` per share, each on its machine's queue from the app's deployment, all on ONE
+   :class:`~workers.worker.Device` (batches of different shares take the device in the order
+   their windows close). An instance without a free slot idles, says so in its heartbeat and
+   claims again every ``recheck_s`` and on every new version.
+2. **Version change**: a new version is claimed at once (same slot when possible). A share whose
+   queue and configuration are unchanged keeps its worker (no reload); a new share's model is
+   loaded and its worker started BEFORE anything old stops. From ``activate_at`` every worker
+   forwards children with the new version's routing; an old share is served until the new
+   version is active, ``retire_grace_s`` has passed and its queue is empty, then stopped. Nothing
+   is deleted unprocessed: a stopping worker finishes its batch in hand and releases the rest.
+   A share whose queue was deleted under it (the worker logs it and stops) is accounted for, not
+   restarted: a retiring one counts as retired, one of the version in force is reported
+   (``lost_shares`` in the heartbeat) until a new version gives its slot a queue again.
+   The control loop moves ``activate_at`` earlier once every slot of the version is served: the
+   agent re-reads it on every poll (and heartbeats at once after adopting, which is what shows
+   its slot served). A version superseded before it activated (the new one's ``previous`` is older)
+   is never activated: the front keeps serving ``previous`` until the new one activates, and no old
+   share retires while an adopted version is still pending.
+3. **Drain** (SIGTERM, the Auto Scaling termination hook, a Spot notice; :mod:`workers.lifecycle`):
+   stop receiving, finish the batches in hand, release everything buffered, release the slot
+   claims, complete the lifecycle action, log and report how long it took.
+
+Heartbeats (plan store, ``instance#<id>``, an ``InstanceStatus``): instance id, hardware, state
+(``starting``, ``idle``, ``serving``, ``draining``, ``gone``), slot, newest version adopted and every
+version still served (``serving_versions``: old shares retire after the change; the garbage
+collector keeps each of them and their queues), per-share totals, shares whose queue was deleted
+under them (``lost_shares``), and the drain's figures once it has drained.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from core.adapters.queues import queue_gone
+from core.errors import DataPlaneError, QueueError
+from core.routing import Router
+from workers.lifecycle import DrainNotice, LifecycleError
+from workers.shares import RuntimeCache, ShareRunner, WorkerServices, assignment_for, runner_key
+from workers.worker import Device, Worker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from core.schema import Assignment, Deployment
+    from planner.packing import Instance, Share
+    from workers.lifecycle import LifecycleWatcher
+
+__all__ = ["DrainReport", "InstanceAgent", "PlanSource"]
+
+log = logging.getLogger("skinflint.instance")
+
+
+class PlanSource(Protocol):
+    """What the agent reads of the versioned plan store (``core.adapters.plan_store``)."""
+
+    def current(self) -> Any:
+        """The manifest the pointer names (``version``, ``activate_at``), None before any plan."""
+
+    def deployment(self, version: int, app: str) -> Deployment | None: ...
+
+    def claim(
+        self, version: int, instance_id: str, hardware: str, prefer_slot: str | None
+    ) -> Instance | None:
+        """This instance's slot of ``version`` (the one it holds already, else a free one)."""
+
+    def release(self, version: int, instance_id: str) -> Any:
+        """Drop this instance's claims in ``version``."""
+
+
+@dataclass
+class DrainReport:
+    reason: str
+    seconds: float
+    released: int
+    batches_finished: int
+    completed_lifecycle: bool
+    window_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "drain_s": round(self.seconds, 3),
+            "released": self.released,
+            "batches_finished": self.batches_finished,
+            "completed_lifecycle": self.completed_lifecycle,
+            "window_s": None if self.window_s is None else round(self.window_s, 1),
+        }
+
+
+@dataclass
+class _Pending:
+    """A version adopted but not active yet: at ``activate_at`` the routers switch."""
+
+    version: int
+    activate_at: float
+    routers: dict[str, Router]
+    kept: list[ShareRunner]
+
+
+@dataclass
+class InstanceAgent:
+    instance_id: str
+    hardware: str
+    plans: PlanSource
+    services: WorkerServices
+    resolve: Callable[[Deployment, Share], tuple[str, str, str | None, int]]
+    runtimes: RuntimeCache = field(default_factory=RuntimeCache)
+    heartbeat: Callable[[dict[str, Any]], None] | None = None
+    complete_lifecycle: Callable[[str], None] | None = None  # CompleteLifecycleAction for this instance
+    watcher: LifecycleWatcher | None = None
+    poll_s: float = 1.0
+    recheck_s: float = 10.0
+    report_s: float = 5.0  # s between heartbeats (and InstanceSeconds)
+    retire_grace_s: float = 2.0
+    retire_quiet_s: float = 1.0
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.device = Device()
+        self.version: int | None = None
+        self.slot: str | None = None
+        self.state = "starting"
+        self._runners: list[ShareRunner] = []
+        self._claimed: set[int] = set()
+        self._pending: list[_Pending] = []  # adopted versions not active yet, oldest first
+        self._next_claim = 0.0
+        self._last_report = 0.0
+        self._routers: dict[tuple[str, int], Router] = {}
+        self._notice: DrainNotice | None = None
+        self._lost: dict[str, dict[str, Any]] = {}  # share -> version, queue, when its queue vanished
+        self._wake = threading.Event()
+        self.drain_report: DrainReport | None = None
+
+    # -- control ---------------------------------------------------------------------------------
+    def request_drain(self, notice: DrainNotice) -> None:
+        """Ask the agent to drain (safe from a signal handler or the lifecycle thread)."""
+        if self._notice is None:
+            self._notice = notice
+        self._wake.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._notice is not None
+
+    def step(self) -> None:
+        """One control step: follow the pointer, switch at activation, retire, heartbeat."""
+        now = self.clock()
+        try:
+            manifest = self.plans.current()
+        except DataPlaneError as exc:
+            log.warning("cannot read the plan pointer: %s", exc)
+            manifest = None
+        adopted = False
+        if manifest is not None and not self.draining:
+            new = manifest.version != self.version
+            if new or (self.slot is None and now >= self._next_claim):
+                self._adopt(manifest, now)
+                adopted = new
+            self._reschedule(manifest, now)
+        self._activate(now)
+        self._reap_lost(now)
+        self._retire(now)
+        self._revive()
+        if adopted or now - self._last_report >= self.report_s:
+            self.report(now)  # at once after adopting: the heartbeat is what shows the slot served
+
+    def run(self) -> DrainReport:
+        """Serve until a drain is requested; then drain and return the report."""
+        if self.watcher is not None:
+            try:  # restarted on an instance already leaving: drain at once, claim nothing
+                notice = self.watcher.check()
+            except LifecycleError as exc:
+                log.warning("lifecycle check failed: %s", exc)
+                notice = None
+            if notice is not None:
+                self.request_drain(notice)
+            self.watcher.start(self.request_drain)
+        while not self.draining:
+            try:
+                self.step()
+            except DataPlaneError as exc:  # an adapter failed: keep serving, try again next step
+                log.warning("control step failed: %s", exc)
+            except Exception:  # a model that does not load, a bad plan: keep serving what runs
+                log.exception("control step failed")
+            self._wake.wait(self.poll_s)
+        assert self._notice is not None
+        return self.drain(self._notice)
+
+    # -- adopting a version ----------------------------------------------------------------------
+    def _router(self, app: str, version: int) -> Router:
+        key = (app, version)
+        if key not in self._routers:
+            dep = self.plans.deployment(version, app)
+            if dep is None:
+                raise DataPlaneError(f"plan v{version} has no deployment of {app!r}")
+            self._routers[key] = Router.for_deployment(dep)
+        return self._routers[key]
+
+    def _adopt(self, manifest: Any, now: float) -> None:
+        version = int(manifest.version)
+        activate_at = float(getattr(manifest, "activate_at", 0.0) or 0.0)
+        inst = self.plans.claim(version, self.instance_id, self.hardware, self.slot)
+        if inst is not None:
+            self._claimed.add(version)
+        shares = list(inst.shares) if inst is not None else []
+        # build first (models load here), stop nothing yet: a failure leaves the old shares serving
+        routers = {s.app: self._router(s.app, version) for s in shares}
+        planned: list[tuple[Share, Assignment]] = [
+            (s, assignment_for(s, routers[s.app].deployment, self.instance_id, self.resolve)) for s in shares
+        ]
+        # a retiring worker on the same queue and configuration is taken back rather than doubled
+        current = {r.key: r for r in sorted(self._runners, key=lambda r: not r.retiring)}
+        kept: list[ShareRunner] = []
+        started: list[ShareRunner] = []
+        for share, a in planned:
+            key = runner_key(a)
+            if key in current:
+                r = current.pop(key)
+                r.share, r.retiring, r.empty_since = share, False, None
+                kept.append(r)
+            else:
+                started.append(self._start(share, a, routers[share.app], version))
+        for share, _ in planned:  # a share the new version plans again is no longer lost
+            self._lost.pop(f"{share.app}.{share.module}.g{share.group}.m{share.machine}", None)
+        for r in current.values():  # shares this instance no longer serves: until empty and active
+            if not r.retiring:
+                r.retiring = True
+                r.retire_after = max(activate_at, now) + self.retire_grace_s
+        self._runners += started
+        if inst is None:
+            self._next_claim = now + self.recheck_s
+        if version != self.version:
+            previous = getattr(manifest, "previous", None)
+            for p in [p for p in self._pending if previous is None or p.version > previous]:
+                log.info("v%d superseded before it activated (v%d follows v%s)", p.version, version, previous)
+                self._pending.remove(p)
+            self._pending.append(_Pending(version, activate_at, routers, kept))
+        self.version, self.slot = version, inst.slot if inst is not None else None
+        self.state = "serving" if inst is not None else "idle"
+        log.info(
+            "v%d: slot %s, %d share(s): %d kept, %d started, %d retiring; active at %+.1f s",
+            version,
+            self.slot or "none (idle)",
+            len(planned),
+            len(kept),
+            len(started),
+            sum(r.retiring for r in self._runners),
+            activate_at - now,
+        )
+
+    def _start(self, share: Share, a: Assignment, router: Router, version: int) -> ShareRunner:
+        s = self.services
+        worker = Worker(
+            assignment=a,
+            router=router,
+            queues=s.queues,
+            results=s.results,
+            blobs=s.blobs,
+            metrics=s.metrics,
+            runtime=self.runtimes.get(a),  # loads the model when it is new to this instance
+            grace_s=s.grace_s,
+            output_inline_limit_bytes=s.output_inline_limit_bytes,
+            io_threads=s.io_threads,
+            delete_linger_s=s.delete_linger_s,
+            device=self.device,
+        )
+        thread = threading.Thread(target=worker.serve, name=f"share-{a.module}.g{a.group}.m{a.machine}")
+        thread.daemon = True
+        thread.start()
+        return ShareRunner(runner_key(a), share, version, worker, thread)
+
+    def _reschedule(self, manifest: Any, now: float) -> None:
+        """Follow a moved activation of an adopted version (the control loop moves it earlier once
+        the version's slots are served)."""
+        at = float(getattr(manifest, "activate_at", 0.0) or 0.0)
+        for p in self._pending:
+            if p.version == manifest.version and p.activate_at != at:
+                log.info(
+                    "v%d: activation moved from %+.1f s to %+.1f s", p.version, p.activate_at - now, at - now
+                )
+                p.activate_at = at
+
+    def _activate(self, now: float) -> None:
+        """Versions whose ``activate_at`` has come, in order: kept workers take the new version's
+        windows and routing; retiring ones forward their children where the new version serves.
+        Once none is pending, retiring shares get ``retire_grace_s`` from now."""
+        activated = False
+        while self._pending and now >= self._pending[0].activate_at:
+            activated = True
+            p = self._pending.pop(0)
+            for r in p.kept:
+                if r in self._runners and r.share.app in p.routers:
+                    r.worker.retarget(p.routers[r.share.app])
+                    r.version = p.version
+            for r in self._runners:
+                if r.retiring and r.share.app in p.routers:
+                    r.worker.forward_with(p.routers[r.share.app])
+            log.info("v%d active", p.version)
+            self._prune_routers()
+        if activated and not self._pending:
+            for r in self._runners:
+                if r.retiring:
+                    r.retire_after = now + self.retire_grace_s
+
+    def _retire(self, now: float) -> None:
+        """Stop old shares that are done: new version active, grace passed, nothing buffered or
+        in hand, and the queue seen empty for ``retire_quiet_s``."""
+        done: list[ShareRunner] = []
+        for r in self._runners:
+            if not r.retiring or now < r.retire_after or self._pending:
+                continue  # an adopted version not active yet: the front may still dispatch to it
+            if not r.worker.idle() or self._depth(r.worker.assignment.queue_url) != 0:
+                r.empty_since = None
+                continue
+            if r.empty_since is None:
+                r.empty_since = now
+            if now - r.empty_since >= self.retire_quiet_s:
+                done.append(r)
+        for r in done:
+            r.stop()
+        for r in done:
+            r.thread.join(timeout=10)
+            self._runners.remove(r)
+            log.info("retired %s (v%d): %s", r.worker.assignment.worker_id, r.version, r.worker.totals)
+        if done:
+            self.runtimes.keep_only([r.worker.assignment for r in self._runners])
+            self._prune_routers()
+        self._release_old_claims()
+
+    def _reap_lost(self, now: float) -> None:
+        """Remove the shares whose worker stopped because its queue was deleted under it. A retiring
+        share is simply done; a share of a version still served is reported (``lost_shares``) and
+        not restarted on a queue that does not exist (a new version starts it on its queue)."""
+        lost = [r for r in self._runners if r.worker.queue_gone and not r.thread.is_alive()]
+        for r in lost:
+            a = r.worker.assignment
+            self._runners.remove(r)
+            for p in self._pending:
+                p.kept = [k for k in p.kept if k is not r]
+            if r.retiring:
+                log.info(
+                    "retired %s (v%d): its queue was deleted; %s", a.worker_id, r.version, r.worker.totals
+                )
+                continue
+            name = f"{a.app}.{a.module}.g{a.group}.m{a.machine}"
+            self._lost[name] = {"version": r.version, "queue_url": a.queue_url, "at": now}
+            log.error(
+                "%s (v%d) stopped: its queue %s was deleted while the share is planned; it stays "
+                "unserved until a new plan version",
+                a.worker_id,
+                r.version,
+                a.queue_url,
+            )
+        if lost:
+            self.runtimes.keep_only([r.worker.assignment for r in self._runners])
+            self._prune_routers()
+
+    def _revive(self) -> None:
+        """A share whose worker thread died (a bug, not a stop) gets a fresh worker on its queue."""
+        for i, r in enumerate(self._runners):
+            if r.thread.is_alive() or r.retiring or r.worker.queue_gone:
+                continue  # a stopped share whose queue was deleted is reaped, never restarted
+            log.error("%s stopped unexpectedly; restarting it", r.worker.assignment.worker_id)
+            r.worker.release_buffered()
+            fresh = self._start(r.share, r.worker.assignment, r.worker.router, r.version)
+            fresh.worker.forward_with(r.worker.forward_router)
+            self._runners[i] = fresh
+            for p in self._pending:
+                p.kept = [fresh if k is r else k for k in p.kept]
+
+    def _prune_routers(self) -> None:
+        """Forget the routers (schedules) of versions nothing uses any more."""
+        used = {r.version for r in self._runners} | {p.version for p in self._pending}
+        if self.version is not None:
+            used.add(self.version)
+        oldest = min(used, default=0)
+        for key in [k for k in self._routers if k[1] < oldest]:
+            del self._routers[key]
+
+    def _depth(self, url: str) -> int | None:
+        """Messages in the queue; 0 once the garbage collector deleted it, None when unknown."""
+        try:
+            return int(self.services.queues.depth(url))
+        except QueueError as exc:
+            if queue_gone(exc):
+                return 0
+            log.warning("cannot read the depth of %s: %s", url, exc)
+            return None
+
+    def _release_old_claims(self) -> None:
+        serving = {r.version for r in self._runners} | ({self.version} if self.slot else set())
+        for v in sorted(self._claimed - serving):
+            if v == self.version:
+                continue
+            try:
+                self.plans.release(v, self.instance_id)
+                self._claimed.discard(v)
+            except DataPlaneError as exc:
+                log.warning("cannot release the v%d claim: %s", v, exc)
+
+    # -- draining --------------------------------------------------------------------------------
+    def drain(self, notice: DrainNotice) -> DrainReport:
+        """Stop receiving, finish the batches in hand, release everything buffered, release the
+        claims, complete the lifecycle action. Returns the measured figures."""
+        t0 = time.perf_counter()
+        self.state = "draining"
+        self._safe_heartbeat(self.clock())
+        if self.watcher is not None:
+            self.watcher.stop()
+        before = sum(r.worker.totals["ran"] + r.worker.totals["dropped"] for r in self._runners)
+        for r in self._runners:
+            r.stop()
+        for r in self._runners:
+            r.thread.join(timeout=60)
+            if r.thread.is_alive():
+                log.error("%s did not stop within 60 s", r.worker.assignment.worker_id)
+        released = sum(r.worker.totals["released"] for r in self._runners)
+        finished = sum(r.worker.totals["ran"] + r.worker.totals["dropped"] for r in self._runners) - before
+        for v in sorted(self._claimed):
+            try:
+                self.plans.release(v, self.instance_id)
+            except DataPlaneError as exc:
+                log.warning("cannot release the v%d claim: %s", v, exc)
+        completed = self._complete(notice)
+        took = time.perf_counter() - t0
+        self.drain_report = DrainReport(notice.reason, took, released, finished, completed, notice.window_s)
+        self.state = "gone"
+        self.services.metrics.put(
+            "DrainSeconds", took, "Seconds", Hardware=self.hardware, Reason=notice.reason
+        )
+        log.info(
+            "drained (%s) in %.3f s: %d message(s) released, %d task(s) finished in hand, "
+            "lifecycle completed: %s%s",
+            notice.reason,
+            took,
+            released,
+            finished,
+            completed,
+            f", window {notice.window_s:.0f} s" if notice.window_s is not None else "",
+        )
+        self._safe_heartbeat(self.clock())
+        return self.drain_report
+
+    def _complete(self, notice: DrainNotice) -> bool:
+        """Complete the termination hook when the instance is held by one (the notice says so,
+        or IMDS does when the drain came from SIGTERM)."""
+        if self.complete_lifecycle is None:
+            return False
+        held = notice.reason == "scale-in"
+        if not held and self.watcher is not None:
+            try:
+                later = self.watcher.check()
+                held = later is not None and later.reason == "scale-in"
+            except LifecycleError:
+                held = False
+        if not held:
+            return False
+        try:
+            self.complete_lifecycle(self.instance_id)
+        except LifecycleError as exc:
+            log.warning("%s (the hook's timeout lets the instance go instead)", exc)
+            return False
+        return True
+
+    # -- reporting -------------------------------------------------------------------------------
+    def status(self, now: float) -> dict[str, Any]:
+        shares = {}
+        for r in self._runners:
+            a = r.worker.assignment
+            shares[f"{a.app}.{a.module}.g{a.group}.m{a.machine}"] = {
+                "version": r.version,
+                "retiring": r.retiring,
+                "emulated": r.worker.runtime.emulated,
+                **r.worker.totals,
+            }
+        info: dict[str, Any] = {
+            "at": now,
+            "instance_id": self.instance_id,
+            "hardware": self.hardware,
+            "state": self.state,
+            "slot": self.slot,
+            "version": self.version,
+            "serving_versions": sorted({r.version for r in self._runners}),
+            "shares": shares,
+            "lost_shares": sorted(self._lost),
+            "device_busy_s": round(self.device.busy_s, 3),
+            "models_loaded": self.runtimes.loads,
+        }
+        if self.drain_report is not None:
+            info["drain"] = self.drain_report.as_dict()
+        return info
+
+    def report(self, now: float) -> None:
+        if self._last_report:
+            self.services.metrics.put(
+                "InstanceSeconds",
+                now - self._last_report,
+                "Seconds",
+                Hardware=self.hardware,
+                State=self.state,
+            )
+        self._last_report = now
+        self._safe_heartbeat(now)
+
+    def _safe_heartbeat(self, now: float) -> None:
+        if self.heartbeat is None:
+            return
+        try:
+            self.heartbeat(self.status(now))
+        except DataPlaneError as exc:
+            log.warning("heartbeat failed: %s", exc)
