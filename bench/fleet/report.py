@@ -13,7 +13,7 @@ from bench.fleet.common import TARGET_EPOCH_S, TARGET_RATIO
 
 
 def plot(result: dict[str, Any], path: str) -> None:
-    import matplotlib
+    import matplotlib  # optional and slow to import: only when a plot is asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -30,7 +30,7 @@ def verify(fleet: Any, problems: Mapping[str, ProblemSpec], seeds: int = 3) -> d
     """Replay every shared instance. FIFO instances: random phases and, per share, the adversarial
     phases, against planned + added wait. Aligned instances: the packer's phases (wait must be 0), then
     random and adversarial phases against the FIFO bound (what holds if the phases are not honoured)."""
-    apps = {a: (problems[a], fleet.plans[a]) for a in fleet.plans}
+    apps = {app: (problems[app], fleet.plans[app]) for app in fleet.plans}
     checked = within = 0
     worst_excess = -math.inf
     tight = 0.0
@@ -38,25 +38,29 @@ def verify(fleet: Any, problems: Mapping[str, ProblemSpec], seeds: int = 3) -> d
     for inst in fleet.fleet.instances:
         if len(inst.shares) < 2:
             continue
-        runs = [simulate_instance(inst, apps, seed=s, periods=100, honour_phases=False) for s in range(seeds)]
+        runs = [
+            simulate_instance(inst, apps, seed=seed, periods=100, honour_phases=False)
+            for seed in range(seeds)
+        ]
         if inst.aligned:
             own = simulate_instance(inst, apps, periods=100)
             runs.append(own)
             aligned_runs += len(own)
-            aligned_max_wait = max(aligned_max_wait, *(r.max_wait_s for r in own))
-        for v in range(len(inst.shares)):
-            adv = simulate_instance(inst, apps, phases=adversarial_phases(inst, apps, v), periods=20)[v]
+            aligned_max_wait = max(aligned_max_wait, *(share_run.max_wait_s for share_run in own))
+        for victim in range(len(inst.shares)):
+            phases = adversarial_phases(inst, apps, victim)
+            adv = simulate_instance(inst, apps, phases=phases, periods=20)[victim]
             runs.append([adv])
             if adv.added_wait_s > 0:
                 tight = max(tight, adv.max_wait_s / adv.added_wait_s)
         for run in runs:
-            for r in run:
+            for share_run in run:
                 checked += 1
-                within += r.within
-                worst_excess = max(worst_excess, r.measured_worst_s - r.bound_s)
+                within += share_run.within
+                worst_excess = max(worst_excess, share_run.measured_worst_s - share_run.bound_s)
     return {
         "shared_instances": fleet.fleet.shared_instances,
-        "aligned_instances": sum(1 for i in fleet.fleet.instances if i.aligned),
+        "aligned_instances": sum(1 for instance in fleet.fleet.instances if instance.aligned),
         "share_runs": checked,
         "within": within,
         "max_excess_s": worst_excess if checked else 0.0,
@@ -84,15 +88,16 @@ def steady(
     rows = []
     for epoch in range(epochs):
         planned: dict[str, ProblemSpec] = {}
-        for app, p in problems.items():
-            frames = p.modules[p.order()[0]].rate  # the root's rate: the app's frame rate
+        for app, problem in problems.items():
+            frames = problem.modules[problem.order()[0]].rate  # the root's rate: the app's frame rate
             true = frames * (1 + rng.uniform(-noise, noise))
             history[app].append(float(rng.poisson(true * EPOCH_S)) / EPOCH_S)
             scale = max(1e-3, forecast_rate(history[app])) / frames
             modules = {
-                m: spec.model_copy(update={"rate": spec.rate * scale}) for m, spec in p.modules.items()
+                module: spec.model_copy(update={"rate": spec.rate * scale})
+                for module, spec in problem.modules.items()
             }
-            planned[app] = p.model_copy(update={"modules": modules})
+            planned[app] = problem.model_copy(update={"modules": modules})
         cpu = time.process_time()
         res = plan_fleet(
             planned,
@@ -111,11 +116,13 @@ def steady(
                 "epoch": epoch,
                 "target": target,
                 "desired": desired,
-                "changed": sorted(h for h in desired if desired[h] != current.get(h, 0)),
+                "changed": sorted(hw for hw in desired if desired[hw] != current.get(hw, 0)),
                 "desired_spare": desired_spare,
-                "changed_spare": sorted(h for h in desired_spare if desired_spare[h] != with_spare.get(h, 0)),
+                "changed_spare": sorted(
+                    hw for hw in desired_spare if desired_spare[hw] != with_spare.get(hw, 0)
+                ),
                 "target_changed": sorted(
-                    h for h in target if prev is not None and target[h] != prev.fleet.counts().get(h, 0)
+                    hw for hw in target if prev is not None and target[hw] != prev.fleet.counts().get(hw, 0)
                 ),
                 "replanned": len(res.plans) - len(res.reused),
                 "cpu_ms": cpu_ms,
@@ -132,17 +139,25 @@ def _moved(before: Any, after: Any) -> int:
     """Shares whose (app, module, config) key sits on a slot that did not hold it before."""
     if before is None:
         return 0
-    old = {(i.slot, s.key) for i in before.instances for s in i.shares}
-    return sum(1 for i in after.instances for s in i.shares if (i.slot, s.key) not in old)
+    old = {(instance.slot, share.key) for instance in before.instances for share in instance.shares}
+    return sum(
+        1
+        for instance in after.instances
+        for share in instance.shares
+        if (instance.slot, share.key) not in old
+    )
 
 
-def _hw_stats(rows: list[dict[str, Any]], h: str, suffix: str, epochs: int) -> dict[str, Any]:
+def _hw_stats(rows: list[dict[str, Any]], hw: str, suffix: str, epochs: int) -> dict[str, Any]:
     after = rows[WARMUP:]
-    changes = [r["epoch"] for r in after if h in r["changed" + suffix]]
-    per_2 = max((sum(1 for e in changes if e in (k, k + 1)) for k in range(WARMUP, epochs)), default=0)
-    gaps = [b - a for a, b in zip(changes, changes[1:], strict=False)]
+    changes = [row["epoch"] for row in after if hw in row["changed" + suffix]]
+    per_2 = max(
+        (sum(1 for epoch in changes if epoch in (start, start + 1)) for start in range(WARMUP, epochs)),
+        default=0,
+    )
+    gaps = [later - earlier for earlier, later in zip(changes, changes[1:], strict=False)]
     return {
-        "warmup_changes": sum(1 for r in rows[1:WARMUP] if h in r["changed" + suffix]),
+        "warmup_changes": sum(1 for row in rows[1:WARMUP] if hw in row["changed" + suffix]),
         "changes": len(changes),
         "max_changes_per_2_epochs": per_2,
         "min_gap_epochs": min(gaps) if gaps else None,
@@ -151,53 +166,55 @@ def _hw_stats(rows: list[dict[str, Any]], h: str, suffix: str, epochs: int) -> d
 
 def _overhead(rows: list[dict[str, Any]], key: str) -> float:
     """Capacity cost over the packed target's cost, after the warm-up."""
-    cap = sum(r["prices"][h] * n for r in rows[WARMUP:] for h, n in r[key].items())
-    want = sum(r["prices"][h] * n for r in rows[WARMUP:] for h, n in r["target"].items())
+    cap = sum(row["prices"][hw] * count for row in rows[WARMUP:] for hw, count in row[key].items())
+    want = sum(row["prices"][hw] * count for row in rows[WARMUP:] for hw, count in row["target"].items())
     return cap / want if want else 1.0
 
 
 def _steady_summary(rows: list[dict[str, Any]], epochs: int, noise: float) -> dict[str, Any]:
     """Figures over the epochs after the warm-up (the forecast's trend window filling up: WARMUP epochs),
     plus the scale changes during the warm-up; for the default hysteresis and with one spare instance."""
-    hws = sorted({h for r in rows for h in r["desired"]})
+    hws = sorted({hw for row in rows for hw in row["desired"]})
     after = rows[WARMUP:]
     per_hw = {
-        h: {
-            **_hw_stats(rows, h, "", epochs),
-            "raw_target_changes": sum(1 for r in after if h in r["target_changed"]),
-            "spare": _hw_stats(rows, h, "_spare", epochs),
+        hw: {
+            **_hw_stats(rows, hw, "", epochs),
+            "raw_target_changes": sum(1 for row in after if hw in row["target_changed"]),
+            "spare": _hw_stats(rows, hw, "_spare", epochs),
         }
-        for h in hws
+        for hw in hws
     }
     return {
         "epochs": epochs,
         "warmup": WARMUP,
         "noise": noise,
         "per_hardware": per_hw,
-        "max_changes_per_2_epochs": max((v["max_changes_per_2_epochs"] for v in per_hw.values()), default=0),
+        "max_changes_per_2_epochs": max(
+            (stats["max_changes_per_2_epochs"] for stats in per_hw.values()), default=0
+        ),
         "max_changes_per_2_epochs_spare": max(
-            (v["spare"]["max_changes_per_2_epochs"] for v in per_hw.values()), default=0
+            (stats["spare"]["max_changes_per_2_epochs"] for stats in per_hw.values()), default=0
         ),
         "capacity_over_target": _overhead(rows, "desired"),
         "capacity_over_target_spare": _overhead(rows, "desired_spare"),
-        "mean_replanned_apps": statistics.fmean(r["replanned"] for r in after) if after else 0.0,
-        "mean_moved_shares": statistics.fmean(r["moved_shares"] for r in after) if after else 0.0,
-        "epoch_cpu": summary_ms([r["cpu_ms"] for r in after]) if after else None,
+        "mean_replanned_apps": statistics.fmean(row["replanned"] for row in after) if after else 0.0,
+        "mean_moved_shares": statistics.fmean(row["moved_shares"] for row in after) if after else 0.0,
+        "epoch_cpu": summary_ms([row["cpu_ms"] for row in after]) if after else None,
         "_rows": rows,
     }
 
 
-def steady_run(i: int, summary: dict[str, Any], apps: int, seed: int) -> dict[str, Any]:
+def steady_run(run: int, summary: dict[str, Any], apps: int, seed: int) -> dict[str, Any]:
     """One steady-load run's summary: the target's figures, no per-epoch rows."""
     return {
-        "run": i,
-        "fleet_seed": seed * 1000 + i,
-        "noise_seed": seed + i,
+        "run": run,
+        "fleet_seed": seed * 1000 + run,
+        "noise_seed": seed + run,
         "apps": min(apps, 40),
         "max_changes_per_2_epochs": summary["max_changes_per_2_epochs"],
-        "changes": sum(v["changes"] for v in summary["per_hardware"].values()),
+        "changes": sum(stats["changes"] for stats in summary["per_hardware"].values()),
         "types_over": sorted(
-            h for h, v in summary["per_hardware"].items() if v["max_changes_per_2_epochs"] > 1
+            hw for hw, stats in summary["per_hardware"].items() if stats["max_changes_per_2_epochs"] > 1
         ),
         "capacity_over_target": summary["capacity_over_target"],
         "mean_replanned_apps": summary["mean_replanned_apps"],

@@ -57,11 +57,11 @@ class _Day:
         cache: SolveCache | None,
         sims: SimCache | None,
     ) -> None:
-        missing = sorted({k for k in load.kinds if k not in templates})
+        missing = sorted({kind for kind in load.kinds if kind not in templates})
         if missing:
             raise ScenarioError(f"no template for app kind(s) {', '.join(missing)}")
         self.load = load
-        self.temps = [templates[k] for k in load.kinds]
+        self.temps = [templates[kind] for kind in load.kinds]
         self.cfg = cfg
         self.cache = cache if cache is not None else SolveCache(cfg.policy, cfg.solver)
         self.sims = sims if sims is not None else SimCache()
@@ -72,13 +72,13 @@ class _Day:
         means observed before it (the history before midnight included)."""
         load, cfg = self.load, self.cfg
         n_hist = load.history // load.epoch_minutes
-        observed = np.stack([load.epoch_mean(e) for e in range(-n_hist, load.epochs)])
+        observed = np.stack([load.epoch_mean(epoch) for epoch in range(-n_hist, load.epochs)])
         out = np.empty((load.epochs, len(load.names)))
-        for e in range(load.epochs):
-            past = observed[max(0, n_hist + e - cfg.trend_epochs) : n_hist + e]
-            for a in range(len(load.names)):
-                out[e, a] = forecast_rate(
-                    past[:, a].tolist(), headroom=cfg.headroom, trend_epochs=cfg.trend_epochs, step=cfg.step
+        for epoch in range(load.epochs):
+            past = observed[max(0, n_hist + epoch - cfg.trend_epochs) : n_hist + epoch]
+            for app in range(len(load.names)):
+                out[epoch, app] = forecast_rate(
+                    past[:, app].tolist(), headroom=cfg.headroom, trend_epochs=cfg.trend_epochs, step=cfg.step
                 )
         return out
 
@@ -86,9 +86,9 @@ class _Day:
         """Plan and pack every app at ``rates``. An app that cannot be planned keeps the plan in force (it
         is packed with the others), as the control loop does."""
         problems = {
-            name: self.temps[a].problem(name, float(rates[a]))
-            for a, name in enumerate(self.load.names)
-            if rates[a] > 0
+            name: self.temps[app].problem(name, float(rates[app]))
+            for app, name in enumerate(self.load.names)
+            if rates[app] > 0
         }
         res = plan_fleet(
             problems,
@@ -98,11 +98,16 @@ class _Day:
             solver=self.cache,
         )
         fleet = res.fleet
-        kept = {a: (state.problems[a], state.plans[a]) for a in res.failed if a in state.plans}
-        state.plans = {**{a: p for a, (_, p) in kept.items()}, **res.plans}
-        state.problems = {**{a: q for a, (q, _) in kept.items()}, **{a: problems[a] for a in res.plans}}
+        kept = {app: (state.problems[app], state.plans[app]) for app in res.failed if app in state.plans}
+        state.plans = {**{app: plan for app, (_, plan) in kept.items()}, **res.plans}
+        state.problems = {
+            **{app: problem for app, (problem, _) in kept.items()},
+            **{app: problems[app] for app in res.plans},
+        }
         if kept:
-            fleet = pack({a: (state.problems[a], state.plans[a]) for a in state.plans}, previous=state.fleet)
+            fleet = pack(
+                {app: (state.problems[app], state.plans[app]) for app in state.plans}, previous=state.fleet
+            )
         state.fleet = fleet
         return _Change(
             dict(state.paid), dict(res.failed), len(res.plans) - len(res.reused), res.solve_ms + res.pack_ms
@@ -113,29 +118,37 @@ class _Day:
         prefetched together (the runner may run them in parallel). The simulator's seed depends on the
         day's seed, the epoch and the app only, so strategies see the same arrivals."""
         block = self.load.epoch_minutes_of(epoch)
-        seeds = [(self.load.config.seed * 1_000_003 + epoch * 9_973 + a) % 2**32 for a in range(len(block))]
+        seeds = [
+            (self.load.config.seed * 1_000_003 + epoch * 9_973 + app) % 2**32 for app in range(len(block))
+        ]
         wall = self.sims.wall_s
         if self.cfg.simulate:
             tasks: list[tuple[ProblemSpec, Plan, PolicyConfig, int]] = []
-            for a, name in enumerate(self.load.names):
+            for app, name in enumerate(self.load.names):
                 plan = state.plans.get(name)
                 if plan is not None:
-                    _, _, levels = admit(self.temps[a], plan, block[a], self.cfg)
+                    _, _, levels = admit(self.temps[app], plan, block[app], self.cfg)
                     tasks.extend(
-                        (self.temps[a].problem(name, level), plan, self.cfg, seeds[a])
+                        (self.temps[app].problem(name, level), plan, self.cfg, seeds[app])
                         for level in sorted({float(x) for x in levels if x > 0})
                     )
             self.sims.prefetch(tasks)
         total = Served()
         worst, worst_att = "", 1.0
-        for a, name in enumerate(self.load.names):
-            s = serve_epoch(
-                self.temps[a], name, state.plans.get(name), block[a], self.cfg, seed=seeds[a], sims=self.sims
+        for app, name in enumerate(self.load.names):
+            served = serve_epoch(
+                self.temps[app],
+                name,
+                state.plans.get(name),
+                block[app],
+                self.cfg,
+                seed=seeds[app],
+                sims=self.sims,
             )
-            att = s.within / s.offered if s.offered > 0 else 1.0
+            att = served.within / served.offered if served.offered > 0 else 1.0
             if att < worst_att:
                 worst, worst_att = name, att
-            total.add(s)
+            total.add(served)
         total.sim_s = self.sims.wall_s - wall
         return total, worst, worst_att
 
@@ -153,7 +166,7 @@ class _Day:
             raise ScenarioError(f"epoch {epoch}: no fleet planned")
         admitted = total.offered - total.shed
         hws = set(state.paid) | set(change.before)
-        deltas = [state.paid.get(h, 0) - change.before.get(h, 0) for h in hws]
+        deltas = [state.paid.get(hw, 0) - change.before.get(hw, 0) for hw in hws]
         return EpochRecord(
             epoch=epoch,
             start_h=epoch * self.epoch_h,
@@ -161,13 +174,13 @@ class _Day:
             busiest_rps=float(self.load.epoch_peak(epoch).sum()),
             planned_rps=float(planned.sum()),
             capacity_rps=total.capacity,
-            billed_per_hour=sum(fleet.prices.get(h, 0.0) * c for h, c in state.paid.items()),
+            billed_per_hour=sum(fleet.prices.get(hw, 0.0) * count for hw, count in state.paid.items()),
             packed_per_hour=fleet.billed_per_hour,
             occupancy_per_hour=fleet.occupancy_per_hour,
-            instances={h: c for h, c in sorted(state.paid.items()) if c},
-            scale_changes=sum(1 for d in deltas if d),
-            launched=sum(d for d in deltas if d > 0),
-            terminated=-sum(d for d in deltas if d < 0),
+            instances={hw: count for hw, count in sorted(state.paid.items()) if count},
+            scale_changes=sum(1 for delta in deltas if delta),
+            launched=sum(delta for delta in deltas if delta > 0),
+            terminated=-sum(delta for delta in deltas if delta < 0),
             replanned=change.replanned,
             failed=change.failed,
             offered=total.offered,
@@ -183,24 +196,24 @@ class _Day:
         )
 
     def summary(self, name: str, records: list[EpochRecord]) -> StrategyResult:
-        offered = sum(r.offered for r in records)
-        within = sum(r.within_slo for r in records)
+        offered = sum(record.offered for record in records)
+        within = sum(record.within_slo for record in records)
         return StrategyResult(
             name=name,
             headroom=self.cfg.headroom,
             simulated=self.cfg.simulate,
-            billed_usd=sum(r.billed_per_hour for r in records) * self.epoch_h,
-            occupancy_usd=sum(r.occupancy_per_hour for r in records) * self.epoch_h,
+            billed_usd=sum(record.billed_per_hour for record in records) * self.epoch_h,
+            occupancy_usd=sum(record.occupancy_per_hour for record in records) * self.epoch_h,
             offered=offered,
-            shed=sum(r.shed for r in records),
+            shed=sum(record.shed for record in records),
             within_slo=within,
             slo_attainment=within / offered if offered > 0 else 1.0,
-            scale_changes=sum(r.scale_changes for r in records[1:]),
-            launched=sum(r.launched for r in records[1:]),
-            terminated=sum(r.terminated for r in records[1:]),
-            peak_instances=max((sum(r.instances.values()) for r in records), default=0),
-            plan_s=sum(r.plan_ms for r in records) / 1000,
-            sim_s=sum(r.sim_s for r in records),
+            scale_changes=sum(record.scale_changes for record in records[1:]),
+            launched=sum(record.launched for record in records[1:]),
+            terminated=sum(record.terminated for record in records[1:]),
+            peak_instances=max((sum(record.instances.values()) for record in records), default=0),
+            plan_s=sum(record.plan_ms for record in records) / 1000,
+            sim_s=sum(record.sim_s for record in records),
             epochs=records,
         )
 
@@ -220,11 +233,11 @@ def run_adaptive(
     state = _State()
     hysteresis = Hysteresis(down_epochs=cfg.down_epochs, min_gap_epochs=cfg.min_gap_epochs)
     records: list[EpochRecord] = []
-    for e in range(load.epochs):
-        change = day.plan(state, forecasts[e])
+    for epoch in range(load.epochs):
+        change = day.plan(state, forecasts[epoch])
         assert state.fleet is not None
-        state.paid = hysteresis.desired(state.fleet.counts(), change.before, e)
-        records.append(day.record(e, state, forecasts[e], day.serve(state, e), change))
+        state.paid = hysteresis.desired(state.fleet.counts(), change.before, epoch)
+        records.append(day.record(epoch, state, forecasts[epoch], day.serve(state, epoch), change))
         if progress is not None:
             progress(f"adaptive, headroom {cfg.headroom:g}")
     return day.summary("adaptive", records)
@@ -247,9 +260,9 @@ def run_static(
     assert state.fleet is not None
     state.paid = state.fleet.counts()
     records: list[EpochRecord] = []
-    for e in range(load.epochs):
-        first = change if e == 0 else _Change(dict(state.paid), {}, 0, 0.0)
-        records.append(day.record(e, state, peak, day.serve(state, e), first))
+    for epoch in range(load.epochs):
+        first = change if epoch == 0 else _Change(dict(state.paid), {}, 0, 0.0)
+        records.append(day.record(epoch, state, peak, day.serve(state, epoch), first))
         if progress is not None:
             progress(f"static, headroom {cfg.headroom:g}")
     return day.summary("static", records)
@@ -270,12 +283,12 @@ def run_oracle(
     day = _Day(load, templates, cfg.model_copy(update={"headroom": 0.0}), cache, sims)
     state = _State()
     records: list[EpochRecord] = []
-    for e in range(load.epochs):
-        rates = np.array([quantise_up(float(r), cfg.step) for r in load.epoch_peak(e)])
+    for epoch in range(load.epochs):
+        rates = np.array([quantise_up(float(rate), cfg.step) for rate in load.epoch_peak(epoch)])
         change = day.plan(state, rates)
         assert state.fleet is not None
         state.paid = state.fleet.counts()
-        records.append(day.record(e, state, rates, day.serve(state, e), change))
+        records.append(day.record(epoch, state, rates, day.serve(state, epoch), change))
         if progress is not None:
             progress("oracle")
     return day.summary("oracle", records)
@@ -308,21 +321,21 @@ def run_scenario(
     sims = sims if sims is not None else SimCache()
     values = sorted(set(headrooms)) or [cfg.headroom]
     runs: dict[float, tuple[StrategyResult, StrategyResult]] = {}
-    for h in values:
-        c = cfg.model_copy(update={"headroom": h})
-        adaptive = run_adaptive(load, templates, c, cache=cache, sims=sims, progress=progress)
-        cost_only = c.model_copy(update={"simulate": False})
-        runs[h] = (
+    for headroom in values:
+        settings = cfg.model_copy(update={"headroom": headroom})
+        adaptive = run_adaptive(load, templates, settings, cache=cache, sims=sims, progress=progress)
+        cost_only = settings.model_copy(update={"simulate": False})
+        runs[headroom] = (
             adaptive,
             run_static(load, templates, cost_only, cache=cache, sims=sims, progress=progress),
         )
-    sweep = [_point(h, *runs[h]) for h in values]
-    good = [p for p in sweep if p.slo_attainment >= target]
-    chosen = good[0] if good else max(sweep, key=lambda p: (p.slo_attainment, -p.headroom))
-    c = cfg.model_copy(update={"headroom": chosen.headroom})
+    sweep = [_point(headroom, *runs[headroom]) for headroom in values]
+    good = [point for point in sweep if point.slo_attainment >= target]
+    chosen = good[0] if good else max(sweep, key=lambda point: (point.slo_attainment, -point.headroom))
+    settings = cfg.model_copy(update={"headroom": chosen.headroom})
     adaptive, static = runs[chosen.headroom]
     if cfg.simulate:
-        static = run_static(load, templates, c, cache=cache, sims=sims, progress=progress)
+        static = run_static(load, templates, settings, cache=cache, sims=sims, progress=progress)
     orc = None
     if oracle:
         cost_only = cfg.model_copy(update={"simulate": False})
@@ -330,7 +343,7 @@ def run_scenario(
     total = load.total()
     return ScenarioReport(
         load=load.config,
-        policy=c,
+        policy=settings,
         apps=[
             {
                 "name": n,
@@ -356,9 +369,9 @@ def run_scenario(
     )
 
 
-def _point(h: float, adaptive: StrategyResult, static: StrategyResult) -> SweepPoint:
+def _point(headroom: float, adaptive: StrategyResult, static: StrategyResult) -> SweepPoint:
     return SweepPoint(
-        headroom=h,
+        headroom=headroom,
         adaptive_usd=adaptive.billed_usd,
         static_usd=static.billed_usd,
         saving=1 - adaptive.billed_usd / static.billed_usd if static.billed_usd > 0 else 0.0,
