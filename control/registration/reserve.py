@@ -1,7 +1,7 @@
 """The admission reserve a ``shed_target`` chooses: the smallest of :data:`RESERVE_STEPS` whose plan
 (the feasibility check's) sheds at most the target of Poisson frames at the app's rate in the
 simulator. One rule (:func:`pick_reserve`) wherever a reserve is chosen: the registration, the
-control loop's review (:mod:`control.reserves`) and ``bench/simulator.py --reserve-study``."""
+control loop's review (:mod:`control.reserves`) and ``skinflint bench simulator --reserve-study``."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def pick_reserve(
     evaluate: Callable[[float], tuple[float, _T] | None], target: float
 ) -> tuple[float, float, _T, bool] | None:
     """The reserve search's rule, wherever a reserve is chosen (the registration, the control loop's
-    review, ``bench/simulator.py --reserve-study``): over :data:`RESERVE_STEPS`, smallest first,
+    review, ``skinflint bench simulator --reserve-study``): over :data:`RESERVE_STEPS`, smallest first,
     ``evaluate(reserve)`` gives (shed, what was planned), or None when that reserve cannot be planned
     (nor any larger one: the search stops). Returns (reserve, shed, planned, met): the first whose shed
     is at most ``target``, else the one of least shed (``met`` false); None when none plans."""
