@@ -2,9 +2,11 @@
 
 - :class:`TaskMessage` is the SQS message body (schema version ``v``): one request of one module,
   with its idempotency key, deadline, payload pointer and the batch slot TC dispatch gave it.
-- :class:`Deployment` is what the front and the workers read from the config table: the app's DAG,
-  the plan, the schedule origin and the queue of every machine.
-- :class:`Assignment` tells one worker which module, configuration and queue it serves.
+- :class:`Deployment` is what the front and the workers read of an app in a plan version (the plan
+  store, ``core.adapters.plan_store``): the app's DAG, the plan, the schedule origin and the queue
+  of every machine.
+- :class:`Assignment` tells one worker which module, configuration and queue it serves (the
+  instance agent derives it from a share of its slot: ``workers.shares.assignment_for``).
 - ``Frame*`` / ``ResultOut`` / ``ErrorOut`` are the HTTP API's models.
 
 Times are epoch seconds (floats) on the wire; schedule times are seconds since ``origin_s``.
@@ -94,7 +96,7 @@ SERVICE_CORRECTION_KEY = "service_correction_s"
 
 
 class Assignment(BaseModel):
-    """What one worker process serves: a machine of a module's config group and its queue."""
+    """What one worker serves: a machine of a module's config group and its queue."""
 
     worker_id: str
     app: str
