@@ -27,22 +27,25 @@ _State = tuple[float, float, float, tuple[tuple[Config, int], ...]]  # W, cost, 
 
 
 def _blocks(configs: Sequence[Config]) -> list[list[Config]]:
-    cs = sorted(configs, key=lambda c: c.ratio)
+    """The configurations grouped by throughput-cost ratio, lowest ratio first."""
     out: list[list[Config]] = []
-    for c in cs:
-        if out and abs(out[-1][0].ratio - c.ratio) <= 1e-12 * c.ratio:
-            out[-1].append(c)
+    for config in sorted(configs, key=lambda config: config.ratio):
+        if out and abs(out[-1][0].ratio - config.ratio) <= 1e-12 * config.ratio:
+            out[-1].append(config)
         else:
-            out.append([c])
+            out.append([config])
     return out
 
 
 def _pareto(states: list[_State]) -> list[_State]:
     """Keep states not dominated in (more W, less cost, less worst case)."""
     kept: list[_State] = []
-    for s in sorted(states, key=lambda s: (s[1], -s[0], s[2])):
-        if not any(k[0] >= s[0] - EPS and k[1] <= s[1] + EPS and k[2] <= s[2] + EPS for k in kept):
-            kept.append(s)
+    for state in sorted(states, key=lambda state: (state[1], -state[0], state[2])):
+        if not any(
+            other[0] >= state[0] - EPS and other[1] <= state[1] + EPS and other[2] <= state[2] + EPS
+            for other in kept
+        ):
+            kept.append(state)
     return kept
 
 
@@ -50,7 +53,7 @@ def billed_frontier(
     configs: Sequence[Config], rate: float, lmax: float, cap: float
 ) -> list[Option[ModuleSchedule]]:
     """Every Pareto-optimal (worst case <= lmax, billed cost <= cap) machine mix of one module."""
-    usable = [c for c in configs if c.duration < lmax]
+    usable = [config for config in configs if config.duration < lmax]
     states: list[_State] = [(0.0, 0.0, 0.0, ())]
     done: list[_State] = []
     for block in _blocks(usable):
