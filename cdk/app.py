@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from cdk import constants as C
+from cdk.assets import model_files, stage_packages
 from cdk.config import DeployConfig, InfraConfigError
 
 if TYPE_CHECKING:
@@ -48,9 +49,9 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
     ctx = {**cdk_json_context(), **(context or {})}
     config = deploy_config(context)
 
+    # aws_cdk starts jsii (a Node.js process, seconds): only once the context is known to be deployable
     from aws_cdk import App, Environment, Tags
 
-    from cdk.assets import stage_packages
     from cdk.nag import enable_aws_solutions_checks
     from cdk.stacks import (
         ControlStack,
@@ -158,8 +159,6 @@ def _argv_context(argv: list[str]) -> dict[str, str]:
 
 
 def _models_line(models_dir: Path | None) -> str:
-    from cdk.assets import model_files
-
     if models_dir is None:
         return "models: none shipped (-c models=none): every share runs emulated"
     files = model_files(models_dir)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdk import constants as C
+from profiles.store import PACKAGE_ROOT, LocalStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -59,8 +60,6 @@ def model_files(models_dir: Path) -> list[Path]:
 
 def missing_demo_models(models_dir: Path) -> list[str]:
     """DNN models of the packaged demo apps that ``models_dir`` lacks (their shares run emulated)."""
-    from profiles.store import PACKAGE_ROOT, LocalStore
-
     store = LocalStore(PACKAGE_ROOT)
     have = {p.name.removesuffix(C.MODEL_SUFFIX) for p in model_files(models_dir)}
     wanted = {

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdk import constants as C
+from profiles.store import cache_dir
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -134,8 +135,6 @@ def models_dir(value: Any) -> Path | None:
     if text:
         path = Path(text).expanduser()
     else:
-        from profiles.store import cache_dir
-
         path = cache_dir() / "models"
     if text and path.exists() and not path.is_dir():
         raise InfraConfigError(f"-c models={text}: {path} is not a directory of <model>.onnx files")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aws_cdk import Acknowledgment, Validations
+from cdk_nag import AwsSolutionsChecks
 
 if TYPE_CHECKING:
     from constructs import IConstruct
@@ -21,8 +22,6 @@ def acknowledge(scope: IConstruct, rule: str, reason: str) -> None:
 
 
 def enable_aws_solutions_checks(scope: IConstruct) -> None:
-    from cdk_nag import AwsSolutionsChecks
-
     Validations.of(scope).add_plugins(
         AwsSolutionsChecks(scope, verbose=True, write_suppressions_to_cloud_formation=True)
     )

@@ -26,10 +26,12 @@ import time
 from typing import Any, ClassVar
 
 import gevent
-from gevent.pool import Group
+import requests
+from gevent.pool import Group, Pool
 from locust import HttpUser, events, task
 
 from loadtest.rates import LoadPlan
+from skinflint.local.video import synthetic_frames
 
 __all__ = ["ActdetUser", "CameraUser", "CaptionUser", "FaceUser", "PoseUser", "TrafficUser"]
 
@@ -53,8 +55,6 @@ _STATE = {"stopping": False}
 
 def frames() -> list[bytes]:
     if not _FRAMES:
-        from skinflint.local.video import synthetic_frames
-
         _FRAMES.extend(synthetic_frames(N_FRAMES))
     return _FRAMES
 
@@ -210,8 +210,6 @@ class ActdetUser(CameraUser):
 @events.test_start.add_listener  # type: ignore[untyped-decorator]  # unannotated in locust
 def _read_slos(environment: Any, **_kw: Any) -> None:
     """The deployed apps' SLOs (GET /v1/apps); a missing app or key stops the test with a reason."""
-    import requests
-
     try:
         r = requests.get(
             f"{(environment.host or '').rstrip('/')}/v1/apps", headers={"x-api-key": API_KEY}, timeout=30
@@ -242,9 +240,6 @@ def _collect_after(environment: Any) -> None:
     are over, 8 at a time (a frame not finished yet is read again 1 and 2 s later). The run itself
     then carries no result reads: against moto, whose ``Query`` scans the whole results table,
     reads during the run slow the stack more the longer it runs (docs/loadtest.md)."""
-    import requests
-    from gevent.pool import Pool
-
     session = requests.Session()
     pool = Pool(8)
     host = (environment.host or "").rstrip("/")

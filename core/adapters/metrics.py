@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from core.adapters._aws import AWS_ERRORS
 from core.errors import MetricsError
 
 if TYPE_CHECKING:
@@ -200,8 +201,6 @@ class CloudWatchMetrics(Metrics):
         self.namespace = namespace
 
     def flush(self) -> None:
-        from core.adapters._aws import AWS_ERRORS
-
         stats = self.drain()
         data = [
             {

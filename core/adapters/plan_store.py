@@ -41,11 +41,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.adapters._aws import AWS_ERRORS, error_code
 from core.errors import ConfigError
 from core.schema import Deployment
+from planner.packing import FleetPlan
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from planner.packing import FleetPlan, Instance
+    from planner.packing import Instance
 
 __all__ = [
     "INLINE_LIMIT",
@@ -177,8 +178,6 @@ def _sha(data: bytes) -> str:
 
 
 def _load_fleet(text: str) -> FleetPlan:
-    from planner.packing import FleetPlan
-
     return FleetPlan.model_validate_json(text)
 
 

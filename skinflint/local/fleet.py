@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.adapters._aws import AWS_ERRORS
 from core.errors import ConfigError
+from workers.lifeline import child_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -273,8 +274,6 @@ class ProcessLauncher:
         self.emf = emf  # metrics as EMF lines to <log_dir>/instance-<id>.emf.jsonl, as on EC2 to its log
 
     def __call__(self, instance_id: str, hardware: str, imds_url: str) -> Agent:
-        from workers.lifeline import child_env
-
         log_path = self.log_dir / f"instance-{instance_id}.log"
         argv = [
             sys.executable, "-m", "workers.instance", "--hardware", hardware,

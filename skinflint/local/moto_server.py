@@ -22,6 +22,7 @@ those requests are billed by the request; here they are the load on this server.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import gc
 import io
 import json
@@ -32,8 +33,12 @@ import sys
 import threading
 import time
 from collections import Counter, deque
+from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
+
+from workers.lifeline import SERVER_LINGER_S
+from workers.lifeline import install as install_lifeline
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -253,6 +258,8 @@ def untrack_models() -> None:
     grew by about 110 KB per traffic frame served, 0.6 GB in 15 minutes at 4 frames/s, whatever else
     was deleted. This server never resets and the stack never reads the dashboard's data, so instances
     are created untracked (the lists stay, empty): what the emulated services no longer hold is freed."""
+    # moto (seconds to import) loads in the server process only: the stack and the EMF extractor
+    # import this module for its paths and header names
     from moto.core.common_models import BaseModel
 
     def new(cls: type[Any], *_args: Any, **_kwargs: Any) -> Any:
@@ -263,8 +270,7 @@ def untrack_models() -> None:
 
 def _fast_app() -> tuple[Any, Any]:
     """moto's dispatcher application and request handler with the overheads removed."""
-    from functools import cache
-
+    # moto loads in the server process only (see untrack_models)
     from moto import backends
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -315,7 +321,6 @@ def frozen_full_collections(period_s: float = 10.0) -> threading.Thread:
 
 def _epoch_s(value: Any) -> float | None:
     """Seconds since the epoch of a moto timestamp (a datetime, naive = UTC, or an ISO string)."""
-    import datetime as dt
 
     if isinstance(value, str):
         try:
@@ -397,7 +402,6 @@ def _expire_metrics(before: float) -> tuple[int, int]:
     buckets), so only the list's head is read: up to the first point :data:`_METRIC_DISORDER_S` newer
     than the cutoff. The old ones among those ``n`` are removed with one slice assignment: a put
     meanwhile appends behind them and is kept, a read works on its own copy."""
-    import datetime as dt
 
     from moto.cloudwatch.models import cloudwatch_backends
 
@@ -493,14 +497,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.sweep_s <= 0 or (args.metric_retention_s is not None and args.metric_retention_s <= 0):
         parser.error("--sweep-s and --metric-retention-s must be positive")
-    from workers.lifeline import SERVER_LINGER_S
-    from workers.lifeline import install as install_lifeline
 
     try:
         app, handler = _fast_app()
     except (ImportError, AttributeError) as exc:  # moto's layout changed: its own server, as is
         print(f"moto internals not as expected ({exc}); running moto.server", file=sys.stderr)
-        from moto.server import main as moto_main
+        from moto.server import main as moto_main  # moto: in the server process only
 
         install_lifeline(delay_s=SERVER_LINGER_S)  # the stack died: SIGTERM once the agents drained
         moto_main(["-H", args.host, "-p", str(args.port)])

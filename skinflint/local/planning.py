@@ -21,9 +21,18 @@ children per parent request for a fan-out factor ``f``), children get the capaci
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from control.problems import adjust_profiles, solve_within_caps
+from planner.robust import solve_dispatchable
+from profiles.build import detect_gpu
+from profiles.hardware import cpu_hardware, gpu_hardware
+from profiles.store import cache_dir, default_store, load_problem
+from skinflint.local.video import synthetic_frames
+from workers.runtimes import OnnxRuntime
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,11 +97,6 @@ def calibrate_cpu(
     frame, the threads of the module's batch-1 CPU entry) timed now on this host, p95 of
     :data:`CALIBRATION_RUNS`, over the profile's batch-1 p95. At least 1; modules without an ONNX
     model (pure-CPU stages) or without a batch-1 entry are left out."""
-    import time
-
-    from skinflint.local.video import synthetic_frames
-    from workers.runtimes import OnnxRuntime
-
     frame = synthetic_frames(1)[0]
     out: dict[str, float] = {}
     for name, mod in problem.modules.items():
@@ -151,11 +155,6 @@ def plan_local(
     calibrate: bool = True,
 ) -> LocalPlan:
     """Plan ``app_name`` at ``frame_rate`` for the local stack (see the module doc)."""
-    from control.problems import adjust_profiles, solve_within_caps
-    from profiles.build import detect_gpu
-    from profiles.hardware import cpu_hardware, gpu_hardware
-    from profiles.store import cache_dir, default_store, load_problem
-
     store = default_store()
     catalog = store.load_catalog()
     gpu_here = detect_gpu()
@@ -208,6 +207,4 @@ def plan_local(
 def _default_solve(problem: ProblemSpec, fan_out: dict[tuple[str, str], float]) -> Plan:
     """The dispatch-aware solve: the plan's worst cases are what the time-window dispatch realises
     (schedule bound, bursts of children: at most ``ceil(fan-out)`` per parent request)."""
-    from planner.robust import solve_dispatchable
-
     return solve_dispatchable(problem, fan_out=fan_out, child_headroom=CHILD_HEADROOM)

@@ -19,6 +19,7 @@ only its own child processes (by pid)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -35,18 +36,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.adapters._aws import AWS_ERRORS, error_code
+from core.adapters.config_store import ConfigStore
+from core.adapters.plan_store import PlanStore
+from core.adapters.queues import GONE_CODES
 from core.clients import make_client
 from core.errors import DataPlaneError
 from core.settings import DataPlaneConfig
+from skinflint.local.emf import EmfExtractor, emulation_client
+from skinflint.local.fleet import FleetEmulator, LocalImds, ProcessLauncher, create_groups
+from skinflint.local.moto_server import FREEZE_PATH, METER_PATH
+from skinflint.local.provision import create_base
+from workers.lifeline import child_env, module_argv
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from control.epoch import Controller
-    from core.adapters.plan_store import Manifest, PlanStore
+    from core.adapters.plan_store import Manifest
     from core.schema import Deployment
-    from skinflint.local.emf import EmfExtractor
-    from skinflint.local.fleet import FleetEmulator, LocalImds
     from skinflint.local.planning import LocalPlan
 
 __all__ = ["LocalStack", "StackConfig", "StackError", "StackInfo", "free_port", "registration_doc"]
@@ -213,8 +221,6 @@ class LocalStack:
         """Start a child in its own session (a Ctrl-C reaches only this process, which stops the
         children in order: :meth:`stop`), naming this process its parent: the child stops itself if
         this one dies without stopping it (:mod:`workers.lifeline`)."""
-        from workers.lifeline import child_env
-
         log_path = self.log_dir / f"{name}.log"
         fh = log_path.open("wb")
         proc = subprocess.Popen(
@@ -233,9 +239,6 @@ class LocalStack:
             raise
 
     def _start(self) -> StackInfo:
-        from core.adapters.config_store import ConfigStore
-        from skinflint.local.provision import create_base
-
         t0 = time.time()
         port = free_port()
         cmd = [sys.executable, "-m", "skinflint.local.moto_server", "-H", "127.0.0.1", "-p", str(port)]
@@ -290,10 +293,10 @@ class LocalStack:
         self, cfg: DataPlaneConfig, clients: dict[str, Any], plans: dict[str, LocalPlan]
     ) -> dict[str, str]:
         """Register the apps, create the hardware groups, build the controller."""
+        # the control plane (the planner, numpy) loads when a stack starts: the CLI imports this module
+        # for FAKE_CREDENTIALS alone (skinflint report, apps)
         from control.epoch import ControlConfig
         from control.service import Registrar, build_controller, load_catalog, registry_and_state
-        from core.adapters.plan_store import PlanStore
-        from skinflint.local.fleet import create_groups
 
         ddb, s3 = clients["dynamodb"], clients["s3"]
         catalog = load_catalog(s3, cfg.bucket)
@@ -341,9 +344,6 @@ class LocalStack:
         return groups
 
     def _start_front(self, cfg: DataPlaneConfig) -> None:
-        from skinflint.local.emf import EmfExtractor, emulation_client
-        from workers.lifeline import module_argv
-
         front_port = free_port()
         # the front's and the instances' metrics as EMF lines, extracted into moto as CloudWatch
         # extracts the deployed ones' from their logs (skinflint/local/emf.py)
@@ -369,8 +369,6 @@ class LocalStack:
         _wait_http(f"{self._front_url}/healthz", 60, front, "front", self.log_dir / "front.log")
 
     def _start_fleet(self, cfg: DataPlaneConfig, clients: dict[str, Any], groups: dict[str, str]) -> None:
-        from skinflint.local.fleet import FleetEmulator, LocalImds, ProcessLauncher
-
         c = self.config
         launcher = ProcessLauncher(
             self._env(cfg),
@@ -406,7 +404,7 @@ class LocalStack:
     # -- the control loop ----------------------------------------------------------------------------
     def run_epoch(self, reason: str = "local epoch timer") -> dict[str, Any]:
         """One planning epoch now (what the timer does every ``epoch_s``); returns its summary."""
-        from control.service import handle_event
+        from control.service import handle_event  # the control plane: see _control_plane
 
         assert self.controller is not None
         with self._epoch_lock:
@@ -419,7 +417,7 @@ class LocalStack:
     def check_backlog(self, reason: str = "local backlog timer") -> dict[str, Any]:
         """One backlog check now (what the timer does every ``check_s`` between epochs): activates
         a waiting version whose slots are served, corrects a late queue with an early epoch."""
-        from control.service import BACKLOG_CHECK, handle_event
+        from control.service import BACKLOG_CHECK, handle_event  # the control plane: see _control_plane
 
         assert self.controller is not None
         with self._epoch_lock:
@@ -523,9 +521,6 @@ class LocalStack:
         """Each app's dead-letter queue. It is created with the app's first queues, so an app the first
         epoch made none for has none yet and is left out; any other failure (moto failed or went
         away) is a :class:`StackError` naming the call, which stops the stack."""
-        from core.adapters._aws import AWS_ERRORS, error_code
-        from core.adapters.queues import GONE_CODES
-
         out: dict[str, str] = {}
         for app in self.apps:
             name = f"skinflint-{app}-dlq"
@@ -541,8 +536,6 @@ class LocalStack:
         """:meth:`_overhead` on the stack's clients. Any failure of its calls (moto failed or went away
         during the probe; each call's answer is needed) is a :class:`StackError`: one line, the stack
         stops."""
-        from core.adapters._aws import AWS_ERRORS
-
         try:
             return self._overhead(clients["sqs"], clients["dynamodb"])
         except AWS_ERRORS as exc:
@@ -554,9 +547,7 @@ class LocalStack:
         ``OVERHEAD_PROBES`` (what each module hop adds to a batch's time). A worker forwards a
         batch's children before it writes its results and deletes its messages, so those requests
         are not in the hop; they are made here too (untimed), as a hop's load on the server."""
-        import base64
-
-        from skinflint.local.video import synthetic_frames
+        from skinflint.local.video import synthetic_frames  # numpy, PIL: only when frames are drawn
 
         cfg = DataPlaneConfig()
         body = "x" * (len(base64.b64encode(synthetic_frames(1)[0])) + 600)
@@ -591,8 +582,6 @@ class LocalStack:
         """moto's request counts by service and action since it started
         (:class:`skinflint.local.moto_server.RequestMeter`), or None when it cannot tell (not
         started, or moto's own server is running instead of the metered one)."""
-        from skinflint.local.moto_server import METER_PATH
-
         if self.info is None:
             return None
         try:
@@ -608,8 +597,6 @@ class LocalStack:
         backends' data, tables, models) are then never walked by a collection while frames flow;
         before, the first collection of the stream took 108-136 ms. Best effort (moto's own server
         has no such path)."""
-        from skinflint.local.moto_server import FREEZE_PATH
-
         req = urllib.request.Request(endpoint + FREEZE_PATH, data=b"", method="POST")
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:

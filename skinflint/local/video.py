@@ -6,6 +6,9 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
+import numpy as np
+from PIL import Image, ImageDraw
+
 __all__ = ["synthetic_frames"]
 
 
@@ -27,9 +30,6 @@ class _Person:
 def synthetic_frames(
     n: int, width: int = 320, height: int = 240, seed: int = 7, quality: int = 80
 ) -> list[bytes]:
-    import numpy as np
-    from PIL import Image, ImageDraw
-
     rng = np.random.default_rng(seed)
     # background: sky, grass, a road with lane markings, fixed per video
     bg = Image.new("RGB", (width, height), (120, 170, 220))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from core.adapters.plan_store import Manifest, PlanStore
 from core.errors import ConfigError
 from skinflint.report.cloudwatch import ReportError
 
@@ -57,8 +58,6 @@ def _app_parts(fleet: Any) -> dict[str, float]:
 
 
 def _from_plan_store(ddb: Any, table: str) -> PlanHistory | None:
-    from core.adapters.plan_store import Manifest, PlanStore
-
     store = PlanStore(ddb, table)
     current = store.current()
     if current is None:

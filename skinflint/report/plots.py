@@ -13,6 +13,7 @@ __all__ = ["cost_plot", "latency_cdf_plot", "write_plots"]
 
 
 def _plt() -> Any:
+    # matplotlib (about a second to import) loads only when a report draws its plots
     import matplotlib
 
     matplotlib.use("Agg")
