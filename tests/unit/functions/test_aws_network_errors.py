@@ -25,12 +25,14 @@ from botocore.exceptions import (
 from control.errors import ControlError, RegistrationConflict
 from control.gc import GcConfig, sweep_orphan_queues
 from control.queues import delete_queue, ensure_app_dlq
-from control.registry import AppRecord, AppRegistry, RegistrationSpec
+from control.registration.spec import RegistrationSpec
+from control.registration.store import AppRecord, AppRegistry
 from control.state import ControlState, EpochTaken, StateStore
 from core.adapters._aws import AWS_ERRORS, error_code
 from core.adapters._ddb import to_item
 from core.adapters.autoscaling import AutoScalingError, FleetGroups
 from core.adapters.blobs import BlobStore
+from core.adapters.config_items import ConfigItems
 from core.adapters.config_store import ConfigStore
 from core.adapters.metrics import CloudWatchMetrics, MemoryMetrics
 from core.adapters.outcomes import FrameOutcomes
@@ -230,16 +232,16 @@ CASES: dict[str, tuple[Callable[[Exception], Any], type[Exception]]] = {
         ),
         ResultStoreError,
     ),
-    # the config table: deployments, keys, plan versions, control state, app registry
-    "config.get_deployment": (
-        lambda e: ConfigStore(FakeClient(e), TABLE).get_deployment("traffic"),
+    # the config table: keys, plan versions, control state, app registry
+    "config.api_key_known": (
+        lambda e: ConfigStore(FakeClient(e), TABLE).api_key_known("k"),
         ConfigError,
     ),
     "config.put_api_key": (
         lambda e: ConfigStore(FakeClient(e), TABLE).put_api_key("k", "tests"),
         ConfigError,
     ),
-    "config.list_apps": (lambda e: ConfigStore(FakeClient(e), TABLE).list_apps(), ConfigError),
+    "plans.deployment": (lambda e: PlanStore(FakeClient(e), TABLE).deployment(1, "traffic"), PlanStoreError),
     "plans.current": (lambda e: PlanStore(FakeClient(e), TABLE).current(), PlanStoreError),
     "plans.versions": (lambda e: PlanStore(FakeClient(e), TABLE).versions(), PlanStoreError),
     "plans.publish": (
@@ -280,32 +282,44 @@ CASES: dict[str, tuple[Callable[[Exception], Any], type[Exception]]] = {
         lambda e: PlanStore(FakeClient(e), TABLE).delete_instance("i-1"),
         PlanStoreError,
     ),
-    "state.load": (lambda e: StateStore(FakeClient(e), TABLE).load(), ControlError),
-    "state.save": (lambda e: StateStore(FakeClient(e), TABLE).save(ControlState(epoch=2), 1), ControlError),
+    "state.load": (lambda e: StateStore(ConfigItems(FakeClient(e), TABLE)).load(), ControlError),
+    "state.save": (
+        lambda e: StateStore(ConfigItems(FakeClient(e), TABLE)).save(ControlState(epoch=2), 1),
+        ControlError,
+    ),
     "registry.record": (
-        lambda e: AppRegistry(FakeClient(e), TABLE, FakeClient(e), "b").record("cams"),
+        lambda e: AppRegistry(ConfigItems(FakeClient(e), TABLE), BlobStore(FakeClient(e), "b")).record(
+            "cams"
+        ),
         ControlError,
     ),
     "registry.records": (
-        lambda e: AppRegistry(FakeClient(e), TABLE, FakeClient(e), "b").records(),
+        lambda e: AppRegistry(ConfigItems(FakeClient(e), TABLE), BlobStore(FakeClient(e), "b")).records(),
         ControlError,
     ),
     "registry.spec": (
-        lambda e: AppRegistry(FakeClient(e, record_answers()), TABLE, FakeClient(e), "b").get("cams"),
+        lambda e: AppRegistry(
+            ConfigItems(FakeClient(e, record_answers()), TABLE), BlobStore(FakeClient(e), "b")
+        ).get("cams"),
         ControlError,
     ),
     "registry.put_spec": (
-        lambda e: AppRegistry(FakeClient(e, {"get_item": {}}), TABLE, FakeClient(e), "b").put(SPEC),
+        lambda e: AppRegistry(
+            ConfigItems(FakeClient(e, {"get_item": {}}), TABLE), BlobStore(FakeClient(e), "b")
+        ).put(SPEC),
         ControlError,
     ),
     "registry.put_index": (
         lambda e: AppRegistry(
-            FakeClient(e, {"get_item": {}}), TABLE, FakeClient(e, {"put_object": {}}), "b"
+            ConfigItems(FakeClient(e, {"get_item": {}}), TABLE),
+            BlobStore(FakeClient(e, {"put_object": {}}), "b"),
         ).put(SPEC),
         ControlError,
     ),
     "registry.request_replan": (
-        lambda e: AppRegistry(FakeClient(e), TABLE, FakeClient(e), "b").request_replan("cams"),
+        lambda e: AppRegistry(
+            ConfigItems(FakeClient(e), TABLE), BlobStore(FakeClient(e), "b")
+        ).request_replan("cams"),
         ControlError,
     ),
     # S3
@@ -386,7 +400,7 @@ def test_service_error_codes_still_take_their_branches() -> None:
     moved = FakeClient(service_error("ConditionalCheckFailedException"), claimed_answers())
     assert PlanStore(moved, TABLE).release(3, "i-1") == []
     with pytest.raises(EpochTaken):
-        StateStore(FakeClient(service_error("ConditionalCheckFailedException")), TABLE).save(
+        StateStore(ConfigItems(FakeClient(service_error("ConditionalCheckFailedException")), TABLE)).save(
             ControlState(), 1
         )
     with pytest.raises(StoreError, match="hardware.json not found"):  # missing, not unreachable
