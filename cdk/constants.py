@@ -13,9 +13,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CATALOG_PATH = REPO_ROOT / "profiles" / "hardware.json"  # the hardware catalog (contract data file)
 # Source packages shipped to Lambda and to the workers (copied, never pip-installed). The functions
-# need ``profiles`` for the packaged catalog and the S3 profile store (control/service.py).
+# need ``profiles`` for the packaged catalog and the S3 profile store (control/service.py); the
+# workers ``control`` for the app registry they read (control/registration/store.py).
 LAMBDA_PACKAGES = ("functions", "front", "control", "core", "planner", "profiles")
-WORKER_PACKAGES = ("core", "planner", "workers", "profiles")
+WORKER_PACKAGES = ("core", "control", "planner", "workers", "profiles")
 STAGING_DIR = REPO_ROOT / "build" / "cdk-staging"  # created at synth time; under build/ (git-ignored)
 LAMBDA_DEPS_DIR = REPO_ROOT / "build" / "lambda-deps"  # `python -m cdk.deps lambda` fills python/
 WORKER_WHEELS_DIR = REPO_ROOT / "build" / "worker-wheels"  # `python -m cdk.deps worker` fills it

@@ -31,10 +31,22 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.infra
 
 ROOT = C.REPO_ROOT
-FIRST_PARTY = {"functions", "planner", "profiles", "workers", "skinflint", "loadtest", "bench", "cdk"}
+FIRST_PARTY = {
+    "functions",
+    "front",
+    "control",
+    "core",
+    "planner",
+    "profiles",
+    "workers",
+    "skinflint",
+    "loadtest",
+    "bench",
+    "cdk",
+}
 ENTRY = {
-    "planner": ROOT / "functions" / "planner" / "handler.py",
-    "front": ROOT / "functions" / "front" / "handler.py",
+    "planner": ROOT / "functions" / "planner.py",
+    "front": ROOT / "functions" / "front.py",
     "worker": ROOT / "workers" / "instance.py",
 }
 SERVICES = ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "lambda")
@@ -76,7 +88,7 @@ FRONT_ACTIONS = _OWN_LOGS | {
     "s3:PutObject",  # frames/ (service.py), registry/ (admin registration)
     "s3:GetObject", "s3:ListBucket",  # profile store: catalog and stored profiles
     "lambda:InvokeFunction",  # admin.py starts the planner after a registration
-    # no cloudwatch:PutMetricData: the Lambda front writes its metrics as EMF log lines (handler.py)
+    # no cloudwatch:PutMetricData: the Lambda front writes its metrics as EMF log lines (functions/front.py)
 }  # fmt: skip
 WORKER_ACTIONS = {
     "dynamodb:GetItem", "dynamodb:BatchGetItem",  # plan_store.py reads, registry.py; outcomes.py read-back
@@ -441,14 +453,15 @@ def test_lambda_asset_carries_the_catalog(assembly: Assembly) -> None:
     key = fn["Code"]["S3Key"]
     asset = assembly.outdir / f"asset.{key.removesuffix('.zip')}"
     assert (asset / "profiles" / "hardware.json").is_file()
-    assert (asset / "functions" / "planner" / "handler.py").is_file()
+    assert (asset / "functions" / "planner.py").is_file()
 
 
 # -- metrics -------------------------------------------------------------------------------------------
 def _emitted() -> dict[str, str]:
-    """metric name -> the source text of each ``.put("Name", ...)`` call (functions/, workers/)."""
+    """metric name -> the source text of each ``.put("Name", ...)`` call (the Lambda and worker code)."""
     out: dict[str, str] = {}
-    for path in [*ROOT.joinpath("functions").rglob("*.py"), *ROOT.joinpath("workers").rglob("*.py")]:
+    code = ("functions", "front", "control", "core", "workers")
+    for path in [p for top in code for p in ROOT.joinpath(top).rglob("*.py")]:
         text = path.read_text()
         for m in re.finditer(r"\bput\(\s*\"([A-Za-z]+)\"(?=(.{0,160}))", text, re.S):
             out[m.group(1)] = out.get(m.group(1), "") + m.group(2)
