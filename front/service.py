@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, NoReturn
 from core.adapters.results import FrameRecord
 from core.errors import DataPlaneError
 from core.logs import append_keys
-from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
 
@@ -207,7 +206,6 @@ class FrontService:
         for i, (data, content_type) in enumerate(frames):
             request_id = uuid.uuid4().hex
             append_keys(request_id=request_id)  # the correlation id of the logs from here on
-            append_keys(request_id=request_id)  # the correlation id of the logs from here on
             payload = self._payload(request_id, data, content_type)
             deadline = now + dep.slo_s
             t0 = time.perf_counter()
@@ -271,7 +269,6 @@ class FrontService:
 
     # -- results -----------------------------------------------------------------------------------
     def result(self, request_id: str, wait_s: float = 0.0) -> ResultOut:
-        append_keys(request_id=request_id[:140])
         append_keys(request_id=request_id[:140])
         if not _REQUEST_ID.fullmatch(request_id):
             self.reject(404, "unknown_request", f"no request {request_id[:140]!r}")
