@@ -26,7 +26,6 @@ import time
 from typing import Any, ClassVar
 
 import gevent
-import requests
 from gevent.pool import Group, Pool
 from locust import HttpUser, events, task
 
@@ -210,6 +209,9 @@ class ActdetUser(CameraUser):
 @events.test_start.add_listener  # type: ignore[untyped-decorator]  # unannotated in locust
 def _read_slos(environment: Any, **_kw: Any) -> None:
     """The deployed apps' SLOs (GET /v1/apps); a missing app or key stops the test with a reason."""
+    # requests (ssl) only after locust's gevent monkey-patching: imported before it, ssl recurses
+    import requests
+
     try:
         r = requests.get(
             f"{(environment.host or '').rstrip('/')}/v1/apps", headers={"x-api-key": API_KEY}, timeout=30
@@ -240,6 +242,8 @@ def _collect_after(environment: Any) -> None:
     are over, 8 at a time (a frame not finished yet is read again 1 and 2 s later). The run itself
     then carries no result reads: against moto, whose ``Query`` scans the whole results table,
     reads during the run slow the stack more the longer it runs (docs/loadtest.md)."""
+    import requests  # after locust's monkey-patching, as in _read_slos
+
     session = requests.Session()
     pool = Pool(8)
     host = (environment.host or "").rstrip("/")
