@@ -15,7 +15,7 @@ from planner.fleet import CARRIED_KEY
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from control.registration.spec import RegistrationSpec
+    from control.spec import RegistrationSpec
     from planner.models import ModulePlan, Plan
 
 __all__ = ["AppChange", "app_change", "build_deployment", "changed_apps", "same_module_plan"]

@@ -75,8 +75,8 @@ from planner.scaling import Hysteresis
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from control.registration.spec import RegistrationSpec
     from control.registration.store import AppRecord, AppRegistry
+    from control.spec import RegistrationSpec
     from control.state import StateStore
     from core.adapters.autoscaling import FleetGroups
     from core.adapters.metrics import Metrics

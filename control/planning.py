@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from control.config import ControlConfig
-    from control.registration.spec import RegistrationSpec
     from control.registration.store import AppRecord
+    from control.spec import RegistrationSpec
     from control.state import ControlState
     from core.adapters.autoscaling import GroupState
     from core.adapters.plan_store import Manifest

@@ -12,7 +12,7 @@ from planner.robust import FAN_OUT_KEY
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from control.registration.spec import RegistrationSpec
+    from control.spec import RegistrationSpec
     from planner.models import HardwareSpec, Plan, ProblemSpec
 
 __all__ = [

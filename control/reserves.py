@@ -31,8 +31,8 @@ from control.state import ReserveChoice
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from control.registration.spec import RegistrationSpec
     from control.registration.store import AppRecord
+    from control.spec import RegistrationSpec
     from control.state import ControlState
     from planner.models import HardwareSpec
 

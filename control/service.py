@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
     from control.config import ControlConfig
-    from control.registration.spec import RegistrationSpec
     from control.registration.store import AppRecord
     from control.registration.validate import Registration
+    from control.spec import RegistrationSpec
     from core.settings import DataPlaneConfig
     from planner.models import HardwareSpec, ProfileEntry
 

@@ -93,7 +93,7 @@ class AdminService:
         cache[key] = now + _KEY_TTL_S
 
     def register(self, body: bytes) -> dict[str, Any]:
-        from control.registration.spec import parse_spec_text
+        from control.spec import parse_spec_text
 
         record = self.registrar.register(parse_spec_text(body, "the body"))
         return record.model_dump() | {"planning": "requested"}
@@ -104,8 +104,8 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
     import time
 
     from control.registration.checks import planner_settings
-    from control.registration.spec import profile_lookup
     from control.service import Registrar, load_catalog, profile_store, registry_and_state
+    from control.spec import profile_lookup
     from core.adapters.config_store import ConfigStore
     from core.clients import make_client
 

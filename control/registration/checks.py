@@ -20,7 +20,7 @@ from planner.scaling import forecast_rate
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from control.registration.spec import RegistrationSpec
+    from control.spec import RegistrationSpec
     from planner.models import HardwareSpec, Plan
 
 __all__ = [

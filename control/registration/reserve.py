@@ -16,7 +16,7 @@ from planner.simulator import simulate
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from control.registration.spec import RegistrationSpec
+    from control.spec import RegistrationSpec
     from planner.models import HardwareSpec, Plan
 
 __all__ = [

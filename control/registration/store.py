@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ValidationError
 
 from control.errors import ControlError, RegistrationConflict
-from control.registration.spec import RegistrationSpec, first_problem
+from control.spec import RegistrationSpec, first_problem
 from core.adapters.config_items import ItemConflictError
 from core.errors import BlobError, ConfigError
 from planner.models import Plan

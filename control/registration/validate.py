@@ -1,4 +1,4 @@
-"""Registration of an app spec: parse and check it (:mod:`control.registration.spec`), check that the
+"""Registration of an app spec: parse and check it (:mod:`control.spec`), check that the
 epoch can plan it (:mod:`control.registration.checks`), choose its admission reserve when it gives a
 ``shed_target`` (:mod:`control.registration.reserve`); the result is what the registry stores
 (:mod:`control.registration.store`)."""
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from control.registration.checks import check_hardware_profiles, check_plannable
 from control.registration.reserve import choose_admission_reserve
-from control.registration.spec import RegistrationSpec, parse_spec
+from control.spec import RegistrationSpec, parse_spec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

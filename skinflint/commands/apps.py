@@ -142,8 +142,8 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
     (``SKINFLINT_PLANNER_HEADROOM``, ``SKINFLINT_CHILD_HEADROOM``, ``SKINFLINT_HOP_OVERHEAD_S``), so a
     spec accepted here is one the epoch plans."""
     from control.registration.checks import planner_settings
-    from control.registration.spec import profile_lookup
     from control.service import Registrar, load_catalog, profile_store, registry_and_state
+    from control.spec import profile_lookup
 
     ddb, s3 = _clients(cfg)
     registry, states = registry_and_state(ddb, s3, cfg.config_table, cfg.bucket)
@@ -158,7 +158,7 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
 
 def run_register(args: argparse.Namespace) -> int:
     from control.errors import RegistrationError
-    from control.registration.spec import parse_spec_text
+    from control.spec import parse_spec_text
 
     try:
         text = args.spec.read_text()

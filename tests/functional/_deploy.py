@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from control.deployments import app_change, build_deployment
 from control.queues import create_module_queues, ensure_app_dlq
-from control.registration.spec import RegistrationSpec
+from control.spec import RegistrationSpec
 from planner.packing import FleetPlan, Instance, plan_shares
 from workers.shares import ModelResolver, assignment_for
 

@@ -25,8 +25,8 @@ from botocore.exceptions import (
 from control.errors import ControlError, RegistrationConflict
 from control.gc import GcConfig, sweep_orphan_queues
 from control.queues import delete_queue, ensure_app_dlq
-from control.registration.spec import RegistrationSpec
 from control.registration.store import AppRecord, AppRegistry
+from control.spec import RegistrationSpec
 from control.state import ControlState, EpochTaken, StateStore
 from core.adapters._aws import AWS_ERRORS, error_code
 from core.adapters._ddb import to_item

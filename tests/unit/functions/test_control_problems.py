@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from control.problems import app_problem, max_children
-from control.registration.spec import RegistrationSpec
+from control.spec import RegistrationSpec
 from planner.models import HardwareSpec
 from planner.robust import FAN_OUT_KEY, realise, solve_dispatchable
 

@@ -9,7 +9,7 @@ import pytest
 
 from control.deployments import app_change, same_module_plan
 from control.queues import queue_name
-from control.registration.spec import RegistrationSpec
+from control.spec import RegistrationSpec
 from core.adapters.plan_store import INLINE_LIMIT, AppEntry, Manifest, PlanStore, slot_content
 from core.adapters.rates import RateWindow
 from core.schema import Deployment

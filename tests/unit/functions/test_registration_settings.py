@@ -119,8 +119,8 @@ def test_the_floor_is_planned_with_the_same_headroom_as_any_rate(
     have no spare room and two cameras' frames in one window are shed (``slot_full``) at the floor."""
     from control.planning import planned_rate
     from control.registration.checks import floor_plan_rate
-    from control.registration.spec import RegistrationSpec
     from control.registration.store import AppRecord
+    from control.spec import RegistrationSpec
 
     spec = RegistrationSpec.model_validate({**SPEC, "rate": 20.0, "min_rate": min_rate})
     assert floor_plan_rate(spec, 0.1) == pytest.approx(forecast_rate([spec.floor_rate], headroom=0.1))

@@ -10,9 +10,9 @@ import pytest
 from control import reserves
 from control.errors import RegistrationError
 from control.registration.reserve import ReserveSearch
-from control.registration.spec import RegistrationSpec
 from control.registration.store import AppRecord
 from control.reserves import REVIEW_BAND, effective_specs, review_reserves
+from control.spec import RegistrationSpec
 from control.state import ControlState, ReserveChoice
 
 if TYPE_CHECKING:
