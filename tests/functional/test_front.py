@@ -265,7 +265,7 @@ def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_
 
     from core.adapters.rates import ObservedRates, RateWindow
     from skinflint.local.emf import metric_data
-    from tests.unit.functions.test_emf_metrics import extract
+    from tests.unit.core.test_emf_metrics import extract
 
     for k, v in stack.cfg.to_env().items():
         monkeypatch.setenv(k, v)

@@ -11,7 +11,7 @@ from core.routing import Router
 from core.settings import DataPlaneConfig
 from front.admission import Admission, AdmissionConfig, Admitted, Shed
 from skinflint.local.provision import create_base
-from tests.unit.functions.test_admission import ORIGIN, _dispatch_aware, deployment
+from tests.unit.front.test_admission import ORIGIN, _dispatch_aware, deployment
 
 pytestmark = pytest.mark.functional
 

@@ -25,7 +25,7 @@ from skinflint.cli import main
 from skinflint.commands.apps import aws_errors
 from skinflint.commands.report import build_report
 from skinflint.errors import UsageError
-from tests.unit.functions.test_aws_network_errors import ENDPOINT, FakeClient, service_error
+from tests.unit.core.test_aws_network_errors import ENDPOINT, FakeClient, service_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -12,7 +12,7 @@ from botocore.exceptions import EndpointConnectionError, ParamValidationError, R
 
 from core.adapters._aws import AWS_ERRORS
 from skinflint.local.stack import OVERHEAD_PROBES, LocalStack, StackError
-from tests.unit.functions.test_aws_network_errors import ENDPOINT, FakeClient, service_error
+from tests.unit.core.test_aws_network_errors import ENDPOINT, FakeClient, service_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -53,7 +53,7 @@ from planner.packing import FleetPlan, Instance
 from profiles.errors import StoreError
 from profiles.s3store import S3Store
 from skinflint.report.cloudwatch import CloudWatchReader, ReportError
-from tests.unit.functions.test_queue_sends import message
+from tests.unit.core.test_queue_sends import message
 from workers.lifecycle import AutoScalingCompleter, LifecycleError
 
 if TYPE_CHECKING:
