@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from core.adapters.plan_store import VersionConflict
+from core.adapters.plan_store import VersionConflictError
 
 if TYPE_CHECKING:
     from core.adapters.metrics import Metrics
@@ -100,7 +100,7 @@ def apply_activation(
 ) -> ActivationCheck:
     """Rewrite the pointer as ``decision`` says (a ``deadline`` records the unready slots, ``ready``
     moves ``activate_at`` earlier) and emit the metrics. Never raises a
-    :class:`~core.adapters.plan_store.VersionConflict`: a concurrent publish or check wins (status
+    :class:`~core.adapters.plan_store.VersionConflictError`: a concurrent publish or check wins (status
     ``conflict``)."""
     if decision.status not in ("deadline", "ready"):
         return decision
@@ -132,7 +132,7 @@ def apply_activation(
         at = decision.activate_at
         assert at is not None  # a ready decision says when
         plans.set_activation(cur, at, activation="ready", ready_at=now)
-    except VersionConflict as exc:
+    except VersionConflictError as exc:
         out.status = "conflict"
         log.info("activation of v%d not rewritten: %s", cur.version, exc)
         return out

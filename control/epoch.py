@@ -65,9 +65,9 @@ from control.planning import (
 from control.queues import create_module_queues, ensure_app_dlq
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
-from control.state import ControlState, EpochTaken
+from control.state import ControlState, EpochTakenError
 from core.adapters.autoscaling import AutoScalingError
-from core.adapters.plan_store import VersionConflict
+from core.adapters.plan_store import VersionConflictError
 from core.adapters.rates import RateWindow
 from core.errors import DataPlaneError, MetricsError
 from planner.scaling import Hysteresis
@@ -172,7 +172,7 @@ class Controller:
         state.asg_names = dict(self.config.asg_names)
         try:
             self.states.save(state, expected)
-        except EpochTaken as exc:
+        except EpochTakenError as exc:
             return EpochSummary(status="skipped", epoch=state.epoch, reason=f"{reason}: {exc}")
         summary = EpochSummary(status="unchanged", epoch=state.epoch, reason=reason)
         self._review = None
@@ -236,7 +236,7 @@ class Controller:
         out.timings_ms["read"] = round((time.perf_counter() - t0) * 1e3, 2)
         try:
             self.states.save(state, state.epoch if state.epoch > 0 else None)
-        except EpochTaken:  # an epoch started meanwhile: it plans from fresh data, which supersedes this
+        except EpochTakenError:  # an epoch started meanwhile: it plans from fresh data, which supersedes this
             out.status, out.boosts = "superseded", {}
             return out
         emit_backlog(self.metrics, out)
@@ -249,7 +249,7 @@ class Controller:
     def check_activation(self, current: Manifest | None = None) -> ActivationCheck:
         """Move the current version's activation earlier once its slots are served, or record at
         its deadline which were not (:mod:`control.activation`). Never raises a
-        :class:`~core.adapters.plan_store.VersionConflict`: a concurrent publish or check wins."""
+        :class:`~core.adapters.plan_store.VersionConflictError`: a concurrent publish or check wins."""
         c = self.config
         cur = current if current is not None else self.plans.current()
         if cur is None:
@@ -405,7 +405,7 @@ class Controller:
                     "activate_by": activate_by,
                 },
             )
-        except VersionConflict as exc:
+        except VersionConflictError as exc:
             summary.warnings.append(str(exc))
             raise
         self.registry.clear_replan(requested)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.errors import DataPlaneError
 
-__all__ = ["ControlError", "RegistrationConflict", "RegistrationError"]
+__all__ = ["ControlError", "RegistrationConflictError", "RegistrationError"]
 
 
 class ControlError(DataPlaneError):
@@ -22,5 +22,5 @@ class RegistrationError(ControlError):
         self.name = name
 
 
-class RegistrationConflict(ControlError):
+class RegistrationConflictError(ControlError):
     """Another registration of the same app was stored between this one's read and write."""

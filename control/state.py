@@ -15,12 +15,12 @@ from control.errors import ControlError
 from core.adapters.config_items import ConfigItems, ItemConflictError
 from core.errors import ConfigError
 
-__all__ = ["ControlState", "EpochTaken", "ReserveChoice", "StateStore"]
+__all__ = ["ControlState", "EpochTakenError", "ReserveChoice", "StateStore"]
 
 STATE_KEY = "control#state"
 
 
-class EpochTaken(ControlError):
+class EpochTakenError(ControlError):
     """Another planner wrote the state since it was read (it runs this epoch)."""
 
 
@@ -77,6 +77,6 @@ class StateStore:
         try:
             self._items.put(STATE_KEY, values, if_equal=condition, if_new=expected_epoch is None)
         except ItemConflictError as exc:
-            raise EpochTaken(f"another planner ran epoch {state.epoch}") from exc
+            raise EpochTakenError(f"another planner ran epoch {state.epoch}") from exc
         except ConfigError as exc:
             raise ControlError(f"cannot write the control state: {exc}") from exc

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from core.schema import ErrorOut
-from front.service import Rejection
+from front.errors import RequestRejectedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -82,14 +82,16 @@ class AdminService:
 
     def authenticate(self, key: str | None) -> None:
         if not key:
-            raise Rejection(401, "missing_admin_key", "send the admin key in the x-admin-key header")
+            raise RequestRejectedError(
+                401, "missing_admin_key", "send the admin key in the x-admin-key header"
+            )
         now = self.clock()
         cache = self._keys if self._keys is not None else {}
         self._keys = cache
         if cache.get(key, 0.0) > now:
             return
         if not self.store.admin_key_known(key):
-            raise Rejection(403, "wrong_admin_key", "the admin key is not known")
+            raise RequestRejectedError(403, "wrong_admin_key", "the admin key is not known")
         cache[key] = now + _KEY_TTL_S
 
     def register(self, body: bytes) -> dict[str, Any]:
@@ -163,23 +165,23 @@ def add_admin_routes(app: FastAPI, factory: Callable[[], AdminService]) -> None:
         request: Request, x_admin_key: Annotated[str | None, Header()] = None
     ) -> JSONResponse:
         """Register an app (or a new revision of it) and ask the planner to plan it."""
-        from control.errors import RegistrationConflict, RegistrationError
+        from control.errors import RegistrationConflictError, RegistrationError
 
         svc = admin()
         await run_in_threadpool(svc.authenticate, x_admin_key)
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > MAX_SPEC_BYTES:
-            raise Rejection(413, "too_large", f"an app spec is limited to {MAX_SPEC_BYTES} bytes")
+            raise RequestRejectedError(413, "too_large", f"an app spec is limited to {MAX_SPEC_BYTES} bytes")
         body = await request.body()
         if len(body) > MAX_SPEC_BYTES:
-            raise Rejection(413, "too_large", f"an app spec is limited to {MAX_SPEC_BYTES} bytes")
+            raise RequestRejectedError(413, "too_large", f"an app spec is limited to {MAX_SPEC_BYTES} bytes")
         if not body:
-            raise Rejection(400, "empty_body", "send the app spec as the body")
+            raise RequestRejectedError(400, "empty_body", "send the app spec as the body")
         try:
             out = await run_in_threadpool(svc.register, body)
         except RegistrationError as exc:
             content = {"error": "invalid_app", "reason": str(exc), "problems": exc.problems}
             return JSONResponse(status_code=400, content=content)
-        except RegistrationConflict as exc:
+        except RegistrationConflictError as exc:
             return JSONResponse(status_code=409, content={"error": "conflict", "reason": str(exc)})
         return JSONResponse(status_code=201, content=out)

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from core.errors import DataPlaneError
 from core.schema import ErrorOut, FramesAccepted, FramesIn, ResultOut
 from front.admin import AdminService, add_admin_routes, admin_from_config
-from front.service import FrontService, Rejection
+from front.errors import RequestRejectedError
+from front.service import FrontService
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -87,8 +88,8 @@ def create_app(
     app.state.service_holder = holder
     _meter_requests(app)
 
-    @app.exception_handler(Rejection)
-    async def _rejected(_: Request, exc: Rejection) -> JSONResponse:
+    @app.exception_handler(RequestRejectedError)
+    async def _rejected(_: Request, exc: RequestRejectedError) -> JSONResponse:
         content: dict[str, object] = {"error": exc.error, "reason": exc.reason}
         headers = None
         if exc.retry_after_s is not None:

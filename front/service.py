@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 from core.adapters.results import FrameRecord
-from core.errors import DataPlaneError
 from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
+from front.errors import RequestRejectedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from core.settings import DataPlaneConfig
     from front.admission import Admission
 
-__all__ = ["FrontService", "Rejection"]
+__all__ = ["FrontService"]
 
 IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}
 _KEY_TTL_S = 10.0  # s an API key found known is trusted without reading it again
@@ -44,19 +44,9 @@ _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 log = logging.getLogger("skinflint.front")
 
 
-class Rejection(DataPlaneError):
-    """A request the front refuses: HTTP ``status``, a short ``error`` code and a ``reason``."""
-
-    def __init__(self, status: int, error: str, reason: str, retry_after_s: float | None = None):
-        super().__init__(reason)
-        self.status = status
-        self.error = error
-        self.reason = reason
-        self.retry_after_s = retry_after_s  # load shedding (429/503): when a retry may succeed
-
-
 def check_image(data: bytes, content_type: str) -> None:
-    """Decode the image fully (a truncated JPEG passes a header check); raise :class:`Rejection`."""
+    """Decode the image fully (a truncated JPEG passes a header check); raise
+    :class:`~front.errors.RequestRejectedError`."""
     from io import BytesIO
 
     from PIL import Image, UnidentifiedImageError
@@ -66,11 +56,13 @@ def check_image(data: bytes, content_type: str) -> None:
             fmt = img.format
             img.load()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise Rejection(
+        raise RequestRejectedError(
             422, "undecodable_image", f"the body is not a decodable {content_type}: {exc}"
         ) from exc
     if fmt != IMAGE_TYPES[content_type]:
-        raise Rejection(422, "undecodable_image", f"content type says {content_type} but the image is {fmt}")
+        raise RequestRejectedError(
+            422, "undecodable_image", f"content type says {content_type} but the image is {fmt}"
+        )
 
 
 @dataclass
@@ -179,7 +171,7 @@ class FrontService:
 
     def reject(self, status: int, error: str, reason: str) -> NoReturn:
         self.metrics.put("FrontRejected", 1, Reason=error)
-        raise Rejection(status, error, reason)
+        raise RequestRejectedError(status, error, reason)
 
     # -- frames ------------------------------------------------------------------------------------
     def accept(self, app: str, frames: list[tuple[bytes, str]], api_key: str | None = None) -> FramesAccepted:
@@ -195,7 +187,7 @@ class FrontService:
                 )
             try:
                 check_image(data, content_type)
-            except Rejection as rej:
+            except RequestRejectedError as rej:
                 self.reject(rej.status, rej.error, rej.reason)
         now = self.clock()
         dep = router.deployment
@@ -251,7 +243,9 @@ class FrontService:
         self.metrics.put("AdmissionMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
         if isinstance(decision, Shed):
             self.metrics.put("FrontRejected", n, App=app, Reason=decision.error)
-            raise Rejection(decision.status, decision.error, decision.reason, decision.retry_after_s)
+            raise RequestRejectedError(
+                decision.status, decision.error, decision.reason, decision.retry_after_s
+            )
         if decision.spilled:
             self.metrics.put("SlotSpills", decision.spilled, App=app)
         if decision.shared_errors:

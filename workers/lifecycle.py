@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from core.adapters._aws import AWS_ERRORS
+from workers.errors import WorkerError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,7 +58,7 @@ SPOT_ACTION_PATH = "spot/instance-action"
 Reason = Literal["sigterm", "scale-in", "spot"]
 
 
-class LifecycleError(Exception):
+class LifecycleError(WorkerError):
     """IMDS or the Auto Scaling API could not be reached or answered something unexpected."""
 
 

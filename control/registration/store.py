@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
 
-from control.errors import ControlError, RegistrationConflict
+from control.errors import ControlError, RegistrationConflictError
 from control.spec import RegistrationSpec, first_problem
 from core.adapters.config_items import ItemConflictError
 from core.errors import BlobError, ConfigError
@@ -98,7 +98,7 @@ class AppRegistry:
             )
         except ItemConflictError as exc:
             why = f"app {spec.name!r} was registered concurrently; try again"
-            raise RegistrationConflict(why) from exc
+            raise RegistrationConflictError(why) from exc
         except ConfigError as exc:
             raise ControlError(f"cannot index app {spec.name!r}: {exc}") from exc
         return record

@@ -8,7 +8,7 @@ A *version* is a set of immutable items, all written with ``attribute_not_exists
     plan#v00000007#claim#<slot>      which instance holds a slot (conditional write: one holder)
 
 then the *pointer* ``plan#current`` is flipped with a conditional write on the version the writer
-read (:class:`VersionConflict` when another writer won). The pointer carries the manifest; its
+read (:class:`VersionConflictError` when another writer won). The pointer carries the manifest; its
 ``previous`` is the version the front was serving when the new one was published (not a version
 published earlier that never activated). The one thing that changes after publishing is the
 activation time: :meth:`PlanStore.set_activation` moves ``activate_at`` earlier once the version's
@@ -56,7 +56,7 @@ __all__ = [
     "Manifest",
     "PlanStore",
     "PlanStoreError",
-    "VersionConflict",
+    "VersionConflictError",
     "slot_content",
 ]
 
@@ -71,7 +71,7 @@ class PlanStoreError(ConfigError):
     """A plan-store item is missing, corrupt (checksum) or a DynamoDB call failed."""
 
 
-class VersionConflict(PlanStoreError):
+class VersionConflictError(PlanStoreError):
     """Another writer flipped the pointer first: ``expected`` was read, ``actual`` is current."""
 
     def __init__(self, expected: int | None, actual: int | None):
@@ -367,12 +367,12 @@ class PlanStore:
         (None: no version yet). Every Deployment is stamped with the version. The new version's
         ``previous`` is the version the front serves at ``created_at``: ``expected`` once it has
         activated, else ``expected``'s own ``previous`` (a version superseded before it activated is
-        never served). Raises :class:`VersionConflict` when another writer flipped first; this
+        never served). Raises :class:`VersionConflictError` when another writer flipped first; this
         version's items are then deleted (best effort; GC removes what is left)."""
         current = self.current()
         actual = current.version if current else None
         if actual != expected:
-            raise VersionConflict(expected, actual)
+            raise VersionConflictError(expected, actual)
         created = time.time() if created_at is None else created_at
         previous = current.serving(created) if current is not None else None
         v = version if version is not None else self.reserve_version()
@@ -431,13 +431,13 @@ class PlanStore:
                 self.delete_version(version)
             except PlanStoreError:
                 pass  # GC removes the orphan later
-            raise VersionConflict(expected, now.version if now else None) from exc
+            raise VersionConflictError(expected, now.version if now else None) from exc
 
     def set_activation(self, expected: Manifest, activate_at: float, **fields: Any) -> Manifest:
         """Rewrite the current version's activation: ``activate_at`` (never later than the one
         read) and the activation record (``activation``, ``ready_at``, ``unready``). Conditional on
         the pointer still holding exactly the manifest ``expected`` (same version, same activation):
-        :class:`VersionConflict` when another version was published or another check rewrote it
+        :class:`VersionConflictError` when another version was published or another check rewrote it
         first. Only the pointer's manifest and the version's manifest item change; the version's
         deployments and fleet (what readers dispatch on) do not, so the flip stays atomic."""
         if activate_at > expected.activate_at:
@@ -449,10 +449,10 @@ class PlanStore:
         item = self._get(POINTER)
         actual = int(item["version"]["N"]) if item is not None else None
         if item is None or actual != expected.version:
-            raise VersionConflict(expected.version, actual)
+            raise VersionConflictError(expected.version, actual)
         raw = str(item["doc"]["S"])
         if Manifest.model_validate_json(raw) != expected:
-            raise VersionConflict(expected.version, expected.version)  # another check rewrote it
+            raise VersionConflictError(expected.version, expected.version)  # another check rewrote it
         updated = expected.model_copy(update={"activate_at": activate_at, **fields})
         doc = updated.model_dump_json()
         try:
@@ -466,7 +466,7 @@ class PlanStore:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise PlanStoreError(f"cannot rewrite the plan pointer: {exc}", key=POINTER) from exc
             now = self.current()
-            raise VersionConflict(expected.version, now.version if now else None) from exc
+            raise VersionConflictError(expected.version, now.version if now else None) from exc
         self._rewrite_manifest_item(expected.version, doc)
         return updated
 

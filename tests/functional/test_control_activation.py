@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from control.service import BACKLOG_CHECK, handle_event
-from core.adapters.plan_store import VersionConflict
+from core.adapters.plan_store import VersionConflictError
 from tests.functional.test_control_epoch import SPEC, clients, env, serve_every_slot  # noqa: F401
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def test_a_new_version_activates_once_every_slot_is_served(env: Env) -> None:
     assert stored is not None and stored.activate_at == pytest.approx(t_pub + LEAD)
     assert env.metrics.values("ActivationSeconds") == [pytest.approx(LEAD)]
     # the rewrite is conditional on the manifest read: a stale check loses, a later check is a no-op
-    with pytest.raises(VersionConflict):
+    with pytest.raises(VersionConflictError):
         env.ctl.plans.set_activation(m2, t_pub + 5)
     assert env.ctl.check_activation().status == "active"
     assert env.ctl.plans.current() == cur

@@ -12,7 +12,7 @@ from core.adapters.plan_store import (
     InstanceStatus,
     PlanStore,
     PlanStoreError,
-    VersionConflict,
+    VersionConflictError,
     slot_content,
 )
 from core.schema import Deployment
@@ -112,11 +112,11 @@ def test_stale_writer_gets_version_conflict_and_leaves_nothing(ddb: Any) -> None
     m1 = publish(store, 1.0, None)
     publish(store, 2.0, m1.version)
     before = table_keys(ddb)
-    with pytest.raises(VersionConflict) as err:
+    with pytest.raises(VersionConflictError) as err:
         publish(store, 3.0, m1.version)
     assert err.value.expected == m1.version and err.value.actual == m1.version + 1
     assert table_keys(ddb) == before
-    with pytest.raises(VersionConflict):
+    with pytest.raises(VersionConflictError):
         publish(store, 3.0, None)  # a second "first" writer
 
 
@@ -133,7 +133,7 @@ def test_two_writers_racing_on_one_expected_version_one_wins(ddb: Any) -> None:
 
     store_a._flip = late_flip  # type: ignore[method-assign]
     # WHEN A flips THEN A loses, B's version is current and A's items are gone
-    with pytest.raises(VersionConflict):
+    with pytest.raises(VersionConflictError):
         publish(store_a, 2.0, m1.version)
     cur = store.current()
     assert cur is not None and cur.previous == m1.version

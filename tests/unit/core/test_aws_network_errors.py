@@ -22,12 +22,12 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from control.errors import ControlError, RegistrationConflict
+from control.errors import ControlError, RegistrationConflictError
 from control.gc import GcConfig, sweep_orphan_queues
 from control.queues import delete_queue, ensure_app_dlq
 from control.registration.store import AppRecord, AppRegistry
 from control.spec import RegistrationSpec
-from control.state import ControlState, EpochTaken, StateStore
+from control.state import ControlState, EpochTakenError, StateStore
 from core.adapters._aws import AWS_ERRORS, error_code
 from core.adapters._ddb import to_item
 from core.adapters.autoscaling import AutoScalingError, FleetGroups
@@ -42,7 +42,7 @@ from core.adapters.plan_store import (
     Manifest,
     PlanStore,
     PlanStoreError,
-    VersionConflict,
+    VersionConflictError,
 )
 from core.adapters.queues import TaskQueues, queue_gone
 from core.adapters.rates import ObservedRates, RateWindow
@@ -366,7 +366,9 @@ def test_a_network_failure_becomes_the_adapters_own_error(
     err = raised.value
     assert ENDPOINT in str(err), str(err)  # the reason names the endpoint that could not be reached
     assert not isinstance(err, AWS_ERRORS)  # wrapped, not the raw botocore error
-    assert not isinstance(err, VersionConflict | EpochTaken | RegistrationConflict)  # no code branch taken
+    assert not isinstance(
+        err, VersionConflictError | EpochTakenError | RegistrationConflictError
+    )  # no code branch taken
     cause = err.__cause__
     while cause is not None and cause is not error:
         cause = cause.__cause__  # a profile-store error inside a control error, ...
@@ -399,7 +401,7 @@ def test_service_error_codes_still_take_their_branches() -> None:
     assert PlanStore(taken, TABLE).claim(3, "i-2", "t4") is None  # another instance won the slot
     moved = FakeClient(service_error("ConditionalCheckFailedException"), claimed_answers())
     assert PlanStore(moved, TABLE).release(3, "i-1") == []
-    with pytest.raises(EpochTaken):
+    with pytest.raises(EpochTakenError):
         StateStore(ConfigItems(FakeClient(service_error("ConditionalCheckFailedException")), TABLE)).save(
             ControlState(), 1
         )
