@@ -308,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
 
     from core.errors import DataPlaneError
     from skinflint.commands.up import _log_to_stderr
+    from skinflint.local.stack import StackError
     from skinflint.local.summary import aws_request_figures, summarise, task_rows
     from skinflint.local.video import synthetic_frames
 
@@ -322,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             info = stack.start()
-        except DataPlaneError as exc:
+        except (DataPlaneError, StackError) as exc:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         lp = info.plans[args.app]
         log(f"streaming {n} frames at {args.rate:g} frames/s to {info.url}")

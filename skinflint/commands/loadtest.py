@@ -371,6 +371,7 @@ def _run_local(
 ) -> tuple[int, dict[str, Path], str, dict[str, Any] | None]:
     from core.errors import DataPlaneError
     from skinflint.commands.up import DEFAULT_EPOCH_S, _log_to_stderr, make_stack, stack_retention
+    from skinflint.local.stack import StackError
 
     log = _log_to_stderr(args.json)
     retention = stack_retention(args.retention, plan.duration_s + plan.drain_s)
@@ -387,7 +388,7 @@ def _run_local(
     try:
         try:
             info = stack.start()
-        except DataPlaneError as exc:
+        except (DataPlaneError, StackError) as exc:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         log(f"{plan.shape} load: {plan.rate:g} frames/s per app (plan: {plan_rate:g}), {plan.duration_s:g} s")
         t0 = time.time()

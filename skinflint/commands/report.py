@@ -116,7 +116,7 @@ def build_report(
     from core.errors import DataPlaneError
     from core.settings import DataPlaneConfig
     from skinflint.local.stack import FAKE_CREDENTIALS
-    from skinflint.report import collect_report
+    from skinflint.report import ReportError, collect_report
 
     try:
         base = DataPlaneConfig.from_env()
@@ -137,7 +137,7 @@ def build_report(
     else:
         period_s = LOCAL_PERIOD_S if cfg.endpoint_url else CLOUDWATCH_PERIOD_S
     # a failure of AWS, as the adapters wrap it or raw; a ParamValidationError is a bug of ours: it propagates
-    failures: tuple[type[Exception], ...] = (DataPlaneError, *AWS_ERRORS)
+    failures: tuple[type[Exception], ...] = (DataPlaneError, ReportError, *AWS_ERRORS)
     try:
         report = collect_report(
             make_client("cloudwatch", cfg),

@@ -181,6 +181,7 @@ def ready_line(info: StackInfo, as_json: bool) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from core.errors import DataPlaneError
+    from skinflint.local.stack import StackError
 
     apps = args.apps or [DEFAULT_APP]
     retention = stack_retention(args.retention)
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             info = stack.start()
-        except DataPlaneError as exc:
+        except (DataPlaneError, StackError) as exc:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         print(ready_line(info, args.json), flush=True)
         while not stop.wait(1.0):

@@ -41,8 +41,8 @@ from core.adapters.config_store import ConfigStore
 from core.adapters.plan_store import PlanStore
 from core.adapters.queues import GONE_CODES
 from core.clients import make_client
-from core.errors import DataPlaneError
 from core.settings import DataPlaneConfig
+from skinflint.errors import SkinflintError
 from skinflint.local.emf import EmfExtractor, emulation_client
 from skinflint.local.fleet import FleetEmulator, LocalImds, ProcessLauncher, create_groups
 from skinflint.local.moto_server import FREEZE_PATH, METER_PATH
@@ -68,7 +68,7 @@ FAKE_CREDENTIALS = {
 }
 
 
-class StackError(DataPlaneError):
+class StackError(SkinflintError):
     """A process of the local stack did not start or died; ``log`` names its log file."""
 
     def __init__(self, message: str, log: str = ""):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.adapters._aws import AWS_ERRORS
-from core.errors import DataPlaneError
+from skinflint.errors import SkinflintError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -20,7 +20,7 @@ __all__ = ["CloudWatchReader", "ReportError", "Series", "SeriesRequest"]
 _MAX_QUERIES = 500  # GetMetricData's limit per call
 
 
-class ReportError(DataPlaneError):
+class ReportError(SkinflintError):
     """CloudWatch or the config table could not be read for the report."""
 
 
