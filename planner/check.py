@@ -17,11 +17,11 @@ def _module_latency(machines: list[tuple[float, ProfileEntry, int, float]], mode
     for r, e, _, f in machines:
         if model == "tc":
             w = sum(m2 * f2 for r2, _, m2, f2 in machines if r2 <= r * (1 + 1e-12))
-            lat = e.duration_s + e.batch / w
+            lat = e.duration_s + e.overhead_s + e.batch / w
         elif model == "rr":
-            lat = e.duration_s + e.batch / f if f > 0 else 0.0
+            lat = e.duration_s + e.overhead_s + e.batch / f if f > 0 else 0.0
         else:
-            lat = e.duration_s + e.batch / e.throughput
+            lat = e.duration_s + e.overhead_s + e.batch / e.throughput
         worst = max(worst, lat)
     return worst
 

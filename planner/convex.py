@@ -1,7 +1,9 @@
 """Exact continuous latency split for the occupancy objective, one configuration per module fixed.
 
-With config k fixed, module m's occupancy cost at latency budget l is max(T/r, b/(r (l - d))):
-dummy load tops the rate up to b / (l - d) when the budget is tight. With x = l - d the problem is
+With config k fixed, module m's occupancy cost at latency budget l is max(T/r, b/(r (l - d))), d here
+the configuration's latency floor (device time plus its latency-only overhead, d + o: see
+:mod:`planner.latency`): dummy load tops the rate up to b / (l - d) when the budget is tight. With
+x = l - d the problem is
 
     minimise  sum_m beta_m / min(x_m, u_m)     (beta = b / r, u = b / T)
     s.t.      sum_{m in P} x_m <= S_P  for every root-to-leaf path P   (S_P = SLO - sum d)
@@ -226,7 +228,7 @@ def split_convex(
     paths: Sequence[Sequence[int]],
     room: Sequence[float],
 ) -> list[float] | None:
-    """Optimal x (latency above duration) per module; ``room[p]`` = S_P. None if a path has no room."""
+    """Optimal x (latency above the floor d + o) per module; ``room[p]`` = S_P. None if a path has no room."""
     if any(r <= 0 for r in room):
         return None
     n = len(beta)

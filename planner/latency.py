@@ -6,6 +6,12 @@
 - ``rr``: round-robin dispatch of single requests; a machine collects its own batch at its own rate f,
   so its worst case is d + b / f (2d for a full machine with concurrency 1) — Nexus, InferLine, Clipper.
 - ``dt``: batches assumed collected at the machine's throughput, d + b / t — Scrooge.
+
+Device time and latency-only overhead: a configuration's duration d is device time (what occupies the
+machine, so throughput is c b / d); its overhead o (the hop that delivers the module's requests: queue
+send, delivery, receive, which the worker overlaps with the device) is latency only. Every worst case
+above is the formula plus o (e.g. TC: d + o + b / w); no throughput counts o. With o = 0 (every
+profile that does not set ``overhead_s``) the models are the papers'.
 """
 
 from __future__ import annotations
@@ -36,29 +42,33 @@ EPS = 1e-9  # tolerance on latencies (s) and rates (req/s) in feasibility checks
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """One way to run a module on one machine: hardware, batch b, concurrency c, duration d (s),
-    price p ($/h). Throughput t = c b / d (req/s); throughput-cost ratio r = t / p."""
+    """One way to run a module on one machine: hardware, batch b, concurrency c, duration d (s, device
+    time), price p ($/h) and latency-only overhead o (s). Throughput t = c b / d (req/s, device time
+    only); throughput-cost ratio r = t / p; ``floor`` d + o is the latency no worst case goes below."""
 
     hardware: str
     batch: int
     concurrency: int
     duration: float
     price: float
+    overhead: float = 0.0
     throughput: float = field(init=False, compare=False, repr=False)
     ratio: float = field(init=False, compare=False, repr=False)
+    floor: float = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         t = self.concurrency * self.batch / self.duration
         object.__setattr__(self, "throughput", t)
         object.__setattr__(self, "ratio", t / self.price)
+        object.__setattr__(self, "floor", self.duration + self.overhead)
 
     def tc_latency(self, w: float) -> float:
-        """Theorem 1: d + b / w (w = remaining workload seen by this machine)."""
-        return self.duration + self.batch / w if w > 0 else float("inf")
+        """Theorem 1 plus the overhead: d + o + b / w (w = remaining workload seen by this machine)."""
+        return self.floor + self.batch / w if w > 0 else float("inf")
 
     def min_rate(self, budget: float) -> float:
-        """Smallest remaining workload w with d + b / w <= budget (inf if d >= budget)."""
-        gap = budget - self.duration
+        """Smallest remaining workload w with d + o + b / w <= budget (inf if d + o >= budget)."""
+        gap = budget - self.floor
         return self.batch / gap if gap > EPS else float("inf")
 
     def label(self) -> str:
@@ -83,10 +93,11 @@ def configs_for(profile: Iterable[ProfileEntry], hardware: dict[str, HardwareSpe
     seen: dict[tuple[str, int, int], Config] = {}
     for e in profile:
         key = (e.hardware, e.batch, e.concurrency)
-        cfg = Config(e.hardware, e.batch, e.concurrency, e.duration_s, hardware[e.hardware].price_per_hour)
-        if key not in seen or cfg.duration < seen[key].duration:
+        price = hardware[e.hardware].price_per_hour
+        cfg = Config(e.hardware, e.batch, e.concurrency, e.duration_s, price, e.overhead_s)
+        if key not in seen or (cfg.duration, cfg.overhead) < (seen[key].duration, seen[key].overhead):
             seen[key] = cfg
-    return sorted(seen.values(), key=lambda c: (-c.ratio, c.duration, c.price))
+    return sorted(seen.values(), key=lambda c: (-c.ratio, c.floor, c.price))
 
 
 def group_latencies(groups: Sequence[Group], model: LatencyModel = "tc") -> list[float]:
@@ -99,8 +110,8 @@ def group_latencies(groups: Sequence[Group], model: LatencyModel = "tc") -> list
             out.append(g.config.tc_latency(w))
         return out
     if model == "rr":
-        return [g.config.duration + g.config.batch / g.rate if g.rate > 0 else 0.0 for g in groups]
-    return [g.config.duration + g.config.batch / g.config.throughput for g in groups]
+        return [g.config.floor + g.config.batch / g.rate if g.rate > 0 else 0.0 for g in groups]
+    return [g.config.floor + g.config.batch / g.config.throughput for g in groups]
 
 
 def worst_case(groups: Sequence[Group], model: LatencyModel = "tc") -> float:

@@ -39,14 +39,24 @@ class HardwareSpec(_Open):
     instance_type: str | None = None
 
 
+def _zero(value: float) -> bool:
+    return value == 0
+
+
 class ProfileEntry(_Open):
     """One measured (or derived) configuration of a module: ``concurrency`` copies of the model each
-    run a batch of ``batch`` requests in ``duration_s`` seconds on one machine of ``hardware``."""
+    run a batch of ``batch`` requests in ``duration_s`` seconds on one machine of ``hardware``.
+
+    ``duration_s`` is device time: what occupies the machine, so it sets the throughput. ``overhead_s``
+    is latency only (the hop that delivers the module's requests: queue send, delivery, receive, which
+    the worker overlaps with the device): it adds to every worst case and to no throughput. It is
+    written out only when non-zero, so problems without it read and write as before."""
 
     hardware: str
     batch: int = Field(ge=1)
     concurrency: int = Field(default=1, ge=1)
     duration_s: float = Field(gt=0)
+    overhead_s: float = Field(default=0.0, ge=0, exclude_if=_zero)
 
     @property
     def throughput(self) -> float:
@@ -152,7 +162,9 @@ class ProblemSpec(_Open):
 
 class MachineGroup(_Open):
     """``machines`` machines running one configuration, each at ``rate_per_machine`` req/s
-    (dummy load included). Groups are listed in throughput-cost dispatch order."""
+    (dummy load included). Groups are listed in throughput-cost dispatch order. ``duration_s`` is the
+    configuration's device time per batch, ``overhead_s`` its latency-only overhead (written out only
+    when non-zero): a worst case is ``duration_s + overhead_s`` + the batch's collection time."""
 
     hardware: str
     batch: int = Field(ge=1)
@@ -160,6 +172,7 @@ class MachineGroup(_Open):
     machines: int = Field(ge=1)
     rate_per_machine: float = Field(ge=0)
     duration_s: float = Field(default=0.0, ge=0)
+    overhead_s: float = Field(default=0.0, ge=0, exclude_if=_zero)
 
 
 class ModulePlan(_Open):

@@ -72,8 +72,8 @@ def _get_wcl(c: Config, rw: float, model: LatencyModel) -> float:
     if model == "tc":
         return c.tc_latency(rw)
     if model == "rr":
-        return c.duration + c.batch / min(rw, c.throughput)
-    return c.duration + c.batch / c.throughput
+        return c.floor + c.batch / min(rw, c.throughput)
+    return c.floor + c.batch / c.throughput
 
 
 def algorithm1(
@@ -236,14 +236,16 @@ def occupancy_optimal(configs: Sequence[Config], rate: float, budget: float) -> 
     return _schedule([Group(c, n, w / n)], rate, "tc")
 
 
-#: One configuration as the billed search reads it: (duration, batch, throughput, price, r, p / t,
+#: One configuration as the billed search reads it: (latency floor d + o, batch, throughput, price, r, p / t,
 #: 1e-6 (t + 1), the rounding allowance of its Theorem-1 rate in the bound's lines).
 _Row = tuple[float, int, float, float, float, float, float]
 
 
 class BilledConfigs:
     """A module's configurations prepared for :func:`billed_optimal`: in its search order (ascending r,
-    then descending d) with the per-configuration constants every search reads.
+    then descending floor d + o, which is d without overhead) with the per-configuration constants every
+    search reads. Wherever this search reads "d" it means the latency floor d + o (a worst case is
+    d + o + b / w); throughput is c b / d.
 
     The order does not depend on the budget: the search sorts the configurations with ``d < L`` and a
     stable sort of a subset is the subset of the stable sort, so each search filters this order. The
@@ -252,13 +254,13 @@ class BilledConfigs:
     module many times (the staircase and reassignment of :mod:`planner.solve`, the rounds sharing a
     :class:`~planner.solve.BilledCache`) prepares it once."""
 
-    __slots__ = ("configs", "durations", "rows", "subsets")
+    __slots__ = ("configs", "floors", "rows", "subsets")
 
     def __init__(self, configs: Iterable[Config]):
-        self.configs: tuple[Config, ...] = tuple(sorted(configs, key=lambda c: (c.ratio, -c.duration)))
+        self.configs: tuple[Config, ...] = tuple(sorted(configs, key=lambda c: (c.ratio, -c.floor)))
         self.rows: tuple[_Row, ...] = tuple(
             (
-                c.duration,
+                c.floor,
                 c.batch,
                 c.throughput,
                 c.price,
@@ -268,16 +270,16 @@ class BilledConfigs:
             )
             for c in self.configs
         )
-        self.durations = sorted(c.duration for c in self.configs)
-        # subsets[j]: the configurations of the j shortest durations
+        self.floors = sorted(c.floor for c in self.configs)
+        # subsets[j]: the configurations of the j lowest floors
         self.subsets: list[_Usable | None] = [None] * (len(self.configs) + 1)
 
     def usable(self, budget: float) -> _Usable:
-        """The configurations with ``d < budget - EPS`` (the ones a search at ``budget`` reads), in search
-        order. They are the j shortest, j the number of durations below the limit (equal durations are
+        """The configurations with ``d + o < budget - EPS`` (the ones a search at ``budget`` reads), in
+        search order. They are the j lowest, j the number of floors below the limit (equal floors are
         all below it or none is), so they are kept per j."""
         limit = budget - EPS
-        j = bisect.bisect_left(self.durations, limit)
+        j = bisect.bisect_left(self.floors, limit)
         found = self.subsets[j]
         if found is None:
             keep = [k for k, row in enumerate(self.rows) if row[0] < limit]

@@ -53,7 +53,7 @@ def billed_frontier(
     configs: Sequence[Config], rate: float, lmax: float, cap: float
 ) -> list[Option[ModuleSchedule]]:
     """Every Pareto-optimal (worst case <= lmax, billed cost <= cap) machine mix of one module."""
-    usable = [config for config in configs if config.duration < lmax]
+    usable = [config for config in configs if config.floor < lmax]
     states: list[_State] = [(0.0, 0.0, 0.0, ())]
     done: list[_State] = []
     for block in _blocks(usable):
@@ -90,14 +90,14 @@ def _proportional_plan_cost(
     configs: Sequence[Sequence[Config]], rates: Sequence[float], paths: Sequence[Sequence[int]], slo: float
 ) -> float:
     """Billed cost of a simple feasible plan (an upper bound for the search): budgets proportional
-    to each module's smallest duration, scaled to fill the SLO; each module on the config with the
-    smallest duration, with enough machines for b / (L - d)."""
-    dmin = [min(config.duration for config in module_configs) for module_configs in configs]
+    to each module's smallest latency floor d + o, scaled to fill the SLO; each module on the config with
+    the smallest floor, with enough machines for b / (L - d - o)."""
+    dmin = [min(config.floor for config in module_configs) for module_configs in configs]
     total = 0.0
     for i in range(len(configs)):
         factor = min(slo / sum(dmin[j] for j in path) for path in paths if i in path)
         budget = dmin[i] * factor
-        fastest = min(configs[i], key=lambda config: config.duration)
+        fastest = min(configs[i], key=lambda config: config.floor)
         need = max(rates[i], fastest.min_rate(budget))
         if not math.isfinite(need):
             return math.inf

@@ -18,7 +18,11 @@ The simulation is vectorised per module and per chunk of simulated time:
   segmented ``maximum.accumulate`` (Lindley's recursion). A batch with more than ``b`` requests (possible
   with Poisson or bursty arrivals) runs as ``ceil(n / b)`` batches back to back on its slot; an empty
   window runs nothing. Durations come from the plan's ``MachineGroup.duration_s``, times an optional
-  uniform factor in ``[1 - jitter, 1 + jitter]``.
+  uniform factor in ``[1 - jitter, 1 + jitter]``;
+- the hop that delivers a module's requests (``MachineGroup.overhead_s``: queue send, delivery, receive)
+  is a constant delay before a request reaches its machine: a batch is ready at its window's end (RR: at
+  its ``b``-th request) plus the hop of the machine's group. It occupies no slot: the next batch may
+  start while one is in flight, as the worker overlaps receiving with the device.
 
 Chunks: a module processes the arrivals before the start of the window that contains the chunk's end and
 keeps the rest, so a batch is never split; every completion before the chunk's end has then been produced
@@ -226,7 +230,7 @@ class _FrontAdmission:
     """The front's batch-slot admission (``front/admission.py``, ``Admission._find_slot``) for
     one root module, in one process: each window takes at most ``caps[k]`` arrivals; an arrival whose
     window is full spills into the next windows (up to :data:`MAX_SPILL_SLOTS`) while a window's bound
-    (its end + steady-state wait + duration + the planned worst case of the modules below) meets the
+    (its end + steady-state wait + duration + hop + the planned worst case of the modules below) meets the
     arrival's deadline, else it is shed. The GCRA and per-key limits are left out (they shed only above
     the planned rate). ``instances`` > 1 plays that many front instances that each count only their
     own frames (a Lambda front without the shared counts, ``core/adapters/slots.py``): an arrival
@@ -246,7 +250,7 @@ class _FrontAdmission:
         ends = np.asarray(w.end, dtype=np.float64)
         self.ends = ends.tolist()
         self.mid = ((np.asarray(w.start, dtype=np.float64) + ends) / 2).tolist()
-        dur = module.dur_of_machine[module.win_machine]
+        dur = module.dur_of_machine[module.win_machine] + module.hop_of_machine[module.win_machine]
         self.bound = (ends + np.asarray(w.wait, dtype=np.float64) + dur).tolist()
         self.caps = caps
         self.tail_s = tail_s
@@ -384,6 +388,8 @@ class _Module:
         gs = plan.groups
         self.batch_of_machine = np.concatenate([np.full(g.machines, g.batch) for g in gs]).astype(np.int64)
         self.dur_of_machine = np.concatenate([np.full(g.machines, g.duration_s) for g in gs])
+        self.hop_of_machine = np.concatenate([np.full(g.machines, g.overhead_s) for g in gs])
+        self.hops = bool(self.hop_of_machine.any())
         if dispatch == "tc":
             w = self.schedule.windows
             self.period = self.schedule.period_s
@@ -503,6 +509,8 @@ class _Module:
         count: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         dur = self._durations(mach, count)
+        if self.hops:  # the batch's last request reaches the machine one hop after the batch closes
+            ready = ready + self.hop_of_machine[mach]
         start = self.machines.run(mach, ready, dur)
         completion = start + dur
         done = np.repeat(completion, count)

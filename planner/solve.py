@@ -105,7 +105,8 @@ class BilledCache:
     module optima again); it changes only the time a solve takes, never its plan.
 
     - :func:`~planner.module.billed_optimal` results, keyed on every argument the search reads: the
-      module's configurations (hardware, batch, concurrency, duration and price of each, in order), its
+      module's configurations (hardware, batch, concurrency, duration, price and overhead of each, in
+      order), its
       rate and the budget. A proven optimum found for budget ``L`` with worst case ``l`` also answers
       every budget in ``[l, L]``: the plans feasible there are a subset of those feasible at ``L`` that
       still holds it (the same rule :func:`_billed_optimal` applies within one solve);
@@ -235,15 +236,15 @@ def _context(
 
 
 def _min_latency(ctx: _Ctx, i: int) -> float:
-    """Infimum of module i's worst case under the policy's latency model (TC: d, with enough load).
+    """Infimum of module i's worst case under the policy's latency model (TC: d + o, with enough load).
     Computed once per context (for every module: each lies on a path, which the feasibility check
     reads first); the configurations and the model do not change within a solve."""
     floors = ctx.floors
     if floors is None:
         if ctx.policy.model == "tc":
-            floors = [min(c.duration for c in cs) for cs in ctx.configs]
+            floors = [min(c.floor for c in cs) for cs in ctx.configs]
         else:
-            floors = [min(c.duration + c.batch / c.throughput for c in cs) for cs in ctx.configs]
+            floors = [min(c.floor + c.batch / c.throughput for c in cs) for cs in ctx.configs]
         ctx.floors = floors
     return floors[i]
 
@@ -277,9 +278,9 @@ def _single(ctx: _Ctx, i: int, c: Config) -> tuple[float, float]:
     if ctx.policy.model == "tc":
         lat = c.tc_latency(rate)
     elif ctx.policy.model == "rr":
-        lat = c.duration + c.batch / (rate / n)
+        lat = c.floor + c.batch / (rate / n)
     else:
-        lat = c.duration + c.batch / c.throughput
+        lat = c.floor + c.batch / c.throughput
     cost = c.price * rate / c.throughput if ctx.objective == "occupancy" else c.price * n
     return lat, cost
 
@@ -515,7 +516,7 @@ class _OccupancySearch:
         share = _proportional_budgets(ctx)
         self.cands: list[list[Config]] = []
         for i in range(ctx.n):
-            cs = [c for c in ctx.configs[i] if c.duration < _max_budget(ctx, i)]
+            cs = [c for c in ctx.configs[i] if c.floor < _max_budget(ctx, i)]
             if not exhaustive:
                 cs = _undominated(cs, ctx.rate[i])
             # cheapest at a fair share of the SLO first: early leaves are near-optimal bounds
@@ -526,7 +527,7 @@ class _OccupancySearch:
             min((self.rates[i] / c.ratio for c in cs), default=math.inf) for i, cs in enumerate(self.cands)
         ]
         self.rest = [sum(min_a[i:]) for i in range(ctx.n + 1)]
-        self.dmin = [min((c.duration for c in cs), default=math.inf) for cs in self.cands]
+        self.dmin = [min((c.floor for c in cs), default=math.inf) for cs in self.cands]  # d + o
         self.best: tuple[float, list[Config], list[float]] | None = None
         self.pick: list[Config] = []
 
@@ -537,19 +538,17 @@ class _OccupancySearch:
 
     def _partial_bound(self, i: int) -> float:
         """Relaxation of the subtree below pick[0..i]: unassigned modules at their cheapest flat
-        cost and smallest duration, single-path constraints on the assigned ones."""
+        cost and smallest latency floor d + o, single-path constraints on the assigned ones."""
         ctx = self.ctx
         sub = [[j for j in p if j <= i] for p in ctx.paths]
-        room = [
-            ctx.slo - sum(self.pick[j].duration if j <= i else self.dmin[j] for j in p) for p in ctx.paths
-        ]
+        room = [ctx.slo - sum(self.pick[j].floor if j <= i else self.dmin[j] for j in p) for p in ctx.paths]
         beta, u = self._arrays()
         return path_lower_bound(beta, u, sub, room, pairs=False) + self.rest[i + 1]
 
     def _leaf(self) -> None:
         ctx = self.ctx
         beta, u = self._arrays()
-        room = [ctx.slo - sum(self.pick[j].duration for j in p) for p in ctx.paths]
+        room = [ctx.slo - sum(self.pick[j].floor for j in p) for p in ctx.paths]
         best = self.best[0] if self.best is not None else math.inf
         if path_lower_bound(beta, u, ctx.paths, room, best) >= best - EPS:
             return
@@ -572,7 +571,7 @@ class _OccupancySearch:
                 continue
             self.pick.append(c)
             fits = all(
-                sum(self.pick[j].duration if j <= i else self.dmin[j] for j in p) < ctx.slo for p in ctx.paths
+                sum(self.pick[j].floor if j <= i else self.dmin[j] for j in p) < ctx.slo for p in ctx.paths
             )
             if fits and (i == ctx.n - 1 or self._partial_bound(i) < best - EPS):
                 self.dfs(i + 1, lb + a)
@@ -590,17 +589,17 @@ def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule],
         w = max(ctx.rate[i], c.batch / x)
         m = max(1, math.ceil(w / c.throughput - 1e-9))
         scheds.append(ModuleSchedule((Group(c, m, w / m),), ctx.rate[i], c.tc_latency(w), "tc"))
-        budgets.append(c.duration + x)
+        budgets.append(c.floor + x)
     return scheds, budgets
 
 
 def _undominated(cs: list[Config], rate: float) -> list[Config]:
     """Drop configs whose cost curve max(T/r, b/(r(l-d))) lies above another's everywhere: another
-    config has flat cost T/r, slope b/r and duration d all no larger (and one smaller, or equal
+    config has flat cost T/r, slope b/r and latency floor d + o all no larger (and one smaller, or equal
     keys earlier in the list)."""
     if len(cs) < 2:
         return list(cs)
-    keys = np.array([(rate / c.ratio, c.batch / c.ratio, c.duration) for c in cs])
+    keys = np.array([(rate / c.ratio, c.batch / c.ratio, c.floor) for c in cs])
     le = (keys[:, None, :] <= keys[None, :, :]).all(axis=2)  # le[j, i]: j <= i in every key
     lt = (keys[:, None, :] < keys[None, :, :]).any(axis=2)
     earlier = np.tri(len(cs), k=-1, dtype=bool).T  # earlier[j, i]: j < i
@@ -659,7 +658,7 @@ def _exact_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
 
 
 def _proportional_budgets(ctx: _Ctx) -> list[float]:
-    """Budgets proportional to each module's smallest duration, scaled to fill its tightest path."""
+    """Budgets proportional to each module's least latency, scaled to fill its tightest path."""
     dmin = [_min_latency(ctx, i) for i in range(ctx.n)]
     return [
         dmin[i] * min(ctx.slo / sum(dmin[j] for j in p) for p in ctx.paths if i in p) for i in range(ctx.n)
@@ -758,6 +757,7 @@ def module_plan(s: ModuleSchedule, budget_s: float) -> ModulePlan:
                 machines=g.machines,
                 rate_per_machine=g.rate,
                 duration_s=g.config.duration,
+                overhead_s=g.config.overhead,
             )
             for g in s.groups
         ],

@@ -22,8 +22,9 @@ __all__ = ["rr_pattern", "theorem1_latencies"]
 
 
 def theorem1_latencies(module_plan: ModulePlan, prices: Mapping[str, float] | None = None) -> list[float]:
-    """Theorem 1 per group: ``d_g + b_g / w_g`` with ``w_g`` the rate of all groups whose throughput-cost
-    ratio ``t/p`` is no larger than group ``g``'s. Without ``prices`` the list order is the TC order and
+    """Theorem 1 per group: ``d_g + o_g + b_g / w_g`` (``o_g`` the group's latency-only overhead,
+    ``overhead_s``) with ``w_g`` the rate of all groups whose throughput-cost ratio ``t/p`` (device time
+    only) is no larger than group ``g``'s. Without ``prices`` the list order is the TC order and
     consecutive groups with the same configuration share ``w``."""
     gs = module_plan.groups
     rates = [g.machines * g.rate_per_machine for g in gs]
@@ -37,14 +38,17 @@ def theorem1_latencies(module_plan: ModulePlan, prices: Mapping[str, float] | No
             for i in range(len(gs))
         ]
     else:
-        key = [(g.hardware, g.batch, g.concurrency, g.duration_s) for g in gs]
+        key = [(g.hardware, g.batch, g.concurrency, g.duration_s, g.overhead_s) for g in gs]
         w = []
         for i in range(len(gs)):
             j = i
             while j > 0 and key[j - 1] == key[i]:
                 j -= 1
             w.append(sum(rates[j:]))
-    return [g.duration_s + g.batch / wi if wi > 0 else math.inf for g, wi in zip(gs, w, strict=True)]
+    return [
+        g.duration_s + g.overhead_s + g.batch / wi if wi > 0 else math.inf
+        for g, wi in zip(gs, w, strict=True)
+    ]
 
 
 # --------------------------------------------------------------------------- round-robin baseline

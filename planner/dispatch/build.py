@@ -155,7 +155,12 @@ def build_schedule(
     module: str, module_plan: ModulePlan, prices: Mapping[str, float] | None = None
 ) -> DispatchSchedule:
     """Turn one module's plan into its periodic window schedule (deterministic). ``prices`` (hardware ->
-    price) gives the exact TC ratios for Theorem 1; without it the list order is the TC order."""
+    price) gives the exact TC ratios for Theorem 1; without it the list order is the TC order.
+
+    The windows, waits and order are device time; a group's latency-only overhead ``o`` (the hop that
+    delivers its requests, :attr:`~planner.models.MachineGroup.overhead_s`) delays every request of it by
+    the same amount, so it changes no window: it is added to the group's figures (Theorem 1, guarantee,
+    worst case) and the schedule's worst case is the largest of them."""
     gs = module_plan.groups
     active = [i for i, g in enumerate(gs) if g.rate_per_machine > 0]
     if not active:
@@ -177,7 +182,7 @@ def build_schedule(
     for pos, i in enumerate(active):
         g = gs[i]
         window = g.batch / eff_rate
-        slack = max(0.0, t1[i] - g.duration_s - window)
+        slack = max(0.0, t1[i] - g.overhead_s - g.duration_s - window)
         state.append(
             SequencedGroup(
                 i,
@@ -192,7 +197,7 @@ def build_schedule(
     # Guarantee per group: max(Theorem 1, d + sum of the batch sizes / W'); the EDF order meets it by
     # construction, the eligibility order is kept only when it meets it too and scores better.
     spread = float(sum(batches)) / eff_rate
-    guarantee = {g.index: max(t1[g.index], g.dur + spread) + 1e-9 for g in state}
+    guarantee = {g.index: max(t1[g.index] - gs[g.index].overhead_s, g.dur + spread) + 1e-9 for g in state}
     lay = (
         _Layout.one_group(state[0], period)
         if len(state) == 1
@@ -215,10 +220,16 @@ def build_schedule(
                 windows_per_machine=lay.group_windows.get(i, 0) // g.machines,
                 window_s=g.batch / eff_rate,
                 theorem1_s=t1[i],
-                guarantee_s=max(t1[i], g.duration_s + spread),
-                worst_case_latency_s=lay.group_wcl.get(i, 0.0),
+                guarantee_s=max(t1[i], g.overhead_s + g.duration_s + spread),
+                worst_case_latency_s=lay.group_wcl[i] + g.overhead_s if i in lay.group_wcl else 0.0,
             )
         )
+    # the layout's worst window, each group's own overhead added (none: the layout's figure as it is)
+    worst = (
+        lay.worst
+        if not any(g.overhead_s for g in gs)
+        else max(lay.group_wcl[i] + gs[i].overhead_s for i in lay.group_wcl)
+    )
     return DispatchSchedule(
         module=module,
         period_s=period,
@@ -226,7 +237,7 @@ def build_schedule(
         groups=group_info,
         planned_rate=planned,
         effective_rate=eff_rate,
-        worst_case_latency_s=lay.worst,
+        worst_case_latency_s=worst,
         theorem1_s=max(t1[i] for i in active),
     )
 

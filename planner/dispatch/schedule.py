@@ -180,9 +180,9 @@ class GroupDispatch(BaseModel):
     machines: int
     windows_per_machine: int
     window_s: float
-    theorem1_s: float = Field(description="d + b / w (Theorem 1)")
-    guarantee_s: float = Field(description="max(Theorem 1, d + sum of all groups' batch sizes / W')")
-    worst_case_latency_s: float = Field(description="exact steady state: max window + wait + d")
+    theorem1_s: float = Field(description="d + o + b / w (Theorem 1 plus the latency-only overhead o)")
+    guarantee_s: float = Field(description="max(Theorem 1, o + d + sum of all groups' batch sizes / W')")
+    worst_case_latency_s: float = Field(description="exact steady state: max window + wait + d, plus o")
 
 
 class _Lookup:
@@ -231,8 +231,10 @@ class DispatchSchedule(BaseModel):
     groups: list[GroupDispatch]
     planned_rate: float = Field(description="W: sum of machines * rate_per_machine (dummy included)")
     effective_rate: float = Field(description="W' = sum of batches * batch size per period / period")
-    worst_case_latency_s: float = Field(description="exact steady-state bound: window + wait + duration")
-    theorem1_s: float = Field(description="max over groups of d + b / w (Theorem 1)")
+    worst_case_latency_s: float = Field(
+        description="exact steady-state bound: window + wait + duration, plus the group's overhead"
+    )
+    theorem1_s: float = Field(description="max over groups of d + o + b / w (Theorem 1)")
 
     _lookup: _Lookup = PrivateAttr(default_factory=_Lookup)
 

@@ -115,7 +115,8 @@ def _retimed(
     problem: ProblemSpec, module: str, mp: ModulePlan, prices: Mapping[str, float]
 ) -> ModulePlan | None:
     """``mp`` on ``problem``'s profile of ``module``: every group's configuration priced and in the
-    profile, with the profile's duration (a machine then carries at most the profile's throughput),
+    profile, with the profile's duration (a machine then carries at most the profile's throughput) and
+    overhead,
     the groups still in throughput-cost order at ``prices``; ``mp`` itself when nothing changes, None
     when a configuration is gone or the order changed."""
     profile = {(e.hardware, e.batch, e.concurrency): e for e in problem.modules[module].profile}
@@ -126,11 +127,13 @@ def _retimed(
         if e is None or g.hardware not in prices or prices[g.hardware] <= 0:
             return None
         same = abs(e.duration_s - g.duration_s) <= 1e-12 * max(1.0, g.duration_s)
+        same = same and e.overhead_s == g.overhead_s
         if same and g.rate_per_machine <= e.throughput * (1 + 1e-9):
             groups.append(g)
         else:
             rate = min(g.rate_per_machine, e.throughput)
-            groups.append(g.model_copy(update={"duration_s": e.duration_s, "rate_per_machine": rate}))
+            update = {"duration_s": e.duration_s, "overhead_s": e.overhead_s, "rate_per_machine": rate}
+            groups.append(g.model_copy(update=update))
         ratios.append(e.throughput / prices[g.hardware])
     if not all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(ratios)):
         return None
@@ -276,7 +279,8 @@ def _shortfall(problem: ProblemSpec, plan: Plan, real: Mapping[str, Realisation]
     ``real``. Each module whose spread falls short of its parents' bursts (not collision free): its rate
     scaled by required / capacity rate, and at least the required rate, 2 % over (its own schedule
     changes with its machines). If none, for each path over the SLO the module on it with the longest
-    wait for its batch (realised worst case less its shortest duration) gets one machine more of its
+    wait for its batch (realised worst case less its least latency floor, duration plus overhead) gets
+    one machine more of its
     first group. Empty: more machines of these configurations would not help."""
     out: dict[str, float] = {}
     for m, r in real.items():
@@ -291,7 +295,8 @@ def _shortfall(problem: ProblemSpec, plan: Plan, real: Mapping[str, Realisation]
             continue
 
         def wait(m: str) -> float:
-            return real[m].worst_case_s - min((g.duration_s for g in plan.modules[m].groups), default=0.0)
+            floors = (g.duration_s + g.overhead_s for g in plan.modules[m].groups)
+            return real[m].worst_case_s - min(floors, default=0.0)
 
         m = max(path, key=wait)
         mp = plan.modules[m]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["module_costs", "restore_modules", "shape_plan"]
 
-_CONFIG = ("hardware", "batch", "concurrency", "duration_s")
+_CONFIG = ("hardware", "batch", "concurrency", "duration_s", "overhead_s")
 
 
 # --------------------------------------------------------------------------- shaping
@@ -42,7 +42,7 @@ class _Mod:
         return self.group.batch / self.load
 
     def latency(self, split: bool) -> float:
-        return self.group.duration_s + (2 if split else 1) * self.collect + self.extra
+        return self.group.duration_s + self.group.overhead_s + (2 if split else 1) * self.collect + self.extra
 
 
 def _one_config(mp: ModulePlan) -> MachineGroup | None:
@@ -64,7 +64,7 @@ def _modules(problem: ProblemSpec, solved: Mapping[str, ModulePlan]) -> dict[str
             continue
         t = g.concurrency * g.batch / g.duration_s
         split = SPLIT_KEY in (mp.model_extra or {})
-        bound = g.duration_s + (2 if split else 1) * g.batch / load
+        bound = g.duration_s + g.overhead_s + (2 if split else 1) * g.batch / load
         floor = max(problem.modules[m].rate, float((mp.model_extra or {}).get("rate", 0.0)))
         info = (mp.model_extra or {}).get("dispatch")
         need = info.get("required_rate") if isinstance(info, dict) else None

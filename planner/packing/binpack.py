@@ -177,11 +177,11 @@ def _options(it: _Item, problem: ProblemSpec, mp: ModulePlan) -> None:
     it.floor = floor
     it.limit = s.duration_s + s.batch / s.rate
     own = (s.batch, s.concurrency, s.duration_s)
-    opts = {
-        (e.batch, e.concurrency, e.duration_s)
-        for e in problem.modules[s.module].profile
-        if e.hardware == s.hardware
-    }
+    profile = [e for e in problem.modules[s.module].profile if e.hardware == s.hardware]
+    # device time only: the limit and the options leave out the latency-only overhead, so only options
+    # with the share's own overhead compare (o + d + cycle <= o + limit)
+    hop = next((e.overhead_s for e in profile if (e.batch, e.concurrency) == (s.batch, s.concurrency)), 0.0)
+    opts = {(e.batch, e.concurrency, e.duration_s) for e in profile if e.overhead_s == hop}
     it.options = sorted(opts | {own}, key=lambda o: (o[2], o[0], o[1]))
 
 

@@ -24,7 +24,7 @@ _REL = 1e-9
 
 
 def _same_config(a: object, b: object) -> bool:
-    keys = ("hardware", "batch", "concurrency", "duration_s")
+    keys = ("hardware", "batch", "concurrency", "duration_s", "overhead_s")
     return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 

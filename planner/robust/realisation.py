@@ -158,6 +158,7 @@ def schedule_key(name: str, mp: ModulePlan, prices: Mapping[str, float]) -> tupl
                 g.machines,
                 g.rate_per_machine,
                 g.duration_s,
+                g.overhead_s,
                 prices[g.hardware],
             )
             for g in mp.groups

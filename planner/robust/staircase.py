@@ -47,7 +47,7 @@ class RealisedSearch:
     so once its parents are chosen each of its options is realised exactly, at the rate its parents'
     bursts require (:func:`required_spread_rate`, :func:`required_capacity`; at least its rate times the
     child headroom) and within the budget its paths leave (the SLO minus the realised figures of the
-    modules chosen on them and the smallest durations of the modules after it). Options, cheapest
+    modules chosen on them and the smallest latency floors (d + o) of the modules after it). Options, cheapest
     first: a leaf's cost staircase (its billed optimum within the budget, then the cheapest strictly
     faster plan, ...; the first that is collision-free and fits is its best: a leaf changes nothing for
     the other modules); a module with children, every one-configuration plan (:meth:`_one_config`:
@@ -78,20 +78,21 @@ class RealisedSearch:
             for m in topo.order
         ]
         self.tables = [search.billed.table(cs) for cs in configs]  # billed optima, shared with the rounds
-        self.rows = [[(c.duration, c.batch, c.throughput, c.price, c) for c in cs] for cs in configs]
-        self.floor = [min(c.duration for c in cs) for cs in configs]  # below every Theorem-1 figure
+        # d below: a configuration's latency floor, device time plus its latency-only overhead (d + o)
+        self.rows = [[(c.floor, c.batch, c.throughput, c.price, c) for c in cs] for cs in configs]
+        self.floor = [min(c.floor for c in cs) for cs in configs]  # below every Theorem-1 figure
         self.max_batch = [max(c.batch for c in cs) for cs in configs]
-        # per module: durations ascending, and the cheapest price per req/s among configurations that fast
+        # per module: floors ascending, and the cheapest price per req/s among configurations that fast
         self.units: list[tuple[list[float], list[float]]] = []
         for cs in configs:
-            durations, unit, cheapest = [], [], math.inf
-            for c in sorted(cs, key=lambda c: c.duration):
+            floors, unit, cheapest = [], [], math.inf
+            for c in sorted(cs, key=lambda c: c.floor):
                 cheapest = min(cheapest, c.price / c.throughput)
-                durations.append(c.duration)
+                floors.append(c.floor)
                 unit.append(cheapest)
-            self.units.append((durations, unit))
+            self.units.append((floors, unit))
         slo, n = problem.slo_s, len(self.order)
-        # rest[j][k]: the smallest durations of path j's modules from module k on
+        # rest[j][k]: the smallest floors (d + o) of path j's modules from module k on
         self.rest = [
             [sum(self.floor[i] for i in path if i >= k) for k in range(n + 1)] for path in self.paths
         ]
@@ -150,7 +151,7 @@ class RealisedSearch:
     def _one_config(self, i: int, rate: float, budget: float) -> Iterator[ModuleSchedule]:
         """Module ``i``'s one-configuration plans for ``rate`` within ``budget``, cheapest first (then
         the faster): every configuration on every number of machines ``n`` at full throughput whose
-        Theorem-1 figure ``d + b / (n t)`` is within the budget. Not only the cheapest per budget: a
+        Theorem-1 figure ``d + o + b / (n t)`` is within the budget. Not only the cheapest per budget: a
         dearer plan of another batch or machine count can complete batches more evenly, which its
         children pay less for."""
         rows, ceil = self.rows[i], math.ceil
@@ -190,8 +191,8 @@ class RealisedSearch:
 
     def _unit(self, i: int, budget: float) -> float:
         """Smallest price per req/s of module ``i``'s configurations faster than ``budget``."""
-        durations, unit = self.units[i]
-        k = bisect.bisect_left(durations, budget)
+        floors, unit = self.units[i]
+        k = bisect.bisect_left(floors, budget)
         return unit[k - 1] if k > 0 else math.inf
 
     def _demand(self, i: int, chosen: int) -> tuple[float, int]:
