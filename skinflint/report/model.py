@@ -50,28 +50,30 @@ class ReportInput:
 
 def _of(series: Iterable[Series], name: str, stat: str, **dims: str) -> list[Series]:
     return [
-        s
-        for s in series
-        if s.name == name and s.stat == stat and all(s.dims.get(k) == v for k, v in dims.items())
+        metric
+        for metric in series
+        if metric.name == name
+        and metric.stat == stat
+        and all(metric.dims.get(dim) == value for dim, value in dims.items())
     ]
 
 
 def _sum(series: Iterable[Series]) -> float:
-    return float(sum(s.total() for s in series))
+    return float(sum(metric.total() for metric in series))
 
 
 def _by_period(series: Iterable[Series], weight: Mapping[str, float] | None = None) -> dict[float, float]:
     out: dict[float, float] = defaultdict(float)
-    for s in series:
-        w = 1.0 if weight is None else weight.get(s.dims.get("Hardware", ""), 0.0)
-        for t, v in s.points.items():
-            out[t] += v * w
+    for metric in series:
+        price = 1.0 if weight is None else weight.get(metric.dims.get("Hardware", ""), 0.0)
+        for start, value in metric.points.items():
+            out[start] += value * price
     return dict(out)
 
 
 def _interior(periods: list[float], period_s: int) -> list[float]:
     have = set(periods)
-    return [t for t in periods if (t - period_s) in have and (t + period_s) in have]
+    return [start for start in periods if (start - period_s) in have and (start + period_s) in have]
 
 
 def latency_cdf(buckets: Mapping[str, float]) -> list[tuple[float, float]]:
@@ -87,10 +89,10 @@ def latency_cdf(buckets: Mapping[str, float]) -> list[tuple[float, float]]:
     return out
 
 
-def quantile_from_cdf(cdf: list[tuple[float, float]], q: float) -> float | None:
-    """The smallest bucket edge with at least ``q`` of the frames at or below it (an upper bound)."""
+def quantile_from_cdf(cdf: list[tuple[float, float]], fraction: float) -> float | None:
+    """The smallest bucket edge with at least ``fraction`` of the frames at or below it (an upper bound)."""
     for edge, frac in cdf:
-        if frac >= q - 1e-12:
+        if frac >= fraction - 1e-12:
             return edge
     return None
 
@@ -105,38 +107,39 @@ class _FleetPeriod(TypedDict):
 
 
 def _fleet(inp: ReportInput, inst: list[Series]) -> dict[str, Any]:
-    p = inp.period_s
-    rate = _by_period(inst, inp.prices)  # USD x s / h per period -> /p = USD/h
+    period_s = inp.period_s
+    rate = _by_period(inst, inp.prices)  # USD x s / h per period -> /period_s = USD/h
     per_hw: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    for s in inst:
-        for t, v in s.points.items():
-            per_hw[s.dims.get("Hardware", "?")][t] += v
+    for metric in inst:
+        for start, value in metric.points.items():
+            per_hw[metric.dims.get("Hardware", "?")][start] += value
     periods = sorted(rate)
-    interior = _interior(periods, p)
+    interior = _interior(periods, period_s)
 
-    def planned(t: float) -> float | None:
-        v = inp.plans.at(t + p / 2)
-        return v.billed_per_hour if v is not None else None
+    def planned(start: float) -> float | None:
+        version = inp.plans.at(start + period_s / 2)
+        return version.billed_per_hour if version is not None else None
 
     timeline: list[_FleetPeriod] = [
         {
-            "t": t,
-            "observed_per_hour": rate[t] / p,
-            "planned_per_hour": planned(t),
+            "t": start,
+            "observed_per_hour": rate[start] / period_s,
+            "planned_per_hour": planned(start),
             "by_hardware": {
-                hw: pts.get(t, 0.0) * inp.prices.get(hw, 0.0) / p for hw, pts in sorted(per_hw.items())
+                hw: pts.get(start, 0.0) * inp.prices.get(hw, 0.0) / period_s
+                for hw, pts in sorted(per_hw.items())
             },
         }
-        for t in periods
+        for start in periods
     ]
     observed_usd = sum(rate.values()) / 3600.0
-    span_h = len(periods) * p / 3600.0
-    steady = [x for x in timeline if x["t"] in set(interior)]
-    obs_steady = sum(x["observed_per_hour"] for x in steady) / len(steady) if steady else None
-    plan_pts = [x["planned_per_hour"] for x in steady if x["planned_per_hour"] is not None]
+    span_h = len(periods) * period_s / 3600.0
+    steady = [row for row in timeline if row["t"] in set(interior)]
+    obs_steady = sum(row["observed_per_hour"] for row in steady) / len(steady) if steady else None
+    plan_pts = [row["planned_per_hour"] for row in steady if row["planned_per_hour"] is not None]
     plan_steady = sum(plan_pts) / len(plan_pts) if plan_pts and len(plan_pts) == len(steady) else None
-    all_plan = [x["planned_per_hour"] for x in timeline if x["planned_per_hour"] is not None]
-    planned_usd = sum(all_plan) * p / 3600.0 if all_plan and len(all_plan) == len(timeline) else None
+    all_plan = [row["planned_per_hour"] for row in timeline if row["planned_per_hour"] is not None]
+    planned_usd = sum(all_plan) * period_s / 3600.0 if all_plan and len(all_plan) == len(timeline) else None
     return {
         "instance_seconds": {hw: sum(pts.values()) for hw, pts in sorted(per_hw.items())},
         "observed_usd": observed_usd,
@@ -159,26 +162,30 @@ def _modules(inp: ReportInput, app: str) -> dict[str, dict[str, Any]]:
     dep = inp.plans.deployments.get(app)
     keys = sorted(
         {
-            (s.dims["Module"], s.dims["Hardware"])
-            for s in inp.series
-            if s.dims.get("App") == app and "Module" in s.dims and "Hardware" in s.dims
+            (metric.dims["Module"], metric.dims["Hardware"])
+            for metric in inp.series
+            if metric.dims.get("App") == app and "Module" in metric.dims and "Hardware" in metric.dims
         }
     )
     out: dict[str, dict[str, Any]] = {}
     for module, hw in keys:
-        d = {"App": app, "Module": module, "Hardware": hw}
+        dims = {"App": app, "Module": module, "Hardware": hw}
         conc = 1
         planned_worst = None
         if dep is not None and module in dep.plan.modules:
             mp = dep.plan.modules[module]
-            conc = max((g.concurrency for g in mp.groups if g.hardware == hw), default=1)
+            conc = max((group.concurrency for group in mp.groups if group.hardware == hw), default=1)
             planned_worst = mp.worst_case_latency_s
-        machine_s = _sum(_of(inp.series, "InstanceSeconds", "Sum", **d))
-        busy_s = _sum(_of(inp.series, "BatchMs", "Sum", **d)) / 1e3
-        batches = _sum(_of(inp.series, "BatchMs", "SampleCount", **d))
-        fill_n = _sum(_of(inp.series, "BatchFill", "SampleCount", **d))
-        empty = _sum(_of(inp.series, "EmptySlots", "Sum", **d))
-        worst = [x for s in _of(inp.series, "ModuleLatencyMs", "Maximum", **d) if (x := s.peak()) is not None]
+        machine_s = _sum(_of(inp.series, "InstanceSeconds", "Sum", **dims))
+        busy_s = _sum(_of(inp.series, "BatchMs", "Sum", **dims)) / 1e3
+        batches = _sum(_of(inp.series, "BatchMs", "SampleCount", **dims))
+        fill_n = _sum(_of(inp.series, "BatchFill", "SampleCount", **dims))
+        empty = _sum(_of(inp.series, "EmptySlots", "Sum", **dims))
+        worst = [
+            peak
+            for metric in _of(inp.series, "ModuleLatencyMs", "Maximum", **dims)
+            if (peak := metric.peak()) is not None
+        ]
         out[f"{module} @ {hw}"] = {
             "module": module,
             "hardware": hw,
@@ -186,12 +193,12 @@ def _modules(inp: ReportInput, app: str) -> dict[str, dict[str, Any]]:
             "busy_seconds": busy_s,
             "occupancy": busy_s / (conc * machine_s) if machine_s > 0 else None,
             "batches": batches,
-            "batch_fill": _sum(_of(inp.series, "BatchFill", "Sum", **d)) / fill_n if fill_n else None,
+            "batch_fill": _sum(_of(inp.series, "BatchFill", "Sum", **dims)) / fill_n if fill_n else None,
             "empty_slots": empty,
             "empty_slot_fraction": empty / (empty + batches) if empty + batches > 0 else None,
-            "drops": _sum(_of(inp.series, "Drops", "Sum", **d)),
-            "duplicates": _sum(_of(inp.series, "Duplicates", "Sum", **d)),
-            "poison": _sum(_of(inp.series, "PoisonMessages", "Sum", **d)),
+            "drops": _sum(_of(inp.series, "Drops", "Sum", **dims)),
+            "duplicates": _sum(_of(inp.series, "Duplicates", "Sum", **dims)),
+            "poison": _sum(_of(inp.series, "PoisonMessages", "Sum", **dims)),
             "latency_max_s": max(worst) / 1e3 if worst else None,
             "planned_worst_s": planned_worst,
         }
@@ -203,32 +210,37 @@ def _app(inp: ReportInput, app: str, fleet: dict[str, Any], fleet_source: str) -
     latest = inp.plans.versions[-1] if inp.plans.versions else None
     frames = _sum(_of(inp.series, "FramesAccepted", "Sum", App=app))
     rejected: dict[str, float] = defaultdict(float)
-    for s in _of(inp.series, "FrontRejected", "Sum", App=app):
-        rejected[s.dims.get("Reason", "?")] += s.total()
+    for metric in _of(inp.series, "FrontRejected", "Sum", App=app):
+        rejected[metric.dims.get("Reason", "?")] += metric.total()
     completed = _sum(_of(inp.series, "SloAttainment", "SampleCount", App=app))
     within = _sum(_of(inp.series, "SloAttainment", "Sum", App=app))
     lat_n = _sum(_of(inp.series, "EndToEndLatencyMs", "SampleCount", App=app))
     lat_max = [
-        x for s in _of(inp.series, "EndToEndLatencyMs", "Maximum", App=app) if (x := s.peak()) is not None
+        peak
+        for metric in _of(inp.series, "EndToEndLatencyMs", "Maximum", App=app)
+        if (peak := metric.peak()) is not None
     ]
     buckets: dict[str, float] = defaultdict(float)
-    for s in _of(inp.series, "EndToEndLatencyBucket", "Sum", App=app):
-        buckets[s.dims.get("LeMs", "inf")] += s.total()
+    for metric in _of(inp.series, "EndToEndLatencyBucket", "Sum", App=app):
+        buckets[metric.dims.get("LeMs", "inf")] += metric.total()
     cdf = latency_cdf(buckets)
     modules = _modules(inp, app)
     # the app's part of the bill
     if fleet_source == "workers":
-        usd = sum(m["machine_seconds"] * inp.prices.get(m["hardware"], 0.0) for m in modules.values()) / 3600
+        usd = (
+            sum(row["machine_seconds"] * inp.prices.get(row["hardware"], 0.0) for row in modules.values())
+            / 3600
+        )
     else:
         part = latest.app_billed_per_hour.get(app) if latest else None
         share = (
             part / latest.billed_per_hour if latest and part is not None and latest.billed_per_hour else None
         )
         usd = fleet["observed_usd"] * share if share is not None else None
-    machine_s = sum(m["machine_seconds"] for m in modules.values())
+    machine_s = sum(row["machine_seconds"] for row in modules.values())
     busy_cost = sum(
-        inp.prices.get(m["hardware"], 0.0) * (m["occupancy"] or 0.0) * m["machine_seconds"]
-        for m in modules.values()
+        inp.prices.get(row["hardware"], 0.0) * (row["occupancy"] or 0.0) * row["machine_seconds"]
+        for row in modules.values()
     )
     return {
         "slo_s": dep.slo_s if dep else None,
@@ -249,12 +261,12 @@ def _app(inp: ReportInput, app: str, fleet: dict[str, Any], fleet_source: str) -
         "latency_p50_le_s": _edge_s(quantile_from_cdf(cdf, 0.50)),
         "latency_p95_le_s": _edge_s(quantile_from_cdf(cdf, 0.95)),
         "latency_p99_le_s": _edge_s(quantile_from_cdf(cdf, 0.99)),
-        "latency_cdf": [[e if math.isfinite(e) else None, f] for e, f in cdf],
+        "latency_cdf": [[edge if math.isfinite(edge) else None, fraction] for edge, fraction in cdf],
         "billed_usd": usd,
         "cost_per_1000_frames": usd / frames * 1000 if usd is not None and frames > 0 else None,
         "machine_seconds": machine_s,
         "observed_occupancy": (
-            sum((m["occupancy"] or 0.0) * m["machine_seconds"] for m in modules.values()) / machine_s
+            sum((row["occupancy"] or 0.0) * row["machine_seconds"] for row in modules.values()) / machine_s
             if machine_s > 0
             else None
         ),
@@ -272,15 +284,15 @@ def _edge_s(edge_ms: float | None) -> float | None:
 def compute_report(inp: ReportInput) -> dict[str, Any]:
     """Every figure of the report as a JSON-able dict (see the module doc)."""
     inst_all = _of(inp.series, "InstanceSeconds", "Sum")
-    fleet_series = [s for s in inst_all if "App" not in s.dims and "Hardware" in s.dims]
+    fleet_series = [metric for metric in inst_all if "App" not in metric.dims and "Hardware" in metric.dims]
     source = "instances"
     if not fleet_series:
-        fleet_series = [s for s in inst_all if s.dims.get("App") in inp.apps]
+        fleet_series = [metric for metric in inst_all if metric.dims.get("App") in inp.apps]
         source = "workers"
     fleet = _fleet(inp, fleet_series)
     fleet["source"] = source
     notes: list[str] = []
-    missing = sorted({s.dims.get("Hardware", "?") for s in fleet_series} - set(inp.prices))
+    missing = sorted({metric.dims.get("Hardware", "?") for metric in fleet_series} - set(inp.prices))
     if missing:
         notes.append(f"no price for {', '.join(missing)}: counted as 0")
     if fleet["interior_periods"] == 0:
@@ -289,8 +301,8 @@ def compute_report(inp: ReportInput) -> dict[str, Any]:
         )
     if inp.plans.source == "none":
         notes.append("no plan found in the config table: planned figures are missing")
-    apps = {a: _app(inp, a, fleet, source) for a in inp.apps}
-    frames = sum(a["frames"] for a in apps.values())
+    apps = {app: _app(inp, app, fleet, source) for app in inp.apps}
+    frames = sum(figures["frames"] for figures in apps.values())
     dp = data_plane(
         inp.series, inp.aws_prices, period_s=inp.period_s, frames=frames, front_memory_mb=inp.front_memory_mb
     )
@@ -298,7 +310,7 @@ def compute_report(inp: ReportInput) -> dict[str, Any]:
     return {
         "window": {"start": inp.start, "end": inp.end, "period_s": inp.period_s},
         "plan_source": inp.plans.source,
-        "plan_versions": [v.version for v in inp.plans.versions],
+        "plan_versions": [version.version for version in inp.plans.versions],
         "fleet": fleet,
         "apps": apps,
         "data_plane": dp,
@@ -320,9 +332,9 @@ def _data_plane_notes(inp: ReportInput, dp: dict[str, Any]) -> list[str]:
     elif dp["unpriced"]:
         notes.append(f"no AWS price for {', '.join(dp['unpriced'])}: counted as 0")
     has_ms = any(
-        (s.dims.get("Service"), s.dims.get("Unit")) == FRONT_DURATION
-        for s in inp.series
-        if s.name == "AwsRequestUnits"
+        (metric.dims.get("Service"), metric.dims.get("Unit")) == FRONT_DURATION
+        for metric in inp.series
+        if metric.name == "AwsRequestUnits"
     )
     if has_ms and inp.front_memory_mb is None:
         notes.append("the front's memory size is unknown: its Lambda duration is not priced")
