@@ -30,7 +30,9 @@ def make_metrics(
         EmfMetrics(
             config.metrics_namespace,
             write=emf_file_writer(config.emf_file) if config.emf_file else None,
-            on_written=None if counted is None else lambda n: counted.add_units(LOGS_INGESTED, float(n)),
+            on_written=None
+            if counted is None
+            else lambda size: counted.add_units(LOGS_INGESTED, float(size)),
             collect_every_s=collect_every_s,
         ),
         component,

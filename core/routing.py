@@ -44,20 +44,27 @@ class Router:
 
         # a burst's spread rate: the plan's (dispatch-aware plans record it), else the planned rate
         self._rate = {
-            m: planned_spread_rate(mp, sum(g.machines * g.rate_per_machine for g in mp.groups))
-            for m, mp in deployment.plan.modules.items()
+            module: planned_spread_rate(
+                mp, sum(group.machines * group.rate_per_machine for group in mp.groups)
+            )
+            for module, mp in deployment.plan.modules.items()
         }
         from planner.robust import planned_spread_rates
 
         # a join's plan gives each parent's stream its own spread rate (docs/dispatch.md, "Joins")
-        self._parent_rate = {m: planned_spread_rates(mp) for m, mp in deployment.plan.modules.items()}
+        self._parent_rate = {
+            module: planned_spread_rates(mp) for module, mp in deployment.plan.modules.items()
+        }
 
     @classmethod
     def for_deployment(cls, deployment: Deployment) -> Router:
         from planner.dispatch import build_schedules  # numpy: not at cold start (see __init__)
 
         # lookup tables now: the first request routed must not pay for them
-        return cls(deployment, {m: s.prepare() for m, s in build_schedules(deployment.plan).items()})
+        return cls(
+            deployment,
+            {module: schedule.prepare() for module, schedule in build_schedules(deployment.plan).items()},
+        )
 
     def schedule(self, module: str) -> Any:
         return self._schedules.get(module)

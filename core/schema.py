@@ -144,8 +144,8 @@ class Deployment(BaseModel):
         best = 0.0
         for child, _ in self.children(module):
             groups = self.plan.modules[child].groups
-            d = min(g.duration_s for g in groups) if groups else 0.0
-            best = max(best, d + self.min_tail_s(child))
+            shortest = min(group.duration_s for group in groups) if groups else 0.0
+            best = max(best, shortest + self.min_tail_s(child))
         return best
 
 

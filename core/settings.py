@@ -127,8 +127,8 @@ def _first_broken(checks: tuple[tuple[bool, str], ...]) -> str | None:
 
 def _bucket_problem(name: str) -> str | None:
     """The S3 general purpose bucket naming rule ``name`` breaks (the S3 User Guide's list), or None."""
-    prefix = next((p for p in _BUCKET_RESERVED_PREFIXES if name.startswith(p)), None)
-    suffix = next((s for s in _BUCKET_RESERVED_SUFFIXES if name.endswith(s)), None)
+    prefix = next((reserved for reserved in _BUCKET_RESERVED_PREFIXES if name.startswith(reserved)), None)
+    suffix = next((reserved for reserved in _BUCKET_RESERVED_SUFFIXES if name.endswith(reserved)), None)
     return _first_broken(
         (
             (3 <= len(name) <= 63, "3-63 characters"),
@@ -245,21 +245,23 @@ class DataPlaneConfig:
         empty variable is a deployment's mistake, never a request for the default name), a byte
         limit that is not a whole number, ``SKINFLINT_RESULTS_RETENTION_DAYS`` not a valid number
         of days, ``SKINFLINT_USAGE_METERING`` neither on nor off."""
-        e = os.environ if env is None else env
-        d = cls()
+        environ = os.environ if env is None else env
+        defaults = cls()
         return cls(
-            region=e.get("AWS_DEFAULT_REGION", e.get("AWS_REGION", d.region)),
-            endpoint_url=e.get("SKINFLINT_ENDPOINT_URL") or None,
-            config_table=e.get("SKINFLINT_CONFIG_TABLE", d.config_table),
-            results_table=e.get("SKINFLINT_RESULTS_TABLE", d.results_table),
-            bucket=e.get("SKINFLINT_BUCKET", d.bucket),
-            metrics_namespace=e.get("SKINFLINT_METRICS_NAMESPACE", d.metrics_namespace),
-            inline_limit_bytes=_int_setting(e, "SKINFLINT_INLINE_LIMIT_BYTES", d.inline_limit_bytes),
-            max_body_bytes=_int_setting(e, "SKINFLINT_MAX_BODY_BYTES", d.max_body_bytes),
-            results_retention_days=results_retention_from_env(e),
-            usage_metering=usage_metering_from_env(e),
-            metrics_sink=e.get("SKINFLINT_METRICS_SINK", d.metrics_sink),
-            emf_file=e.get("SKINFLINT_EMF_FILE") or None,
+            region=environ.get("AWS_DEFAULT_REGION", environ.get("AWS_REGION", defaults.region)),
+            endpoint_url=environ.get("SKINFLINT_ENDPOINT_URL") or None,
+            config_table=environ.get("SKINFLINT_CONFIG_TABLE", defaults.config_table),
+            results_table=environ.get("SKINFLINT_RESULTS_TABLE", defaults.results_table),
+            bucket=environ.get("SKINFLINT_BUCKET", defaults.bucket),
+            metrics_namespace=environ.get("SKINFLINT_METRICS_NAMESPACE", defaults.metrics_namespace),
+            inline_limit_bytes=_int_setting(
+                environ, "SKINFLINT_INLINE_LIMIT_BYTES", defaults.inline_limit_bytes
+            ),
+            max_body_bytes=_int_setting(environ, "SKINFLINT_MAX_BODY_BYTES", defaults.max_body_bytes),
+            results_retention_days=results_retention_from_env(environ),
+            usage_metering=usage_metering_from_env(environ),
+            metrics_sink=environ.get("SKINFLINT_METRICS_SINK", defaults.metrics_sink),
+            emf_file=environ.get("SKINFLINT_EMF_FILE") or None,
         )
 
     @property

@@ -73,23 +73,24 @@ class AdmissionConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionConfig:
-        e = os.environ if env is None else env
-        d = cls()
+        environ = os.environ if env is None else env
+        defaults = cls()
 
         def num(name: str, default: float) -> float:
-            raw = e.get(f"SKINFLINT_ADMISSION_{name}")
+            raw = environ.get(f"SKINFLINT_ADMISSION_{name}")
             return float(raw) if raw not in (None, "") else default
 
         return cls(
-            enabled=e.get("SKINFLINT_ADMISSION", "on").lower() not in ("0", "off", "false", "no"),
-            key_rate_per_s=num("KEY_RATE", d.key_rate_per_s),
-            key_burst=num("KEY_BURST", d.key_burst),
-            rate_headroom=num("HEADROOM", d.rate_headroom),
-            burst_s=num("BURST_S", d.burst_s),
-            max_spill_slots=int(num("MAX_SPILL", d.max_spill_slots)),
-            queue_check_s=num("QUEUE_CHECK_S", d.queue_check_s),
-            margin_s=num("MARGIN_S", d.margin_s),
-            shared_slots=e.get("SKINFLINT_ADMISSION_SHARED", "off").lower() in ("1", "on", "true", "yes"),
+            enabled=environ.get("SKINFLINT_ADMISSION", "on").lower() not in ("0", "off", "false", "no"),
+            key_rate_per_s=num("KEY_RATE", defaults.key_rate_per_s),
+            key_burst=num("KEY_BURST", defaults.key_burst),
+            rate_headroom=num("HEADROOM", defaults.rate_headroom),
+            burst_s=num("BURST_S", defaults.burst_s),
+            max_spill_slots=int(num("MAX_SPILL", defaults.max_spill_slots)),
+            queue_check_s=num("QUEUE_CHECK_S", defaults.queue_check_s),
+            margin_s=num("MARGIN_S", defaults.margin_s),
+            shared_slots=environ.get("SKINFLINT_ADMISSION_SHARED", "off").lower()
+            in ("1", "on", "true", "yes"),
         )
 
 
@@ -166,20 +167,22 @@ class Gcra:
 
 def requests_per_frame(dep: Deployment) -> dict[str, float]:
     """Mean requests of every module per frame (1 at the roots, times the fan-out along each edge)."""
-    mu: dict[str, float] = {m: (1.0 if m in dep.roots else 0.0) for m in dep.plan.modules}
+    mu: dict[str, float] = {module: (1.0 if module in dep.roots else 0.0) for module in dep.plan.modules}
     done: set[str] = set()
 
-    def visit(m: str) -> None:  # depth-first in topological order (the DAG is validated upstream)
-        if m in done:
+    def visit(module: str) -> None:  # depth-first in topological order (the DAG is validated upstream)
+        if module in done:
             return
         for src, dst, _ in dep.edges:
-            if dst == m:
+            if dst == module:
                 visit(src)
-        mu[m] = (1.0 if m in dep.roots else 0.0) + sum(mu[s] * f for s, d, f in dep.edges if d == m)
-        done.add(m)
+        mu[module] = (1.0 if module in dep.roots else 0.0) + sum(
+            mu[source] * fanout for source, target, fanout in dep.edges if target == module
+        )
+        done.add(module)
 
-    for m in list(mu):
-        visit(m)
+    for module in list(mu):
+        visit(module)
     return mu
 
 
@@ -207,12 +210,14 @@ def _tails(router: Router) -> dict[str, float]:
     dep = router.deployment
     memo: dict[str, float] = {}
 
-    def tail(m: str) -> float:
-        if m not in memo:
-            memo[m] = max((_module_wcl(router, c) + tail(c) for c, _ in dep.children(m)), default=0.0)
-        return memo[m]
+    def tail(module: str) -> float:
+        if module not in memo:
+            memo[module] = max(
+                (_module_wcl(router, child) + tail(child) for child, _ in dep.children(module)), default=0.0
+            )
+        return memo[module]
 
-    return {m: tail(m) for m in dep.plan.modules}
+    return {module: tail(module) for module in dep.plan.modules}
 
 
 def _caps(router: Router) -> dict[str, list[int]]:
@@ -222,10 +227,12 @@ def _caps(router: Router) -> dict[str, list[int]]:
 
     dep = router.deployment
     out: dict[str, list[int]] = {}
-    for m in dep.roots:
-        sched = router.schedule(m)
+    for module in dep.roots:
+        sched = router.schedule(module)
         if sched is not None and hasattr(sched, "window_lists"):
-            out[m] = root_window_caps(dep.plan.modules[m], sched, has_children=bool(dep.children(m)))
+            out[module] = root_window_caps(
+                dep.plan.modules[module], sched, has_children=bool(dep.children(module))
+            )
     return out
 
 
@@ -259,22 +266,22 @@ class Admission:
             return st
         mu = requests_per_frame(dep)
         capacity = math.inf
-        for m, mp in dep.plan.modules.items():
-            sched = router.schedule(m)
-            w = (
+        for module, mp in dep.plan.modules.items():
+            sched = router.schedule(module)
+            module_rate = (
                 float(sched.effective_rate)
                 if sched is not None
-                else sum(g.machines * g.rate_per_machine for g in mp.groups)
+                else sum(group.machines * group.rate_per_machine for group in mp.groups)
             )
-            if mu.get(m, 0.0) > 0:
-                capacity = min(capacity, w / mu[m])
+            if mu.get(module, 0.0) > 0:
+                capacity = min(capacity, module_rate / mu[module])
         planned = dep.frame_rate * (1.0 + self.config.rate_headroom) if dep.frame_rate > 0 else math.inf
         rate = min(planned, capacity)
         gcra = Gcra(rate, self.config.burst_s) if math.isfinite(rate) and rate > 0 else None
         limits = {
-            (m, gi): math.ceil(g.rate_per_machine * dep.slo_s) + g.batch
-            for m, mp in dep.plan.modules.items()
-            for gi, g in enumerate(mp.groups)
+            (module, gi): math.ceil(group.rate_per_machine * dep.slo_s) + group.batch
+            for module, mp in dep.plan.modules.items()
+            for gi, group in enumerate(mp.groups)
         }
         st = _AppState(
             key=key, gcra=gcra, rate=rate, tail_s=_tails(router), backlog_limit=limits, caps=_caps(router)
@@ -294,7 +301,9 @@ class Admission:
         """Admit ``n_frames`` frames of ``router``'s app arriving at ``now`` (epoch s), or say why not."""
         dep = router.deployment
         if not self.config.enabled:
-            return Admitted([{m: router.route(m, now) for m in dep.roots} for _ in range(n_frames)])
+            return Admitted(
+                [{module: router.route(module, now) for module in dep.roots} for _ in range(n_frames)]
+            )
         stale: list[str] | None = [] if depth is not None and self.config.queue_check_s > 0 else None
         try:
             with self._lock:
@@ -381,19 +390,19 @@ class Admission:
             for module in dep.roots:
                 found = self._find_slot(router, st, module, now, deadline, stale)
                 if isinstance(found, Shed):
-                    for k in taken:  # all or nothing
-                        st.slots[k] -= 1
+                    for slot_key in taken:  # all or nothing
+                        st.slots[slot_key] -= 1
                     if self.slots is not None:
-                        for m, bid in shared:
-                            self.slots.release(dep.app, dep.version, m, bid)
+                        for shared_module, bid in shared:
+                            self.slots.release(dep.app, dep.version, shared_module, bid)
                     return found
                 route, hops, counted = found
-                k = (module, route.batch_id)
-                st.slots[k] = st.slots.get(k, 0) + 1
-                st.slot_end[k] = route.window_end
-                taken.append(k)
+                slot_key = (module, route.batch_id)
+                st.slots[slot_key] = st.slots.get(slot_key, 0) + 1
+                st.slot_end[slot_key] = route.window_end
+                taken.append(slot_key)
                 if counted is True:
-                    shared.append(k)
+                    shared.append(slot_key)
                 errors += counted is None
                 frame[module] = route
                 spilled += hops > 0
@@ -408,10 +417,10 @@ class Admission:
         none, None when it could not answer), or why none."""
         sched = router.schedule(module)
         full = backlogged = 0
-        t = now
+        at = now
         first_end = math.inf
         for hop in range(self.config.max_spill_slots + 1):
-            route = router.route(module, t)
+            route = router.route(module, at)
             first_end = min(first_end, route.window_end)
             group = sched.groups[route.group]
             wait = sched.window_wait_s(route.batch_id)
@@ -435,7 +444,7 @@ class Admission:
                 st.slots[(module, route.batch_id)] = cap
                 st.slot_end[(module, route.batch_id)] = route.window_end
                 full += 1
-            t = route.window_end + 1e-6  # windows are [start, end): the next one
+            at = route.window_end + 1e-6  # windows are [start, end): the next one
         if full == 0 and backlogged == 0:
             return Shed(
                 503,
@@ -487,7 +496,7 @@ class Admission:
             for slot in old:
                 st.slot_end.pop(slot, None)
                 st.slots.pop(slot, None)
-        idle = [digest for digest, b in self._keys.items() if now - b.last_take > _KEY_IDLE_S]
+        idle = [digest for digest, bucket in self._keys.items() if now - bucket.last_take > _KEY_IDLE_S]
         for digest in idle:
             del self._keys[digest]
 

@@ -111,7 +111,7 @@ def create_app(
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         service().metrics.put("FrontRejected", 1, Reason="invalid_request")
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        where = ".".join(str(part) for part in first.get("loc", ()))
         return JSONResponse(
             status_code=422,
             content={"error": "invalid_request", "reason": f"{where}: {first.get('msg', '')}"},
@@ -190,13 +190,13 @@ def _frames_from_json(svc: FrontService, body: bytes) -> list[tuple[bytes, str]]
         raise
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = ".".join(str(part) for part in first["loc"])
         svc.reject(400, "malformed_json", f"{where}: {first['msg']}")
         raise
     out: list[tuple[bytes, str]] = []
-    for i, f in enumerate(parsed.frames):
+    for i, frame in enumerate(parsed.frames):
         try:
-            out.append((base64.b64decode(f.image_b64, validate=True), f.content_type))
+            out.append((base64.b64decode(frame.image_b64, validate=True), frame.content_type))
         except (binascii.Error, ValueError):
             svc.reject(400, "malformed_json", f"frames.{i}.image_b64 is not base64")
     return out

@@ -103,10 +103,10 @@ class FrontService:
         if not _APP_NAME.fullmatch(app):
             self.reject(404, "unknown_app", f"no app named {app[:140]!r} is deployed")
         now = self.clock()
-        m = self._manifest(now)
-        if m is None:  # no plan published yet: nothing is deployed
+        manifest = self._manifest(now)
+        if manifest is None:  # no plan published yet: nothing is deployed
             self.reject(404, "unknown_app", f"no app named {app!r} is deployed")
-        return self._versioned_router(app, m.serving(now))
+        return self._versioned_router(app, manifest.serving(now))
 
     def _manifest(self, now: float) -> Manifest | None:
         """The plan pointer's manifest, read at most once per ``_POINTER_TTL_S``."""
@@ -126,7 +126,9 @@ class FrontService:
                 self.reject(404, "unknown_app", f"no app named {app!r} is deployed")
             assert dep is not None
             router = self._by_version[key] = Router.for_deployment(dep)
-            for old in sorted(self._by_version, key=lambda k: k[1])[: max(0, len(self._by_version) - 64)]:
+            for old in sorted(self._by_version, key=lambda cached: cached[1])[
+                : max(0, len(self._by_version) - 64)
+            ]:
                 self._by_version.pop(old, None)
         return router
 
@@ -141,8 +143,8 @@ class FrontService:
                 router = self.router(str(info["name"]))
                 if self.admission is not None:
                     self.admission.prepare(router)
-                for m in router.deployment.roots:
-                    for url in router.deployment.queues.get(m, {}).values():
+                for module in router.deployment.roots:
+                    for url in router.deployment.queues.get(module, {}).values():
                         self.queues.depth(url)
                 warmed.append(str(info["name"]))
             self.results.get_request("warm-up")
@@ -152,19 +154,19 @@ class FrontService:
 
     def list_apps(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
-        m = self._manifest(self.clock())
-        for name in sorted(m.apps) if m is not None else []:
-            d = self.router(name).deployment
+        manifest = self._manifest(self.clock())
+        for name in sorted(manifest.apps) if manifest is not None else []:
+            deployment = self.router(name).deployment
             out.append(
                 {
                     "name": name,
-                    "slo_s": d.slo_s,
+                    "slo_s": deployment.slo_s,
                     # the SLO the plan was made for (less the app's admission_reserve, docs/control.md)
-                    "planning_slo_s": d.planning_slo_s or d.slo_s,
-                    "frame_rate": d.frame_rate,
-                    "roots": d.roots,
-                    "modules": list(d.plan.modules),
-                    "emulated_hardware": d.emulated_hardware,
+                    "planning_slo_s": deployment.planning_slo_s or deployment.slo_s,
+                    "frame_rate": deployment.frame_rate,
+                    "roots": deployment.roots,
+                    "modules": list(deployment.plan.modules),
+                    "emulated_hardware": deployment.emulated_hardware,
                 }
             )
         return out
@@ -202,21 +204,25 @@ class FrontService:
             deadline = now + dep.slo_s
             t0 = time.perf_counter()
             routes: list[Route] = (
-                [admitted[i][m] for m in dep.roots] if admitted else [router.route(m, now) for m in dep.roots]
+                [admitted[i][module] for module in dep.roots]
+                if admitted
+                else [router.route(module, now) for module in dep.roots]
             )
             self.metrics.put("DispatchMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
-            for r in routes:
+            for route in routes:
                 msg = router.task(
-                    r,
+                    route,
                     request_id=request_id,
-                    task_id=r.module,
+                    task_id=route.module,
                     accepted_at=now,
                     enqueued_at=now,
                     deadline=deadline,
                     payload=payload,
                 )
-                by_queue.setdefault(r.queue_url, []).append(msg)
-            records.append(FrameRecord(request_id, app, now, deadline, roots=tuple(r.module for r in routes)))
+                by_queue.setdefault(route.queue_url, []).append(msg)
+            records.append(
+                FrameRecord(request_id, app, now, deadline, roots=tuple(route.module for route in routes))
+            )
             accepted.append(FrameAccepted(request_id=request_id, deadline=deadline, modules=list(dep.roots)))
         # the frame items and the root messages in parallel: the root modules' latency counts from
         # `now`, so their messages do not wait for the write. A frame is accepted (202) only when

@@ -20,18 +20,18 @@ def to_attr(value: Any) -> dict[str, Any]:
 
 
 def to_item(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {k: to_attr(v) for k, v in values.items() if v is not None}
+    return {key: to_attr(value) for key, value in values.items() if value is not None}
 
 
 def _from_attr(attr: dict[str, Any]) -> Any:
     (kind, raw), *_ = attr.items()
     if kind == "N":
-        f = float(raw)
-        return int(f) if f.is_integer() and "." not in raw and "e" not in raw.lower() else f
+        number = float(raw)
+        return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
     if kind == "NULL":
         return None
     return raw
 
 
 def from_item(item: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {k: _from_attr(v) for k, v in item.items()}
+    return {key: _from_attr(value) for key, value in item.items()}

@@ -45,7 +45,7 @@ class FleetGroups:
 
     def states(self) -> dict[str, GroupState]:
         """hardware -> its group's sizes, for every group that exists."""
-        by_name = {v: k for k, v in self.names.items()}
+        by_name = {name: key for key, name in self.names.items()}
         out: dict[str, GroupState] = {}
         names = sorted(by_name)
         try:
@@ -54,15 +54,15 @@ class FleetGroups:
                     AutoScalingGroupNames=names[i : i + 50]
                 )
                 for page in pages:
-                    for g in page.get("AutoScalingGroups", []):
-                        states = [inst.get("LifecycleState", "") for inst in g.get("Instances", [])]
-                        out[by_name[g["AutoScalingGroupName"]]] = GroupState(
-                            name=g["AutoScalingGroupName"],
-                            desired=int(g["DesiredCapacity"]),
-                            min_size=int(g["MinSize"]),
-                            max_size=int(g["MaxSize"]),
-                            in_service=sum(s == "InService" for s in states),
-                            pending=sum(s.startswith("Pending") for s in states),
+                    for group in page.get("AutoScalingGroups", []):
+                        states = [inst.get("LifecycleState", "") for inst in group.get("Instances", [])]
+                        out[by_name[group["AutoScalingGroupName"]]] = GroupState(
+                            name=group["AutoScalingGroupName"],
+                            desired=int(group["DesiredCapacity"]),
+                            min_size=int(group["MinSize"]),
+                            max_size=int(group["MaxSize"]),
+                            in_service=sum(state == "InService" for state in states),
+                            pending=sum(state.startswith("Pending") for state in states),
                         )
         except AWS_ERRORS as exc:
             raise AutoScalingError(f"cannot describe the worker groups: {exc}") from exc

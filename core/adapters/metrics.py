@@ -110,8 +110,8 @@ class Metrics:
             )
 
     def _bucket(self, at: float | None) -> float:
-        t = time.time() if at is None else at
-        return math.floor(t / self.resolution_s) * self.resolution_s
+        now = time.time() if at is None else at
+        return math.floor(now / self.resolution_s) * self.resolution_s
 
     def put(self, name: str, value: float, unit: str = "Count", at: float | None = None, **dims: str) -> None:
         """Add ``value`` to the series (name, unit, dims) in the bucket of ``at`` (default: now)."""
@@ -186,7 +186,11 @@ class MemoryMetrics(Metrics):
             self.raw[name].append((float(value), dict(dims)))
 
     def values(self, name: str, **dims: str) -> list[float]:
-        return [v for v, d in self.raw.get(name, []) if all(d.get(k) == x for k, x in dims.items())]
+        return [
+            value
+            for value, datum_dims in self.raw.get(name, [])
+            if all(datum_dims.get(key) == wanted for key, wanted in dims.items())
+        ]
 
     def total(self, name: str, **dims: str) -> float:
         return sum(self.values(name, **dims))
@@ -205,17 +209,17 @@ class CloudWatchMetrics(Metrics):
         data = [
             {
                 "MetricName": name,
-                "Dimensions": [{"Name": k, "Value": v} for k, v in dims],
+                "Dimensions": [{"Name": key, "Value": value} for key, value in dims],
                 "Unit": unit,
                 "Timestamp": bucket,
                 "StatisticValues": {
-                    "SampleCount": s.count,
-                    "Sum": s.total,
-                    "Minimum": s.low,
-                    "Maximum": s.high,
+                    "SampleCount": stat.count,
+                    "Sum": stat.total,
+                    "Minimum": stat.low,
+                    "Maximum": stat.high,
                 },
             }
-            for (name, unit, dims, bucket), s in stats.items()
+            for (name, unit, dims, bucket), stat in stats.items()
         ]
         for chunk in put_calls(data):
             try:
@@ -229,7 +233,7 @@ def _datum_bytes(datum: dict[str, Any]) -> int:
     largest botocore may use, repeats ``MetricData.member.N.`` before every field (a datum with three
     dimensions: 707 bytes measured with botocore's serializer, estimated 816; JSON 337, CBOR 256)."""
     dims = datum["Dimensions"]
-    return 420 + len(datum["MetricName"]) + sum(110 + len(d["Name"]) + len(d["Value"]) for d in dims)
+    return 420 + len(datum["MetricName"]) + sum(110 + len(dim["Name"]) + len(dim["Value"]) for dim in dims)
 
 
 def put_calls(data: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -237,12 +241,12 @@ def put_calls(data: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     out: list[list[dict[str, Any]]] = []
     size = 0
     for datum in data:
-        n = _datum_bytes(datum)
-        if not out or len(out[-1]) >= PUT_BATCH or size + n > PUT_BYTES:
+        datum_size = _datum_bytes(datum)
+        if not out or len(out[-1]) >= PUT_BATCH or size + datum_size > PUT_BYTES:
             out.append([])
             size = 0
         out[-1].append(datum)
-        size += n
+        size += datum_size
     return out
 
 
@@ -311,32 +315,39 @@ def emf_file_writer(path: str) -> Callable[[str], None]:
     """A writer for :class:`EmfMetrics` that appends each line to ``path`` (created if missing) and
     flushes it, so a reader tailing the file (the local stack's extractor) sees whole lines only."""
     lock = threading.Lock()
-    f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the process's life
+    stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the process's life
 
     def write(line: str) -> None:
         with lock:
-            f.write(line + "\n")
-            f.flush()
+            stream.write(line + "\n")
+            stream.flush()
 
     return write
 
 
-def _emf_value(s: _Stat) -> float | dict[str, Any]:
+def _emf_value(stat: _Stat) -> float | dict[str, Any]:
     """One series' aggregate as an EMF value: a plain number for one value, else a value set whose
     ``Values`` x ``Counts`` reproduce the count, sum, minimum and maximum (the minimum and maximum
     once each, the rest at their mean), with those four also stated (``Count``, ``Sum``, ``Min``,
     ``Max``: the form AWS's EMF libraries write for an aggregate)."""
-    if s.count == 1:
-        return s.total
-    if s.low == s.high:
-        values, counts = [s.low], [s.count]
+    if stat.count == 1:
+        return stat.total
+    if stat.low == stat.high:
+        values, counts = [stat.low], [stat.count]
     else:
-        values, counts = [s.low, s.high], [1, 1]
-        if s.count > 2:
-            mid = (s.total - s.low - s.high) / (s.count - 2)
-            values.append(min(max(mid, s.low), s.high))
-            counts.append(s.count - 2)
-    return {"Values": values, "Counts": counts, "Count": s.count, "Sum": s.total, "Min": s.low, "Max": s.high}
+        values, counts = [stat.low, stat.high], [1, 1]
+        if stat.count > 2:
+            mid = (stat.total - stat.low - stat.high) / (stat.count - 2)
+            values.append(min(max(mid, stat.low), stat.high))
+            counts.append(stat.count - 2)
+    return {
+        "Values": values,
+        "Counts": counts,
+        "Count": stat.count,
+        "Sum": stat.total,
+        "Min": stat.low,
+        "Max": stat.high,
+    }
 
 
 @dataclass
@@ -353,13 +364,13 @@ class _EmfDoc:
             len(self.values) < EMF_MAX_METRICS
             and name not in self.values
             and name not in self.dims
-            and all(self.dims.get(k, v) == v and k not in self.values for k, v in dims)
+            and all(self.dims.get(key, value) == value and key not in self.values for key, value in dims)
         )
 
-    def add(self, name: str, unit: str, dims: tuple[tuple[str, str], ...], s: _Stat) -> None:
+    def add(self, name: str, unit: str, dims: tuple[tuple[str, str], ...], stat: _Stat) -> None:
         self.dims.update(dims)
-        self.values[name] = _emf_value(s)
-        self.directives.setdefault(tuple(k for k, _ in dims), []).append({"Name": name, "Unit": unit})
+        self.values[name] = _emf_value(stat)
+        self.directives.setdefault(tuple(key for key, _ in dims), []).append({"Name": name, "Unit": unit})
 
     def document(self, namespace: str, bucket: float) -> dict[str, Any]:
         directives = [
@@ -372,7 +383,10 @@ class _EmfDoc:
 
 def _emf_names_ok(name: str, dims: tuple[tuple[str, str], ...]) -> bool:
     """A metric name and dimension values CloudWatch accepts: 1 to :data:`EMF_MAX_NAME` characters."""
-    return all(0 < len(x) <= EMF_MAX_NAME for x in (name, *(v for _, v in dims), *(k for k, _ in dims)))
+    return all(
+        0 < len(text) <= EMF_MAX_NAME
+        for text in (name, *(value for _, value in dims), *(key for key, _ in dims))
+    )
 
 
 def emf_documents(namespace: str, stats: dict[_Key, _Stat]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -385,23 +399,27 @@ def emf_documents(namespace: str, stats: dict[_Key, _Stat]) -> tuple[list[dict[s
     Lambda invocation's dozen series make a few lines, not a dozen)."""
     buckets: dict[float, list[tuple[str, str, tuple[tuple[str, str], ...], _Stat]]] = defaultdict(list)
     skipped: list[str] = []
-    for (name, unit, dims, bucket), s in stats.items():
-        if not all(math.isfinite(v) for v in (s.total, s.low, s.high)) or not _emf_names_ok(name, dims):
+    for (name, unit, dims, bucket), stat in stats.items():
+        if not all(math.isfinite(value) for value in (stat.total, stat.low, stat.high)) or not _emf_names_ok(
+            name, dims
+        ):
             skipped.append(name)  # CloudWatch would reject the whole line, and the series beside it
             continue
         if len(dims) > EMF_MAX_DIMENSIONS:
             raise MetricsError(f"EMF: {name} has {len(dims)} dimensions, at most {EMF_MAX_DIMENSIONS}")
-        if name == "_aws" or any(k in (name, "_aws") for k, _ in dims):
+        if name == "_aws" or any(key in (name, "_aws") for key, _ in dims):
             raise MetricsError(f"EMF: the metric name {name!r} is also a dimension or reserved")
-        buckets[bucket].append((name, unit, dims, s))
+        buckets[bucket].append((name, unit, dims, stat))
     docs: list[dict[str, Any]] = []
     for bucket in sorted(buckets):
         filling: list[_EmfDoc] = []
-        for name, unit, dims, s in sorted(buckets[bucket], key=lambda e: (e[2], e[0], e[1])):
-            home = next((d for d in filling if d.takes(name, dims)), None)
+        for name, unit, dims, stat in sorted(
+            buckets[bucket], key=lambda entry: (entry[2], entry[0], entry[1])
+        ):
+            home = next((doc for doc in filling if doc.takes(name, dims)), None)
             if home is None:
                 home = _EmfDoc()
                 filling.append(home)
-            home.add(name, unit, dims, s)
-        docs += [d.document(namespace, bucket) for d in filling]
+            home.add(name, unit, dims, stat)
+        docs += [doc.document(namespace, bucket) for doc in filling]
     return docs, skipped

@@ -70,7 +70,7 @@ AWAIT_CHECKS = 10
 def leaf_rank(modules: Iterable[str], children: Callable[[str], Sequence[object]], module: str) -> int:
     """``module``'s place among the DAG's leaf modules (those without children), in name order;
     a module with children (it checks only for its tasks dropped early) comes after every leaf."""
-    leaves = sorted(m for m in modules if not children(m))
+    leaves = sorted(name for name in modules if not children(name))
     return leaves.index(module) if module in leaves else len(leaves)
 
 
@@ -163,9 +163,9 @@ class FrameOutcomes:
         """request id -> the ids of its tasks among ``records`` without children, by request id;
         the frames of ``also`` with none."""
         out: dict[str, list[str]] = {rid: [] for rid in also}
-        for r in records:
-            if not r.children:
-                out.setdefault(r.request_id, []).append(r.task_id)
+        for record in records:
+            if not record.children:
+                out.setdefault(record.request_id, []).append(record.task_id)
         return {rid: tuple(out[rid]) for rid in sorted(out)}
 
     def submit(self, records: Iterable[TaskRecord], also: Iterable[str] = ()) -> None:
@@ -256,7 +256,7 @@ class FrameOutcomes:
             [
                 (request_id, _FRAME_SK),
                 (request_id, _OUTCOME_SK),
-                *((request_id, f"task#{r}") for r in self.roots),
+                *((request_id, f"task#{root}") for root in self.roots),
             ]
         )
         frame = head.get((request_id, _FRAME_SK))
@@ -268,21 +268,21 @@ class FrameOutcomes:
         known = {sk.removeprefix("task#"): item for (_, sk), item in head.items() if sk.startswith("task#")}
         todo = _split(frame.get("roots"))
         while todo:
-            got = {t: known[t] for t in todo if t in known}
-            want = [t for t in todo if t not in got]
+            got = {task: known[task] for task in todo if task in known}
+            want = [task for task in todo if task not in got]
             if want:
-                read = self._get([(request_id, f"task#{t}") for t in want])
+                read = self._get([(request_id, f"task#{task}") for task in want])
                 got.update({sk.removeprefix("task#"): item for (_, sk), item in read.items()})
             known = {}
             if len(got) < len(todo):  # a task is not recorded yet: not finished
-                missing = [t + "/" for t in todo if t not in got]
-                if any(m.startswith(a) for m in mine for a in missing):
+                missing = [task + "/" for task in todo if task not in got]
+                if any(own.startswith(prefix) for own in mine for prefix in missing):
                     self.stats["awaited"] += 1
                     return "await"  # the write of this task's ancestor is still to come
                 self.stats["unfinished"] += 1
                 return "no"
             tasks.update(got)
-            todo = [c for item in got.values() for c in _split(item.get("children"))]
+            todo = [child for item in got.values() for child in _split(item.get("children"))]
         status, finished = _completion(frame, tasks)
         if status == "queued" or finished is None:
             self.stats["unfinished"] += 1

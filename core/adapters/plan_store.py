@@ -166,7 +166,7 @@ class InstanceStatus(BaseModel):
 def slot_content(instance: Instance) -> tuple[tuple[Any, ...], ...]:
     """What an instance must have loaded to serve a slot: its shares' keys (app, module, hardware,
     batch, concurrency, duration). Two slots with equal content are served without reloading."""
-    return tuple(sorted(s.key for s in instance.shares))
+    return tuple(sorted(share.key for share in instance.shares))
 
 
 def _vkey(version: int, *parts: str) -> str:
@@ -202,7 +202,10 @@ class PlanStore:
         out: dict[str, dict[str, Any]] = {}
         for i in range(0, len(keys), 100):
             request: dict[str, Any] = {
-                self._table: {"Keys": [{"pk": {"S": k}} for k in keys[i : i + 100]], "ConsistentRead": True}
+                self._table: {
+                    "Keys": [{"pk": {"S": key}} for key in keys[i : i + 100]],
+                    "ConsistentRead": True,
+                }
             }
             for attempt in range(8):
                 try:
@@ -234,7 +237,7 @@ class PlanStore:
         keys = list(keys)
         for i in range(0, len(keys), 25):
             left: dict[str, Any] = {
-                self._table: [{"DeleteRequest": {"Key": {"pk": {"S": k}}}} for k in keys[i : i + 25]]
+                self._table: [{"DeleteRequest": {"Key": {"pk": {"S": key}}}} for key in keys[i : i + 25]]
             }
             for attempt in range(8):
                 try:
@@ -256,29 +259,29 @@ class PlanStore:
             return [{"pk": {"S": pk}, "doc": {"S": text}, "sha256": {"S": digest}, "parts": {"N": "0"}}]
         parts = [data[i : i + INLINE_LIMIT] for i in range(0, len(data), INLINE_LIMIT)]
         head = {"pk": {"S": pk}, "sha256": {"S": digest}, "parts": {"N": str(len(parts))}}
-        return [head] + [{"pk": {"S": f"{pk}#p{i}"}, "data": {"B": p}} for i, p in enumerate(parts)]
+        return [head] + [{"pk": {"S": f"{pk}#p{i}"}, "data": {"B": part}} for i, part in enumerate(parts)]
 
     def _read_doc(self, pk: str, head: dict[str, Any] | None = None) -> str | None:
         head = head if head is not None else self._get(pk)
         if head is None:
             return None
-        n = int(head.get("parts", {}).get("N", "0"))
-        if n == 0:
+        part_count = int(head.get("parts", {}).get("N", "0"))
+        if part_count == 0:
             data = str(head["doc"]["S"]).encode()
         else:
-            keys = [f"{pk}#p{i}" for i in range(n)]
+            keys = [f"{pk}#p{i}" for i in range(part_count)]
             got = self._batch_get(keys)
-            missing = [k for k in keys if k not in got]
+            missing = [key for key in keys if key not in got]
             if missing:
-                raise PlanStoreError(f"{pk}: {len(missing)} of {n} parts missing", key=pk)
-            data = b"".join(bytes(got[k]["data"]["B"]) for k in keys)
+                raise PlanStoreError(f"{pk}: {len(missing)} of {part_count} parts missing", key=pk)
+            data = b"".join(bytes(got[key]["data"]["B"]) for key in keys)
         if _sha(data) != head["sha256"]["S"]:
             raise PlanStoreError(f"{pk}: checksum mismatch (corrupt or mixed parts)", key=pk)
         return data.decode()
 
     def _read_docs(self, keys: list[str]) -> dict[str, str]:
         heads = self._batch_get(keys)
-        return {k: doc for k, h in heads.items() if (doc := self._read_doc(k, h)) is not None}
+        return {key: doc for key, head in heads.items() if (doc := self._read_doc(key, head)) is not None}
 
     # -- readers ----------------------------------------------------------------------------------
     def current(self) -> Manifest | None:
@@ -297,16 +300,16 @@ class PlanStore:
     def deployments(self, version: int, apps: Iterable[str] | None = None) -> dict[str, Deployment]:
         """Every app's deployment in ``version`` (or those of ``apps``)."""
         if apps is None:
-            m = self.manifest(version)
-            if m is None:
+            manifest = self.manifest(version)
+            if manifest is None:
                 return {}
-            apps = m.apps
+            apps = manifest.apps
         names = sorted(apps)
-        docs = self._read_docs([_vkey(version, "app", a) for a in names])
+        docs = self._read_docs([_vkey(version, "app", app) for app in names])
         return {
-            a: Deployment.model_validate_json(docs[k])
-            for a in names
-            if (k := _vkey(version, "app", a)) in docs
+            app: Deployment.model_validate_json(docs[key])
+            for app in names
+            if (key := _vkey(version, "app", app)) in docs
         }
 
     def fleet(self, version: int) -> FleetPlan | None:
@@ -375,20 +378,22 @@ class PlanStore:
             raise VersionConflictError(expected, actual)
         created = time.time() if created_at is None else created_at
         previous = current.serving(created) if current is not None else None
-        v = version if version is not None else self.reserve_version()
+        number = version if version is not None else self.reserve_version()
         deps = list(deployments.values()) if isinstance(deployments, Mapping) else list(deployments)
         meta = app_meta or {}
         items: list[dict[str, Any]] = []
         apps: dict[str, AppEntry] = {}
-        for d in deps:
-            doc = d.model_copy(update={"version": v}).model_dump_json()
-            m = dict(meta.get(d.app, {}))
-            apps[d.app] = AppEntry(sha256=_sha(doc.encode()), frame_rate=d.frame_rate, **m)
-            items += self._doc_items(_vkey(v, "app", d.app), doc)
+        for deployment in deps:
+            doc = deployment.model_copy(update={"version": number}).model_dump_json()
+            entry_fields = dict(meta.get(deployment.app, {}))
+            apps[deployment.app] = AppEntry(
+                sha256=_sha(doc.encode()), frame_rate=deployment.frame_rate, **entry_fields
+            )
+            items += self._doc_items(_vkey(number, "app", deployment.app), doc)
         fleet_doc = fleet.model_dump_json()
-        items += self._doc_items(_vkey(v, "fleet"), fleet_doc)
+        items += self._doc_items(_vkey(number, "fleet"), fleet_doc)
         manifest = Manifest(
-            version=v,
+            version=number,
             created_at=created,
             activate_at=activate_at,
             reason=reason,
@@ -403,9 +408,9 @@ class PlanStore:
         manifest_doc = manifest.model_dump_json()
         with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
             list(pool.map(self._put_new, items))
-        for item in self._doc_items(_vkey(v, "manifest"), manifest_doc):  # last: marks it complete
+        for item in self._doc_items(_vkey(number, "manifest"), manifest_doc):  # last: marks it complete
             self._put_new(item)
-        self._flip(v, expected, manifest_doc)
+        self._flip(number, expected, manifest_doc)
         return manifest
 
     def _flip(self, version: int, expected: int | None, manifest_doc: str) -> None:
@@ -509,13 +514,13 @@ class PlanStore:
         except PlanStoreError:
             fleet = None  # corrupt or half-written: delete what the keys below reach
         apps = list(manifest.apps) if manifest else []
-        heads = self._batch_get(head_keys + [_vkey(version, "app", a) for a in apps])
+        heads = self._batch_get(head_keys + [_vkey(version, "app", app) for app in apps])
         keys: list[str] = []
         for pk, head in heads.items():
             keys += [f"{pk}#p{i}" for i in range(int(head.get("parts", {}).get("N", "0")))]
         if fleet is not None:
-            keys += [_vkey(version, "claim", str(i.slot)) for i in fleet.instances]
-        keys += [k for k in heads if not k.endswith("#manifest")]
+            keys += [_vkey(version, "claim", str(instance.slot)) for instance in fleet.instances]
+        keys += [key for key in heads if not key.endswith("#manifest")]
         self._delete([_vkey(version, "manifest")])
         self._delete(keys)
 
@@ -525,8 +530,11 @@ class PlanStore:
         fl = fleet if fleet is not None else self.fleet(version)
         if fl is None:
             return {}
-        got = self._batch_get([_vkey(version, "claim", str(i.slot)) for i in fl.instances])
-        return {c.slot: c for c in (Claim.model_validate_json(item["doc"]["S"]) for item in got.values())}
+        got = self._batch_get([_vkey(version, "claim", str(instance.slot)) for instance in fl.instances])
+        return {
+            claim.slot: claim
+            for claim in (Claim.model_validate_json(item["doc"]["S"]) for item in got.values())
+        }
 
     def claim(
         self, version: int, instance_id: str, hardware: str, prefer_slot: str | None = None
@@ -542,10 +550,14 @@ class PlanStore:
             raise PlanStoreError(f"plan version {version} has no fleet", key=_vkey(version, "fleet"))
         held = self.claims(version, fleet)
         for inst in fleet.instances:
-            c = held.get(str(inst.slot))
-            if c is not None and c.instance_id == instance_id:
+            held_claim = held.get(str(inst.slot))
+            if held_claim is not None and held_claim.instance_id == instance_id:
                 return inst
-        free = [i for i in fleet.instances if i.hardware == hardware and str(i.slot) not in held]
+        free = [
+            candidate
+            for candidate in fleet.instances
+            if candidate.hardware == hardware and str(candidate.slot) not in held
+        ]
         for inst in self._preference(version, free, prefer_slot):
             claim = Claim(slot=str(inst.slot), instance_id=instance_id, hardware=hardware, at=time.time())
             try:
@@ -572,14 +584,18 @@ class PlanStore:
         manifest = self.manifest(version)
         if manifest is not None and manifest.previous is not None:
             prev = self.fleet(manifest.previous)
-            old = next((i for i in prev.instances if str(i.slot) == prefer_slot), None) if prev else None
+            old = (
+                next((instance for instance in prev.instances if str(instance.slot) == prefer_slot), None)
+                if prev
+                else None
+            )
             before = slot_content(old) if old is not None else ()
-        models = {c[:2] for c in before}
+        models = {key[:2] for key in before}
 
         def rank(inst: Instance) -> tuple[int, int, int]:
             same = bool(before) and slot_content(inst) == before
             named = str(inst.slot) == prefer_slot
-            common = len(models & {c[:2] for c in slot_content(inst)})
+            common = len(models & {key[:2] for key in slot_content(inst)})
             return (0 if same else 1, 0 if named else 1, -common)
 
         return sorted(free, key=rank)  # stable: slot order breaks ties
@@ -587,8 +603,8 @@ class PlanStore:
     def release(self, version: int, instance_id: str) -> list[str]:
         """Drop every claim ``instance_id`` holds in ``version`` (when it leaves); returns the slots."""
         out: list[str] = []
-        for slot, c in self.claims(version).items():
-            if c.instance_id != instance_id:
+        for slot, claim in self.claims(version).items():
+            if claim.instance_id != instance_id:
                 continue
             try:
                 self._ddb.delete_item(

@@ -51,6 +51,6 @@ class QueueAdmin:
         """URLs of the queues whose name starts with ``prefix`` (every page)."""
         try:
             pages = self._sqs.get_paginator("list_queues").paginate(QueueNamePrefix=prefix)
-            return [str(u) for page in pages for u in page.get("QueueUrls", [])]
+            return [str(url) for page in pages for url in page.get("QueueUrls", [])]
         except AWS_ERRORS as exc:
             raise QueueError(f"ListQueues {prefix}*: {exc}") from exc

@@ -71,9 +71,9 @@ class TaskQueues:
             self._send_batch(*calls[0])
         except QueueError as exc:
             failure = exc
-        for f in futures:
+        for future in futures:
             try:
-                f.result()
+                future.result()
             except QueueError as exc:
                 failure = failure or exc
         if failure is not None:
@@ -87,15 +87,15 @@ class TaskQueues:
 
     def _send_batch(self, queue_url: str, messages: list[TaskMessage]) -> None:
         entries = [
-            {"Id": str(n), "MessageBody": m.model_dump_json(exclude_none=True)}
-            for n, m in enumerate(messages)
+            {"Id": str(index), "MessageBody": message.model_dump_json(exclude_none=True)}
+            for index, message in enumerate(messages)
         ]
         try:
             out = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
         except AWS_ERRORS as exc:
             raise QueueError(f"cannot send to {queue_url}: {exc}", queue_url=queue_url) from exc
         if out.get("Failed"):
-            why = "; ".join(f.get("Message", f.get("Code", "?")) for f in out["Failed"])
+            why = "; ".join(failure.get("Message", failure.get("Code", "?")) for failure in out["Failed"])
             raise QueueError(f"SQS refused {len(out['Failed'])} message(s): {why}", queue_url=queue_url)
 
     def receive(self, queue_url: str, wait_s: int = 20, max_messages: int = 10) -> list[Received]:
@@ -110,16 +110,16 @@ class TaskQueues:
             raise QueueError(f"cannot receive from {queue_url}: {exc}", queue_url=queue_url) from exc
         return [
             Received(
-                body=m["Body"],
-                receipt=m["ReceiptHandle"],
-                receive_count=int(m.get("Attributes", {}).get("ApproximateReceiveCount", 1)),
-                sent_at=int(m.get("Attributes", {}).get("SentTimestamp", 0)) / 1000.0,
+                body=message["Body"],
+                receipt=message["ReceiptHandle"],
+                receive_count=int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1)),
+                sent_at=int(message.get("Attributes", {}).get("SentTimestamp", 0)) / 1000.0,
             )
-            for m in out.get("Messages", [])
+            for message in out.get("Messages", [])
         ]
 
     def delete(self, queue_url: str, receipts: list[str]) -> None:
-        self._batch("delete_message_batch", queue_url, [{"ReceiptHandle": r} for r in receipts])
+        self._batch("delete_message_batch", queue_url, [{"ReceiptHandle": receipt} for receipt in receipts])
 
     def release(self, queue_url: str, receipts: list[str]) -> None:
         """Make messages visible again at once (ChangeMessageVisibility 0): another worker, or this
@@ -127,12 +127,12 @@ class TaskQueues:
         self._batch(
             "change_message_visibility_batch",
             queue_url,
-            [{"ReceiptHandle": r, "VisibilityTimeout": 0} for r in receipts],
+            [{"ReceiptHandle": receipt, "VisibilityTimeout": 0} for receipt in receipts],
         )
 
     def _batch(self, op: str, queue_url: str, entries: list[dict[str, Any]]) -> None:
         for i in range(0, len(entries), 10):
-            chunk = [{"Id": str(n), **e} for n, e in enumerate(entries[i : i + 10])]
+            chunk = [{"Id": str(index), **entry} for index, entry in enumerate(entries[i : i + 10])]
             try:
                 getattr(self._sqs, op)(QueueUrl=queue_url, Entries=chunk)
             except AWS_ERRORS as exc:

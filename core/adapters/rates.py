@@ -50,8 +50,8 @@ def _metric_values(
 ) -> Iterator[tuple[int, list[float]]]:
     """(index into ``series``, values) for each (metric name, dimensions) of ``series`` over
     ``window`` at its period: GetMetricData in chunks of 500 queries, every page followed."""
-    for k, _, values in _metric_points(cw, namespace, series, stat, window):
-        yield k, values
+    for index, _, values in _metric_points(cw, namespace, series, stat, window):
+        yield index, values
 
 
 def _metric_points(
@@ -67,7 +67,7 @@ def _metric_points(
     for i in range(0, len(series), _MAX_QUERIES):
         queries = [
             {
-                "Id": f"m{i + k}",
+                "Id": f"m{i + index}",
                 "MetricStat": {
                     "Metric": {"Namespace": namespace, "MetricName": metric, "Dimensions": dims},
                     "Period": window.period_s,
@@ -75,15 +75,15 @@ def _metric_points(
                 },
                 "ReturnData": True,
             }
-            for k, (metric, dims) in enumerate(series[i : i + _MAX_QUERIES])
+            for index, (metric, dims) in enumerate(series[i : i + _MAX_QUERIES])
         ]
         kwargs: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
         try:
             while True:
                 page = cw.get_metric_data(**kwargs)
                 for res in page.get("MetricDataResults", []):
-                    stamps = [_epoch_s(t) for t in res.get("Timestamps", [])]
-                    yield int(res["Id"][1:]), stamps, [float(v) for v in res.get("Values", [])]
+                    stamps = [_epoch_s(stamp) for stamp in res.get("Timestamps", [])]
+                    yield int(res["Id"][1:]), stamps, [float(value) for value in res.get("Values", [])]
                 if not page.get("NextToken"):
                     break
                 kwargs["NextToken"] = page["NextToken"]
@@ -91,8 +91,8 @@ def _metric_points(
             raise MetricsError(f"GetMetricData failed: {exc}") from exc
 
 
-def _epoch_s(t: Any) -> float:
-    return t.timestamp() if isinstance(t, dt.datetime) else float(t)
+def _epoch_s(stamp: Any) -> float:
+    return stamp.timestamp() if isinstance(stamp, dt.datetime) else float(stamp)
 
 
 class ObservedRates:
@@ -118,9 +118,9 @@ class ObservedRates:
     def _series(self, apps: list[str]) -> list[tuple[str, str, list[dict[str, str]]]]:
         out = [(app, self.metric, [{"Name": "App", "Value": app}]) for app in apps]
         out += [
-            (app, self.shed_metric, [{"Name": "App", "Value": app}, {"Name": "Reason", "Value": r}])
+            (app, self.shed_metric, [{"Name": "App", "Value": app}, {"Name": "Reason", "Value": reason}])
             for app in apps
-            for r in self.shed_reasons
+            for reason in self.shed_reasons
         ]
         return out
 
@@ -139,12 +139,14 @@ class ObservedRates:
         first: dict[str, float | None] = dict.fromkeys(names)
         series = self._series(names)
         wider = RateWindow(window.end, window.seconds + window.period_s, window.period_s)
-        for k, stamps, values in _metric_points(
-            self._cw, self.namespace, [(m, d) for _, m, d in series], "Sum", wider
+        for index, stamps, values in _metric_points(
+            self._cw, self.namespace, [(metric, dims) for _, metric, dims in series], "Sum", wider
         ):
-            app = series[k][0]
-            total[app] += sum(v for t, v in zip(stamps, values, strict=True) if t >= window.start)
-            seen = [t for t, v in zip(stamps, values, strict=True) if v > 0]
+            app = series[index][0]
+            total[app] += sum(
+                value for stamp, value in zip(stamps, values, strict=True) if stamp >= window.start
+            )
+            seen = [stamp for stamp, value in zip(stamps, values, strict=True) if value > 0]
             if seen:
                 cur = first[app]
                 first[app] = min(seen) if cur is None else min(cur, *seen)
@@ -172,14 +174,14 @@ class ServiceOverruns:
             (
                 self.metric,
                 [
-                    {"Name": "App", "Value": a},
+                    {"Name": "App", "Value": app},
                     {"Name": "Hardware", "Value": hw},
-                    {"Name": "Module", "Value": m},
+                    {"Name": "Module", "Value": module},
                 ],
             )
-            for a, m, hw in series
+            for app, module, hw in series
         ]
-        for k, values in _metric_values(self._cw, self.namespace, queries, "Maximum", window):
+        for index, values in _metric_values(self._cw, self.namespace, queries, "Maximum", window):
             if values:
-                out[series[k]] = max(out.get(series[k], -math.inf), max(values) / 1e3)
+                out[series[index]] = max(out.get(series[index], -math.inf), max(values) / 1e3)
         return out

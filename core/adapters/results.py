@@ -97,16 +97,16 @@ class ResultStore:
         items = [
             to_item(
                 {
-                    "pk": f.request_id,
+                    "pk": frame.request_id,
                     "sk": _FRAME_SK,
-                    "app": f.app,
-                    "accepted_at": f.accepted_at,
-                    "deadline": f.deadline,
-                    "roots": ",".join(f.roots),
+                    "app": frame.app,
+                    "accepted_at": frame.accepted_at,
+                    "deadline": frame.deadline,
+                    "roots": ",".join(frame.roots),
                     EXPIRES_AT: expiry,
                 }
             )
-            for f in frames
+            for frame in frames
         ]
         try:
             for i in range(0, len(items), 25):
@@ -188,10 +188,15 @@ class ResultStore:
         tasks: dict[str, dict[str, Any]] = {}
         level = _split(frame.get("roots"))
         while level:
-            got = self._read_items([(request_id, f"task#{t}") for t in level])
+            got = self._read_items([(request_id, f"task#{task}") for task in level])
             found = {sk.removeprefix("task#"): item for (_, sk), item in got.items()}
             tasks.update(found)
-            level = [c for item in found.values() for c in _split(item.get("children")) if c not in tasks]
+            level = [
+                child
+                for item in found.values()
+                for child in _split(item.get("children"))
+                if child not in tasks
+            ]
         status, finished = _completion(frame, tasks)
         return ResultOut(
             request_id=request_id,
@@ -201,7 +206,9 @@ class ResultStore:
             deadline=frame["deadline"],
             finished_at=finished,
             latency_s=(finished - frame["accepted_at"]) if finished is not None else None,
-            tasks=sorted((_task_out(i) for i in tasks.values()), key=lambda t: (t.started_at, t.task_id)),
+            tasks=sorted(
+                (_task_out(i) for i in tasks.values()), key=lambda task: (task.started_at, task.task_id)
+            ),
         )
 
     def _read_items(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -244,7 +251,7 @@ def _expired(item: dict[str, Any], now: float) -> bool:
 
 
 def _split(csv: str | None) -> list[str]:
-    return [x for x in (csv or "").split(",") if x]
+    return [part for part in (csv or "").split(",") if part]
 
 
 def _completion(frame: dict[str, Any], tasks: dict[str, dict[str, Any]]) -> tuple[str, float | None]:

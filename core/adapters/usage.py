@@ -101,17 +101,17 @@ _S3_PUT_CLASS = ("Put", "Copy", "Post", "List", "Create", "Complete", "Upload", 
 
 
 # -- DynamoDB's item size ----------------------------------------------------------------------------
-def _utf8(v: str | bytes) -> int:
+def _utf8(text: str | bytes) -> int:
     """UTF-8 length; an ASCII string (the usual case) is measured without encoding a copy."""
-    if isinstance(v, str):
-        return len(v) if v.isascii() else len(v.encode())
-    return len(v)
+    if isinstance(text, str):
+        return len(text) if text.isascii() else len(text.encode())
+    return len(text)
 
 
-def _number(v: str) -> int:
+def _number(number: str) -> int:
     """1 byte per two significant digits, + 1 (leading and trailing zeros counted: at most a byte
     or two over, without copying the string)."""
-    digits = len(v) - v.startswith("-") - ("." in v)
+    digits = len(number) - number.startswith("-") - ("." in number)
     return (max(digits, 1) + 1) // 2 + 1
 
 
@@ -121,21 +121,23 @@ _SIZES: dict[str, Callable[[Any], int]] = {
     "B": len,
     "BOOL": lambda _: 1,
     "NULL": lambda _: 1,
-    "SS": lambda v: sum(_utf8(s) for s in v),
-    "NS": lambda v: sum(_number(n) for n in v),
-    "BS": lambda v: sum(len(b) for b in v),
-    "L": lambda v: 3 + sum(_value_size(x) + 1 for x in v),
-    "M": lambda v: 3 + sum(_utf8(k) + _value_size(x) + 1 for k, x in v.items()),
+    "SS": lambda values: sum(_utf8(text) for text in values),
+    "NS": lambda values: sum(_number(number) for number in values),
+    "BS": lambda values: sum(len(blob) for blob in values),
+    "L": lambda values: 3 + sum(_value_size(element) + 1 for element in values),
+    "M": lambda attributes: (
+        3 + sum(_utf8(name) + _value_size(element) + 1 for name, element in attributes.items())
+    ),
 }
 
 
 def _value_size(value: Mapping[str, Any]) -> int:
     """Bytes of one typed attribute value (``{"S": "abc"}``) by DynamoDB's item-size rules."""
-    for kind, v in value.items():
+    for kind, raw in value.items():
         if kind == "S":  # the usual case, first
-            return len(v) if v.isascii() else _utf8(v)
+            return len(raw) if raw.isascii() else _utf8(raw)
         size = _SIZES.get(kind)
-        return size(v) if size is not None else 0
+        return size(raw) if size is not None else 0
     return 0
 
 
@@ -169,7 +171,7 @@ def _write_request_units(request: Mapping[str, Any], factor: float = 1.0) -> flo
 
 def _update_units(params: Mapping[str, Any], factor: float = 1.0) -> float:
     values = params.get("ExpressionAttributeValues") or {}
-    size = item_size(params.get("Key")) + sum(_value_size(v) for v in values.values())
+    size = item_size(params.get("Key")) + sum(_value_size(attr_value) for attr_value in values.values())
     return _writes(size, factor)
 
 
@@ -181,16 +183,20 @@ def _batch_get_keys(params: Mapping[str, Any]) -> dict[str, tuple[int, float]]:
 
 
 _PREPARE: dict[str, Callable[[Mapping[str, Any]], Any]] = {
-    "PutItem": lambda p: _writes(item_size(p.get("Item"))),
+    "PutItem": lambda params: _writes(item_size(params.get("Item"))),
     "UpdateItem": _update_units,
-    "DeleteItem": lambda p: _writes(0),
-    "BatchWriteItem": lambda p: sum(
-        _write_request_units(r) for reqs in (p.get("RequestItems") or {}).values() for r in reqs
+    "DeleteItem": lambda params: _writes(0),
+    "BatchWriteItem": lambda params: sum(
+        _write_request_units(request)
+        for reqs in (params.get("RequestItems") or {}).values()
+        for request in reqs
     ),
-    "TransactWriteItems": lambda p: sum(_write_request_units(r, 2.0) for r in p.get("TransactItems") or ()),
-    "GetItem": lambda p: 1.0 if p.get("ConsistentRead") else 0.5,
-    "Query": lambda p: 1.0 if p.get("ConsistentRead") else 0.5,
-    "Scan": lambda p: 1.0 if p.get("ConsistentRead") else 0.5,
+    "TransactWriteItems": lambda params: sum(
+        _write_request_units(request, 2.0) for request in params.get("TransactItems") or ()
+    ),
+    "GetItem": lambda params: 1.0 if params.get("ConsistentRead") else 0.5,
+    "Query": lambda params: 1.0 if params.get("ConsistentRead") else 0.5,
+    "Scan": lambda params: 1.0 if params.get("ConsistentRead") else 0.5,
     "BatchGetItem": _batch_get_keys,
 }
 
@@ -208,12 +214,12 @@ def _consumed(parsed: Mapping[str, Any]) -> float | None:
     if not cc:
         return None
     entries = cc if isinstance(cc, list) else [cc]
-    return float(sum(e.get("CapacityUnits", 0.0) for e in entries))
+    return float(sum(entry.get("CapacityUnits", 0.0) for entry in entries))
 
 
 def _scanned_units(parsed: Mapping[str, Any], factor: float) -> float:
     items = parsed.get("Items") or ()
-    returned = sum(item_size(i) for i in items)
+    returned = sum(item_size(item) for item in items)
     count = int(parsed.get("Count", len(items)))
     scanned = int(parsed.get("ScannedCount", count))
     evaluated = returned * scanned / count if count > 0 else scanned * UNSEEN_ITEM_BYTES
@@ -229,7 +235,7 @@ def _batch_get_units(prepared: Any, parsed: Mapping[str, Any]) -> float:
     for table, (keys, factor) in (prepared or {}).items():
         got = responses.get(table) or ()
         left = len((unprocessed.get(table) or {}).get("Keys") or ())
-        units += sum(_reads(item_size(i), factor) for i in got)
+        units += sum(_reads(item_size(item), factor) for item in got)
         units += max(0, keys - left - len(got)) * factor
     return units
 
@@ -239,7 +245,7 @@ _READ_UNITS: dict[str, Callable[[Any, Mapping[str, Any]], float]] = {
     "Query": lambda prep, parsed: _scanned_units(parsed, prep or 0.5),
     "Scan": lambda prep, parsed: _scanned_units(parsed, prep or 0.5),
     "TransactGetItems": lambda _, parsed: sum(
-        _reads(item_size(r.get("Item")), 2.0) for r in parsed.get("Responses") or ()
+        _reads(item_size(response.get("Item")), 2.0) for response in parsed.get("Responses") or ()
     ),
     "BatchGetItem": _batch_get_units,
 }
@@ -278,7 +284,7 @@ def dynamodb_write_units(
     units = float(prepared)
     if operation == "BatchWriteItem":
         left = parsed.get("UnprocessedItems") or {}
-        units -= sum(_write_request_units(r) for reqs in left.values() for r in reqs)
+        units -= sum(_write_request_units(request) for reqs in left.values() for request in reqs)
     elif parsed.get("Attributes"):  # ReturnValues gave the old or new item: bill the larger
         units = max(units, _writes(item_size(parsed["Attributes"])))
     return max(units, 0.0)
@@ -298,7 +304,7 @@ def sqs_payload_bytes(operation: str, params: Mapping[str, Any]) -> int:
     if operation == "SendMessage":
         return _message_bytes(params)
     if operation == "SendMessageBatch":
-        return sum(_message_bytes(e) for e in params.get("Entries") or ())
+        return sum(_message_bytes(entry) for entry in params.get("Entries") or ())
     return 0
 
 
@@ -352,7 +358,7 @@ class UsageMeter:
         """The counts, which start again from zero; nothing when only the flush's own calls were
         counted since the last take."""
         with self._lock:
-            if not any(k != self._SELF for k in self._requests):
+            if not any(key != self._SELF for key in self._requests):
                 return {}, {}
             requests, units = self._requests, self._units
             self._requests, self._units = {}, {}
@@ -366,12 +372,19 @@ class UsageMeter:
     def collect(self, metrics: Metrics) -> None:
         """Put the counts into ``metrics`` (``AwsRequests``, ``AwsRequestUnits``) and start again."""
         requests, units = self.take()
-        for (service, operation), n in requests.items():
+        for (service, operation), request_count in requests.items():
             metrics.put(
-                "AwsRequests", n, "Count", Component=self.component, Service=service, Operation=operation
+                "AwsRequests",
+                request_count,
+                "Count",
+                Component=self.component,
+                Service=service,
+                Operation=operation,
             )
-        for (service, unit), u in units.items():
-            metrics.put("AwsRequestUnits", u, "Count", Component=self.component, Service=service, Unit=unit)
+        for (service, unit), unit_count in units.items():
+            metrics.put(
+                "AwsRequestUnits", unit_count, "Count", Component=self.component, Service=service, Unit=unit
+            )
 
 
 _meters: dict[str, UsageMeter] = {}
@@ -381,10 +394,10 @@ _meters_lock = threading.Lock()
 def meter(component: str) -> UsageMeter:
     """This process's meter of ``component`` (``front``, ``worker``, ``instance``, ``control``)."""
     with _meters_lock:
-        m = _meters.get(component)
-        if m is None:
-            m = _meters[component] = UsageMeter(component)
-        return m
+        usage_meter = _meters.get(component)
+        if usage_meter is None:
+            usage_meter = _meters[component] = UsageMeter(component)
+        return usage_meter
 
 
 def report_to(metrics: _M, component: str) -> _M:
@@ -408,16 +421,16 @@ class _ClientHook:
         self._units: dict[str, tuple[str, str]] = {}
 
     def key(self, operation: str) -> tuple[str, str]:
-        k = self._ops.get(operation)
-        if k is None:
-            k = self._ops[operation] = (self.service, operation)
-        return k
+        key = self._ops.get(operation)
+        if key is None:
+            key = self._ops[operation] = (self.service, operation)
+        return key
 
     def unit(self, name: str) -> tuple[str, str]:
-        k = self._units.get(name)
-        if k is None:
-            k = self._units[name] = (self.service, name)
-        return k
+        key = self._units.get(name)
+        if key is None:
+            key = self._units[name] = (self.service, name)
+        return key
 
     # before-parameter-build (DynamoDB, SQS, CloudWatch): what the units need from the request
     def before_params(self, params: Mapping[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
@@ -429,7 +442,7 @@ class _ClientHook:
                 context[self._ASKED] = True
         elif model.name == "GetMetricData":
             queries = params.get("MetricDataQueries") or ()
-            context[self._STASH] = sum(1 for q in queries if "MetricStat" in q)
+            context[self._STASH] = sum(1 for query in queries if "MetricStat" in query)
 
     def after_call(
         self, http_response: Any, parsed: Mapping[str, Any], model: Any, context: dict[str, Any], **_: Any
@@ -447,9 +460,9 @@ class _ClientHook:
             self.meter.add(self.key(op), self.unit(_RRU), reads)
             self.meter.add_units(self.unit(_WRU), writes)
         elif service == "sqs":
-            answer = sum(_message_bytes(m) for m in parsed.get("Messages") or ()) if ok else 0
-            n = sqs_requests(prepared or 0, answer) if ok else 0
-            self.meter.add(self.key(op), self.unit("Requests"), n)
+            answer = sum(_message_bytes(message) for message in parsed.get("Messages") or ()) if ok else 0
+            requests = sqs_requests(prepared or 0, answer) if ok else 0
+            self.meter.add(self.key(op), self.unit("Requests"), requests)
         elif service == "monitoring":
             if op == "GetMetricData":
                 self.meter.add(self.key(op), self.unit("MetricsRequested"), float(prepared or 0) if ok else 0)
@@ -508,7 +521,7 @@ class HttpUsage:
             key = self._keys.get((method, route))
             if key is None:
                 key = self._keys[(method, route)] = ("apigateway", f"{method} {route}")
-            m = self.meter
-            m.add(key, self._api, 1.0)
-            m.add(self._invoke, self._requests, 1.0)
-            m.add_units(self._duration, float(ms))
+            usage_meter = self.meter
+            usage_meter.add(key, self._api, 1.0)
+            usage_meter.add(self._invoke, self._requests, 1.0)
+            usage_meter.add_units(self._duration, float(ms))
