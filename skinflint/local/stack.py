@@ -77,9 +77,9 @@ class StackError(SkinflintError):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes], name: str, log: Path) -> None:
@@ -106,9 +106,9 @@ def registration_doc(lp: LocalPlan) -> dict[str, Any]:
     profiles: dict[str, list[dict[str, Any]]] = {}
     for name, mod in lp.app.modules.items():
         entries = profiles.setdefault(mod.model, [])
-        for e in lp.problem.modules[name].profile:
-            raw = {**e.model_dump(), **(e.model_extra or {})}
-            raw["duration_s"] = max(e.duration_s - lp.overhead_s, 1e-6)
+        for entry in lp.problem.modules[name].profile:
+            raw = {**entry.model_dump(), **(entry.model_extra or {})}
+            raw["duration_s"] = max(entry.duration_s - lp.overhead_s, 1e-6)
             if raw not in entries:
                 entries.append(raw)
     return {
@@ -116,8 +116,10 @@ def registration_doc(lp: LocalPlan) -> dict[str, Any]:
         "slo_s": lp.slo_s,
         "rate": lp.frame_rate,
         "min_rate": lp.frame_rate,
-        "modules": {m: {"model": s.model, "kind": s.kind} for m, s in lp.app.modules.items()},
-        "edges": [list(e) for e in lp.app.edges],
+        "modules": {
+            module: {"model": spec.model, "kind": spec.kind} for module, spec in lp.app.modules.items()
+        },
+        "edges": [list(edge) for edge in lp.app.edges],
         "hardware": sorted(lp.problem.hardware),
         "profiles": profiles,
     }
@@ -210,7 +212,11 @@ class LocalStack:
 
     # -- process helpers ---------------------------------------------------------------------------
     def _env(self, cfg: DataPlaneConfig | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SKINFLINT_ENDPOINT"))}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("AWS_", "SKINFLINT_ENDPOINT"))
+        }
         env.update(FAKE_CREDENTIALS)
         env["PYTHONUNBUFFERED"] = "1"
         if cfg is not None:
@@ -253,9 +259,10 @@ class LocalStack:
         _wait_http(f"{endpoint}/moto-api/", 30, moto, "moto server", self.log_dir / "moto.log")
         self._log(f"moto server on {endpoint} ({time.time() - t0:.1f} s)")
         cfg = DataPlaneConfig(endpoint_url=endpoint, results_retention_days=self.config.retention_s / 86_400)
-        os.environ.update({k: v for k, v in FAKE_CREDENTIALS.items() if k not in os.environ})
+        os.environ.update({key: value for key, value in FAKE_CREDENTIALS.items() if key not in os.environ})
         clients = {
-            s: make_client(s, cfg) for s in ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "ec2")
+            service: make_client(service, cfg)
+            for service in ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "ec2")
         }
         create_base(clients["dynamodb"], clients["s3"], cfg)
         api_key = "sk-local-" + secrets.token_urlsafe(18)
@@ -301,7 +308,7 @@ class LocalStack:
         ddb, s3 = clients["dynamodb"], clients["s3"]
         catalog = load_catalog(s3, cfg.bucket)
         hop = max(lp.overhead_s for lp in plans.values())
-        hardware = sorted({h for lp in plans.values() for h in lp.problem.hardware})
+        hardware = sorted({hw for lp in plans.values() for hw in lp.problem.hardware})
         groups = create_groups(
             clients["autoscaling"],
             clients["ec2"],
@@ -320,26 +327,26 @@ class LocalStack:
         )
         for lp in plans.values():
             registrar.register(registration_doc(lp))
-        c = self.config
+        config = self.config
         control = ControlConfig(
             asg_names=groups,
-            epoch_s=c.epoch_s,
-            min_gap_s=0.8 * c.epoch_s,
-            activate_lead_s=c.activate_lead_s,
-            activate_max_lead_s=c.activate_max_lead_s,
+            epoch_s=config.epoch_s,
+            min_gap_s=0.8 * config.epoch_s,
+            activate_lead_s=config.activate_lead_s,
+            activate_max_lead_s=config.activate_max_lead_s,
             hop_overhead_s=hop,
-            rate_period_s=c.rate_period_s,
-            rate_lag_s=c.rate_lag_s,
-            stale_s=max(30.0, 3 * c.epoch_s),
-            emulated_hardware=tuple(sorted({h for lp in plans.values() for h in lp.emulated_hardware})),
-            machine_caps={h: n for lp in plans.values() for h, n in lp.machine_caps.items()},
+            rate_period_s=config.rate_period_s,
+            rate_lag_s=config.rate_lag_s,
+            stale_s=max(30.0, 3 * config.epoch_s),
+            emulated_hardware=tuple(sorted({hw for lp in plans.values() for hw in lp.emulated_hardware})),
+            machine_caps={hw: cap for lp in plans.values() for hw, cap in lp.machine_caps.items()},
         )
         self.controller = build_controller(cfg, control, clients=clients)
         self.plan_store = PlanStore(ddb, cfg.config_table)
         for lp in plans.values():
             self._log(
                 f"{lp.app.name}: registered at {lp.frame_rate:g} frames/s on "
-                f"{', '.join(lp.hardware_label(h) for h in sorted(lp.problem.hardware))}"
+                f"{', '.join(lp.hardware_label(hw) for hw in sorted(lp.problem.hardware))}"
             )
         return groups
 
@@ -369,15 +376,15 @@ class LocalStack:
         _wait_http(f"{self._front_url}/healthz", 60, front, "front", self.log_dir / "front.log")
 
     def _start_fleet(self, cfg: DataPlaneConfig, clients: dict[str, Any], groups: dict[str, str]) -> None:
-        c = self.config
+        config = self.config
         launcher = ProcessLauncher(
             self._env(cfg),
             self.log_dir,
             [
-                "--poll-s", str(c.agent_poll_s),
-                "--recheck-s", str(c.epoch_s),
-                "--retire-grace-s", str(c.retire_grace_s),
-                "--lifecycle-poll-s", str(c.lifecycle_poll_s),
+                "--poll-s", str(config.agent_poll_s),
+                "--recheck-s", str(config.epoch_s),
+                "--retire-grace-s", str(config.retire_grace_s),
+                "--lifecycle-poll-s", str(config.lifecycle_poll_s),
             ],
             emf=True,
         )  # fmt: skip
@@ -396,7 +403,7 @@ class LocalStack:
             self._imds,
             is_idle=is_idle,
             interval_s=1.0,
-            hook_timeout_s=c.hook_timeout_s,
+            hook_timeout_s=config.hook_timeout_s,
         )
         self.fleet.reconcile()
         self.fleet.start()
@@ -427,49 +434,52 @@ class LocalStack:
             self.epochs.append(epoch)
             self._log(f"backlog {out['status']} ({', '.join(out.get('late', []))}): {_epoch_line(epoch)}")
         elif out.get("activation", {}).get("status") in ("ready", "deadline"):
-            a = out["activation"]
-            self._log(f"v{a['version']} {a['status']}: {a['ready']}/{a['slots']} slot(s) served")
+            activation = out["activation"]
+            self._log(
+                f"v{activation['version']} {activation['status']}: "
+                f"{activation['ready']}/{activation['slots']} slot(s) served"
+            )
         return out
 
     def _first_epoch(self, hop_s: float) -> Manifest:
         out = self.run_epoch("start")
         assert self.plan_store is not None
-        m = self.plan_store.current()
-        if m is None:
+        manifest = self.plan_store.current()
+        if manifest is None:
             raise StackError(f"the first planning epoch published nothing: {out.get('error') or out}")
-        over = {hw: n for hw, n in m.counts.items() if n > self.config.max_instances}
+        over = {hw: count for hw, count in manifest.counts.items() if count > self.config.max_instances}
         if over:
-            need = ", ".join(f"{n} {hw}" for hw, n in sorted(over.items()))
+            need = ", ".join(f"{count} {hw}" for hw, count in sorted(over.items()))
             raise StackError(
                 f"the plan needs {need} instances, more than this stack runs per hardware class "
                 f"({self.config.max_instances}); the measured overhead per hop is {hop_s * 1e3:.0f} ms "
                 "(a loaded host makes every batch slower): retry when the host is quieter, or lower --rate"
             )
-        return m
+        return manifest
 
     def _epoch_loop(self) -> None:
         """An epoch every ``epoch_s``; a backlog check every ``check_s`` in between."""
-        c = self.config
-        next_epoch = time.time() + c.epoch_s
-        next_check = time.time() + c.check_s
+        config = self.config
+        next_epoch = time.time() + config.epoch_s
+        next_check = time.time() + config.check_s
         while not self._stop.wait(max(0.0, min(next_epoch, next_check) - time.time())):
             epoch = time.time() >= next_epoch
             try:
                 if epoch:
-                    next_epoch += c.epoch_s
+                    next_epoch += config.epoch_s
                     self.run_epoch()
                 else:
                     self.check_backlog()
             except Exception as exc:  # noqa: BLE001 - the timer outlives a failed epoch, as the schedule does
                 log.exception("%s failed", "epoch" if epoch else "backlog check")
                 self._log(f"{'epoch' if epoch else 'backlog check'} failed: {exc}")
-            next_check = time.time() + c.check_s
+            next_check = time.time() + config.check_s
 
     def _wait_serving(self, manifest: Manifest, t0: float) -> None:
         """Until every slot of ``manifest``'s fleet is claimed by a running instance serving it."""
         assert self.plan_store is not None and self.fleet is not None
         fleet = self.plan_store.fleet(manifest.version)
-        slots = {str(i.slot) for i in fleet.instances} if fleet else set()
+        slots = {str(instance.slot) for instance in fleet.instances} if fleet else set()
         end = time.time() + self._ready_timeout_s
         claims: dict[str, Any] = {}
         while time.time() < end:
@@ -477,16 +487,16 @@ class LocalStack:
             claims = self.plan_store.claims(manifest.version)
             beats = self.plan_store.instances()
             serving = {
-                s
-                for s, c in claims.items()
-                if (b := beats.get(c.instance_id)) is not None
-                and b.state == "serving"
-                and b.version == manifest.version
+                slot
+                for slot, claim in claims.items()
+                if (beat := beats.get(claim.instance_id)) is not None
+                and beat.state == "serving"
+                and beat.version == manifest.version
             }
             if serving >= slots:
-                n = sum(len(self.fleet.running(h)) for h in self.fleet.groups)
+                instances = sum(len(self.fleet.running(hw)) for hw in self.fleet.groups)
                 self._log(
-                    f"{len(slots)} slot(s) of plan v{manifest.version} served by {n} instance(s) "
+                    f"{len(slots)} slot(s) of plan v{manifest.version} served by {instances} instance(s) "
                     f"({time.time() - t0:.1f} s since start)"
                 )
                 return
@@ -509,12 +519,12 @@ class LocalStack:
                     f"{name} exited with {proc.returncode}: {' '.join(tail)} (log: {log_path})", str(log_path)
                 )
         assert self.fleet is not None
-        for e in self.fleet.events:
-            if e.kind == "restarted":
-                path = self.log_dir / f"instance-{e.instance_id}.log"
+        for event in self.fleet.events:
+            if event.kind == "restarted":
+                path = self.log_dir / f"instance-{event.instance_id}.log"
                 tail = path.read_text(errors="replace").strip().splitlines()[-1:] if path.exists() else []
                 raise StackError(
-                    f"instance agent {e.instance_id} died: {' '.join(tail)} (log: {path})", str(path)
+                    f"instance agent {event.instance_id} died: {' '.join(tail)} (log: {path})", str(path)
                 )
 
     def _dlqs(self, sqs: Any, endpoint: str) -> dict[str, str]:
@@ -551,32 +561,36 @@ class LocalStack:
 
         cfg = DataPlaneConfig()
         body = "x" * (len(base64.b64encode(synthetic_frames(1)[0])) + 600)
-        q = sqs.create_queue(QueueName="skinflint-calibration")["QueueUrl"]
+        queue_url = sqs.create_queue(QueueName="skinflint-calibration")["QueueUrl"]
         worst = 0.0
         for i in range(OVERHEAD_PROBES):
-            t = time.perf_counter()
-            sqs.send_message_batch(QueueUrl=q, Entries=[{"Id": "0", "MessageBody": body}])
-            got = sqs.receive_message(QueueUrl=q, MaxNumberOfMessages=10, WaitTimeSeconds=1)
-            worst = max(worst, time.perf_counter() - t)
+            sent_at = time.perf_counter()
+            sqs.send_message_batch(QueueUrl=queue_url, Entries=[{"Id": "0", "MessageBody": body}])
+            got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            worst = max(worst, time.perf_counter() - sent_at)
             ddb.put_item(
                 TableName=cfg.results_table,
                 Item={"pk": {"S": f"calibration-{i}"}, "sk": {"S": "x"}},
                 ConditionExpression="attribute_not_exists(pk)",
             )
-            for m in got.get("Messages", []):
-                sqs.delete_message(QueueUrl=q, ReceiptHandle=m["ReceiptHandle"])
-        sqs.delete_queue(QueueUrl=q)
+            for message in got.get("Messages", []):
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+        sqs.delete_queue(QueueUrl=queue_url)
         return worst
 
     # -- what ran ------------------------------------------------------------------------------------
     def versions(self) -> list[int]:
         """Every plan version published while the stack ran, in order."""
-        return sorted({int(e["version"]) for e in self.epochs if e.get("status") == "published"})
+        return sorted({int(epoch["version"]) for epoch in self.epochs if epoch.get("status") == "published"})
 
     def deployments(self, app: str) -> list[Deployment]:
         """The app's deployment in every version published while the stack ran (those still stored)."""
         assert self.plan_store is not None
-        return [d for v in self.versions() if (d := self.plan_store.deployment(v, app)) is not None]
+        return [
+            deployment
+            for version in self.versions()
+            if (deployment := self.plan_store.deployment(version, app)) is not None
+        ]
 
     def aws_requests(self) -> dict[str, Any] | None:
         """moto's request counts by service and action since it started
@@ -620,10 +634,12 @@ class LocalStack:
         if self._imds is not None:
             self._imds.stop()
             self._imds = None
-        order = [p for p in self._procs if p[0] != "moto"] + [p for p in self._procs if p[0] == "moto"]
+        order = [entry for entry in self._procs if entry[0] != "moto"] + [
+            entry for entry in self._procs if entry[0] == "moto"
+        ]
         for name, proc, _ in order:
             if name == "moto":
-                self._reap([p for p in order if p[0] != "moto"], timeout_s)
+                self._reap([entry for entry in order if entry[0] != "moto"], timeout_s)
                 self._stop_emf()  # the front has stopped: its last lines go in before moto stops
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -663,9 +679,9 @@ class LocalStack:
 
     def pids(self) -> list[int]:
         """Every process this stack started and that may still run (moto, front, agents)."""
-        out = [p.pid for _, p, _ in self._procs]
+        out = [proc.pid for _, proc, _ in self._procs]
         if self.fleet is not None:
-            out += [pid for g in self.fleet.snapshot().values() for pid in g["pids"].values()]
+            out += [pid for group in self.fleet.snapshot().values() for pid in group["pids"].values()]
         return out
 
 
@@ -676,7 +692,10 @@ def _epoch_line(out: dict[str, Any]) -> str:
     if out.get("rates"):
         parts.append(
             "rates "
-            + ", ".join(f"{a} {r['observed']:g}->{r['planned']:g}/s" for a, r in sorted(out["rates"].items()))
+            + ", ".join(
+                f"{app} {rates['observed']:g}->{rates['planned']:g}/s"
+                for app, rates in sorted(out["rates"].items())
+            )
         )
     if out.get("counts"):
         parts.append("instances " + json.dumps(out["counts"], separators=(",", ":")))

@@ -16,13 +16,13 @@ if TYPE_CHECKING:
 __all__ = ["aws_request_figures", "percentile", "summarise", "task_rows"]
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 100]); NaN for no values."""
+def percentile(values: Sequence[float], percent: float) -> float:
+    """Nearest-rank percentile (``percent`` in [0, 100]); NaN for no values."""
     if not values:
         return math.nan
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
-    return s[k]
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(percent / 100 * len(ordered)) - 1))
+    return ordered[rank]
 
 
 def _dispatch_figures(mp: ModulePlan) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def _bound(
 ) -> float | None:
     if planned_at is None:
         return None
-    figures = [x for x in (planned_at(module, t0), planned_at(module, t1)) if x is not None]
+    figures = [figure for figure in (planned_at(module, t0), planned_at(module, t1)) if figure is not None]
     return max(figures) if figures else None
 
 
@@ -68,18 +68,20 @@ def summarise(
     (a task that straddles a version change is held to the looser of the two). Without it, every
     task is held to ``plan``'s figure."""
     extra = plan.model_extra or {}
-    answered = [r for r in results if r is not None and r.status == "done"]
-    dropped = [r for r in results if r is not None and r.status == "dropped"]
+    answered = [result for result in results if result is not None and result.status == "done"]
+    dropped = [result for result in results if result is not None and result.status == "dropped"]
     lost = sent - len(answered) - len(dropped)
-    lat = [r.latency_s for r in answered if r.latency_s is not None]
-    within = sum(1 for x in lat if x <= slo_s)
+    lat = [result.latency_s for result in answered if result.latency_s is not None]
+    within = sum(1 for latency in lat if latency <= slo_s)
     modules: dict[str, dict[str, Any]] = {}
     for name, mp in plan.modules.items():
-        hw = sorted({g.hardware for g in mp.groups})
+        hw = sorted({group.hardware for group in mp.groups})
         modules[name] = {
-            "hardware": [f"{h} (emulated)" if h in emulated_hardware else h for h in hw],
-            "machines": sum(g.machines for g in mp.groups),
-            "batch": [g.batch for g in mp.groups],
+            "hardware": [
+                f"{hardware} (emulated)" if hardware in emulated_hardware else hardware for hardware in hw
+            ],
+            "machines": sum(group.machines for group in mp.groups),
+            "batch": [group.batch for group in mp.groups],
             "planned_worst_s": mp.worst_case_latency_s,
             "measured_worst_s": None,
             "measured_p99_s": None,
@@ -88,34 +90,34 @@ def summarise(
             "over_plan": 0,
             "tasks": 0,
             "dropped": 0,
-            "emulated": any(h in emulated_hardware for h in hw),
+            "emulated": any(hardware in emulated_hardware for hardware in hw),
             **_dispatch_figures(mp),
         }
-    per_module: dict[str, list[float]] = {m: [] for m in modules}
-    waits: dict[str, list[float]] = {m: [] for m in modules}
-    runs: dict[str, list[float]] = {m: [] for m in modules}
-    for r in [*answered, *dropped]:
-        for t in r.tasks:
-            if t.module not in modules:
+    per_module: dict[str, list[float]] = {module: [] for module in modules}
+    waits: dict[str, list[float]] = {module: [] for module in modules}
+    runs: dict[str, list[float]] = {module: [] for module in modules}
+    for result in [*answered, *dropped]:
+        for task in result.tasks:
+            if task.module not in modules:
                 continue
-            if t.status == "dropped":
-                modules[t.module]["dropped"] += 1
+            if task.status == "dropped":
+                modules[task.module]["dropped"] += 1
                 continue
-            took = t.finished_at - t.enqueued_at
-            per_module[t.module].append(took)
-            bound = _bound(planned_at, t.module, t.enqueued_at, t.finished_at)
-            if took > (modules[t.module]["planned_worst_s"] if bound is None else bound) + 1e-9:
-                modules[t.module]["over_plan"] += 1
-            waits[t.module].append(t.started_at - t.enqueued_at)
-            runs[t.module].append(t.finished_at - t.started_at)
-    for m, xs in per_module.items():
-        modules[m]["tasks"] = len(xs)
+            took = task.finished_at - task.enqueued_at
+            per_module[task.module].append(took)
+            bound = _bound(planned_at, task.module, task.enqueued_at, task.finished_at)
+            if took > (modules[task.module]["planned_worst_s"] if bound is None else bound) + 1e-9:
+                modules[task.module]["over_plan"] += 1
+            waits[task.module].append(task.started_at - task.enqueued_at)
+            runs[task.module].append(task.finished_at - task.started_at)
+    for module, xs in per_module.items():
+        modules[module]["tasks"] = len(xs)
         if xs:
-            modules[m]["measured_worst_s"] = max(xs)
-            modules[m]["measured_p99_s"] = percentile(xs, 99)
-        if waits[m]:
-            modules[m]["wait_worst_s"] = max(waits[m])
-            modules[m]["run_worst_s"] = max(runs[m])
+            modules[module]["measured_worst_s"] = max(xs)
+            modules[module]["measured_p99_s"] = percentile(xs, 99)
+        if waits[module]:
+            modules[module]["wait_worst_s"] = max(waits[module])
+            modules[module]["run_worst_s"] = max(runs[module])
     return {
         "frames_sent": sent,
         "answered": len(answered),
@@ -155,23 +157,40 @@ def aws_request_figures(
     if before is None or after is None:
         return None
     was = before.get("by_action", {})
-    by_action = {k: int(v) - int(was.get(k, 0)) for k, v in after.get("by_action", {}).items()}
-    by_action = dict(sorted(((k, v) for k, v in by_action.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
-    emulated = {k: v for k, v in by_action.items() if k.startswith(EMULATION_PREFIX)}
-    by_action = {k: v for k, v in by_action.items() if k not in emulated}
+    by_action = {
+        action: int(count) - int(was.get(action, 0)) for action, count in after.get("by_action", {}).items()
+    }
+    by_action = dict(
+        sorted(
+            ((action, count) for action, count in by_action.items() if count > 0),
+            key=lambda kv: (-kv[1], kv[0]),
+        )
+    )
+    emulated = {action: count for action, count in by_action.items() if action.startswith(EMULATION_PREFIX)}
+    by_action = {action: count for action, count in by_action.items() if action not in emulated}
     total = sum(by_action.values())
     cpu_was = before.get("cpu_s_by_action", {})
-    cpu = {k: float(v) - float(cpu_was.get(k, 0.0)) for k, v in after.get("cpu_s_by_action", {}).items()}
-    cpu = dict(sorted(((k, v) for k, v in cpu.items() if v > 0), key=lambda kv: (-kv[1], kv[0])))
-    heavy = [h for h in after.get("heavy", []) if since is None or float(h[0]) >= since]
+    cpu = {
+        action: float(seconds) - float(cpu_was.get(action, 0.0))
+        for action, seconds in after.get("cpu_s_by_action", {}).items()
+    }
+    cpu = dict(
+        sorted(
+            ((action, seconds) for action, seconds in cpu.items() if seconds > 0),
+            key=lambda kv: (-kv[1], kv[0]),
+        )
+    )
+    heavy = [entry for entry in after.get("heavy", []) if since is None or float(entry[0]) >= since]
     gc_after, gc_before = after.get("gc") or {}, before.get("gc") or {}
     was_gen = gc_before.get("by_generation", {})
     gc_figures = {
         "collections": {
-            g: int(v["collections"]) - int(was_gen.get(g, {}).get("collections", 0))
-            for g, v in gc_after.get("by_generation", {}).items()
+            generation: int(figures["collections"]) - int(was_gen.get(generation, {}).get("collections", 0))
+            for generation, figures in gc_after.get("by_generation", {}).items()
         },
-        "long_pauses": [p for p in gc_after.get("long_pauses", []) if since is None or float(p[0]) >= since],
+        "long_pauses": [
+            pause for pause in gc_after.get("long_pauses", []) if since is None or float(pause[0]) >= since
+        ],
     }
     cpu_total = sum(cpu.values())
     return {
@@ -200,33 +219,33 @@ def task_rows(
     start / finish times, queue wait, run time, the planned worst case it was held to and whether it
     was over it."""
     rows: list[dict[str, Any]] = []
-    for r in results:
-        if r is None or r.status == "queued":
+    for result in results:
+        if result is None or result.status == "queued":
             continue
-        for t in r.tasks:
+        for task in result.tasks:
             row: dict[str, Any] = {
-                "request_id": r.request_id,
-                "module": t.module,
-                "status": t.status,
-                "hardware": t.hardware,
-                "emulated": t.emulated,
-                "batch_size": t.batch_size,
-                "enqueued_at": t.enqueued_at,
-                "started_at": t.started_at,
-                "finished_at": t.finished_at,
-                "received_at": t.received_at,
+                "request_id": result.request_id,
+                "module": task.module,
+                "status": task.status,
+                "hardware": task.hardware,
+                "emulated": task.emulated,
+                "batch_size": task.batch_size,
+                "enqueued_at": task.enqueued_at,
+                "started_at": task.started_at,
+                "finished_at": task.finished_at,
+                "received_at": task.received_at,
             }
-            if t.status == "done":
-                took = t.finished_at - t.enqueued_at
-                bound = _bound(planned_at, t.module, t.enqueued_at, t.finished_at)
+            if task.status == "done":
+                took = task.finished_at - task.enqueued_at
+                bound = _bound(planned_at, task.module, task.enqueued_at, task.finished_at)
                 row.update(
                     took_s=took,
-                    wait_s=t.started_at - t.enqueued_at,
+                    wait_s=task.started_at - task.enqueued_at,
                     # of the wait: until the worker had the message (SQS, the sender's write and
                     # send), then held in the worker (window, grace, batches ahead of it)
-                    delivery_s=None if t.received_at is None else t.received_at - t.enqueued_at,
-                    held_s=None if t.received_at is None else t.started_at - t.received_at,
-                    run_s=t.finished_at - t.started_at,
+                    delivery_s=None if task.received_at is None else task.received_at - task.enqueued_at,
+                    held_s=None if task.received_at is None else task.started_at - task.received_at,
+                    run_s=task.finished_at - task.started_at,
                     planned_worst_s=bound,
                     over_plan=bound is not None and took > bound + 1e-9,
                 )
