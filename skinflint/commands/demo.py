@@ -26,17 +26,17 @@ DEFAULT_DURATION_S = 60.0
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    parser = sub.add_parser(
         "demo", help="run an app end to end on the local stack and print a summary", description=__doc__
     )
-    add_stack_arguments(p, multi_app=False)
-    p.add_argument(
+    add_stack_arguments(parser, multi_app=False)
+    parser.add_argument(
         "--duration",
         type=float,
         default=DEFAULT_DURATION_S,
         help=f"seconds of video to stream (default {DEFAULT_DURATION_S:g})",
     )
-    p.set_defaults(func=run)
+    parser.set_defaults(func=run)
 
 
 def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: bool) -> list[str | None]:
@@ -55,8 +55,8 @@ def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: 
     refused = 0
 
     def post(client: httpx.Client, frame: bytes) -> str | None:
-        r = client.post(f"/v1/apps/{app}/frames", content=frame, headers=headers)
-        return str(r.json()["accepted"][0]["request_id"]) if r.status_code == 202 else None
+        response = client.post(f"/v1/apps/{app}/frames", content=frame, headers=headers)
+        return str(response.json()["accepted"][0]["request_id"]) if response.status_code == 202 else None
 
     with (
         httpx.Client(base_url=info.url, timeout=30, limits=httpx.Limits(max_connections=16)) as client,
@@ -75,15 +75,15 @@ def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: 
         task = prog.add_task("frames", total=len(frames), note="")
         start = time.time() + 0.2
         futures = []
-        for k, frame in enumerate(frames):
-            delay = start + k / rate - time.time()
+        for index, frame in enumerate(frames):
+            delay = start + index / rate - time.time()
             if delay > 0:
                 time.sleep(delay)
             futures.append(pool.submit(post, client, frame))
-            done = [f for f in futures if f.done()]
-            refused = sum(1 for f in done if f.exception() is None and f.result() is None)
+            done = [future for future in futures if future.done()]
+            refused = sum(1 for future in done if future.exception() is None and future.result() is None)
             prog.update(task, completed=len(done), note=f"{refused} refused" if refused else "")
-        ids = [f.result() for f in futures]
+        ids = [future.result() for future in futures]
     return ids
 
 
@@ -103,21 +103,25 @@ def _collect(info: StackInfo, ids: list[str | None], timeout_s: float) -> list[A
             res = None
             while True:
                 wait = max(0.0, min(5.0, end - time.time()))
-                r = client.get(f"/v1/requests/{rid}", params={"wait": f"{wait:.2f}"})
-                if r.status_code == 200:
-                    res = ResultOut.model_validate(r.json())
+                response = client.get(f"/v1/requests/{rid}", params={"wait": f"{wait:.2f}"})
+                if response.status_code == 200:
+                    res = ResultOut.model_validate(response.json())
                 if (res is not None and res.status != "queued") or time.time() >= end:
                     break
             out.append(res)
     return out
 
 
-def _fmt_s(x: float | None) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.0f} ms"
+def _fmt_s(seconds: float | None) -> str:
+    return (
+        "-"
+        if seconds is None or (isinstance(seconds, float) and math.isnan(seconds))
+        else f"{seconds * 1e3:.0f} ms"
+    )
 
 
 def _fmt_counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} x {hw}" for hw, n in sorted(counts.items()) if n) or "none"
+    return ", ".join(f"{count} x {hw}" for hw, count in sorted(counts.items()) if count) or "none"
 
 
 def _served_plan(deployments: list[Any], fallback: Plan) -> tuple[Plan, list[str]]:
@@ -128,7 +132,11 @@ def _served_plan(deployments: list[Any], fallback: Plan) -> tuple[Plan, list[str
     last = deployments[-1].plan
     modules = {}
     for name, mp in last.modules.items():
-        worst = max(d.plan.modules[name].worst_case_latency_s for d in deployments if name in d.plan.modules)
+        worst = max(
+            deployment.plan.modules[name].worst_case_latency_s
+            for deployment in deployments
+            if name in deployment.plan.modules
+        )
         modules[name] = mp.model_copy(update={"worst_case_latency_s": worst})
     notes = []
     if len(deployments) > 1:
@@ -146,19 +154,23 @@ def _planned_at(stack: Any, deployments: list[Any]) -> Any:
     store = stack.plan_store
     current = store.current() if store is not None else None
     timeline = []
-    for d in deployments:
-        m = current if current is not None and current.version == d.version else store.manifest(d.version)
-        if m is not None:
-            timeline.append((m.activate_at, d.version, d.plan))
-    timeline.sort(key=lambda x: (x[0], x[1]))
+    for deployment in deployments:
+        manifest = (
+            current
+            if current is not None and current.version == deployment.version
+            else store.manifest(deployment.version)
+        )
+        if manifest is not None:
+            timeline.append((manifest.activate_at, deployment.version, deployment.plan))
+    timeline.sort(key=lambda entry: (entry[0], entry[1]))
 
-    def planned_at(module: str, t: float) -> float | None:
+    def planned_at(module: str, at_s: float) -> float | None:
         if not timeline:
             return None
         plan = timeline[0][2]
-        for at, _, p in timeline:
-            if at <= t:
-                plan = p
+        for at, _, served in timeline:
+            if at <= at_s:
+                plan = served
         mp = plan.modules.get(module)
         return mp.worst_case_latency_s if mp is not None else None
 
@@ -169,16 +181,16 @@ def _timeline(epochs: list[dict[str, Any]], app: str, t0: float) -> list[dict[st
     """Each epoch of the run, ``t_s`` seconds after the first frame was sent: what it did, the
     app's observed and planned rate, and how long it took (``timings_ms``)."""
     out = []
-    for e in epochs:
-        row: dict[str, Any] = {"t_s": round(e.get("at", t0) - t0, 2), "status": e.get("status")}
-        if e.get("version") is not None:
-            row["version"] = e["version"]
-        if e.get("rate_window"):
-            row["rate_window_s"] = [round(x - t0, 2) for x in e["rate_window"]]
-        if app in e.get("rates", {}):
-            row["rates"] = e["rates"][app]
-        if e.get("timings_ms"):
-            row["timings_ms"] = e["timings_ms"]
+    for epoch in epochs:
+        row: dict[str, Any] = {"t_s": round(epoch.get("at", t0) - t0, 2), "status": epoch.get("status")}
+        if epoch.get("version") is not None:
+            row["version"] = epoch["version"]
+        if epoch.get("rate_window"):
+            row["rate_window_s"] = [round(at - t0, 2) for at in epoch["rate_window"]]
+        if app in epoch.get("rates", {}):
+            row["rates"] = epoch["rates"][app]
+        if epoch.get("timings_ms"):
+            row["timings_ms"] = epoch["timings_ms"]
         out.append(row)
     return out
 
@@ -196,77 +208,95 @@ def _fleet_figures(stack: Any, app: str, t0: float) -> dict[str, Any]:
         "instances": dict(current.counts) if current else {},
         "billed_per_hour": current.billed_per_hour if current else 0.0,
         "occupancy_per_hour": current.occupancy_per_hour if current else 0.0,
-        "scale_changes": [e["scaled"] for e in stack.epochs if e.get("scaled")],
+        "scale_changes": [epoch["scaled"] for epoch in stack.epochs if epoch.get("scaled")],
         # service-time corrections the control loop learned from the workers (module@hardware -> s)
         "corrections": next(
-            (e["corrections"].get(app, {}) for e in reversed(stack.epochs) if e.get("corrections")), {}
+            (
+                epoch["corrections"].get(app, {})
+                for epoch in reversed(stack.epochs)
+                if epoch.get("corrections")
+            ),
+            {},
         ),
     }
 
 
-def _fmt_requests(r: dict[str, Any] | None) -> str:
+def _fmt_requests(requests: dict[str, Any] | None) -> str:
     """'25.1 per frame (100/s): sqs.ReceiveMessage 30 %, ...' (the five largest actions)."""
-    if not r or not r["total"]:
+    if not requests or not requests["total"]:
         return "not metered"
-    top = ", ".join(f"{k} {v / r['total']:.0%}" for k, v in list(r["by_action"].items())[:5])
-    line = f"{r['per_frame']:.1f} per frame ({r['per_second']:.0f}/s): {top}"
-    emulated = sum((r.get("emulation_by_action") or {}).values())
+    top = ", ".join(
+        f"{action} {count / requests['total']:.0%}"
+        for action, count in list(requests["by_action"].items())[:5]
+    )
+    line = f"{requests['per_frame']:.1f} per frame ({requests['per_second']:.0f}/s): {top}"
+    emulated = sum((requests.get("emulation_by_action") or {}).values())
     if emulated:
         line += f"; not counted: {emulated} of the stack's stand-ins for AWS (its EMF extraction)"
-    cpu = r.get("server_cpu_s_by_action") or {}
-    if cpu and r["seconds"] > 0:
-        busiest = ", ".join(f"{k} {v / r['server_cpu_s']:.0%}" for k, v in list(cpu.items())[:3])
+    cpu = requests.get("server_cpu_s_by_action") or {}
+    if cpu and requests["seconds"] > 0:
+        busiest = ", ".join(
+            f"{action} {seconds / requests['server_cpu_s']:.0%}" for action, seconds in list(cpu.items())[:3]
+        )
         line += (
-            f"; server CPU {r['server_cpu_s'] / r['seconds']:.2f} of a core, "
-            f"{r['server_cpu_ms_per_request']:.1f} ms/request ({busiest})"
+            f"; server CPU {requests['server_cpu_s'] / requests['seconds']:.2f} of a core, "
+            f"{requests['server_cpu_ms_per_request']:.1f} ms/request ({busiest})"
         )
     return line
 
 
-def _print_table(s: dict[str, Any]) -> None:
+def _print_table(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if Console().is_terminal else 130)
     head = Table(
-        title=f"skinflint demo: {s['app']} at {s['rate']:g} frames/s for {s['duration_s']:g} s",
+        title=f"skinflint demo: {summary['app']} at {summary['rate']:g} frames/s "
+        f"for {summary['duration_s']:g} s",
         show_header=False,
     )
     head.add_column(style="bold")
     head.add_column()
     rows = [
-        ("frames sent", str(s["frames_sent"])),
-        ("answered", str(s["answered"])),
-        ("dropped early (reported)", str(s["dropped"])),
-        ("refused (admission control)", str(s["refused"])),
-        ("lost", str(s["lost"])),
-        ("SLO", f"{s['slo_s'] * 1e3:.0f} ms"),
+        ("frames sent", str(summary["frames_sent"])),
+        ("answered", str(summary["answered"])),
+        ("dropped early (reported)", str(summary["dropped"])),
+        ("refused (admission control)", str(summary["refused"])),
+        ("lost", str(summary["lost"])),
+        ("SLO", f"{summary['slo_s'] * 1e3:.0f} ms"),
         (
             "SLO attainment (answered)",
-            f"{s['slo_attainment']:.2%}" if not math.isnan(s["slo_attainment"]) else "-",
+            f"{summary['slo_attainment']:.2%}" if not math.isnan(summary["slo_attainment"]) else "-",
         ),
-        ("latency p50 / p95 / p99", " / ".join(_fmt_s(s[f"latency_p{q}_s"]) for q in (50, 95, 99))),
-        ("latency max", _fmt_s(s["latency_max_s"])),
-        ("planned cost (billed)", f"${s['planned_billed_per_hour']:.3f}/h"),
-        ("planned cost (occupancy)", f"${s['planned_occupancy_per_hour']:.3f}/h"),
-        ("fleet (packed instances)", _fmt_counts(s["fleet"]["instances"])),
-        ("fleet cost (billed)", f"${s['fleet']['billed_per_hour']:.3f}/h"),
+        (
+            "latency p50 / p95 / p99",
+            " / ".join(_fmt_s(summary[f"latency_p{percentile}_s"]) for percentile in (50, 95, 99)),
+        ),
+        ("latency max", _fmt_s(summary["latency_max_s"])),
+        ("planned cost (billed)", f"${summary['planned_billed_per_hour']:.3f}/h"),
+        ("planned cost (occupancy)", f"${summary['planned_occupancy_per_hour']:.3f}/h"),
+        ("fleet (packed instances)", _fmt_counts(summary["fleet"]["instances"])),
+        ("fleet cost (billed)", f"${summary['fleet']['billed_per_hour']:.3f}/h"),
         (
             "control loop",
-            f"{s['fleet']['epochs']} epoch(s) of {s['fleet']['epoch_s']:g} s, "
-            f"plan version(s) {', '.join(f'v{v}' for v in s['fleet']['versions'])}",
+            f"{summary['fleet']['epochs']} epoch(s) of {summary['fleet']['epoch_s']:g} s, "
+            f"plan version(s) {', '.join(f'v{version}' for version in summary['fleet']['versions'])}",
         ),
-        ("planning overhead per hop", _fmt_s(s["overhead_s"])),
+        ("planning overhead per hop", _fmt_s(summary["overhead_s"])),
         (
             "learned service corrections",
-            ", ".join(f"{k} +{_fmt_s(v)}" for k, v in sorted(s["fleet"]["corrections"].items())) or "none",
+            ", ".join(
+                f"{where} +{_fmt_s(extra_s)}"
+                for where, extra_s in sorted(summary["fleet"]["corrections"].items())
+            )
+            or "none",
         ),
-        ("AWS requests (moto)", _fmt_requests(s["aws_requests"])),
-        ("emulated hardware", ", ".join(s["emulated_hardware"]) or "none"),
-        ("wall time", f"{s['wall_s']:.0f} s"),
+        ("AWS requests (moto)", _fmt_requests(summary["aws_requests"])),
+        ("emulated hardware", ", ".join(summary["emulated_hardware"]) or "none"),
+        ("wall time", f"{summary['wall_s']:.0f} s"),
     ]
-    for k, v in rows:
-        head.add_row(k, v)
+    for label, value in rows:
+        head.add_row(label, value)
     console.print(head)
     mods = Table(title="per module: measured worst case vs planned")
     for col in (
@@ -283,23 +313,23 @@ def _print_table(s: dict[str, Any]) -> None:
         "over plan",
     ):
         mods.add_column(col)
-    for name, m in s["modules"].items():
-        over = f"{m['over_plan']} of {m['tasks']}" if m["over_plan"] else "none"
+    for name, module in summary["modules"].items():
+        over = f"{module['over_plan']} of {module['tasks']}" if module["over_plan"] else "none"
         mods.add_row(
             name,
-            ", ".join(m["hardware"]),
-            str(m["machines"]),
-            ",".join(map(str, m["batch"])),
-            str(m["tasks"]),
-            str(m["dropped"]),
-            _fmt_s(m["measured_p99_s"]),
-            _fmt_s(m["measured_worst_s"]),
-            f"{_fmt_s(m['wait_worst_s'])} / {_fmt_s(m['run_worst_s'])}",
-            _fmt_s(m["planned_worst_s"]),
+            ", ".join(module["hardware"]),
+            str(module["machines"]),
+            ",".join(map(str, module["batch"])),
+            str(module["tasks"]),
+            str(module["dropped"]),
+            _fmt_s(module["measured_p99_s"]),
+            _fmt_s(module["measured_worst_s"]),
+            f"{_fmt_s(module['wait_worst_s'])} / {_fmt_s(module['run_worst_s'])}",
+            _fmt_s(module["planned_worst_s"]),
             over,
         )
     console.print(mods)
-    for note in s["notes"]:
+    for note in summary["notes"]:
         console.print(f"note: {note}")
 
 
@@ -316,8 +346,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--duration must be positive, got {args.duration:g}")
     t0 = time.time()
     log = _log_to_stderr(args.json)
-    n = max(1, round(args.duration * args.rate))
-    frames = synthetic_frames(n)
+    count = max(1, round(args.duration * args.rate))
+    frames = synthetic_frames(count)
     retention = stack_retention(args.retention, args.duration)
     stack = make_stack([args.app], args.rate, args.slo, log, args.log_dir, args.epoch, retention)
     try:
@@ -326,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
         except (DataPlaneError, StackError) as exc:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         lp = info.plans[args.app]
-        log(f"streaming {n} frames at {args.rate:g} frames/s to {info.url}")
+        log(f"streaming {count} frames at {args.rate:g} frames/s to {info.url}")
         streamed_at = time.time()
         meter_before = stack.aws_requests()
         ids = _stream(info, args.app, frames, args.rate, args.json)
@@ -340,15 +370,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stack.stop()
     plan, plan_notes = _served_plan(deployments, lp.plan)
-    emulated = sorted({h for d in deployments for h in d.emulated_hardware} or set(lp.emulated_hardware))
+    emulated = sorted(
+        {hw for deployment in deployments for hw in deployment.emulated_hardware} or set(lp.emulated_hardware)
+    )
     slo_s = deployments[-1].slo_s if deployments else lp.slo_s
-    s = summarise(len(ids), results, plan, slo_s, emulated, planned_at)
+    summary = summarise(len(ids), results, plan, slo_s, emulated, planned_at)
     # a frame the front refused (admission control: 429/503 with Retry-After) was answered, not lost
     tasks_file = Path(info.log_dir) / "tasks.jsonl"
     tasks_file.write_text("".join(json.dumps(row) + "\n" for row in task_rows(results, planned_at)))
-    s["refused"] = sum(1 for rid in ids if rid is None)
-    s["lost"] -= s["refused"]
-    s.update(
+    summary["refused"] = sum(1 for rid in ids if rid is None)
+    summary["lost"] -= summary["refused"]
+    summary.update(
         app=args.app,
         rate=args.rate,
         duration_s=args.duration,
@@ -361,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
         tasks_file=str(tasks_file),
     )
     if args.json:
-        print(json.dumps(s, indent=1, default=str))
+        print(json.dumps(summary, indent=1, default=str))
     else:
-        _print_table(s)
-    return 0 if s["lost"] == 0 else 1
+        _print_table(summary)
+    return 0 if summary["lost"] == 0 else 1

@@ -37,17 +37,19 @@ METRICS_FLUSH_S = 6.0  # the workers flush metrics every 5 s (the front after ev
 def register(sub: Any) -> None:
     from loadtest.rates import SHAPES
 
-    p = sub.add_parser(
+    parser = sub.add_parser(
         "loadtest", help="load-test the local stack or a deployed API (locust)", description=__doc__
     )
-    p.add_argument("--shape", choices=sorted(SHAPES), default="steady", help="load shape (default steady)")
-    p.add_argument(
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="steady", help="load shape (default steady)"
+    )
+    parser.add_argument(
         "--duration",
         type=parse_duration,
         default=DEFAULT_DURATION_S,
         help=f"length of the run: 90, 90s, 5m (default {DEFAULT_DURATION_S:g} s)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--app",
         action="append",
         dest="apps",
@@ -55,60 +57,66 @@ def register(sub: Any) -> None:
         choices=sorted(USER_CLASSES),
         help="app to load (repeatable; default: traffic locally, every deployed app with --target)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--rate",
         type=float,
         default=None,
         help="frames/s offered per app at the peak (default: the planned rate)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--plan-rate",
         type=float,
         default=None,
         help="local stack: frames/s the plan is made for (default: --rate, else 4); "
         "--rate 8 --plan-rate 4 offers twice the planned rate",
     )
-    p.add_argument(
+    parser.add_argument(
         "--phases",
         choices=["random", "even"],
         default="random",
         help="cameras' phases: independent (random, default) or spread evenly (one steady stream)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--collect",
         choices=["during", "after"],
         default=None,
         help="read each frame's result during the run (default with --target) or after it (default "
         "locally: moto scans the whole results table on every read, which slows the stack under test)",
     )
-    p.add_argument("--slo", type=float, default=None, help="local stack: SLO in seconds (default: the app's)")
-    p.add_argument(
+    parser.add_argument(
+        "--slo", type=float, default=None, help="local stack: SLO in seconds (default: the app's)"
+    )
+    parser.add_argument(
         "--epoch",
         type=float,
         default=None,
         help="local stack: seconds between planning epochs (default that of skinflint up; "
         "3600 holds the first plan for the run)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--retention",
         type=parse_duration,
         default=None,
         help="local stack: how long it keeps a frame's results and the metric data points "
         "(default: the run plus 1h; at least the run plus 10 min)",
     )
-    p.add_argument("--target", default=None, help="URL of a deployed API (default: start the local stack)")
-    p.add_argument("--api-key", default=None, help="API key of --target (or SKINFLINT_API_KEY)")
-    p.add_argument(
+    parser.add_argument(
+        "--target", default=None, help="URL of a deployed API (default: start the local stack)"
+    )
+    parser.add_argument("--api-key", default=None, help="API key of --target (or SKINFLINT_API_KEY)")
+    parser.add_argument(
         "--drain",
         type=float,
         default=10.0,
         help="seconds after the run to collect the last results (default 10)",
     )
-    p.add_argument("--out", default=None, help="directory for the reports (default loadtest-out/<time>)")
-    p.add_argument("--report", action="store_true", help="also print the cost report of the run (CloudWatch)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--log-dir", default=None, help="local stack: where the processes' logs go")
-    p.set_defaults(func=run)
+    parser.add_argument("--out", default=None, help="directory for the reports (default loadtest-out/<time>)")
+    parser.add_argument(
+        "--report", action="store_true", help="also print the cost report of the run (CloudWatch)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--log-dir", default=None, help="local stack: where the processes' logs go")
+    parser.set_defaults(func=run)
 
 
 # -- running locust ----------------------------------------------------------------------------------
@@ -168,7 +176,7 @@ def run_locust(
         "-f", str(LOCUSTFILE), "--headless", "--host", url,
         "--csv", str(out / "locust"), "--html", str(paths["html"]), "--only-summary",
         "--exit-code-on-error", "0", "--loglevel", "WARNING", "--logfile", str(paths["log"]),
-        *(USER_CLASSES[a] for a in apps),
+        *(USER_CLASSES[app] for app in apps),
     ])  # fmt: skip
     console = Console(stderr=True)
     total = plan.duration_s + plan.drain_s
@@ -207,64 +215,86 @@ def run_locust(
 # -- output ------------------------------------------------------------------------------------------
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2%}"
+def _pct(fraction: float | None) -> str:
+    return (
+        "-"
+        if fraction is None or (isinstance(fraction, float) and math.isnan(fraction))
+        else f"{fraction:.2%}"
+    )
 
 
-def _ms(x: float | None, scale: float = 1e3) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.0f} ms"
+def _ms(value: float | None, scale: float = 1e3) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value * scale:.0f} ms"
+    )
 
 
-def print_tables(s: dict[str, Any]) -> None:
+def print_tables(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if Console().is_terminal else 150)
-    t = Table(
-        title=f"skinflint loadtest: {s['shape']} {s['rate']:g} frames/s per app ({s['phases']} phases) "
-        f"for {s['duration_s']:g} s against {s['target']}"
+    table = Table(
+        title=f"skinflint loadtest: {summary['shape']} {summary['rate']:g} frames/s per app "
+        f"({summary['phases']} phases) "
+        f"for {summary['duration_s']:g} s against {summary['target']}"
     )
     cols = ["app", "offered", "RPS", "accepted", "shed", "errors", "answered", "dropped", "lost",
             "SLO (accepted)", "SLO (answered)", "e2e p50 / p95 / p99", "e2e max",
             "POST p50 / p99"]  # fmt: skip
-    for c in cols:
-        t.add_column(c)
-    rows = [*s["apps"].items(), ("all", s["total"])] if len(s["apps"]) > 1 else list(s["apps"].items())
-    for name, a in rows:
-        t.add_row(
+    for column in cols:
+        table.add_column(column)
+    rows = (
+        [*summary["apps"].items(), ("all", summary["total"])]
+        if len(summary["apps"]) > 1
+        else list(summary["apps"].items())
+    )
+    for name, figures in rows:
+        table.add_row(
             name,
-            str(a["offered"]),
-            f"{a['rps']:.2f}",
-            str(a["accepted"]),
-            str(a["shed"]),
-            str(a["errors"]),
-            str(a["answered"]),
-            str(a["dropped"]),
-            str(a["lost"]),
-            _pct(a["slo_attainment"]),
-            _pct(a["slo_attainment_answered"]),
-            " / ".join(_ms(a[f"latency_p{q}_s"]) for q in (50, 95, 99)),
-            _ms(a["latency_max_s"]),
-            f"{_ms(a['post_p50_ms'], 1)} / {_ms(a['post_p99_ms'], 1)}",
+            str(figures["offered"]),
+            f"{figures['rps']:.2f}",
+            str(figures["accepted"]),
+            str(figures["shed"]),
+            str(figures["errors"]),
+            str(figures["answered"]),
+            str(figures["dropped"]),
+            str(figures["lost"]),
+            _pct(figures["slo_attainment"]),
+            _pct(figures["slo_attainment_answered"]),
+            " / ".join(_ms(figures[f"latency_p{percentile}_s"]) for percentile in (50, 95, 99)),
+            _ms(figures["latency_max_s"]),
+            f"{_ms(figures['post_p50_ms'], 1)} / {_ms(figures['post_p99_ms'], 1)}",
         )
-    console.print(t)
-    tot = s["total"]
+    console.print(table)
+    tot = summary["total"]
     if tot["shed_by_reason"]:
-        console.print("shed: " + ", ".join(f"{k} x{v}" for k, v in sorted(tot["shed_by_reason"].items())))
+        console.print(
+            "shed: "
+            + ", ".join(f"{reason} x{count}" for reason, count in sorted(tot["shed_by_reason"].items()))
+        )
     if tot["errors_by_kind"]:
-        console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(tot["errors_by_kind"].items())))
+        console.print(
+            "errors: "
+            + ", ".join(f"{kind} x{count}" for kind, count in sorted(tot["errors_by_kind"].items()))
+        )
     if tot["drop_reasons"]:
-        console.print("dropped: " + ", ".join(f"{k} x{v}" for k, v in sorted(tot["drop_reasons"].items())))
-    loc = s.get("locust") or {}
+        console.print(
+            "dropped: "
+            + ", ".join(f"{reason} x{count}" for reason, count in sorted(tot["drop_reasons"].items()))
+        )
+    loc = summary.get("locust") or {}
     if loc:
         console.print(
             f"locust (every request, result polls included): {loc['requests']:.0f} requests, "
             f"{loc['failures']:.0f} failed, {loc['rps']:.2f} req/s, "
             f"p50 / p95 / p99 {loc['p50_ms']:.0f} / {loc['p95_ms']:.0f} / {loc['p99_ms']:.0f} ms"
         )
-    console.print(f"load average during the run: {s['loadavg']}")
-    for k, v in s["files"].items():
-        console.print(f"{k}: {v}")
+    console.print(f"load average during the run: {summary['loadavg']}")
+    for label, path in summary["files"].items():
+        console.print(f"{label}: {path}")
 
 
 # -- the command -------------------------------------------------------------------------------------
@@ -274,29 +304,29 @@ def _target_apps(url: str, key: str, wanted: list[str] | None) -> dict[str, dict
     import httpx
 
     try:
-        r = httpx.get(f"{url.rstrip('/')}/v1/apps", headers={"x-api-key": key}, timeout=30)
+        response = httpx.get(f"{url.rstrip('/')}/v1/apps", headers={"x-api-key": key}, timeout=30)
     except httpx.HTTPError as exc:
         raise UsageError(f"cannot reach {url}: {exc}") from exc
-    if r.status_code != 200:
-        raise UsageError(f"{url}/v1/apps answered {r.status_code}: {r.text[:200]}")
-    deployed = {a["name"]: a for a in r.json().get("apps", [])}
-    apps = wanted or [a for a in deployed if a in USER_CLASSES]
-    missing = [a for a in apps if a not in deployed]
+    if response.status_code != 200:
+        raise UsageError(f"{url}/v1/apps answered {response.status_code}: {response.text[:200]}")
+    deployed = {app["name"]: app for app in response.json().get("apps", [])}
+    apps = wanted or [app for app in deployed if app in USER_CLASSES]
+    missing = [app for app in apps if app not in deployed]
     if missing or not apps:
         have = ", ".join(deployed) or "none"
         raise UsageError(f"not deployed at {url}: {', '.join(missing) or 'any demo app'} (deployed: {have})")
-    return {a: deployed[a] for a in apps}
+    return {app: deployed[app] for app in apps}
 
 
 def _validate(args: argparse.Namespace) -> None:
     for name in ("rate", "plan_rate", "slo"):
-        v = getattr(args, name)
-        if v is not None and v <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
     if args.drain < 0:
         raise UsageError(f"--drain must not be negative, got {args.drain:g}")
     local_only = (args.plan_rate, args.slo, args.epoch, args.retention)
-    if args.target and any(v is not None for v in local_only):
+    if args.target and any(value is not None for value in local_only):
         raise UsageError(
             "--plan-rate, --slo, --epoch and --retention apply to the local stack only, not to --target"
         )
@@ -315,7 +345,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--target needs --api-key (or SKINFLINT_API_KEY)")
         deployed = _target_apps(args.target, key, args.apps)
         apps = list(deployed)
-        rate = args.rate or min(float(a.get("frame_rate") or 0) for a in deployed.values())
+        rate = args.rate or min(float(app.get("frame_rate") or 0) for app in deployed.values())
         if rate <= 0:
             raise UsageError("the deployed apps list no planned frame rate: pass --rate")
         plan = LoadPlan(args.shape, rate, args.duration, apps=len(apps), drain_s=args.drain)
@@ -340,29 +370,29 @@ def run(args: argparse.Namespace) -> int:
             else ""
         )
         raise UsageError(f"locust exited with {rc}: {tail or 'see ' + str(out)}")
-    s = summarise_run(read_outcomes(paths["outcomes"]), read_stats(paths["stats_csv"]), plan.duration_s)
-    s.update(
+    summary = summarise_run(read_outcomes(paths["outcomes"]), read_stats(paths["stats_csv"]), plan.duration_s)
+    summary.update(
         phases=args.phases,
         collect=args.collect or ("during" if args.target else "after"),
         shape=plan.shape,
         rate=plan.rate,
         duration_s=plan.duration_s,
         target=target,
-        loadavg=" ".join(f"{x:.2f}" for x in os.getloadavg()),
-        files={k: str(v) for k, v in paths.items() if v.exists()},
+        loadavg=" ".join(f"{load:.2f}" for load in os.getloadavg()),
+        files={name: str(path) for name, path in paths.items() if path.exists()},
     )
     if report is not None:
-        s["cost_report"] = report
-    (out / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+        summary["cost_report"] = report
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     if args.json:
-        print(json.dumps(s, indent=1, default=str))
+        print(json.dumps(summary, indent=1, default=str))
     else:
-        print_tables(s)
+        print_tables(summary)
         if report is not None:
             from skinflint.commands.report import print_report
 
             print_report(report)
-    bad = s["total"]["lost"] > 0 or s["total"]["errors"] > 0
+    bad = summary["total"]["lost"] > 0 or summary["total"]["errors"] > 0
     return 1 if bad else 0
 
 

@@ -35,21 +35,25 @@ CLOUDWATCH_PERIOD_S = 60  # standard-resolution metrics: one minute is the fines
 
 def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``5m``, ``1.5h``, ``2d`` -> seconds (argparse type)."""
-    m = _DURATION.fullmatch(text or "")
-    if not m or float(m.group(1)) <= 0:
+    match = _DURATION.fullmatch(text or "")
+    if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration (e.g. 90s, 5m, 1h)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="cost and SLO report from CloudWatch metrics", description=__doc__)
-    p.add_argument("--since", type=parse_duration, default=3600.0, help="window back from now (default 1h)")
-    p.add_argument("--app", action="append", dest="apps", metavar="APP", help="app to report (repeatable)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
-    p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
-    p.add_argument("--endpoint", default=None, metavar="URL", help="moto's URL (the local stack)")
-    p.add_argument(
+    parser = sub.add_parser("report", help="cost and SLO report from CloudWatch metrics", description=__doc__)
+    parser.add_argument(
+        "--since", type=parse_duration, default=3600.0, help="window back from now (default 1h)"
+    )
+    parser.add_argument(
+        "--app", action="append", dest="apps", metavar="APP", help="app to report (repeatable)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
+    parser.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
+    parser.add_argument("--endpoint", default=None, metavar="URL", help="moto's URL (the local stack)")
+    parser.add_argument(
         "--period",
         type=int,
         default=None,
@@ -57,15 +61,17 @@ def register(sub: Any) -> None:
         help=f"seconds per data point, a positive whole number (default {CLOUDWATCH_PERIOD_S}; "
         f"{LOCAL_PERIOD_S} with --endpoint)",
     )
-    p.add_argument("--region", default=None, help="AWS region (default: AWS_DEFAULT_REGION or us-east-1)")
-    p.add_argument(
+    parser.add_argument(
+        "--region", default=None, help="AWS region (default: AWS_DEFAULT_REGION or us-east-1)"
+    )
+    parser.add_argument(
         "--aws-prices",
         default=None,
         metavar="FILE",
         help="price table of the data plane's AWS requests (default: the packaged profiles/aws_prices.json, "
         "us-east-1 list prices entered by hand: see its as_of and source)",
     )
-    p.set_defaults(func=run)
+    parser.set_defaults(func=run)
 
 
 def _prices() -> dict[str, float]:
@@ -130,8 +136,8 @@ def build_report(
     )
     check_client_settings(cfg)
     if cfg.endpoint_url:  # moto takes any credentials; never reach for real ones
-        for k, v in FAKE_CREDENTIALS.items():
-            os.environ.setdefault(k, v)
+        for key, value in FAKE_CREDENTIALS.items():
+            os.environ.setdefault(key, value)
     if period is not None:
         period_s = period
     else:
@@ -162,109 +168,116 @@ def build_report(
 # -- output ------------------------------------------------------------------------------------------
 
 
-def _f(v: Any, kind: str = "") -> str:
+def _f(value: Any, kind: str = "") -> str:
     from skinflint.report.html import value_text
 
-    return value_text(v, kind, pct_places=2)
+    return value_text(value, kind, pct_places=2)
 
 
-def print_report(r: dict[str, Any]) -> None:
+def print_report(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if Console().is_terminal else 150)
-    f = r["fleet"]
+    fleet = report["fleet"]
     head = Table(
-        title=f"cost report: fleet ({f['source']}), period {r['window']['period_s']} s", show_header=False
+        title=f"cost report: fleet ({fleet['source']}), period {report['window']['period_s']} s",
+        show_header=False,
     )
     head.add_column(style="bold")
     head.add_column()
-    for k, v in [
-        ("planned USD/h (steady)", _f(f["planned_per_hour_steady"], "usd")),
-        ("observed USD/h (steady)", _f(f["observed_per_hour_steady"], "usd")),
-        ("observed vs planned (steady)", _f(f["deviation_steady"], "pct")),
-        ("observed USD/h (window)", _f(f["observed_per_hour_window"], "usd")),
+    for label, value in [
+        ("planned USD/h (steady)", _f(fleet["planned_per_hour_steady"], "usd")),
+        ("observed USD/h (steady)", _f(fleet["observed_per_hour_steady"], "usd")),
+        ("observed vs planned (steady)", _f(fleet["deviation_steady"], "pct")),
+        ("observed USD/h (window)", _f(fleet["observed_per_hour_window"], "usd")),
         (
             "billed / planned USD in the window",
-            f"{_f(f['observed_usd'], 'usd')} / {_f(f['planned_usd'], 'usd')}",
+            f"{_f(fleet['observed_usd'], 'usd')} / {_f(fleet['planned_usd'], 'usd')}",
         ),
-        ("instance-seconds", ", ".join(f"{hw} {s:.0f}" for hw, s in f["instance_seconds"].items()) or "-"),
-        ("periods with data / interior", f"{f['active_periods']} / {f['interior_periods']}"),
-        ("plans", f"{r['plan_source']} (versions {', '.join(map(str, r['plan_versions'])) or '-'})"),
+        (
+            "instance-seconds",
+            ", ".join(f"{hw} {seconds:.0f}" for hw, seconds in fleet["instance_seconds"].items()) or "-",
+        ),
+        ("periods with data / interior", f"{fleet['active_periods']} / {fleet['interior_periods']}"),
+        (
+            "plans",
+            f"{report['plan_source']} (versions {', '.join(map(str, report['plan_versions'])) or '-'})",
+        ),
     ]:
-        head.add_row(k, v)
+        head.add_row(label, value)
     console.print(head)
     apps = Table(title="per app")
     cols = ["app", "planned USD/h", "billed USD", "occupancy", "frames", "USD / 1000 frames", "SLO",
             "SLO attainment", "finished / dropped", "latency mean / max", "p50 / p95 / p99 (at most)",
             "rejected"]  # fmt: skip
-    for c in cols:
-        apps.add_column(c)
-    for name, a in r["apps"].items():
+    for column in cols:
+        apps.add_column(column)
+    for name, app in report["apps"].items():
         apps.add_row(
             name,
-            _f(a["planned_billed_per_hour"], "usd"),
-            _f(a["billed_usd"], "usd"),
-            _f(a["observed_occupancy"], "frac"),
-            _f(a["frames"]),
-            _f(a["cost_per_1000_frames"], "usd"),
-            _f(a["slo_s"], "ms"),
-            _f(a["slo_attainment"], "frac"),
-            f"{_f(a['frames_completed'])} / {_f(a['frames_dropped'])}",
-            f"{_f(a['latency_mean_s'], 'ms')} / {_f(a['latency_max_s'], 'ms')}",
-            " / ".join(_f(a[f"latency_p{q}_le_s"], "ms") for q in (50, 95, 99)),
-            ", ".join(f"{k} {v:g}" for k, v in sorted(a["rejected"].items())) or "-",
+            _f(app["planned_billed_per_hour"], "usd"),
+            _f(app["billed_usd"], "usd"),
+            _f(app["observed_occupancy"], "frac"),
+            _f(app["frames"]),
+            _f(app["cost_per_1000_frames"], "usd"),
+            _f(app["slo_s"], "ms"),
+            _f(app["slo_attainment"], "frac"),
+            f"{_f(app['frames_completed'])} / {_f(app['frames_dropped'])}",
+            f"{_f(app['latency_mean_s'], 'ms')} / {_f(app['latency_max_s'], 'ms')}",
+            " / ".join(_f(app[f"latency_p{percentile}_le_s"], "ms") for percentile in (50, 95, 99)),
+            ", ".join(f"{reason} {count:g}" for reason, count in sorted(app["rejected"].items())) or "-",
         )
     console.print(apps)
     mods = Table(title="per module")
-    for c in ("app", "module @ hardware", "machine-s", "occupancy", "batches", "fill", "empty slots",
+    for column in ("app", "module @ hardware", "machine-s", "occupancy", "batches", "fill", "empty slots",
               "drops", "duplicates", "latency max", "planned worst"):  # fmt: skip
-        mods.add_column(c)
-    for name, a in r["apps"].items():
-        for mname, m in a["modules"].items():
+        mods.add_column(column)
+    for name, app in report["apps"].items():
+        for mname, module in app["modules"].items():
             mods.add_row(
                 name,
                 mname,
-                f"{m['machine_seconds']:.0f}",
-                _f(m["occupancy"], "frac"),
-                _f(m["batches"]),
-                _f(m["batch_fill"], "frac"),
-                _f(m["empty_slot_fraction"], "frac"),
-                _f(m["drops"]),
-                _f(m["duplicates"]),
-                _f(m["latency_max_s"], "ms"),
-                _f(m["planned_worst_s"], "ms"),
+                f"{module['machine_seconds']:.0f}",
+                _f(module["occupancy"], "frac"),
+                _f(module["batches"]),
+                _f(module["batch_fill"], "frac"),
+                _f(module["empty_slot_fraction"], "frac"),
+                _f(module["drops"]),
+                _f(module["duplicates"]),
+                _f(module["latency_max_s"], "ms"),
+                _f(module["planned_worst_s"], "ms"),
             )
     console.print(mods)
-    if r.get("data_plane") is not None:
-        _print_data_plane(console, r["data_plane"], r["total"])
-    for n in r["notes"]:
-        console.print(f"note: {n}")
-    for k, v in (r.get("files") or {}).items():
-        console.print(f"{k}: {v}")
+    if report.get("data_plane") is not None:
+        _print_data_plane(console, report["data_plane"], report["total"])
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+    for label, value in (report.get("files") or {}).items():
+        console.print(f"{label}: {value}")
 
 
 def _units_text(units: dict[str, float]) -> str:
-    return ", ".join(f"{u} {v:,.6g}" for u, v in units.items()) or "-"
+    return ", ".join(f"{unit} {count:,.6g}" for unit, count in units.items()) or "-"
 
 
 def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -> None:
     from rich.table import Table
 
     priced = f"priced at {dp['priced_at']}" if dp["priced_at"] else "not priced"
-    t = Table(title=f"Data plane (AWS requests), {priced}")
-    for c in ("service", "requests", "billing units", "USD (window)", "USD/h", "USD / 1000 frames"):
-        t.add_column(c)
-    for name, s in dp["services"].items():
-        t.add_row(
+    table = Table(title=f"Data plane (AWS requests), {priced}")
+    for column in ("service", "requests", "billing units", "USD (window)", "USD/h", "USD / 1000 frames"):
+        table.add_column(column)
+    for name, service in dp["services"].items():
+        table.add_row(
             name,
-            f"{s['requests']:,.0f}",
-            _units_text(s["billed_units"]),
-            _f(s["usd"], "usd6"),
-            _f(s["usd_per_hour"], "usd6"),
-            _f(s["usd_per_1000_frames"], "usd6"),
+            f"{service['requests']:,.0f}",
+            _units_text(service["billed_units"]),
+            _f(service["usd"], "usd6"),
+            _f(service["usd_per_hour"], "usd6"),
+            _f(service["usd_per_1000_frames"], "usd6"),
         )
-    t.add_row(
+    table.add_row(
         "data plane total",
         f"{dp['requests']:,.0f}",
         "",
@@ -273,7 +286,7 @@ def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -
         _f(dp["usd_per_1000_frames"], "usd6"),
         style="bold",
     )
-    t.add_row(
+    table.add_row(
         "fleet (billed)",
         "",
         "",
@@ -281,7 +294,7 @@ def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -
         _f(total["fleet_usd_per_hour"], "usd6"),
         _f(total["fleet_usd_per_1000_frames"], "usd6"),
     )
-    t.add_row(
+    table.add_row(
         "fleet + data plane",
         "",
         f"data plane {_f(total['data_plane_share'], 'frac')} of it",
@@ -290,10 +303,10 @@ def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -
         _f(total["usd_per_1000_frames"], "usd6"),
         style="bold",
     )
-    console.print(t)
+    console.print(table)
 
 
-def write_outputs(r: dict[str, Any], plots_dir: str | None, html_file: str | None) -> dict[str, str]:
+def write_outputs(report: dict[str, Any], plots_dir: str | None, html_file: str | None) -> dict[str, str]:
     from skinflint.report.html import render_html
     from skinflint.report.plots import write_plots
 
@@ -301,18 +314,18 @@ def write_outputs(r: dict[str, Any], plots_dir: str | None, html_file: str | Non
     if not plots_dir and not html_file:
         return files
     target = Path(plots_dir) if plots_dir else Path(tempfile.mkdtemp(prefix="skinflint-report-"))
-    plots = write_plots(r, target)
+    plots = write_plots(report, target)
     if plots_dir:
-        files.update({f"plot {k}": str(v) for k, v in plots.items()})
+        files.update({f"plot {name}": str(path) for name, path in plots.items()})
     if html_file:
-        Path(html_file).write_text(render_html(r, plots))
+        Path(html_file).write_text(render_html(report, plots))
         files["html"] = str(Path(html_file).resolve())
     return files
 
 
 def run(args: argparse.Namespace) -> int:
     end = math.ceil(time.time()) + 1.0  # end is exclusive and whole seconds: include this second's points
-    r = build_report(
+    report = build_report(
         endpoint=args.endpoint,
         apps=args.apps,
         start=end - args.since,
@@ -321,9 +334,9 @@ def run(args: argparse.Namespace) -> int:
         region=args.region,
         aws_prices=args.aws_prices,
     )
-    r["files"] = write_outputs(r, args.plots, args.html)
+    report["files"] = write_outputs(report, args.plots, args.html)
     if args.json:
-        print(json.dumps(r, indent=1, default=str))
+        print(json.dumps(report, indent=1, default=str))
     else:
-        print_report(r)
+        print_report(report)
     return 0
