@@ -222,6 +222,7 @@ def build_schedule(
                 theorem1_s=t1[i],
                 guarantee_s=max(t1[i], g.overhead_s + g.duration_s + spread),
                 worst_case_latency_s=lay.group_wcl[i] + g.overhead_s if i in lay.group_wcl else 0.0,
+                overhead_s=g.overhead_s,
             )
         )
     # the layout's worst window, each group's own overhead added (none: the layout's figure as it is)

@@ -183,6 +183,9 @@ class GroupDispatch(BaseModel):
     theorem1_s: float = Field(description="d + o + b / w (Theorem 1 plus the latency-only overhead o)")
     guarantee_s: float = Field(description="max(Theorem 1, o + d + sum of all groups' batch sizes / W')")
     worst_case_latency_s: float = Field(description="exact steady state: max window + wait + d, plus o")
+    overhead_s: float = Field(
+        default=0.0, ge=0, exclude_if=lambda v: v == 0, description="o: latency-only hop before the machine"
+    )
 
 
 class _Lookup:
@@ -336,7 +339,7 @@ class DispatchSchedule(BaseModel):
             window_start_s=base + starts[k],
             window_end_s=end,
             batch=g.batch,
-            deadline_s=end + g.duration_s,
+            deadline_s=end + g.overhead_s + g.duration_s,
         )
 
     def slot_at(self, t: float) -> Slot:
