@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from core.settings import DataPlaneConfig
 
 
-def add_endpoint(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+def add_endpoint(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--endpoint",
         default=None,
         metavar="URL",
@@ -52,8 +52,8 @@ def data_config(endpoint: str | None) -> DataPlaneConfig:
     if cfg.endpoint_url and cfg.endpoint_url.startswith(("http://127.0.0.1", "http://localhost")):
         from skinflint.local.stack import FAKE_CREDENTIALS
 
-        for k, v in FAKE_CREDENTIALS.items():
-            os.environ.setdefault(k, v)
+        for key, value in FAKE_CREDENTIALS.items():
+            os.environ.setdefault(key, value)
     return cfg
 
 
@@ -101,16 +101,16 @@ def aws_errors(what: str) -> Any:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    parser = sub.add_parser(
         "apps", help="register and inspect the apps the control loop plans", description=__doc__
     )
-    asub = p.add_subparsers(dest="apps_command", metavar="ACTION")
-    r = asub.add_parser("register", help="validate an app spec (YAML/JSON) and register it")
-    r.add_argument("spec", type=Path, help="the app spec file (APP.yaml)")
-    r.add_argument("--dry-run", action="store_true", help="validate only; store nothing")
-    r.add_argument("--json", action="store_true", help="print the stored record as JSON")
-    add_endpoint(r)
-    r.set_defaults(func=run_register)
+    asub = parser.add_subparsers(dest="apps_command", metavar="ACTION")
+    register_parser = asub.add_parser("register", help="validate an app spec (YAML/JSON) and register it")
+    register_parser.add_argument("spec", type=Path, help="the app spec file (APP.yaml)")
+    register_parser.add_argument("--dry-run", action="store_true", help="validate only; store nothing")
+    register_parser.add_argument("--json", action="store_true", help="print the stored record as JSON")
+    add_endpoint(register_parser)
+    register_parser.set_defaults(func=run_register)
     ls = asub.add_parser("list", help="registered apps (revision, SLO, rate) and their planned state")
     ls.add_argument("--json", action="store_true")
     add_endpoint(ls)
@@ -128,7 +128,7 @@ def register(sub: Any) -> None:
     ak.add_argument("--name", default="admin", help="a label stored with the key's digest")
     add_endpoint(ak)
     ak.set_defaults(func=run_admin_key)
-    p.set_defaults(func=lambda _args: (p.print_help(), 2)[1])
+    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
 
 
 def _clients(cfg: DataPlaneConfig) -> tuple[Any, Any]:
@@ -224,7 +224,7 @@ def _planned(cfg: DataPlaneConfig) -> dict[str, Any]:
     cur = PlanStore(ddb, cfg.config_table).current()
     if cur is None:
         return {}
-    return {a: {"version": cur.version, "frame_rate": e.frame_rate} for a, e in cur.apps.items()}
+    return {app: {"version": cur.version, "frame_rate": entry.frame_rate} for app, entry in cur.apps.items()}
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -232,7 +232,7 @@ def run_list(args: argparse.Namespace) -> int:
     with aws_errors("cannot list apps"):
         records = _registrar(cfg).registry.records()
         planned = _planned(cfg)
-    rows = [r.model_dump() | {"planned": planned.get(r.name)} for r in records]
+    rows = [record.model_dump() | {"planned": planned.get(record.name)} for record in records]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -242,11 +242,13 @@ def run_list(args: argparse.Namespace) -> int:
     table = Table(title=f"registered apps ({len(rows)})")
     for col in ("app", "revision", "modules", "SLO s", "rate", "planned", "version"):
         table.add_column(col, justify="left" if col in ("app", "modules") else "right")
-    for r in rows:
-        p = r["planned"] or {}
+    for row in rows:
+        plan_entry = row["planned"] or {}
         table.add_row(
-            r["name"], str(r["revision"]), ", ".join(r["modules"]), f"{r['slo_s']:g}", f"{r['rate']:g}",
-            f"{p['frame_rate']:.2f}" if p else "not yet", str(p.get("version", "-")),
+            row["name"], str(row["revision"]), ", ".join(row["modules"]),
+            f"{row['slo_s']:g}", f"{row['rate']:g}",
+            f"{plan_entry['frame_rate']:.2f}" if plan_entry else "not yet",
+            str(plan_entry.get("version", "-")),
         )  # fmt: skip
     Console().print(table)
     return 0
@@ -277,7 +279,7 @@ def run_show(args: argparse.Namespace) -> int:
             + ("" if choice["met"] else ", shed_target not met")
         )
     for name, mod in spec.modules.items():
-        hw = sorted({e.hardware for e in spec.profiles.get(mod.model, [])})
+        hw = sorted({entry.hardware for entry in spec.profiles.get(mod.model, [])})
         print(f"  module {name}: model {mod.model} ({mod.kind}), profiled on {', '.join(hw)}")
     for src, dst, fan in spec.edges:
         print(f"  edge {src} -> {dst} (fan-out {fan:g})")

@@ -149,7 +149,7 @@ def _served_plan(deployments: list[Any], fallback: Plan) -> tuple[Plan, list[str
 
 
 def _planned_at(stack: Any, deployments: list[Any]) -> Any:
-    """``(module, t) -> planned worst case`` of the version serving at ``t`` (by activation time,
+    """``(module, at_s) -> planned worst case`` of the version serving at ``at_s`` (by activation time,
     read from the plan store while the stack runs; before the first activation: the first version)."""
     store = stack.plan_store
     current = store.current() if store is not None else None

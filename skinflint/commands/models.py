@@ -15,33 +15,41 @@ if TYPE_CHECKING:
 
 
 def _names(text: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in text.split(",") if v.strip())
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("models", help="build and profile the demo applications' models", description=__doc__)
-    msub = p.add_subparsers(dest="models_command", metavar="ACTION")
-    b = msub.add_parser("build", help="export the demo models to ONNX, profile them, write the profile store")
-    b.add_argument(
+    parser = sub.add_parser(
+        "models", help="build and profile the demo applications' models", description=__doc__
+    )
+    msub = parser.add_subparsers(dest="models_command", metavar="ACTION")
+    build_parser = msub.add_parser(
+        "build", help="export the demo models to ONNX, profile them, write the profile store"
+    )
+    build_parser.add_argument(
         "--cache",
         type=Path,
         default=None,
         help="cache directory (default $SKINFLINT_CACHE or ~/.cache/skinflint)",
     )
-    b.add_argument(
+    build_parser.add_argument(
         "--store", type=Path, default=None, help="write profiles here instead of CACHE (e.g. profiles/)"
     )
-    b.add_argument("--apps", type=_names, default=None, help="comma-separated apps (default: all)")
-    b.add_argument("--batches", type=_int_list, default=(1, 2, 4, 8, 16))
-    b.add_argument("--sweep-batches", type=_int_list, default=(1, 4, 16), help="batches of the thread sweep")
-    b.add_argument("--runs", type=int, default=20, help="timed runs per point (default 20)")
-    b.add_argument("--force", action="store_true", help="re-export models that are already in the cache")
-    b.add_argument("--json", action="store_true", help="print the build report as JSON")
-    b.set_defaults(func=run_build)
+    build_parser.add_argument("--apps", type=_names, default=None, help="comma-separated apps (default: all)")
+    build_parser.add_argument("--batches", type=_int_list, default=(1, 2, 4, 8, 16))
+    build_parser.add_argument(
+        "--sweep-batches", type=_int_list, default=(1, 4, 16), help="batches of the thread sweep"
+    )
+    build_parser.add_argument("--runs", type=int, default=20, help="timed runs per point (default 20)")
+    build_parser.add_argument(
+        "--force", action="store_true", help="re-export models that are already in the cache"
+    )
+    build_parser.add_argument("--json", action="store_true", help="print the build report as JSON")
+    build_parser.set_defaults(func=run_build)
     ls = msub.add_parser("list", help="the demo models, their apps and whether they are built")
     ls.add_argument("--cache", type=Path, default=None)
     ls.set_defaults(func=run_list)
-    p.set_defaults(func=lambda _args: (p.print_help(), 2)[1])
+    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
 
 
 def _cache(args: argparse.Namespace) -> Path:
@@ -70,37 +78,41 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_report(r: Any, store_desc: str, model_dir: Path) -> None:
-    print(f"models: {', '.join(r.models)}")
-    print(f"ONNX files in {model_dir}; profiles written to {store_desc}; GPU profiles: {r.gpu}")
-    for name in r.models:
-        exp = r.export_s.get(name)
-        spread = r.spreads.get(name)
+def _print_report(report: Any, store_desc: str, model_dir: Path) -> None:
+    print(f"models: {', '.join(report.models)}")
+    print(f"ONNX files in {model_dir}; profiles written to {store_desc}; GPU profiles: {report.gpu}")
+    for name in report.models:
+        exp = report.export_s.get(name)
+        spread = report.spreads.get(name)
         print(
             f"  {name:18} export {exp if exp is not None else 0:5.1f} s  "
-            f"profile {r.profile_s.get(name, 0):5.1f} s"
+            f"profile {report.profile_s.get(name, 0):5.1f} s"
             + (f"  max spread (p95/median, batch>=4, 2 threads) {spread:.3f}" if spread is not None else "")
         )
-    for key, f in r.fits.items():
+    for key, fit in report.fits.items():
         print(
-            f"  linear fit {key:28} alpha {f['alpha_s'] * 1e3:7.3f} ms  beta {f['beta_s'] * 1e3:7.3f} ms  "
-            f"max err {f['max_rel_err']:6.1%}"
+            f"  linear fit {key:28} alpha {fit['alpha_s'] * 1e3:7.3f} ms  "
+            f"beta {fit['beta_s'] * 1e3:7.3f} ms  "
+            f"max err {fit['max_rel_err']:6.1%}"
         )
-    for msg in r.limits:
+    for msg in report.limits:
         print(f"  limit: {msg}")
-    if r.loo:
+    if report.loo:
         import statistics
 
         print("leave-one-out CPU prediction error, 1 thread (FLOPs+bytes scaling, mean over batches):")
-        for m, e in r.loo.items():
-            print(f"  {m:18} {e:6.1%}   (FLOPs only: {r.loo_flops_only.get(m, float('nan')):6.1%})")
+        for model, error in report.loo.items():
+            print(
+                f"  {model:18} {error:6.1%}   "
+                f"(FLOPs only: {report.loo_flops_only.get(model, float('nan')):6.1%})"
+            )
         print(
-            f"  median {statistics.median(r.loo.values()):.1%}  "
-            f"(FLOPs only: {statistics.median(r.loo_flops_only.values()):.1%})"
+            f"  median {statistics.median(report.loo.values()):.1%}  "
+            f"(FLOPs only: {statistics.median(report.loo_flops_only.values()):.1%})"
         )
     print(
-        f"total build time {r.total_s:.1f} s "
-        f"(host load average {r.load_1m[0]:.2f} at start, {r.load_1m[1]:.2f} at end)"
+        f"total build time {report.total_s:.1f} s "
+        f"(host load average {report.load_1m[0]:.2f} at start, {report.load_1m[1]:.2f} at end)"
     )
 
 
@@ -121,7 +133,7 @@ def run_build(args: argparse.Namespace) -> int:
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
         models = models_for_apps(store, args.apps)
-        n_cpu = sum(m in CPU_MODELS for m in models)
+        n_cpu = sum(model in CPU_MODELS for model in models)
         with progress_bar(total_points(cfg, len(models) - n_cpu, n_cpu), "models build") as tick:
             report = build(store, model_dir, args.apps, cfg, progress=tick)
     except ProfilesError as exc:

@@ -42,7 +42,7 @@ def progress_bar(total: int, title: str) -> Iterator[Callable[[str], None]]:
 
 def _int_list(text: str) -> tuple[int, ...]:
     try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
+        vals = tuple(int(value) for value in text.split(",") if value.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
     if not vals or min(vals) < 1:
@@ -53,7 +53,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     name, sep, dims = text.partition("=")
     try:
-        shape = tuple(int(d) for d in dims.lower().split("x"))
+        shape = tuple(int(dim) for dim in dims.lower().split("x"))
     except ValueError:
         shape = ()
     if not sep or not name or not shape or min(shape) < 1:
@@ -62,43 +62,47 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    parser = sub.add_parser(
         "profile",
         help="measure an ONNX model over batch sizes and concurrency (onnxruntime)",
         description=__doc__,
     )
-    p.add_argument("model", help="ONNX file (leading input dimension must be a dynamic batch axis)")
-    p.add_argument(
+    parser.add_argument("model", help="ONNX file (leading input dimension must be a dynamic batch axis)")
+    parser.add_argument(
         "--hardware", required=True, help="catalog name the entries are recorded for (e.g. c6i.large)"
     )
-    p.add_argument("--batches", type=_int_list, default=(1, 2, 4, 8, 16, 32), help="default 1,2,4,8,16,32")
-    p.add_argument("--concurrency", type=_int_list, default=(1,), help="sessions run at once, e.g. 1,2")
-    p.add_argument(
+    parser.add_argument(
+        "--batches", type=_int_list, default=(1, 2, 4, 8, 16, 32), help="default 1,2,4,8,16,32"
+    )
+    parser.add_argument("--concurrency", type=_int_list, default=(1,), help="sessions run at once, e.g. 1,2")
+    parser.add_argument(
         "--threads",
         type=_int_list,
         default=None,
         help="total threads (split between concurrent sessions); a list (1,2) sweeps and fits HiTDL's L(n)",
     )
-    p.add_argument("--runs", type=int, default=20, help="timed runs per point (default 20)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--max-duration-s", type=float, default=2.0, help="stop growing the batch past this")
-    p.add_argument(
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per point (default 20)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-duration-s", type=float, default=2.0, help="stop growing the batch past this")
+    parser.add_argument(
         "--max-memory-mb", type=float, default=None, help="cap on resident memory (default: half free)"
     )
-    p.add_argument("--input-shape", type=_input_shape, action="append", default=[], metavar="NAME=D1xD2")
-    p.add_argument("--out", type=Path, help="write the profile (list of ProfileEntry dicts) here")
-    p.add_argument("--json", action="store_true", help="print the full result as JSON on stdout")
-    p.set_defaults(func=run)
+    parser.add_argument("--input-shape", type=_input_shape, action="append", default=[], metavar="NAME=D1xD2")
+    parser.add_argument("--out", type=Path, help="write the profile (list of ProfileEntry dicts) here")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON on stdout")
+    parser.set_defaults(func=run)
 
 
 def _hitdl_by_batch(points: list[Any]) -> dict[int, dict[str, Any]]:
     from profiles.fit import fit_hitdl
 
     out = {}
-    for b in sorted({p.batch for p in points if p.concurrency == 1}):
-        pts = [p for p in points if p.concurrency == 1 and p.batch == b]
-        if len({p.threads for p in pts}) >= 2:
-            out[b] = fit_hitdl([p.threads for p in pts], [p.median_s for p in pts]).as_dict()
+    for batch in sorted({point.batch for point in points if point.concurrency == 1}):
+        pts = [point for point in points if point.concurrency == 1 and point.batch == batch]
+        if len({point.threads for point in pts}) >= 2:
+            out[batch] = fit_hitdl(
+                [point.threads for point in pts], [point.median_s for point in pts]
+            ).as_dict()
     return out
 
 
@@ -107,40 +111,41 @@ def _print_table(summary: dict[str, Any], hitdl: dict[int, dict[str, Any]]) -> N
     from rich.table import Table
 
     con = Console()
-    t = Table(
+    table = Table(
         title=f"{summary['model']} ({summary['provenance']['provider']}, {summary['provenance']['host_cpu']})"
     )
     for col in ("conc", "threads", "batch", "median ms", "p95 ms", "spread", "runs", "peak MB", "thr req/s"):
-        t.add_column(col, justify="right")
-    for p in summary["points"]:
-        t.add_row(
-            str(p["concurrency"]),
-            str(p["threads"]),
-            str(p["batch"]),
-            f"{p['median_s'] * 1e3:.2f}",
-            f"{p['p95_s'] * 1e3:.2f}",
-            f"{p['spread']:.3f}",
-            str(p["runs"]),
-            f"{p['peak_rss_mb']:.0f}",
-            f"{p['concurrency'] * p['batch'] / p['median_s']:.1f}",
+        table.add_column(col, justify="right")
+    for point in summary["points"]:
+        table.add_row(
+            str(point["concurrency"]),
+            str(point["threads"]),
+            str(point["batch"]),
+            f"{point['median_s'] * 1e3:.2f}",
+            f"{point['p95_s'] * 1e3:.2f}",
+            f"{point['spread']:.3f}",
+            str(point["runs"]),
+            f"{point['peak_rss_mb']:.0f}",
+            f"{point['concurrency'] * point['batch'] / point['median_s']:.1f}",
         )
-    con.print(t)
-    for key, f in summary["fits"].items():
+    con.print(table)
+    for key, fit in summary["fits"].items():
         con.print(
-            f"linear fit {key}: d(b) = {f['alpha_s'] * 1e3:.3f} ms * b + {f['beta_s'] * 1e3:.3f} ms, "
-            f"max error {f['max_rel_err']:.1%}, mean {f['mean_rel_err']:.1%}"
+            f"linear fit {key}: d(b) = {fit['alpha_s'] * 1e3:.3f} ms * b + {fit['beta_s'] * 1e3:.3f} ms, "
+            f"max error {fit['max_rel_err']:.1%}, mean {fit['mean_rel_err']:.1%}"
         )
-    for b, f in hitdl.items():
+    for batch, fit in hitdl.items():
         con.print(
-            f"HiTDL fit batch {b}: L(n) = {f['c0'] * 1e3:.3f} + {f['c1'] * 1e3:.3f}/n "
-            f"+ {f['c2'] * 1e3:.3f}/n^2 ms" + (" (2 core counts: c2 fixed to 0)" if f["degenerate"] else "")
+            f"HiTDL fit batch {batch}: L(n) = {fit['c0'] * 1e3:.3f} + {fit['c1'] * 1e3:.3f}/n "
+            f"+ {fit['c2'] * 1e3:.3f}/n^2 ms"
+            + (" (2 core counts: c2 fixed to 0)" if fit["degenerate"] else "")
         )
     for msg in summary["limits"]:
         con.print(f"[yellow]limit[/]: {msg}")
-    c = summary["cost"]
+    cost = summary["cost"]
     con.print(
-        f"per request: {c['flops'] / 1e9:.3f} GFLOPs, weights {c['weight_bytes'] / 1e6:.1f} MB, "
-        f"activations {c['activation_bytes'] / 1e6:.1f} MB"
+        f"per request: {cost['flops'] / 1e9:.3f} GFLOPs, weights {cost['weight_bytes'] / 1e6:.1f} MB, "
+        f"activations {cost['activation_bytes'] / 1e6:.1f} MB"
     )
 
 
@@ -168,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     series: list[tuple[int, int]] = []
     for total in args.threads or (None,):
         base = ProfileConfig(args.hardware, args.batches, args.concurrency, threads=total)
-        series += [s for s in plan_series(base) if s not in series]
+        series += [series_name for series_name in plan_series(base) if series_name not in series]
     cfg = ProfileConfig(
         args.hardware,
         args.batches,

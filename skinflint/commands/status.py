@@ -24,15 +24,15 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    parser = sub.add_parser(
         "status", help="the plan in force: version, rates, instances, cost", description=__doc__
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument(
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
         "--window", type=float, default=60.0, help="seconds of traffic the observed rate covers (default 60)"
     )
-    add_endpoint(p)
-    p.set_defaults(func=run)
+    add_endpoint(parser)
+    parser.set_defaults(func=run)
 
 
 def _asg_names(state_names: dict[str, str]) -> dict[str, str]:
@@ -76,23 +76,23 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
         occupancy_per_hour=round(cur.occupancy_per_hour, 4),
         dedicated_per_hour=round(fleet.dedicated_per_hour, 4) if fleet else None,
         apps={
-            a: {"planned": round(e.frame_rate, 3), "observed": round(observed.get(a, 0.0), 3)}
-            for a, e in sorted(cur.apps.items())
+            app: {"planned": round(entry.frame_rate, 3), "observed": round(observed.get(app, 0.0), 3)}
+            for app, entry in sorted(cur.apps.items())
         },
     )
-    for a, choice in state.reserves.items():  # reserves the control loop chose again (reserves.py)
-        if a in out["apps"]:
-            out["apps"][a]["reserve"] = choice.model_dump(include={"reserve", "rate", "shed", "met"})
+    for app, choice in state.reserves.items():  # reserves the control loop chose again (reserves.py)
+        if app in out["apps"]:
+            out["apps"][app]["reserve"] = choice.model_dump(include={"reserve", "rate", "shed", "met"})
     names = _asg_names(state.asg_names)
     groups = FleetGroups(make_client("autoscaling", cfg), names).states() if names else {}
-    beats = [b for b in plans.instances().values() if b.at >= now - 180 and b.state != "gone"]
+    beats = [beat for beat in plans.instances().values() if beat.at >= now - 180 and beat.state != "gone"]
     for hw in sorted(set(cur.counts) | set(groups)):
-        g = groups.get(hw)
+        group = groups.get(hw)
         out["hardware"][hw] = {
             "planned": cur.counts.get(hw, 0),
-            "desired": g.desired if g else None,
-            "in_service": g.in_service if g else None,
-            "heartbeating": sum(b.hardware == hw for b in beats),
+            "desired": group.desired if group else None,
+            "in_service": group.in_service if group else None,
+            "heartbeating": sum(beat.hardware == hw for beat in beats),
         }
     return out
 
@@ -108,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _age(now: float, t: float) -> str:
-    d = now - t
-    return f"in {-d:.0f} s" if d < 0 else f"{d:.0f} s ago"
+def _age(now: float, at: float) -> str:
+    age_s = now - at
+    return f"in {-age_s:.0f} s" if age_s < 0 else f"{age_s:.0f} s ago"
 
 
 def render(doc: dict[str, Any]) -> None:
@@ -129,17 +129,17 @@ def render(doc: dict[str, Any]) -> None:
         f"{_age(now, doc['activate_at'])}{switching}): {doc['reason']}"
     )
     apps = Table(title="apps (frames/s)")
-    reserves = any("reserve" in r for r in doc["apps"].values())
+    reserves = any("reserve" in figures for figures in doc["apps"].values())
     for col in ("app", "planned", "observed", *(["admission reserve (chosen again)"] if reserves else [])):
         apps.add_column(col, justify="left" if col == "app" else "right")
-    for a, r in doc["apps"].items():
-        row = [a, f"{r['planned']:.2f}", f"{r['observed']:.2f}"]
+    for app, figures in doc["apps"].items():
+        row = [app, f"{figures['planned']:.2f}", f"{figures['observed']:.2f}"]
         if reserves:
-            c = r.get("reserve")
+            reserve = figures.get("reserve")
             row.append(
-                f"{c['reserve']:g} at {c['rate']:.4g}/s, sheds {c['shed']:.2%}"
-                + ("" if c["met"] else " (shed_target unmet)")
-                if c
+                f"{reserve['reserve']:g} at {reserve['rate']:.4g}/s, sheds {reserve['shed']:.2%}"
+                + ("" if reserve["met"] else " (shed_target unmet)")
+                if reserve
                 else "-"
             )
         apps.add_row(*row)
@@ -147,12 +147,12 @@ def render(doc: dict[str, Any]) -> None:
     hw = Table(title="instances")
     for col in ("hardware", "planned", "group desired", "in service", "heartbeating"):
         hw.add_column(col, justify="left" if col == "hardware" else "right")
-    for name, h in doc["hardware"].items():
+    for name, figures in doc["hardware"].items():
         hw.add_row(
             name,
             *(
-                str(h[k]) if h[k] is not None else "-"
-                for k in ("planned", "desired", "in_service", "heartbeating")
+                str(figures[column]) if figures[column] is not None else "-"
+                for column in ("planned", "desired", "in_service", "heartbeating")
             ),
         )
     console.print(hw)
@@ -177,7 +177,7 @@ def _last(console: Any, doc: dict[str, Any]) -> None:
     if last.get("error"):
         bits.append(f"error {last['error']}")
     if last.get("failed_apps"):
-        bits.append("failed apps " + ", ".join(f"{a} ({why})" for a, why in last["failed_apps"].items()))
+        bits.append("failed apps " + ", ".join(f"{app} ({why})" for app, why in last["failed_apps"].items()))
     if last.get("excluded_hardware"):
         bits.append("left out " + ", ".join(last["excluded_hardware"]))
     if last.get("carried"):  # plans kept over a problem change (new prices), or quick: to be solved again

@@ -32,9 +32,9 @@ DEFAULT_RETENTION_S = 3600.0
 RETENTION_MARGIN_S = 600.0  # s a --retention must exceed the run by (results are collected after it)
 
 
-def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
+def add_stack_arguments(parser: argparse.ArgumentParser, multi_app: bool) -> None:
     if multi_app:
-        p.add_argument(
+        parser.add_argument(
             "--app",
             action="append",
             dest="apps",
@@ -42,22 +42,24 @@ def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
             help=f"app to deploy (repeatable; default {DEFAULT_APP})",
         )
     else:
-        p.add_argument("--app", default=DEFAULT_APP, help=f"app to run (default {DEFAULT_APP})")
-    p.add_argument(
+        parser.add_argument("--app", default=DEFAULT_APP, help=f"app to run (default {DEFAULT_APP})")
+    parser.add_argument(
         "--rate",
         type=float,
         default=DEFAULT_RATE,
         help=f"frames/s the app is registered for; the control loop plans for at least this "
         f"(default {DEFAULT_RATE:g})",
     )
-    p.add_argument(
+    parser.add_argument(
         "--epoch",
         type=float,
         default=DEFAULT_EPOCH_S,
         help=f"seconds between planning epochs (default {DEFAULT_EPOCH_S:g}; 60 when deployed)",
     )
-    p.add_argument("--slo", type=float, default=None, help="end-to-end SLO in seconds (default: the app's)")
-    p.add_argument(
+    parser.add_argument(
+        "--slo", type=float, default=None, help="end-to-end SLO in seconds (default: the app's)"
+    )
+    parser.add_argument(
         "--retention",
         type=parse_duration,
         default=None,
@@ -65,16 +67,16 @@ def add_stack_arguments(p: argparse.ArgumentParser, multi_app: bool) -> None:
         "(default: the run's length plus 1h; moto holds them in memory, about 0.4 GB an hour at 4 "
         "frames/s of traffic)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--log-dir", default=None, help="where the processes' logs go (default: a temp dir)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--log-dir", default=None, help="where the processes' logs go (default: a temp dir)")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    parser = sub.add_parser(
         "up", help="run the local stack (moto + front + workers) until interrupted", description=__doc__
     )
-    add_stack_arguments(p, multi_app=True)
-    p.set_defaults(func=run)
+    add_stack_arguments(parser, multi_app=True)
+    parser.set_defaults(func=run)
 
 
 def ensure_models(apps: list[str], log: Any) -> None:
@@ -90,10 +92,10 @@ def ensure_models(apps: list[str], log: Any) -> None:
     except ProfilesError as exc:
         raise UsageError(str(exc)) from exc
     missing = [
-        m
-        for m in models
-        if m not in store.list_models()
-        or (m not in CPU_MODELS and not (cache / "models" / f"{m}.onnx").is_file())
+        model
+        for model in models
+        if model not in store.list_models()
+        or (model not in CPU_MODELS and not (cache / "models" / f"{model}.onnx").is_file())
     ]
     if not missing:
         return
@@ -142,7 +144,7 @@ def make_stack(
     from profiles.store import default_store
 
     known = default_store().list_apps()
-    unknown = [a for a in apps if a not in known]
+    unknown = [app for app in apps if app not in known]
     if unknown:
         raise UsageError(f"unknown app {', '.join(unknown)} (known: {', '.join(known)})")
     ensure_models(apps, log)
@@ -189,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
         apps, args.rate, args.slo, _log_to_stderr(args.json), args.log_dir, args.epoch, retention
     )
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         try:
             info = stack.start()
@@ -197,11 +201,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         print(ready_line(info, args.json), flush=True)
         while not stop.wait(1.0):
-            dead = [n for n in ("front", "moto") if n not in stack.alive()]
+            dead = [name for name in ("front", "moto") if name not in stack.alive()]
             if dead:
                 raise UsageError(f"{', '.join(dead)} stopped unexpectedly (logs in {stack.log_dir})")
     finally:
         stack.stop()
-        for s, h in previous.items():
-            signal.signal(s, h)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return 0

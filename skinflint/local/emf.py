@@ -44,10 +44,10 @@ def _statistics(value: Any) -> tuple[float, float, float, float]:
     if isinstance(value, dict):
         return float(value["Count"]), float(value["Sum"]), float(value["Min"]), float(value["Max"])
     if isinstance(value, list):
-        xs = [float(x) for x in value]
+        xs = [float(number) for number in value]
         return float(len(xs)), math.fsum(xs), min(xs), max(xs)
-    x = float(value)
-    return 1.0, x, x, x
+    number = float(value)
+    return 1.0, number, number, number
 
 
 def metric_data(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -60,7 +60,7 @@ def metric_data(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for directive in meta["CloudWatchMetrics"]:
         for keys in directive["Dimensions"]:
-            dims = [{"Name": k, "Value": str(doc[k])} for k in keys]
+            dims = [{"Name": key, "Value": str(doc[key])} for key in keys]
             for metric in directive["Metrics"]:
                 count, total, low, high = _statistics(doc[metric["Name"]])
                 stats = {"SampleCount": count, "Sum": total, "Minimum": low, "Maximum": high}
@@ -98,24 +98,24 @@ class EmfExtractor:
     def extract(self) -> int:
         """Read the new whole lines of every file and put their series; returns the lines read."""
         with self._lock:
-            n = sum(self._read(path) for path in sorted(glob.glob(self.pattern)))
+            lines = sum(self._read(path) for path in sorted(glob.glob(self.pattern)))
             self._put()
-            return n
+            return lines
 
     def _read(self, path: str) -> int:
         offset = self._offsets.get(path, 0)
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
+            with open(path, "rb") as file:
+                file.seek(offset)
+                chunk = file.read()
         except FileNotFoundError:
             return 0
         end = chunk.rfind(b"\n") + 1  # whole lines only: a line being written is read next time
-        n = 0
+        lines = 0
         for raw in chunk[:end].splitlines():
             if not raw.strip():
                 continue
-            n += 1
+            lines += 1
             try:
                 for namespace, data in metric_data(json.loads(raw)).items():
                     self._pending[namespace] += data
@@ -123,8 +123,8 @@ class EmfExtractor:
                 self.invalid += 1
                 log.warning("%s: not an EMF document (%s): %.120s", path, exc, raw.decode(errors="replace"))
         self._offsets[path] = offset + end
-        self.lines += n
-        return n
+        self.lines += lines
+        return lines
 
     def _put(self) -> None:
         for namespace in list(self._pending):

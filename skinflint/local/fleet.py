@@ -208,10 +208,10 @@ def create_groups(
     """One launch template and Auto Scaling group (desired 0, protected instances, drain hook) per
     hardware class; returns hardware -> group name. A class missing from the catalog or without an
     EC2 instance type is refused (moto would accept anything)."""
-    bad = [h for h in hardware if h not in catalog]
+    bad = [hw for hw in hardware if hw not in catalog]
     if bad:
         raise ConfigError(f"unknown hardware class {', '.join(bad)} (catalog: {', '.join(sorted(catalog))})")
-    untyped = [h for h in hardware if not getattr(catalog[h], "instance_type", None)]
+    untyped = [hw for hw in hardware if not getattr(catalog[hw], "instance_type", None)]
     if untyped:
         raise ConfigError(f"hardware class {', '.join(untyped)} has no EC2 instance type to launch")
     out: dict[str, str] = {}
@@ -359,8 +359,11 @@ class FleetEmulator:
         except AWS_ERRORS as exc:
             raise ConfigError(f"cannot describe the Auto Scaling groups: {exc}") from exc
         return {
-            g["AutoScalingGroupName"]: (int(g["DesiredCapacity"]), [i["InstanceId"] for i in g["Instances"]])
-            for g in out["AutoScalingGroups"]
+            group["AutoScalingGroupName"]: (
+                int(group["DesiredCapacity"]),
+                [inst["InstanceId"] for inst in group["Instances"]],
+            )
+            for group in out["AutoScalingGroups"]
         }
 
     def _event(self, kind: str, inst: _Instance, detail: str = "") -> None:
@@ -377,7 +380,7 @@ class FleetEmulator:
                 for iid in ids:
                     if iid not in self._instances:
                         self._start(iid, hw, name)
-                for inst in [i for i in self._instances.values() if i.group == name]:
+                for inst in [inst for inst in self._instances.values() if inst.group == name]:
                     if inst.instance_id not in ids:  # terminated behind our back: stop its agent
                         self._forget(inst, "gone from the group")
                     else:
@@ -432,13 +435,15 @@ class FleetEmulator:
         self._event("terminated", inst, detail)
 
     def _scale_in(self, group: str, desired: int) -> None:
-        running = [i for i in self._instances.values() if i.group == group and i.state == "running"]
+        running = [
+            inst for inst in self._instances.values() if inst.group == group and inst.state == "running"
+        ]
         excess = len(running) - desired
         if excess <= 0:
             return
         # AWS picks by its termination policy; here idle instances go first (no slot to hand over),
         # then the newest (the older ones have their models loaded and their slots claimed)
-        running.sort(key=lambda i: (not self._is_idle(i.instance_id), -i.launched_at))
+        running.sort(key=lambda inst: (not self._is_idle(inst.instance_id), -inst.launched_at))
         now = self._clock()
         for inst in running[:excess]:
             inst.state = "terminating"
@@ -470,22 +475,22 @@ class FleetEmulator:
             out: dict[str, dict[str, Any]] = {}
             for hw, name in self.groups.items():
                 desired, _ids = described.get(name, (0, []))
-                insts = [i for i in self._instances.values() if i.group == name]
+                insts = [inst for inst in self._instances.values() if inst.group == name]
                 out[hw] = {
                     "group": name,
                     "desired": desired,
-                    "running": sorted(i.instance_id for i in insts if i.state == "running"),
-                    "leaving": sorted(i.instance_id for i in insts if i.state != "running"),
-                    "pids": {i.instance_id: i.agent.pid for i in insts},
+                    "running": sorted(inst.instance_id for inst in insts if inst.state == "running"),
+                    "leaving": sorted(inst.instance_id for inst in insts if inst.state != "running"),
+                    "pids": {inst.instance_id: inst.agent.pid for inst in insts},
                 }
             return out
 
     def running(self, hardware: str | None = None) -> list[str]:
         with self._lock:
             return sorted(
-                i.instance_id
-                for i in self._instances.values()
-                if i.state == "running" and (hardware is None or i.hardware == hardware)
+                inst.instance_id
+                for inst in self._instances.values()
+                if inst.state == "running" and (hardware is None or inst.hardware == hardware)
             )
 
     def start(self) -> FleetEmulator:
@@ -508,13 +513,13 @@ class FleetEmulator:
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
-            agents = [i.agent for i in self._instances.values()]
-        for a in agents:
-            if a.poll() is None:
-                a.terminate()
+            agents = [inst.agent for inst in self._instances.values()]
+        for agent in agents:
+            if agent.poll() is None:
+                agent.terminate()
         end = time.time() + timeout_s
-        for a in agents:
-            while a.poll() is None and time.time() < end:
+        for agent in agents:
+            while agent.poll() is None and time.time() < end:
                 time.sleep(0.05)
-            if a.poll() is None:
-                a.kill()
+            if agent.poll() is None:
+                agent.kill()

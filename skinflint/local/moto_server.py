@@ -107,11 +107,11 @@ def _classify(environ: dict[str, Any]) -> tuple[str, str]:
     ctype = str(environ.get("CONTENT_TYPE", ""))
     if method == "POST" and ctype.startswith("application/x-www-form-urlencoded"):
         try:
-            n = int(environ.get("CONTENT_LENGTH") or 0)
+            length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
-            n = 0
-        if 0 < n <= _QUERY_BODY_LIMIT:
-            body = environ["wsgi.input"].read(n)
+            length = 0
+        if 0 < length <= _QUERY_BODY_LIMIT:
+            body = environ["wsgi.input"].read(length)
             environ["wsgi.input"] = io.BytesIO(body)
             action = parse_qs(body.decode("utf-8", "replace")).get("Action", ["?"])[0]
             return service, action
@@ -133,7 +133,7 @@ class GcMeter:
         self._start: tuple[float, float] | None = None
         # generation -> [collections, total s, max s]; every key exists from the start, so the
         # callback never changes the dict's size while a snapshot iterates it
-        self._per_gen: dict[int, list[float]] = {g: [0, 0.0, 0.0] for g in range(-1, 3)}
+        self._per_gen: dict[int, list[float]] = {generation: [0, 0.0, 0.0] for generation in range(-1, 3)}
         self._long: deque[tuple[float, int, float, int]] = deque(maxlen=self.KEPT)
 
     def install(self) -> GcMeter:
@@ -167,11 +167,11 @@ class GcMeter:
         one at a time, and the pauses with one ``list`` of the deque (a collection triggered by that
         allocation runs before the copy starts)."""
         per_gen = {
-            str(g): {"collections": int(r[0]), "total_s": r[1], "max_s": r[2]}
-            for g, r in list(self._per_gen.items())
-            if r[0]
+            str(generation): {"collections": int(figures[0]), "total_s": figures[1], "max_s": figures[2]}
+            for generation, figures in list(self._per_gen.items())
+            if figures[0]
         }
-        long = [list(p) for p in list(self._long)]
+        long = [list(pause) for pause in list(self._long)]
         return {"by_generation": dict(sorted(per_gen.items())), "long_pauses": long}
 
 
@@ -204,7 +204,7 @@ class RequestMeter:
             counts = dict(self._counts)
             cpu = dict(self._cpu)
             wall = dict(self._max_wall)
-            heavy = [list(h) for h in self._heavy]
+            heavy = [list(entry) for entry in self._heavy]
         return {
             "total": sum(counts.values()),
             "by_action": dict(sorted(counts.items())),
@@ -400,7 +400,7 @@ def _expire_metrics(before: float) -> tuple[int, int]:
     keeps them only as long as it keeps the requests' items); returns (dropped, kept). The points are
     in the order they were put, their stamps within seconds of that order (each writer flushes its own
     buckets), so only the list's head is read: up to the first point :data:`_METRIC_DISORDER_S` newer
-    than the cutoff. The old ones among those ``n`` are removed with one slice assignment: a put
+    than the cutoff. The old ones among those ``checked`` are removed with one slice assignment: a put
     meanwhile appends behind them and is kept, a read works on its own copy."""
 
     from moto.cloudwatch.models import cloudwatch_backends
@@ -422,9 +422,9 @@ def _expire_metrics(before: float) -> tuple[int, int]:
                 if at >= horizon:
                     break
                 head.append(at < cutoff)
-            n = len(head)
+            checked = len(head)
             if any(head):
-                data[:n] = [d for d, old in zip(data[:n], head, strict=True) if not old]
+                data[:checked] = [item for item, old in zip(data[:checked], head, strict=True) if not old]
                 dropped += sum(head)
             kept += len(data)
     return dropped, kept

@@ -65,9 +65,13 @@ class LocalPlan:
 
     def threads(self, module: str, group: MachineGroup) -> int:
         """onnxruntime threads of a group's machine: those of the profile entry the plan chose."""
-        for e in self.problem.modules[module].profile:
-            if (e.hardware, e.batch, e.concurrency) == (group.hardware, group.batch, group.concurrency):
-                return int((e.model_extra or {}).get("threads") or 1)
+        for entry in self.problem.modules[module].profile:
+            if (entry.hardware, entry.batch, entry.concurrency) == (
+                group.hardware,
+                group.batch,
+                group.concurrency,
+            ):
+                return int((entry.model_extra or {}).get("threads") or 1)
         return 1
 
     def model_path(self, model: str) -> str | None:
@@ -78,8 +82,8 @@ class LocalPlan:
 
 
 def _model_file(model_dir: Path, model: str) -> str | None:
-    p = model_dir / f"{model}.onnx"
-    return str(p) if p.is_file() else None
+    path = model_dir / f"{model}.onnx"
+    return str(path) if path.is_file() else None
 
 
 def _is_real_cpu(hardware: str, catalog: dict[str, Any], gpu_here: str | None) -> bool:
@@ -100,19 +104,23 @@ def calibrate_cpu(
     frame = synthetic_frames(1)[0]
     out: dict[str, float] = {}
     for name, mod in problem.modules.items():
-        ref = [e for e in mod.profile if is_real(e.hardware) and e.batch == 1 and e.concurrency == 1]
+        ref = [
+            entry
+            for entry in mod.profile
+            if is_real(entry.hardware) and entry.batch == 1 and entry.concurrency == 1
+        ]
         path = model_path(app.modules[name].model)
         if not ref or path is None:
             continue
-        entry = min(ref, key=lambda e: e.duration_s)
+        entry = min(ref, key=lambda candidate: candidate.duration_s)
         extra = entry.model_extra or {}
         runtime = OnnxRuntime(path, threads=int(extra.get("threads") or 1))
         batch = [runtime.prepare(frame, [0.1, 0.1, 0.5, 0.5])]  # decoding is budgeted apart (DECODE_S)
         times = []
-        for k in range(CALIBRATION_RUNS + 2):
+        for run in range(CALIBRATION_RUNS + 2):
             t0 = time.perf_counter()
             runtime.run(batch)
-            if k >= 2:
+            if run >= 2:
                 times.append(time.perf_counter() - t0)
         times.sort()
         p95 = times[min(len(times) - 1, math.ceil(0.95 * len(times)) - 1)]
@@ -126,19 +134,19 @@ def _scale_cpu(
 ) -> ProblemSpec:
     """Real CPU entries' durations (p95 when measured) times the module's factor; p95 kept consistent."""
     modules = dict(problem.modules)
-    for name, f in factors.items():
+    for name, factor in factors.items():
         mod = problem.modules[name]
         entries = []
-        for e in mod.profile:
-            if not is_real(e.hardware):
-                entries.append(e)
+        for entry in mod.profile:
+            if not is_real(entry.hardware):
+                entries.append(entry)
                 continue
-            extra = e.model_extra or {}
-            d = float(extra.get("p95_s") or e.duration_s) * f
-            update: dict[str, Any] = {"duration_s": d}
+            extra = entry.model_extra or {}
+            duration_s = float(extra.get("p95_s") or entry.duration_s) * factor
+            update: dict[str, Any] = {"duration_s": duration_s}
             if "p95_s" in extra:
-                update["p95_s"] = d
-            entries.append(e.model_copy(update=update))
+                update["p95_s"] = duration_s
+            entries.append(entry.model_copy(update=update))
         modules[name] = mod.model_copy(update={"profile": entries})
     return problem.model_copy(update={"modules": modules})
 
@@ -160,7 +168,7 @@ def plan_local(
     gpu_here = detect_gpu()
     local_cpu = cpu_hardware(catalog)[0]  # the class the build measured this host as
     if hardware is None:
-        hardware = [local_cpu] + [h for h in gpu_hardware(catalog) if catalog[h].instance_type]
+        hardware = [local_cpu] + [hw for hw in gpu_hardware(catalog) if catalog[hw].instance_type]
     app = store.load_app(app_name)
     hop = overhead_s + GRACE_S + DECODE_S
     problem = load_problem(app_name, frame_rate, hardware=hardware, slo_s=slo_s, store=store)
@@ -170,26 +178,26 @@ def plan_local(
 
     model_dir = cache_dir() / "models"
     contention = (
-        calibrate_cpu(problem, app, is_real, lambda m: _model_file(model_dir, m)) if calibrate else {}
+        calibrate_cpu(problem, app, is_real, lambda model: _model_file(model_dir, model)) if calibrate else {}
     )
-    factors = {m: f * CPU_SHARE_FACTOR for m, f in contention.items()}
+    factors = {module: factor * CPU_SHARE_FACTOR for module, factor in contention.items()}
     problem = adjust_profiles(_scale_cpu(problem, factors, is_real), hop)
-    fan_out = {(src, dst): float(math.ceil(f - 1e-9)) for src, dst, f in app.edges}
+    fan_out = {(src, dst): float(math.ceil(fan - 1e-9)) for src, dst, fan in app.edges}
     solve_fn = solve or partial(_default_solve, fan_out=fan_out)
     notes = [
         f"each profile duration: p95 when measured, plus {hop * 1e3:.0f} ms per hop "
         "(SQS send and receive, grace, decode)"
     ]
     notes += [
-        f"{m}: real CPU durations x {f:.2f} (contention measured now x{contention[m]:.2f}, "
+        f"{module}: real CPU durations x {factor:.2f} (contention measured now x{contention[module]:.2f}, "
         f"stack share x{CPU_SHARE_FACTOR:g})"
-        for m, f in factors.items()
+        for module, factor in factors.items()
     ]
-    caps = {h: max_real_cpu_machines for h in problem.hardware if _is_real_cpu(h, catalog, gpu_here)}
+    caps = {hw: max_real_cpu_machines for hw in problem.hardware if _is_real_cpu(hw, catalog, gpu_here)}
     plan, problem, moved = solve_within_caps(problem, solve_fn, caps)
-    notes += [f"{n}: this host's cores run the real CPU machines" for n in moved]
-    used = {g.hardware for mp in plan.modules.values() for g in mp.groups}
-    emulated = sorted(h for h in used if not _is_real_cpu(h, catalog, gpu_here))
+    notes += [f"{note}: this host's cores run the real CPU machines" for note in moved]
+    used = {group.hardware for mp in plan.modules.values() for group in mp.groups}
+    emulated = sorted(hw for hw in used if not _is_real_cpu(hw, catalog, gpu_here))
     return LocalPlan(
         app=app,
         problem=problem,

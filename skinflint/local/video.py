@@ -28,22 +28,22 @@ class _Person:
 
 
 def synthetic_frames(
-    n: int, width: int = 320, height: int = 240, seed: int = 7, quality: int = 80
+    count: int, width: int = 320, height: int = 240, seed: int = 7, quality: int = 80
 ) -> list[bytes]:
     rng = np.random.default_rng(seed)
     # background: sky, grass, a road with lane markings, fixed per video
     bg = Image.new("RGB", (width, height), (120, 170, 220))
-    d = ImageDraw.Draw(bg)
-    d.rectangle((0, height * 0.35, width, height), fill=(70, 130, 60))
-    d.rectangle((0, height * 0.5, width, height * 0.85), fill=(60, 60, 65))
+    draw = ImageDraw.Draw(bg)
+    draw.rectangle((0, height * 0.35, width, height), fill=(70, 130, 60))
+    draw.rectangle((0, height * 0.5, width, height * 0.85), fill=(60, 60, 65))
     for mark in range(0, width, 40):
-        d.rectangle((mark, height * 0.67, mark + 20, height * 0.69), fill=(230, 230, 230))
+        draw.rectangle((mark, height * 0.67, mark + 20, height * 0.69), fill=(230, 230, 230))
     cars = [
         _Car(
             x=float(rng.uniform(0, width)),
             lane=float(rng.choice([0.55, 0.72])),
             v=float(rng.uniform(2, 6)) * (1 if rng.random() < 0.5 else -1),
-            color=tuple(int(c) for c in rng.integers(30, 255, 3)),
+            color=tuple(int(channel) for channel in rng.integers(30, 255, 3)),
             w=float(rng.uniform(30, 50)),
         )
         for _ in range(4)
@@ -51,19 +51,19 @@ def synthetic_frames(
     people = [_Person(x=float(rng.uniform(0, width)), v=float(rng.uniform(-1.5, 1.5))) for _ in range(3)]
     noise = rng.integers(0, 12, size=(height, width, 3), dtype=np.uint8)
     frames: list[bytes] = []
-    for k in range(n):
+    for index in range(count):
         img = bg.copy()
         dr = ImageDraw.Draw(img)
-        for c in cars:
-            x = (c.x + c.v * k) % (width + 60) - 30
-            y = height * c.lane
-            dr.rectangle((x, y, x + c.w, y + 18), fill=c.color, outline=(0, 0, 0))
-        for p in people:
-            x = (p.x + p.v * k) % width
+        for car in cars:
+            x = (car.x + car.v * index) % (width + 60) - 30
+            y = height * car.lane
+            dr.rectangle((x, y, x + car.w, y + 18), fill=car.color, outline=(0, 0, 0))
+        for person in people:
+            x = (person.x + person.v * index) % width
             dr.ellipse((x, height * 0.4, x + 8, height * 0.48), fill=(230, 200, 170))
             dr.rectangle((x + 1, height * 0.48, x + 7, height * 0.5 - 2), fill=(40, 40, 160))
         arr = np.asarray(img, dtype=np.uint8)
-        arr = np.clip(arr.astype(np.int16) + np.roll(noise, k, axis=1) - 6, 0, 255).astype(np.uint8)
+        arr = np.clip(arr.astype(np.int16) + np.roll(noise, index, axis=1) - 6, 0, 255).astype(np.uint8)
         buf = io.BytesIO()
         Image.fromarray(arr).save(buf, format="JPEG", quality=quality)
         frames.append(buf.getvalue())

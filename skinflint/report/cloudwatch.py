@@ -59,8 +59,8 @@ class CloudWatchReader:
         try:
             while True:
                 page = self._cw.list_metrics(**kwargs)
-                for m in page.get("Metrics", []):
-                    dims = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+                for metric_doc in page.get("Metrics", []):
+                    dims = {dim["Name"]: dim["Value"] for dim in metric_doc.get("Dimensions", [])}
                     if dims not in out:
                         out.append(dims)
                 token = page.get("NextToken")
@@ -80,23 +80,24 @@ class CloudWatchReader:
             chunk = reqs[i : i + _MAX_QUERIES]
             queries = [
                 {
-                    "Id": f"q{k}",
+                    "Id": f"q{index}",
                     "MetricStat": {
                         "Metric": {
                             "Namespace": self.namespace,
-                            "MetricName": r.name,
-                            "Dimensions": [{"Name": n, "Value": v} for n, v in r.dims],
+                            "MetricName": request.name,
+                            "Dimensions": [{"Name": name, "Value": value} for name, value in request.dims],
                         },
                         "Period": period_s,
-                        "Stat": r.stat,
+                        "Stat": request.stat,
                     },
                     "ReturnData": True,
                 }
-                for k, r in enumerate(chunk)
+                for index, request in enumerate(chunk)
             ]
             points = self._get(queries, start, end)
             out.extend(
-                Series(r.name, dict(r.dims), r.stat, points.get(f"q{k}", {})) for k, r in enumerate(chunk)
+                Series(request.name, dict(request.dims), request.stat, points.get(f"q{index}", {}))
+                for index, request in enumerate(chunk)
             )
         return out
 
@@ -113,9 +114,9 @@ class CloudWatchReader:
                 page = self._cw.get_metric_data(**kwargs)
                 for res in page.get("MetricDataResults", []):
                     pts = got.setdefault(res["Id"], {})
-                    for ts, v in zip(res.get("Timestamps", []), res.get("Values", []), strict=False):
-                        if v is not None:
-                            pts[ts.timestamp()] = pts.get(ts.timestamp(), 0.0) + float(v)
+                    for ts, value in zip(res.get("Timestamps", []), res.get("Values", []), strict=False):
+                        if value is not None:
+                            pts[ts.timestamp()] = pts.get(ts.timestamp(), 0.0) + float(value)
                 token = page.get("NextToken")
                 if not token:
                     return got

@@ -35,16 +35,16 @@ def _billed_units(counted: _Units, prices: AwsPrices | None, memory_mb: float | 
     """The units AWS bills, per component: the counted ones, the front's milliseconds as GB-seconds
     and the units billed per another unit (``of``)."""
     out: _Units = defaultdict(float)
-    for (comp, service, unit), u in counted.items():
+    for (comp, service, unit), count in counted.items():
         if (service, unit) == FRONT_DURATION:
             if memory_mb is not None:
-                out[(comp, *GB_SECONDS)] += u / 1e3 * memory_mb / 1024
+                out[(comp, *GB_SECONDS)] += count / 1e3 * memory_mb / 1024
             continue
-        out[(comp, service, unit)] += u
+        out[(comp, service, unit)] += count
     for service, unit, of_service, of_unit in prices.derived() if prices else ():
-        for (comp, s, un), u in counted.items():
-            if (s, un) == (of_service, of_unit):
-                out[(comp, service, unit)] += u
+        for (comp, counted_service, un), count in counted.items():
+            if (counted_service, un) == (of_service, of_unit):
+                out[(comp, service, unit)] += count
     return dict(out)
 
 
@@ -64,14 +64,18 @@ def data_plane(
 ) -> dict[str, Any]:
     """The data plane's requests, billing units and USD: per service (and per operation and component
     within it), per component and in total. ``frames``: frames accepted in the window."""
-    req = [s for s in series if s.name == "AwsRequests" and s.stat == "Sum"]
-    cnt = [s for s in series if s.name == "AwsRequestUnits" and s.stat == "Sum"]
-    periods = {t for s in (*req, *cnt) for t in s.points}
+    req = [metric for metric in series if metric.name == "AwsRequests" and metric.stat == "Sum"]
+    cnt = [metric for metric in series if metric.name == "AwsRequestUnits" and metric.stat == "Sum"]
+    periods = {start for metric in (*req, *cnt) for start in metric.points}
     hours = len(periods) * period_s / 3600.0
     counted: _Units = defaultdict(float)
-    for s in cnt:
-        key = (s.dims.get("Component", "?"), s.dims.get("Service", "?"), s.dims.get("Unit", "?"))
-        counted[key] += s.total()
+    for metric in cnt:
+        key = (
+            metric.dims.get("Component", "?"),
+            metric.dims.get("Service", "?"),
+            metric.dims.get("Unit", "?"),
+        )
+        counted[key] += metric.total()
     billed = _billed_units(counted, prices, front_memory_mb)
     unpriced: set[str] = set()
     services: dict[str, dict[str, Any]] = {}
@@ -85,32 +89,32 @@ def data_plane(
     def component(name: str) -> dict[str, Any]:
         return components.setdefault(name, {"requests": 0.0, "usd": 0.0})
 
-    for s in req:
-        comp, name, op = (s.dims.get(k, "?") for k in ("Component", "Service", "Operation"))
-        n = s.total()
-        if not n:  # a series ListMetrics knows, with no data point in the window
+    for metric in req:
+        comp, name, op = (metric.dims.get(dim, "?") for dim in ("Component", "Service", "Operation"))
+        requests = metric.total()
+        if not requests:  # a series ListMetrics knows, with no data point in the window
             continue
         svc = service(name)
-        svc["requests"] += n
-        o = svc["operations"].setdefault(op, {"requests": 0.0, "by_component": {}})
-        o["requests"] += n
-        o["by_component"][comp] = o["by_component"].get(comp, 0.0) + n
-        component(comp)["requests"] += n
-    for (_, name, unit), u in counted.items():
-        if not u:
+        svc["requests"] += requests
+        operation = svc["operations"].setdefault(op, {"requests": 0.0, "by_component": {}})
+        operation["requests"] += requests
+        operation["by_component"][comp] = operation["by_component"].get(comp, 0.0) + requests
+        component(comp)["requests"] += requests
+    for (_, name, unit), count in counted.items():
+        if not count:
             continue
         units = service(name)["units"]
-        units[unit] = units.get(unit, 0.0) + u
-    for (comp, name, unit), u in billed.items():
-        if not u:
+        units[unit] = units.get(unit, 0.0) + count
+    for (comp, name, unit), count in billed.items():
+        if not count:
             continue
         svc = service(name)
-        svc["billed_units"][unit] = svc["billed_units"].get(unit, 0.0) + u
+        svc["billed_units"][unit] = svc["billed_units"].get(unit, 0.0) + count
         price = prices.price(name, unit) if prices else None
         if price is None:
             unpriced.add(f"{name} {unit}")
             continue
-        usd = price.cost(u)
+        usd = price.cost(count)
         svc["usd_by_unit"][unit] = svc["usd_by_unit"].get(unit, 0.0) + usd
         component(comp)["usd"] += usd
     for name, svc in services.items():

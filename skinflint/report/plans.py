@@ -35,12 +35,12 @@ class PlanHistory:
     deployments: dict[str, Deployment]  # the latest deployment of every app
     source: str  # "plan store" | "none"
 
-    def at(self, t: float) -> PlannedVersion | None:
-        """The version in force at ``t`` (the first one before it started)."""
+    def at(self, when: float) -> PlannedVersion | None:
+        """The version in force at ``when`` (the first one before it started)."""
         best = None
-        for v in self.versions:
-            if v.activate_at <= t:
-                best = v
+        for version in self.versions:
+            if version.activate_at <= when:
+                best = version
         return best or (self.versions[0] if self.versions else None)
 
 
@@ -50,10 +50,10 @@ def _app_parts(fleet: Any) -> dict[str, float]:
     parts: dict[str, float] = {}
     for inst in fleet.instances:
         price = float(fleet.prices[inst.hardware])
-        total = sum(s.occupancy for s in inst.shares)
-        for s in inst.shares:
-            w = s.occupancy / total if total > 0 else 1.0 / len(inst.shares)
-            parts[s.app] = parts.get(s.app, 0.0) + price * w
+        total = sum(share.occupancy for share in inst.shares)
+        for share in inst.shares:
+            weight = share.occupancy / total if total > 0 else 1.0 / len(inst.shares)
+            parts[share.app] = parts.get(share.app, 0.0) + price * weight
     return parts
 
 
@@ -68,26 +68,26 @@ def _from_plan_store(ddb: Any, table: str) -> PlanHistory | None:
     chain: list[Manifest] = [current]
     seen = {current.version}
     while (prev := chain[-1].previous) is not None and prev not in seen:
-        m = store.manifest(prev)
-        if m is None:
+        manifest = store.manifest(prev)
+        if manifest is None:
             break
-        chain.append(m)
+        chain.append(manifest)
         seen.add(prev)
     versions: list[PlannedVersion] = []
-    for m in chain:
-        v = m.version
-        fleet = store.fleet(v)
+    for manifest in chain:
+        version = manifest.version
+        fleet = store.fleet(version)
         versions.append(
             PlannedVersion(
-                version=v,
-                activate_at=m.activate_at,
-                billed_per_hour=m.billed_per_hour,
-                occupancy_per_hour=m.occupancy_per_hour,
+                version=version,
+                activate_at=manifest.activate_at,
+                billed_per_hour=manifest.billed_per_hour,
+                occupancy_per_hour=manifest.occupancy_per_hour,
                 app_billed_per_hour=_app_parts(fleet) if fleet is not None else {},
-                counts=dict(m.counts),
+                counts=dict(manifest.counts),
             )
         )
-    versions.sort(key=lambda x: x.activate_at)
+    versions.sort(key=lambda version: version.activate_at)
     return PlanHistory(versions, store.deployments(current.version), "plan store")
 
 

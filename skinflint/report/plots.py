@@ -30,15 +30,15 @@ def cost_plot(report: dict[str, Any], path: Path) -> Path:
     t0 = report["window"]["start"]
     fig, ax = plt.subplots(figsize=(8, 4))
     if tl:
-        x = [(p["t"] - t0) / 60 for p in tl]
-        hws = sorted({hw for p in tl for hw in p["by_hardware"]})
-        ys = [[p["by_hardware"].get(hw, 0.0) for p in tl] for hw in hws]
-        ax.stackplot(x, ys, labels=[f"{hw} (observed)" for hw in hws], step="post", alpha=0.7)
-        planned = [p["planned_per_hour"] for p in tl]
-        if any(v is not None for v in planned):
+        minutes = [(period["t"] - t0) / 60 for period in tl]
+        hws = sorted({hw for period in tl for hw in period["by_hardware"]})
+        ys = [[period["by_hardware"].get(hw, 0.0) for period in tl] for hw in hws]
+        ax.stackplot(minutes, ys, labels=[f"{hw} (observed)" for hw in hws], step="post", alpha=0.7)
+        planned = [period["planned_per_hour"] for period in tl]
+        if any(value is not None for value in planned):
             ax.step(
-                x,
-                [math.nan if v is None else v for v in planned],
+                minutes,
+                [math.nan if value is None else value for value in planned],
                 where="post",
                 color="k",
                 lw=1.5,
@@ -58,18 +58,21 @@ def cost_plot(report: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def latency_cdf_plot(app: str, a: dict[str, Any], path: Path) -> Path:
+def latency_cdf_plot(app: str, figures: dict[str, Any], path: Path) -> Path:
     """The end-to-end latency CDF (histogram bucket edges) with the SLO."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
-    cdf = [(e, f) for e, f in a["latency_cdf"] if e is not None]
+    cdf = [(edge, fraction) for edge, fraction in figures["latency_cdf"] if edge is not None]
     if cdf:
         ax.step(
-            [e for e, _ in cdf], [f for _, f in cdf], where="post", label="frames at or below (bucket edges)"
+            [edge for edge, _ in cdf],
+            [fraction for _, fraction in cdf],
+            where="post",
+            label="frames at or below (bucket edges)",
         )
-    if a.get("slo_s"):
-        ax.axvline(a["slo_s"] * 1e3, color="r", ls="--", label=f"SLO {a['slo_s'] * 1e3:.0f} ms")
-    att = a.get("slo_attainment")
+    if figures.get("slo_s"):
+        ax.axvline(figures["slo_s"] * 1e3, color="r", ls="--", label=f"SLO {figures['slo_s'] * 1e3:.0f} ms")
+    att = figures.get("slo_attainment")
     ax.set_title(f"{app}: end-to-end latency" + (f" (SLO attainment {att:.2%})" if att is not None else ""))
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms)")
@@ -92,6 +95,6 @@ def write_plots(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """Every plot of the report into ``out_dir``: ``cost.png`` and ``latency_cdf_<app>.png``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"cost": cost_plot(report, out_dir / "cost.png")}
-    for app, a in report["apps"].items():
-        paths[f"latency_cdf_{app}"] = latency_cdf_plot(app, a, out_dir / f"latency_cdf_{app}.png")
+    for app, figures in report["apps"].items():
+        paths[f"latency_cdf_{app}"] = latency_cdf_plot(app, figures, out_dir / f"latency_cdf_{app}.png")
     return paths
