@@ -38,12 +38,12 @@ def registrations(problems: Mapping[str, ProblemSpec]) -> tuple[dict[str, Plan],
     seeds: dict[str, Plan] = {}
     cpu: list[float] = []
     for app, problem in problems.items():
-        c = time.process_time()
+        cpu_start = time.process_time()
         try:
             plan = dispatchable(problem)
         except PlannerError:
             continue  # rejected at registration
-        cpu.append((time.process_time() - c) * 1000)
+        cpu.append((time.process_time() - cpu_start) * 1000)
         seeds[app] = Plan.model_validate_json(seed_plan(problem, plan, "skinflint").model_dump_json())
     return seeds, cpu
 
@@ -51,12 +51,14 @@ def registrations(problems: Mapping[str, ProblemSpec]) -> tuple[dict[str, Plan],
 def repriced(problems: Mapping[str, ProblemSpec], change: Mapping[str, float]) -> dict[str, ProblemSpec]:
     """``problems`` at a new price list (``change``: factor per hardware type, ``*`` for the others)."""
     out: dict[str, ProblemSpec] = {}
-    for app, p in problems.items():
+    for app, problem in problems.items():
         hw = {
-            h: x.model_copy(update={"price_per_hour": x.price_per_hour * change.get(h, change.get("*", 1.0))})
-            for h, x in p.hardware.items()
+            hw: spec.model_copy(
+                update={"price_per_hour": spec.price_per_hour * change.get(hw, change.get("*", 1.0))}
+            )
+            for hw, spec in problem.hardware.items()
         }
-        out[app] = p.model_copy(update={"hardware": hw})
+        out[app] = problem.model_copy(update={"hardware": hw})
     return out
 
 
@@ -64,38 +66,46 @@ def without_timings(value: Any) -> Any:
     """A plan's JSON without its timings (they differ from one solve of the same problem to the next)."""
     if isinstance(value, dict):
         return {
-            k: without_timings(v) for k, v in value.items() if k not in ("solve_ms", "cpu_ms", "solve_cpu_ms")
+            key: without_timings(item)
+            for key, item in value.items()
+            if key not in ("solve_ms", "cpu_ms", "solve_cpu_ms")
         }
     if isinstance(value, list):
-        return [without_timings(v) for v in value]
+        return [without_timings(item) for item in value]
     return value
 
 
 def ramped(problems: Mapping[str, ProblemSpec], factor: float) -> dict[str, ProblemSpec]:
     """``problems`` with every module's rate ``factor`` times (a load ramp seen by every app at once)."""
     return {
-        app: p.model_copy(
+        app: problem.model_copy(
             update={
-                "modules": {m: s.model_copy(update={"rate": s.rate * factor}) for m, s in p.modules.items()}
+                "modules": {
+                    module: spec.model_copy(update={"rate": spec.rate * factor})
+                    for module, spec in problem.modules.items()
+                }
             }
         )
-        for app, p in problems.items()
+        for app, problem in problems.items()
     }
 
 
 def slowed(problems: Mapping[str, ProblemSpec], add_s: float) -> dict[str, ProblemSpec]:
     """``problems`` with every profile entry ``add_s`` seconds longer."""
     out: dict[str, ProblemSpec] = {}
-    for app, p in problems.items():
+    for app, problem in problems.items():
         modules = {
-            m: s.model_copy(
+            module: spec.model_copy(
                 update={
-                    "profile": [e.model_copy(update={"duration_s": e.duration_s + add_s}) for e in s.profile]
+                    "profile": [
+                        entry.model_copy(update={"duration_s": entry.duration_s + add_s})
+                        for entry in spec.profile
+                    ]
                 }
             )
-            for m, s in p.modules.items()
+            for module, spec in problem.modules.items()
         }
-        out[app] = p.model_copy(update={"modules": modules})
+        out[app] = problem.model_copy(update={"modules": modules})
     return out
 
 
@@ -105,7 +115,9 @@ def solved_plans(plans: Mapping[str, Plan]) -> dict[str, Any]:
     for app, plan in plans.items():
         solved = (plan.model_extra or {}).get(SOLVED_KEY)
         modules = (
-            solved if isinstance(solved, dict) else {m: mp.model_dump() for m, mp in plan.modules.items()}
+            solved
+            if isinstance(solved, dict)
+            else {module: mp.model_dump() for module, mp in plan.modules.items()}
         )
         out[app] = without_timings(json.loads(json.dumps(modules)))
     return out
@@ -138,22 +150,22 @@ def changed_problems(
         "cold": lambda: dict(problems),
     }[change]()
     fleet, plans = (None, {}) if change == "cold" else (first.fleet, first.plans)
-    c = time.process_time()
+    cpu_start = time.process_time()
     fresh = RealisationCache()
     how = solver_for(solver)
     ref = plan_fleet(new, previous=fleet, previous_plans=plans, solver=how, cache=fresh)
-    ref_cpu = (time.process_time() - c) * 1000
+    ref_cpu = (time.process_time() - cpu_start) * 1000
     cache = RealisationCache()
     carried = [""]
     epochs: list[dict[str, Any]] = []
     while carried and len(epochs) < max_epochs:
-        c = time.process_time()
+        cpu_start = time.process_time()
         res = plan_fleet(
             new, previous=fleet, previous_plans=plans, solver=how, cache=cache, solve_budget_s=budget_s
         )
         epochs.append(
             {
-                "cpu_ms": (time.process_time() - c) * 1000,
+                "cpu_ms": (time.process_time() - cpu_start) * 1000,
                 "carried": len(res.carried),
                 "resolved": len(res.resolved),
                 "quick": len(res.quick),
@@ -187,7 +199,7 @@ CHANGE_NAMES = {
 def change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """:func:`changed_problems` over the repeats: the unbudgeted epoch's CPU, the budgeted epochs' (every
     epoch of every run), how many epochs it took, and whether every run ended with the same plans."""
-    budgeted = [e["cpu_ms"] for r in runs for e in r["epochs"]]
+    budgeted = [epoch["cpu_ms"] for run in runs for epoch in run["epochs"]]
     return {
         "change": {
             "prices": dict(PRICE_CHANGE),
@@ -198,13 +210,13 @@ def change_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         }[runs[0]["change"]],
         "budget_s": runs[0]["budget_s"],
         "changed_apps": runs[0]["changed_apps"],
-        "unbudgeted_cpu": summary_ms([r["unbudgeted_cpu_ms"] for r in runs]),
+        "unbudgeted_cpu": summary_ms([run["unbudgeted_cpu_ms"] for run in runs]),
         "budgeted_epoch_cpu": summary_ms(budgeted),
-        "first_epoch_cpu": summary_ms([r["epochs"][0]["cpu_ms"] for r in runs]),
-        "epochs_to_converge": [len(r["epochs"]) for r in runs],
-        "converged": all(r["converged"] for r in runs),
-        "same_solved_plans": all(r["same_solved_plans"] for r in runs),
-        "first_billed_over_unbudgeted": max(r["first_billed_over_unbudgeted"] for r in runs),
-        "last_billed_over_unbudgeted": [r["last_billed_over_unbudgeted"] for r in runs],
+        "first_epoch_cpu": summary_ms([run["epochs"][0]["cpu_ms"] for run in runs]),
+        "epochs_to_converge": [len(run["epochs"]) for run in runs],
+        "converged": all(run["converged"] for run in runs),
+        "same_solved_plans": all(run["same_solved_plans"] for run in runs),
+        "first_billed_over_unbudgeted": max(run["first_billed_over_unbudgeted"] for run in runs),
+        "last_billed_over_unbudgeted": [run["last_billed_over_unbudgeted"] for run in runs],
         "runs": runs,
     }

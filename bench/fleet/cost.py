@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 
 def _ffd(sizes: list[float]) -> int:
     bins: list[float] = []
-    for s in sorted(sizes, reverse=True):
-        for i, b in enumerate(bins):
-            if b + s <= 1 + 1e-9:
-                bins[i] += s
+    for size in sorted(sizes, reverse=True):
+        for i, level in enumerate(bins):
+            if level + size <= 1 + 1e-9:
+                bins[i] += size
                 break
         else:
-            bins.append(s)
+            bins.append(size)
     return len(bins)
 
 
@@ -37,11 +37,16 @@ def latency_free(plans: Mapping[str, Plan], prices: Mapping[str, float]) -> floa
     items: dict[str, list[float]] = defaultdict(list)
     for plan in plans.values():
         for mp in plan.modules.values():
-            for g in mp.groups:
-                units = g.machines * g.rate_per_machine * g.duration_s / (g.concurrency * g.batch)
-                k = math.floor(units + 1e-9)
-                items[g.hardware] += [1.0] * k + ([units - k] if units - k > 1e-9 else [])
-    return sum(_ffd(v) * prices[h] for h, v in items.items())
+            for group in mp.groups:
+                units = (
+                    group.machines
+                    * group.rate_per_machine
+                    * group.duration_s
+                    / (group.concurrency * group.batch)
+                )
+                whole = math.floor(units + 1e-9)
+                items[group.hardware] += [1.0] * whole + ([units - whole] if units - whole > 1e-9 else [])
+    return sum(_ffd(sizes) * prices[hw] for hw, sizes in items.items())
 
 
 def load_occupancy(
@@ -56,10 +61,10 @@ def load_occupancy(
     for app, plan in plans.items():
         for name, mp in plan.modules.items():
             left = problems[app].modules[name].rate
-            for g in mp.groups:
-                real = min(left, g.machines * g.rate_per_machine)
+            for group in mp.groups:
+                real = min(left, group.machines * group.rate_per_machine)
                 left -= real
-                total += prices[g.hardware] * real * g.duration_s / (g.concurrency * g.batch)
+                total += prices[group.hardware] * real * group.duration_s / (group.concurrency * group.batch)
     return total
 
 
@@ -68,40 +73,42 @@ def one_fleet(problems: Mapping[str, ProblemSpec], solver: str = "dispatchable")
     occ: dict[str, Plan] = {}
     plans = Reuse(solver_for(solver))
     billed_opt = 0.0
-    for app, p in problems.items():
+    for app, problem in problems.items():
         try:
-            lower = solve(p, objective="occupancy")
-            billed = plans(p).billed_per_hour
+            lower = solve(problem, objective="occupancy")
+            billed = plans(problem).billed_per_hour
         except PlannerError:  # counted as failed: the bound is over the apps both solves plan
             continue
         occ[app] = lower
         billed_opt += billed
-    feasible = {a: problems[a] for a in occ}
+    feasible = {app: problems[app] for app in occ}
     res = plan_fleet(feasible, solver=plans)
     fifo = plan_fleet(feasible, align=False, solver=plans)
     errors = fleet_errors(feasible, res)
-    lb = sum(p.cost_per_hour for p in occ.values())
-    f = res.fleet
+    lb = sum(plan.cost_per_hour for plan in occ.values())
+    fleet = res.fleet
     return {
         "apps": len(problems),
         "planned": len(res.plans),
         "failed": len(res.failed) + len(problems) - len(feasible),
         "occupancy_bound": lb,
-        "billed": f.billed_per_hour,
-        "plans_occupancy": f.occupancy_per_hour,
-        "load_occupancy": load_occupancy(res.plans, feasible, f.prices),
-        "packing_ratio": f.billed_per_hour / f.occupancy_per_hour,
-        "dedicated_plans": f.dedicated_per_hour,
+        "billed": fleet.billed_per_hour,
+        "plans_occupancy": fleet.occupancy_per_hour,
+        "load_occupancy": load_occupancy(res.plans, feasible, fleet.prices),
+        "packing_ratio": fleet.billed_per_hour / fleet.occupancy_per_hour,
+        "dedicated_plans": fleet.dedicated_per_hour,
         "dedicated_billed_optimum": billed_opt,
-        "latency_free": latency_free(occ, f.prices),
-        "ratio": f.billed_per_hour / lb,
+        "latency_free": latency_free(occ, fleet.prices),
+        "ratio": fleet.billed_per_hour / lb,
         "fifo_only_ratio": fifo.fleet.billed_per_hour / lb,
-        "aligned_instances": sum(1 for i in f.instances if i.aligned),
+        "aligned_instances": sum(1 for instance in fleet.instances if instance.aligned),
         "dedicated_ratio": billed_opt / lb,
-        "latency_free_ratio": latency_free(occ, f.prices) / lb,
-        "instances": len(f.instances),
-        "shared_instances": f.shared_instances,
-        "shares_on_shared": sum(len(i.shares) for i in f.instances if len(i.shares) > 1),
+        "latency_free_ratio": latency_free(occ, fleet.prices) / lb,
+        "instances": len(fleet.instances),
+        "shared_instances": fleet.shared_instances,
+        "shares_on_shared": sum(
+            len(instance.shares) for instance in fleet.instances if len(instance.shares) > 1
+        ),
         "keep": res.keep,
         "errors": errors[:5],
         "error_count": len(errors),
@@ -112,22 +119,26 @@ def one_fleet(problems: Mapping[str, ProblemSpec], solver: str = "dispatchable")
 
 def by_size(fleets: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
-    for size in sorted({f["size"] for f in fleets}):
-        rs = [f for f in fleets if f["size"] == size]
-        ratio = [f["ratio"] for f in rs]
+    for size in sorted({fleet["size"] for fleet in fleets}):
+        rs = [fleet for fleet in fleets if fleet["size"] == size]
+        ratio = [fleet["ratio"] for fleet in rs]
         out[size] = {
             "fleets": len(rs),
             "ratio_median": statistics.median(ratio),
             "ratio_min": min(ratio),
             "ratio_max": max(ratio),
-            "dedicated_ratio_median": statistics.median(f["dedicated_ratio"] for f in rs),
-            "fifo_only_ratio_median": statistics.median(f["fifo_only_ratio"] for f in rs),
-            "aligned_instances_median": statistics.median(f["aligned_instances"] for f in rs),
-            "latency_free_ratio_median": statistics.median(f["latency_free_ratio"] for f in rs),
-            "packing_ratio_median": statistics.median(f["packing_ratio"] for f in rs),
-            "load_ratio_median": statistics.median(f["load_occupancy"] / f["occupancy_bound"] for f in rs),
-            "plans_ratio_median": statistics.median(f["plans_occupancy"] / f["occupancy_bound"] for f in rs),
-            "shared_instances_median": statistics.median(f["shared_instances"] for f in rs),
-            "errors": sum(f["error_count"] for f in rs),
+            "dedicated_ratio_median": statistics.median(fleet["dedicated_ratio"] for fleet in rs),
+            "fifo_only_ratio_median": statistics.median(fleet["fifo_only_ratio"] for fleet in rs),
+            "aligned_instances_median": statistics.median(fleet["aligned_instances"] for fleet in rs),
+            "latency_free_ratio_median": statistics.median(fleet["latency_free_ratio"] for fleet in rs),
+            "packing_ratio_median": statistics.median(fleet["packing_ratio"] for fleet in rs),
+            "load_ratio_median": statistics.median(
+                fleet["load_occupancy"] / fleet["occupancy_bound"] for fleet in rs
+            ),
+            "plans_ratio_median": statistics.median(
+                fleet["plans_occupancy"] / fleet["occupancy_bound"] for fleet in rs
+            ),
+            "shared_instances_median": statistics.median(fleet["shared_instances"] for fleet in rs),
+            "errors": sum(fleet["error_count"] for fleet in rs),
         }
     return out

@@ -25,10 +25,16 @@ def plot(result: dict[str, Any], path: str) -> None:
         ("ratio", "packed fleet (this work)", "o"),
         ("latency_free_ratio", "latency-free packing (no SLO check)", "^"),
     ]:
-        xs = [f["size"] for f in result["fleets"]]
-        ys = [f[key] for f in result["fleets"]]
+        xs = [fleet["size"] for fleet in result["fleets"]]
+        ys = [fleet[key] for fleet in result["fleets"]]
         ax.scatter(xs, ys, marker=marker, alpha=0.5, label=label)
-        ax.plot(sizes, [statistics.median(f[key] for f in result["fleets"] if f["size"] == s) for s in sizes])
+        ax.plot(
+            sizes,
+            [
+                statistics.median(fleet[key] for fleet in result["fleets"] if fleet["size"] == size)
+                for size in sizes
+            ],
+        )
     ax.axhline(TARGET_RATIO, color="k", ls="--", lw=1, label=f"target {TARGET_RATIO}")
     ax.set_xscale("log")
     ax.set_xlabel("apps in the fleet")
@@ -37,13 +43,13 @@ def plot(result: dict[str, Any], path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     rows = result["steady"]["_rows"]
-    for h in sorted({h for r in rows for h in r["desired"]}):
+    for hw in sorted({hw for row in rows for hw in row["desired"]}):
         line = ax2.plot(
-            [r["epoch"] for r in rows], [r["desired"].get(h, 0) for r in rows], label=f"{h} desired"
+            [row["epoch"] for row in rows], [row["desired"].get(hw, 0) for row in rows], label=f"{hw} desired"
         )
         ax2.plot(
-            [r["epoch"] for r in rows],
-            [r["target"].get(h, 0) for r in rows],
+            [row["epoch"] for row in rows],
+            [row["target"].get(hw, 0) for row in rows],
             ls=":",
             color=line[0].get_color(),
         )
@@ -57,8 +63,8 @@ def plot(result: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def _ms(x: dict[str, float]) -> str:
-    return f"{x['median_ms']:.0f} ({x['min_ms']:.0f}-{x['max_ms']:.0f})"
+def _ms(summary: dict[str, float]) -> str:
+    return f"{summary['median_ms']:.0f} ({summary['min_ms']:.0f}-{summary['max_ms']:.0f})"
 
 
 def render(result: dict[str, Any]) -> None:
@@ -70,18 +76,18 @@ def render(result: dict[str, Any]) -> None:
     cols = ["apps", "fleets", "packed", "min-max", "FIFO only", "dedicated", "latency-free", "shared inst."]
     for col in [*cols, "aligned inst.", "errors"]:
         table.add_column(col, justify="right")
-    for size, s in result["by_size"].items():
+    for size, figures in result["by_size"].items():
         table.add_row(
             str(size),
-            str(s["fleets"]),
-            f"{s['ratio_median']:.3f}",
-            f"{s['ratio_min']:.3f}-{s['ratio_max']:.3f}",
-            f"{s['fifo_only_ratio_median']:.3f}",
-            f"{s['dedicated_ratio_median']:.3f}",
-            f"{s['latency_free_ratio_median']:.3f}",
-            f"{s['shared_instances_median']:g}",
-            f"{s['aligned_instances_median']:g}",
-            str(s["errors"]),
+            str(figures["fleets"]),
+            f"{figures['ratio_median']:.3f}",
+            f"{figures['ratio_min']:.3f}-{figures['ratio_max']:.3f}",
+            f"{figures['fifo_only_ratio_median']:.3f}",
+            f"{figures['dedicated_ratio_median']:.3f}",
+            f"{figures['latency_free_ratio_median']:.3f}",
+            f"{figures['shared_instances_median']:g}",
+            f"{figures['aligned_instances_median']:g}",
+            str(figures["errors"]),
         )
     console.print(table)
     table = Table(
@@ -91,13 +97,13 @@ def render(result: dict[str, Any]) -> None:
     )
     for col in ["apps", "requests", "plans' occupancy", "billed", "billed / plans' occupancy"]:
         table.add_column(col, justify="right")
-    for size, s in result["by_size"].items():
+    for size, figures in result["by_size"].items():
         table.add_row(
             str(size),
-            f"{s['load_ratio_median']:.3f}",
-            f"{s['plans_ratio_median']:.3f}",
-            f"{s['ratio_median']:.3f}",
-            f"{s['packing_ratio_median']:.4f}",
+            f"{figures['load_ratio_median']:.3f}",
+            f"{figures['plans_ratio_median']:.3f}",
+            f"{figures['ratio_median']:.3f}",
+            f"{figures['packing_ratio_median']:.4f}",
         )
     console.print(table)
     first = result["timing"][0]
@@ -108,28 +114,32 @@ def render(result: dict[str, Any]) -> None:
     cols = ["solver", "cold CPU", "cold wall", "solve wall", "registered CPU", "reused CPU", "reused wall"]
     for col in [*cols, "bill/bound", "errors", "load avg"]:
         table.add_column(col, justify="right")
-    for t in result["timing"]:
+    for timing in result["timing"]:
         table.add_row(
-            t["solver"],
-            _ms(t["cold_cpu"]),
-            _ms(t["cold_wall"]),
-            _ms(t["cold_solve_wall"]),
-            _ms(t["registered_cpu"]) if t.get("registered_cpu") else "-",
-            _ms(t["reused_cpu"]),
-            _ms(t["reused_wall"]),
-            f"{t['ratio']:.3f}",
-            f"{t['errors']} / {t['reused_errors']}",
-            f"{t['load_avg'][0]:.2f}-{t['load_avg'][1]:.2f}",
+            timing["solver"],
+            _ms(timing["cold_cpu"]),
+            _ms(timing["cold_wall"]),
+            _ms(timing["cold_solve_wall"]),
+            _ms(timing["registered_cpu"]) if timing.get("registered_cpu") else "-",
+            _ms(timing["reused_cpu"]),
+            _ms(timing["reused_wall"]),
+            f"{timing['ratio']:.3f}",
+            f"{timing['errors']} / {timing['reused_errors']}",
+            f"{timing['load_avg'][0]:.2f}-{timing['load_avg'][1]:.2f}",
         )
     console.print(table)
-    for t in result["timing"]:
-        for name, pc in (t.get("changed") or {}).items():
+    for timing in result["timing"]:
+        for name, pc in (timing.get("changed") or {}).items():
             cold = name == "cold"
-            change = "no previous plan" if cold else ", ".join(f"{h} x{f:g}" for h, f in pc["change"].items())
-            last = ", ".join(f"{x:.4f}" for x in pc["last_billed_over_unbudgeted"])
-            quick = "/".join(str(r["epochs"][0]["quick"]) for r in pc["runs"])
+            change = (
+                "no previous plan"
+                if cold
+                else ", ".join(f"{hw} x{factor:g}" for hw, factor in pc["change"].items())
+            )
+            last = ", ".join(f"{ratio:.4f}" for ratio in pc["last_billed_over_unbudgeted"])
+            quick = "/".join(str(run["epochs"][0]["quick"]) for run in pc["runs"])
             console.print(
-                f"{CHANGE_NAMES[name]} ({t['solver']}; {change}): "
+                f"{CHANGE_NAMES[name]} ({timing['solver']}; {change}): "
                 f"{pc['changed_apps']} apps {'to plan' if cold else 'whose problems changed'}; "
                 f"solved at once {_ms(pc['unbudgeted_cpu'])} ms "
                 f"CPU; with a {pc['budget_s']:g} s solve budget every epoch "
@@ -139,22 +149,25 @@ def render(result: dict[str, Any]) -> None:
                 f"{'/'.join(map(str, pc['epochs_to_converge']))} epochs, billing {last} x; the same solver "
                 f"plans as solving at once: {pc['same_solved_plans']}"
             )
-    for t in result["timing"]:
-        if t.get("registration_solve_cpu"):
-            r = t["registration_solve_cpu"]
+    for timing in result["timing"]:
+        if timing.get("registration_solve_cpu"):
+            run = timing["registration_solve_cpu"]
             console.print(
-                f"registered ({t['solver']}): every app's registration solved it "
-                f"({r['median_ms']:.1f} ms CPU median, {r['max_ms']:.1f} max per app); the epoch took "
-                f"{t['seeded_apps']} of those plans; "
-                f"same fleet as the cold epoch: {t['same_fleet_seeded']}"
+                f"registered ({timing['solver']}): every app's registration solved it "
+                f"({run['median_ms']:.1f} ms CPU median, {run['max_ms']:.1f} max per app); the epoch took "
+                f"{timing['seeded_apps']} of those plans; "
+                f"same fleet as the cold epoch: {timing['same_fleet_seeded']}"
             )
-    v = result["verification"]
+    replay = result["verification"]
     console.print(
-        f"replay of {v['shared_instances']} shared instances: {v['within']}/{v['share_runs']} share runs "
-        f"within planned + added wait (max excess {v['max_excess_s'] * 1000:.4f} ms; the adversarial phases "
-        f"reach {v['max_adversarial_wait_over_added_wait']:.3f} of the added wait); {v['aligned_instances']} "
-        f"aligned: {v['aligned_share_runs']} share runs at the packer's phases, largest wait "
-        f"{v['aligned_max_wait_s'] * 1e6:.3f} us (random/adversarial phases: within the FIFO bound above)"
+        f"replay of {replay['shared_instances']} shared instances: "
+        f"{replay['within']}/{replay['share_runs']} share runs "
+        f"within planned + added wait (max excess {replay['max_excess_s'] * 1000:.4f} ms; "
+        f"the adversarial phases reach {replay['max_adversarial_wait_over_added_wait']:.3f} "
+        f"of the added wait); {replay['aligned_instances']} "
+        f"aligned: {replay['aligned_share_runs']} share runs at the packer's phases, largest wait "
+        f"{replay['aligned_max_wait_s'] * 1e6:.3f} us "
+        "(random/adversarial phases: within the FIFO bound above)"
     )
     st = result["steady"]
     table = Table(
@@ -164,15 +177,15 @@ def render(result: dict[str, Any]) -> None:
     cols = ["hardware", "warm-up changes", "changes", "packed-target changes", "max per 2 epochs", "min gap"]
     for col in [*cols, "spare=1: changes", "max per 2", "min gap"]:
         table.add_column(col, justify="right")
-    for h, x in st["per_hardware"].items():
-        sp = x["spare"]
+    for hw, figures in st["per_hardware"].items():
+        sp = figures["spare"]
         table.add_row(
-            h,
-            str(x["warmup_changes"]),
-            str(x["changes"]),
-            str(x["raw_target_changes"]),
-            str(x["max_changes_per_2_epochs"]),
-            "-" if x["min_gap_epochs"] is None else str(x["min_gap_epochs"]),
+            hw,
+            str(figures["warmup_changes"]),
+            str(figures["changes"]),
+            str(figures["raw_target_changes"]),
+            str(figures["max_changes_per_2_epochs"]),
+            "-" if figures["min_gap_epochs"] is None else str(figures["min_gap_epochs"]),
             str(sp["changes"]),
             str(sp["max_changes_per_2_epochs"]),
             "-" if sp["min_gap_epochs"] is None else str(sp["min_gap_epochs"]),
@@ -204,19 +217,19 @@ def render(result: dict[str, Any]) -> None:
     ]:
         table.add_column(col, justify="right")
     table.add_column("re-planned apps/epoch", justify="right")
-    for r in runs:
+    for run in runs:
         table.add_row(
-            str(r["run"]),
-            str(r["fleet_seed"]),
-            str(r["noise_seed"]),
-            str(r["max_changes_per_2_epochs"]),
-            ", ".join(r["types_over"]) or "-",
-            str(r["changes"]),
-            f"{r['capacity_over_target']:.4f}",
-            f"{r['mean_replanned_apps']:.2f}",
+            str(run["run"]),
+            str(run["fleet_seed"]),
+            str(run["noise_seed"]),
+            str(run["max_changes_per_2_epochs"]),
+            ", ".join(run["types_over"]) or "-",
+            str(run["changes"]),
+            f"{run['capacity_over_target']:.4f}",
+            f"{run['mean_replanned_apps']:.2f}",
         )
     console.print(table)
-    met = sum(1 for r in runs if r["max_changes_per_2_epochs"] <= 1)
+    met = sum(1 for run in runs if run["max_changes_per_2_epochs"] <= 1)
     console.print(f"steady-load target met in {met} of {len(runs)} runs")
     hl = result["host"]["load_avg"]
     console.print(f"{result['wall_s']:.0f} s wall, load avg {hl[0]:.2f}, {hl[1]:.2f}, {hl[2]:.2f}")

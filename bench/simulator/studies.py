@@ -59,28 +59,28 @@ def arrival_study(
             update={
                 "slo_s": problem.slo_s * (1 - reserve),
                 "modules": {
-                    m: spec.model_copy(update={"rate": spec.rate * (1 + headroom)})
-                    for m, spec in problem.modules.items()
+                    module: spec.model_copy(update={"rate": spec.rate * (1 + headroom)})
+                    for module, spec in problem.modules.items()
                 },
             }
         )
         plan = solve_dispatchable(planned_for)
         billed += plan.billed_per_hour
-        for k, arrivals in enumerate(("uniform", "poisson", "bursty")):
-            for admission, fronts in (*((a, 1) for a in ADMISSIONS), ("planned", UNSHARED_FRONTS)):
-                r = simulate(
+        for shape_index, arrivals in enumerate(("uniform", "poisson", "bursty")):
+            for admission, fronts in (*((mode, 1) for mode in ADMISSIONS), ("planned", UNSHARED_FRONTS)):
+                result = simulate(
                     problem,
                     plan,
                     duration,
                     arrivals,  # type: ignore[arg-type]
-                    seed=seed + i + k,
+                    seed=seed + i + shape_index,
                     admission=admission,  # type: ignore[arg-type]
                     front_instances=fronts,
                 )
                 label = admission if fronts == 1 else f"{admission} x{fronts} fronts, unshared"
-                shed = r.frames_shed / r.frames_offered if r.frames_offered else 0.0
-                overflow = any(m.overflow_batches for m in r.modules.values())
-                row = (r.end_to_end.slo_attainment, shed, overflow)
+                shed = result.frames_shed / result.frames_offered if result.frames_offered else 0.0
+                overflow = any(module.overflow_batches for module in result.modules.values())
+                row = (result.end_to_end.slo_attainment, shed, overflow)
                 rows.setdefault((arrivals, label), []).append(row)
     out: dict[str, object] = {
         "problems": count,
@@ -90,16 +90,21 @@ def arrival_study(
         "billed_per_hour": round(billed, 2),
     }
     for (arrivals, admission), vals in rows.items():
-        att = [v[0] for v in vals]
-        shed_frac = [v[1] for v in vals]
+        att = [run[0] for run in vals]
+        shed_frac = [run[1] for run in vals]
         out[f"{arrivals}/{admission}"] = {
-            "apps_below_99": sum(1 for a in att if a < 0.99),
+            "apps_below_99": sum(1 for attainment in att if attainment < 0.99),
             "attainment_mean": round(statistics.fmean(att), 4),
             "attainment_min": round(min(att), 4),
             "shed_mean": round(statistics.fmean(shed_frac), 4),
             "shed_max": round(max(shed_frac), 4),
-            "apps_overflowing": sum(1 for v in vals if v[2]),
-            "good": round(statistics.fmean((1 - s) * a for a, s in zip(att, shed_frac, strict=True)), 4),
+            "apps_overflowing": sum(1 for run in vals if run[2]),
+            "good": round(
+                statistics.fmean(
+                    (1 - shed) * attainment for attainment, shed in zip(att, shed_frac, strict=True)
+                ),
+                4,
+            ),
         }
     return out
 
@@ -110,7 +115,8 @@ def _scaled(problem: ProblemSpec, factor: float, slo_factor: float = 1.0) -> Pro
         update={
             "slo_s": problem.slo_s * slo_factor,
             "modules": {
-                m: spec.model_copy(update={"rate": spec.rate * factor}) for m, spec in problem.modules.items()
+                module: spec.model_copy(update={"rate": spec.rate * factor})
+                for module, spec in problem.modules.items()
             },
         }
     )
@@ -127,10 +133,14 @@ def _reserve_at(
         plan = solve_dispatchable(_scaled(problem, 1 + headroom, 1 - reserve))
     except InfeasibleError:
         return None
-    roots = sum(problem.modules[m].rate for m in problem.modules if not problem.parents().get(m))
+    roots = sum(
+        problem.modules[module].rate for module in problem.modules if not problem.parents().get(module)
+    )
     duration = min(max(SHED_SIM_FRAMES / roots, SHED_SIM_MIN_S), SHED_SIM_MAX_S)
-    r = simulate(problem, plan, duration, "poisson", seed=seed, admission="planned")
-    return (r.frames_shed / r.frames_offered if r.frames_offered else 0.0), plan.billed_per_hour
+    result = simulate(problem, plan, duration, "poisson", seed=seed, admission="planned")
+    return (
+        result.frames_shed / result.frames_offered if result.frames_offered else 0.0
+    ), plan.billed_per_hour
 
 
 def _choose(
@@ -159,7 +169,7 @@ def reserve_study(
     chosen again at the new rate, as the review does; each simulated under Poisson frames with the
     front's admission. Per factor: apps whose shed meets the target, mean and largest shed, the bill, and
     how many reserves the review raised or lowered."""
-    per: dict[float, dict[str, list[float]]] = {f: {} for f in factors}
+    per: dict[float, dict[str, list[float]]] = {factor: {} for factor in factors}
     base_met = 0
     planned = 0
     for i in track(range(count), description="reserves", console=Console(stderr=True), transient=True):
@@ -170,109 +180,110 @@ def reserve_study(
             continue
         planned += 1
         base_met += met0
-        for f in factors:
-            at = _scaled(problem, f)
+        for factor in factors:
+            at = _scaled(problem, factor)
             stale = _reserve_at(at, r0, headroom, seed + i)
             try:
                 rf, shed_f, cost_f, _met_f = _choose(at, target, headroom, seed + i)
             except InfeasibleError:
                 continue
-            d = per[f]
+            figures = per[factor]
             if stale is not None:
-                d.setdefault("stale_shed", []).append(stale[0])
-                d.setdefault("stale_cost", []).append(stale[1])
-                d.setdefault("both_cost_stale", []).append(stale[1])
-                d.setdefault("both_cost_reviewed", []).append(cost_f)
+                figures.setdefault("stale_shed", []).append(stale[0])
+                figures.setdefault("stale_cost", []).append(stale[1])
+                figures.setdefault("both_cost_stale", []).append(stale[1])
+                figures.setdefault("both_cost_reviewed", []).append(cost_f)
             else:
-                d.setdefault("stale_unplannable", []).append(1.0)
-            d.setdefault("reviewed_shed", []).append(shed_f)
-            d.setdefault("reviewed_cost", []).append(cost_f)
-            d.setdefault("raised", []).append(float(rf > r0))
-            d.setdefault("lowered", []).append(float(rf < r0))
+                figures.setdefault("stale_unplannable", []).append(1.0)
+            figures.setdefault("reviewed_shed", []).append(shed_f)
+            figures.setdefault("reviewed_cost", []).append(cost_f)
+            figures.setdefault("raised", []).append(float(rf > r0))
+            figures.setdefault("lowered", []).append(float(rf < r0))
     out: dict[str, object] = {
         "apps": planned,
         "target": target,
         "headroom": headroom,
         "met_at_registered_rate": base_met,
     }
-    for f, d in per.items():
-        kept_shed, reviewed = d.get("stale_shed", []), d.get("reviewed_shed", [])
-        out[f"x{f:g}"] = {
+    for factor, figures in per.items():
+        kept_shed, reviewed = figures.get("stale_shed", []), figures.get("reviewed_shed", [])
+        out[f"x{factor:g}"] = {
             "apps": len(reviewed),
-            "stale_unplannable": int(sum(d.get("stale_unplannable", []))),
-            "stale_met": sum(1 for x in kept_shed if x <= target),
+            "stale_unplannable": int(sum(figures.get("stale_unplannable", []))),
+            "stale_met": sum(1 for shed in kept_shed if shed <= target),
             "stale_shed_mean": round(statistics.fmean(kept_shed), 4) if kept_shed else None,
             "stale_shed_max": round(max(kept_shed), 4) if kept_shed else None,
-            "reviewed_met": sum(1 for x in reviewed if x <= target),
+            "reviewed_met": sum(1 for shed in reviewed if shed <= target),
             "reviewed_shed_mean": round(statistics.fmean(reviewed), 4) if reviewed else None,
             "reviewed_shed_max": round(max(reviewed), 4) if reviewed else None,
-            "raised": int(sum(d.get("raised", []))),
-            "lowered": int(sum(d.get("lowered", []))),
+            "raised": int(sum(figures.get("raised", []))),
+            "lowered": int(sum(figures.get("lowered", []))),
             # the bills of the apps planned both ways
-            "stale_billed_per_hour": round(sum(d.get("both_cost_stale", [])), 2),
-            "reviewed_billed_per_hour": round(sum(d.get("both_cost_reviewed", [])), 2),
+            "stale_billed_per_hour": round(sum(figures.get("both_cost_stale", [])), 2),
+            "reviewed_billed_per_hour": round(sum(figures.get("both_cost_reviewed", [])), 2),
         }
     return out
 
 
-def print_reserve_study(g: dict[str, object]) -> None:
+def print_reserve_study(study: dict[str, object]) -> None:
     table = Table(
         title=(
-            f"shed_target {g['target']} on {g['apps']} generated apps (met at the registered rate by "
-            f"{g['met_at_registered_rate']}); Poisson frames, the front's admission; the registration's "
+            f"shed_target {study['target']} on {study['apps']} generated apps (met at the registered rate by "
+            f"{study['met_at_registered_rate']}); Poisson frames, the front's admission; the registration's "
             "reserve kept against chosen again at the new rate"
         )
     )
     cols = ["rate", "apps", "kept: meet target", "shed mean", "max", "$/h"]
     cols += ["chosen again: meet target", "shed mean", "max", "$/h", "raised", "lowered"]
-    for c in cols:
-        table.add_column(c, justify="right")
-    for key, v in g.items():
-        if not isinstance(v, dict):
+    for column in cols:
+        table.add_column(column, justify="right")
+    for key, row in study.items():
+        if not isinstance(row, dict):
             continue
-        kept = f"{v['stale_met']}" + (
-            f" (+{v['stale_unplannable']} unplannable)" if v["stale_unplannable"] else ""
+        kept = f"{row['stale_met']}" + (
+            f" (+{row['stale_unplannable']} unplannable)" if row["stale_unplannable"] else ""
         )
         table.add_row(
             key,
-            str(v["apps"]),
+            str(row["apps"]),
             kept,
-            f"{100 * v['stale_shed_mean']:.2f} %" if v["stale_shed_mean"] is not None else "-",
-            f"{100 * v['stale_shed_max']:.1f} %" if v["stale_shed_max"] is not None else "-",
-            f"{v['stale_billed_per_hour']:.1f}",
-            str(v["reviewed_met"]),
-            f"{100 * v['reviewed_shed_mean']:.2f} %" if v["reviewed_shed_mean"] is not None else "-",
-            f"{100 * v['reviewed_shed_max']:.1f} %" if v["reviewed_shed_max"] is not None else "-",
-            f"{v['reviewed_billed_per_hour']:.1f}",
-            str(v["raised"]),
-            str(v["lowered"]),
+            f"{100 * row['stale_shed_mean']:.2f} %" if row["stale_shed_mean"] is not None else "-",
+            f"{100 * row['stale_shed_max']:.1f} %" if row["stale_shed_max"] is not None else "-",
+            f"{row['stale_billed_per_hour']:.1f}",
+            str(row["reviewed_met"]),
+            f"{100 * row['reviewed_shed_mean']:.2f} %" if row["reviewed_shed_mean"] is not None else "-",
+            f"{100 * row['reviewed_shed_max']:.1f} %" if row["reviewed_shed_max"] is not None else "-",
+            f"{row['reviewed_billed_per_hour']:.1f}",
+            str(row["raised"]),
+            str(row["lowered"]),
         )
     Console(width=None if Console().is_terminal else 170).print(table)
 
 
-def print_arrival_study(g: dict[str, object]) -> None:
+def print_arrival_study(study: dict[str, object]) -> None:
     table = Table(
         title=(
-            f"{g['problems']} generated apps planned at +{100 * float(g['headroom']):g} % "  # type: ignore[arg-type]
-            f"for {100 * (1 - float(g['reserve'])):g} % of the SLO "  # type: ignore[arg-type]
-            f"({g['billed_per_hour']} $/h), {g['simulated_s']} s each; attainment is of admitted frames"
+            f"{study['problems']} generated apps planned at +{100 * float(study['headroom']):g} % "  # type: ignore[arg-type]
+            f"for {100 * (1 - float(study['reserve'])):g} % of the SLO "  # type: ignore[arg-type]
+            f"({study['billed_per_hour']} $/h), {study['simulated_s']} s each; "
+            "attainment is of admitted frames"
         )
     )
     cols = ["arrivals/admission", "apps < 99 %", "attainment mean", "min", "shed mean", "max"]
     cols += ["overflowing", "good"]
-    for c in cols:
-        table.add_column(c, justify="left" if c == cols[0] else "right")
-    for key, v in g.items():
-        if not isinstance(v, dict):
+    for column in cols:
+        table.add_column(column, justify="left" if column == cols[0] else "right")
+    for key, row in study.items():
+        if not isinstance(row, dict):
             continue
         table.add_row(
             key,
-            str(v["apps_below_99"]),
-            f"{100 * v['attainment_mean']:.2f} %",
-            f"{100 * v['attainment_min']:.2f} %",
-            f"{100 * v['shed_mean']:.2f} %",
-            f"{100 * v['shed_max']:.1f} %",
-            str(v["apps_overflowing"]),
-            f"{100 * v['good']:.2f} %",
+            str(row["apps_below_99"]),
+            f"{100 * row['attainment_mean']:.2f} %",
+            f"{100 * row['attainment_min']:.2f} %",
+            f"{100 * row['shed_mean']:.2f} %",
+            f"{100 * row['shed_max']:.1f} %",
+            str(row["apps_overflowing"]),
+            f"{100 * row['good']:.2f} %",
         )
     Console(width=None if Console().is_terminal else 160).print(table)
