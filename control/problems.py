@@ -1,5 +1,6 @@
 """From a registered app to the planner's problem: the usable hardware, the profiles the stack will
-really see (p95 when measured, plus the per-hop overhead of the data plane), and the most children
+really see (p95 when measured, and the per-hop overhead of the data plane as latency only), and the
+most children
 one parent request sends along each edge (the dispatch-aware solve sizes children for their bursts)."""
 
 from __future__ import annotations
@@ -26,20 +27,35 @@ __all__ = [
 
 
 def adjust_profiles(
-    problem: ProblemSpec, overhead_s: float, corrections: Mapping[str, float] | None = None
+    problem: ProblemSpec,
+    overhead_s: float,
+    corrections: Mapping[str, float] | None = None,
+    *,
+    hop_as_latency: bool = False,
 ) -> ProblemSpec:
-    """Every profile entry's duration becomes its p95 (``p95_s``, when measured) plus ``overhead_s``:
-    what one hop of the data plane really takes around the model (SQS send and receive, grace), plus
-    the service-time correction learned for the module on that hardware (``"module@hardware"`` -> s,
-    :mod:`control.calibration`)."""
+    """Every profile entry's duration (device time) becomes its p95 (``p95_s``, when measured) plus the
+    service-time correction learned for the module on that hardware (``"module@hardware"`` -> s,
+    :mod:`control.calibration`), and ``overhead_s``, what one hop of the data plane takes around the
+    model (SQS send, delivery and receive, grace), is added:
+
+    - ``hop_as_latency`` (the control loop, :func:`app_problem`): as the entry's ``overhead_s``, latency
+      only: the worker overlaps the hop with the device, so it lengthens every worst case and occupies
+      no machine (throughput c b / duration);
+    - otherwise (the local stack's conservative plan): into the duration, as if the device were busy
+      for it."""
     corr = corrections or {}
     modules = {}
     for name, mod in problem.modules.items():
         entries = []
         for e in mod.profile:
             extra = e.model_extra or {}
-            d = float(extra.get("p95_s") or e.duration_s) + overhead_s + corr.get(f"{name}@{e.hardware}", 0.0)
-            entries.append(e.model_copy(update={"duration_s": d}))
+            p95 = float(extra.get("p95_s") or e.duration_s)
+            fix = corr.get(f"{name}@{e.hardware}", 0.0)
+            if hop_as_latency:
+                update = {"duration_s": p95 + fix, "overhead_s": e.overhead_s + overhead_s}
+            else:
+                update = {"duration_s": p95 + overhead_s + fix}
+            entries.append(e.model_copy(update=update))
         modules[name] = mod.model_copy(update={"profile": entries})
     return problem.model_copy(update={"modules": modules})
 
@@ -100,7 +116,7 @@ def app_problem(
     if spec.edges:
         update[FAN_OUT_KEY] = max_children(spec.edges)
     problem = problem.model_copy(update=update)
-    return adjust_profiles(problem, overhead_s, corrections)
+    return adjust_profiles(problem, overhead_s, corrections, hop_as_latency=True)
 
 
 def machine_count(plan: Plan, hardware: str) -> dict[str, int]:

@@ -62,12 +62,17 @@ def test_a_bad_setting_fails_registration_as_it_fails_the_planner(monkeypatch: p
 def test_registration_solves_at_the_rate_and_child_headroom_the_epoch_uses(
     planner_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[tuple[float, float, float]] = []
+    seen: list[tuple[float, float, float, float]] = []
     real = planner.robust.solve_dispatchable
 
     def spy(problem: Any, **kw: Any) -> Any:
         seen.append(
-            (problem.modules["det"].rate, kw["child_headroom"], problem.modules["det"].profile[0].duration_s)
+            (
+                problem.modules["det"].rate,
+                kw["child_headroom"],
+                problem.modules["det"].profile[0].duration_s,
+                problem.modules["det"].profile[0].overhead_s,
+            )
         )
         return real(problem, **kw)
 
@@ -76,9 +81,13 @@ def test_registration_solves_at_the_rate_and_child_headroom_the_epoch_uses(
     # the epoch plans a new app at forecast_rate([rate], headroom) (control/epoch.py)
     epoch_rate = max(forecast_rate([spec.rate], headroom=ControlConfig.from_env().headroom), spec.floor_rate)
     assert first_plan_rate(spec, 0.5) == epoch_rate >= 20.0 * 1.5
-    ((rate, child, duration),) = seen
+    ((rate, child, duration, overhead),) = seen
     assert rate == pytest.approx(epoch_rate) and child == 0.25
-    assert duration == pytest.approx(0.02 + 0.03)  # the profile plus the planner's hop overhead
+    # the profile's device time, and the planner's hop overhead beside it as latency only (issue #24:
+    # before, the duration was 0.02 + 0.03 = 0.05 s); their sum is still the 0.05 s the hop set
+    assert duration == pytest.approx(0.02)
+    assert overhead == pytest.approx(0.03)
+    assert duration + overhead == pytest.approx(0.02 + 0.03)
 
 
 def test_the_cli_and_the_admin_api_build_their_registrar_with_those_settings(
