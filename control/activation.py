@@ -47,7 +47,9 @@ class ActivationCheck:
     activate_at: float | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, {}) or k == "status"}
+        return {
+            key: value for key, value in self.__dict__.items() if value not in (None, {}) or key == "status"
+        }
 
 
 def slot_readiness(store: PlanStore, version: int, now: float, fresh_s: float) -> tuple[int, dict[str, str]]:
@@ -114,7 +116,7 @@ def apply_activation(
     )
     try:
         if decision.status == "deadline":
-            unready = [f"{s}: {why}" for s, why in sorted(out.missing.items())]
+            unready = [f"{slot}: {why}" for slot, why in sorted(out.missing.items())]
             plans.set_activation(cur, cur.activate_at, activation="deadline", unready=unready)
             metrics.put("ActivationUnreadySlots", len(unready))
             metrics.put("ActivationSeconds", cur.activate_at - cur.created_at, "Seconds")

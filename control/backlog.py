@@ -70,7 +70,11 @@ class BacklogSummary:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, {}, []) or k == "status"}
+        return {
+            key: value
+            for key, value in self.__dict__.items()
+            if value not in (None, {}, []) or key == "status"
+        }
 
 
 def _live(claim: Claim | None, beats: Mapping[str, InstanceStatus], now: float, stale_s: float) -> bool:
@@ -105,7 +109,11 @@ def read_backlog(
     claims = store.claims(version, fleet) if fleet is not None else {}
     beats = store.instances()
     slot_of = (
-        {(s.app, s.module, s.group, s.machine): str(i.slot) for i in fleet.instances for s in i.shares}
+        {
+            (share.app, share.module, share.group, share.machine): str(instance.slot)
+            for instance in fleet.instances
+            for share in instance.shares
+        }
         if fleet is not None
         else {}
     )
@@ -114,12 +122,21 @@ def read_backlog(
         if skip and app in skip:
             continue
         for module, mp in dep.plan.modules.items():
-            for g, group in enumerate(mp.groups):
-                for m in range(group.machines):
-                    url = dep.queues.get(module, {}).get(queue_key(g, m))
+            for group_index, group in enumerate(mp.groups):
+                for machine in range(group.machines):
+                    url = dep.queues.get(module, {}).get(queue_key(group_index, machine))
                     if url is not None:
                         todo.append(
-                            (app, module, g, m, group.rate_per_machine, group.batch, mp.latency_budget_s, url)
+                            (
+                                app,
+                                module,
+                                group_index,
+                                machine,
+                                group.rate_per_machine,
+                                group.batch,
+                                mp.latency_budget_s,
+                                url,
+                            )
                         )
 
     def read(url: str) -> int | None:
@@ -129,29 +146,38 @@ def read_backlog(
             return None
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        depths = list(pool.map(read, [t[-1] for t in todo]))
+        depths = list(pool.map(read, [entry[-1] for entry in todo]))
     out: list[QueueBacklog] = []
     failed: list[str] = []
-    for (app, module, g, m, rate, batch, budget, url), n in zip(todo, depths, strict=True):
-        if n is None:
+    for (app, module, group_index, machine, rate, batch, budget, url), queue_depth in zip(
+        todo, depths, strict=True
+    ):
+        if queue_depth is None:
             failed.append(url)
             continue
-        slot = slot_of.get((app, module, g, m))
+        slot = slot_of.get((app, module, group_index, machine))
         served = slot is not None and _live(claims.get(slot), beats, now, stale_s)
-        label, pending = queue_key(g, m), undeleted_bound(rate, delete_linger_s)
-        out.append(QueueBacklog(app, module, n, rate, batch, budget, served, queue=label, undeleted=pending))
+        label, pending = queue_key(group_index, machine), undeleted_bound(rate, delete_linger_s)
+        out.append(
+            QueueBacklog(
+                app, module, queue_depth, rate, batch, budget, served, queue=label, undeleted=pending
+            )
+        )
     return out, failed
 
 
 def frames_for(dep: Deployment, module_rates: Mapping[str, float]) -> float:
     """The app's frame rate at which every module of ``module_rates`` gets at least that rate
     (module rate = frame rate x the product of the fan-outs on the way from the roots)."""
-    per_frame = {m: (1.0 if m in dep.roots else 0.0) for m in dep.plan.modules}
-    for m in topological_order(list(per_frame), [(s, d) for s, d, _ in dep.edges]):
+    per_frame = {module: (1.0 if module in dep.roots else 0.0) for module in dep.plan.modules}
+    for module in topological_order(list(per_frame), [(source, target) for source, target, _ in dep.edges]):
         for src, dst, fan in dep.edges:
-            if src == m:
-                per_frame[dst] += per_frame[m] * fan
-    return max((r / per_frame[m] for m, r in module_rates.items() if per_frame.get(m, 0) > 0), default=0.0)
+            if src == module:
+                per_frame[dst] += per_frame[module] * fan
+    return max(
+        (rate / per_frame[module] for module, rate in module_rates.items() if per_frame.get(module, 0) > 0),
+        default=0.0,
+    )
 
 
 def late_modules(
@@ -160,13 +186,15 @@ def late_modules(
     """Record the late queues in ``out`` (served or not, and the late apps cooling down) and return
     the module rates the apps not cooling down need to catch up (:func:`planner.scaling.backlog_boost`)."""
     out.queues = len(readings)
-    for q in readings:
-        if q.late:
-            line = f"{q.app}.{q.module} {q.queue}: {q.depth} > {q.allowed:.0f}"
-            (out.late if q.served else out.unserved).append(line)
-    out.cooling = sorted({q.app for q in readings if q.late and q.served and q.app in cooling})
+    for reading in readings:
+        if reading.late:
+            line = f"{reading.app}.{reading.module} {reading.queue}: {reading.depth} > {reading.allowed:.0f}"
+            (out.late if reading.served else out.unserved).append(line)
+    out.cooling = sorted(
+        {reading.app for reading in readings if reading.late and reading.served and reading.app in cooling}
+    )
     return backlog_boost(
-        [q for q in readings if q.app not in cooling],
+        [reading for reading in readings if reading.app not in cooling],
         horizon_s=config.epoch_s,
         min_boost=config.backlog_min_boost,
         max_boost=config.backlog_max_boost,

@@ -59,10 +59,10 @@ def correction_keys(deployments: Iterable[Deployment]) -> list[tuple[str, str, s
     """(app, module, hardware) of every module group in ``deployments``: the series to read."""
     return sorted(
         {
-            (d.app, name, g.hardware)
-            for d in deployments
-            for name, mp in d.plan.modules.items()
-            for g in mp.groups
+            (dep.app, name, group.hardware)
+            for dep in deployments
+            for name, mp in dep.plan.modules.items()
+            for group in mp.groups
         }
     )
 
@@ -71,13 +71,13 @@ def in_force(deployment: Deployment) -> dict[tuple[str, str], float]:
     """(module, hardware) -> the correction the deployment's durations include."""
     out: dict[tuple[str, str], float] = {}
     for name, mp in deployment.plan.modules.items():
-        for hw, c in ((mp.model_extra or {}).get(SERVICE_CORRECTION_KEY) or {}).items():
-            out[(name, hw)] = float(c)
+        for hw, correction in ((mp.model_extra or {}).get(SERVICE_CORRECTION_KEY) or {}).items():
+            out[(name, hw)] = float(correction)
     return out
 
 
-def _up(x: float, step: float) -> float:
-    return round(math.ceil(x / step - 1e-9) * step, 6)
+def _up(value: float, step: float) -> float:
+    return round(math.ceil(value / step - 1e-9) * step, 6)
 
 
 def update_corrections(
@@ -138,7 +138,7 @@ def learn_corrections(
     (``maxima``: (app, module, hardware) -> s, read for :func:`correction_keys` of ``deployments``)."""
     for dep in deployments:
         app = dep.app
-        seen = {(m, hw): v for (a, m, hw), v in maxima.items() if a == app}
+        seen = {(module, hw): value for (app_name, module, hw), value in maxima.items() if app_name == app}
         low = state.corrections_low.setdefault(app, {})
         new = update_corrections(state.corrections.get(app, {}), seen, in_force(dep), low=low)
         if not low:

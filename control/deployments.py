@@ -37,16 +37,17 @@ def _rate_close(old: float, new: float, modules_changed: bool) -> bool:
     return abs(new - old) <= RATE_REPUBLISH_REL * old
 
 
-def same_module_plan(a: ModulePlan, b: ModulePlan) -> bool:
+def same_module_plan(left: ModulePlan, right: ModulePlan) -> bool:
     """Equal machine groups (hardware, batch, concurrency, machines, rate, duration) and budgets:
     the same dispatch schedule, so the same queues can carry it."""
-    if len(a.groups) != len(b.groups) or not _close(a.latency_budget_s, b.latency_budget_s):
+    if len(left.groups) != len(right.groups) or not _close(left.latency_budget_s, right.latency_budget_s):
         return False
     return all(
-        (x.hardware, x.batch, x.concurrency, x.machines) == (y.hardware, y.batch, y.concurrency, y.machines)
-        and _close(x.rate_per_machine, y.rate_per_machine)
-        and _close(x.duration_s, y.duration_s)
-        for x, y in zip(a.groups, b.groups, strict=True)
+        (left_group.hardware, left_group.batch, left_group.concurrency, left_group.machines)
+        == (right_group.hardware, right_group.batch, right_group.concurrency, right_group.machines)
+        and _close(left_group.rate_per_machine, right_group.rate_per_machine)
+        and _close(left_group.duration_s, right_group.duration_s)
+        for left_group, right_group in zip(left.groups, right.groups, strict=True)
     )
 
 
@@ -75,14 +76,14 @@ def app_change(
     if previous is None:
         return AppChange(spec.name, changed_modules=list(plan.modules), other=["new app"])
     out = AppChange(spec.name)
-    for m, mp in plan.modules.items():
-        old = previous.plan.modules.get(m)
+    for module, mp in plan.modules.items():
+        old = previous.plan.modules.get(module)
         if old is None or not same_module_plan(old, mp):
-            out.changed_modules.append(m)
+            out.changed_modules.append(module)
     checks: list[tuple[str, bool]] = [
         ("slo", _close(previous.slo_s, spec.slo_s)),
         ("admission reserve", _close(previous.planning_slo_s or previous.slo_s, spec.planning_slo_s)),
-        ("edges", [tuple(e) for e in previous.edges] == [tuple(e) for e in spec.edges]),
+        ("edges", [tuple(edge) for edge in previous.edges] == [tuple(edge) for edge in spec.edges]),
         ("modules removed", set(previous.plan.modules) <= set(plan.modules)),
         ("rate", _rate_close(previous.frame_rate, frame_rate, bool(out.changed_modules))),
         ("emulated hardware", sorted(previous.emulated_hardware) == sorted(emulated)),
@@ -121,22 +122,24 @@ def build_deployment(
     corr = corrections or {}
     modules: dict[str, Any] = {}
     queues: dict[str, dict[str, str]] = {}
-    for m, mp in plan.modules.items():
-        if previous is not None and m not in change.changed_modules:
-            modules[m] = previous.plan.modules[m]
-            queues[m] = dict(previous.queues[m])
+    for module, mp in plan.modules.items():
+        if previous is not None and module not in change.changed_modules:
+            modules[module] = previous.plan.modules[module]
+            queues[module] = dict(previous.queues[module])
         else:
-            mine = {k.split("@", 1)[1]: v for k, v in corr.items() if k.split("@", 1)[0] == m}
-            modules[m] = mp.model_copy(update={CORRECTION_KEY: mine}) if mine else mp
-            queues[m] = make_queues(m, mp)
-    has_parent = {d for _, d, _ in spec.edges}
+            mine = {
+                key.split("@", 1)[1]: value for key, value in corr.items() if key.split("@", 1)[0] == module
+            }
+            modules[module] = mp.model_copy(update={CORRECTION_KEY: mine}) if mine else mp
+            queues[module] = make_queues(module, mp)
+    has_parent = {child for _, child, _ in spec.edges}
     return Deployment(
         app=spec.name,
         version=version,
         origin_s=previous.origin_s if previous is not None else now,
         slo_s=spec.slo_s,
         frame_rate=frame_rate,
-        roots=[m for m in spec.modules if m not in has_parent],
+        roots=[module for module in spec.modules if module not in has_parent],
         edges=list(spec.edges),
         plan=plan.model_copy(update={"modules": modules}),
         queues=queues,
@@ -147,4 +150,4 @@ def build_deployment(
 
 
 def changed_apps(changes: Mapping[str, AppChange]) -> dict[str, list[str]]:
-    return {a: c.changed_modules + c.other for a, c in changes.items() if c.changed}
+    return {app: change.changed_modules + change.other for app, change in changes.items() if change.changed}

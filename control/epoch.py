@@ -130,7 +130,11 @@ class EpochSummary:
     warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, {}, []) or k == "status"}
+        return {
+            key: value
+            for key, value in self.__dict__.items()
+            if value not in (None, {}, []) or key == "status"
+        }
 
 
 @dataclass
@@ -204,7 +208,7 @@ class Controller:
 
     def _check_backlog(self, reason: str) -> BacklogSummary:
         t0 = time.perf_counter()
-        c = self.config
+        config = self.config
         now = self.clock()
         state = self.states.load()
         cur = self.plans.current()
@@ -220,19 +224,19 @@ class Controller:
             out.status = "activating"
             out.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
             return out
-        cooling = {a for a, at in state.corrected_at.items() if now - at < c.backlog_cooldown_s}
+        cooling = {app for app, at in state.corrected_at.items() if now - at < config.backlog_cooldown_s}
         readings, unreadable = read_backlog(
             self.plans,
             self.depth,
             cur.version,
             now,
-            stale_s=c.stale_s,
-            workers=c.queue_workers,
-            delete_linger_s=c.delete_linger_s,
+            stale_s=config.stale_s,
+            workers=config.queue_workers,
+            delete_linger_s=config.delete_linger_s,
         )
-        need = late_modules(out, readings, cooling, c)
+        need = late_modules(out, readings, cooling, config)
         deps = self.plans.deployments(cur.version, need) if need else {}
-        record_corrections(out, state, need, deps, unreadable, now, c.min_gap_s)
+        record_corrections(out, state, need, deps, unreadable, now, config.min_gap_s)
         out.timings_ms["read"] = round((time.perf_counter() - t0) * 1e3, 2)
         try:
             self.states.save(state, state.epoch if state.epoch > 0 else None)
@@ -250,16 +254,16 @@ class Controller:
         """Move the current version's activation earlier once its slots are served, or record at
         its deadline which were not (:mod:`control.activation`). Never raises a
         :class:`~core.adapters.plan_store.VersionConflictError`: a concurrent publish or check wins."""
-        c = self.config
+        config = self.config
         cur = current if current is not None else self.plans.current()
         if cur is None:
             return ActivationCheck(status="active")
         if not cur.gated:
             return ActivationCheck(status="active", version=cur.version, activate_at=cur.activate_at)
         now = self.clock()
-        slots, missing = slot_readiness(self.plans, cur.version, now, c.heartbeat_fresh_s)
+        slots, missing = slot_readiness(self.plans, cur.version, now, config.heartbeat_fresh_s)
         decision = decide_activation(
-            cur, now, slots, missing, lead_s=c.activate_lead_s, notice_s=c.activate_notice_s
+            cur, now, slots, missing, lead_s=config.activate_lead_s, notice_s=config.activate_notice_s
         )
         return apply_activation(self.plans, self.metrics, cur, decision, now)
 
@@ -334,19 +338,19 @@ class Controller:
         )
         summary.timings_ms.update(solve=round(planned.solve_ms, 2), pack=round(planned.pack_ms, 2))
         summary.failed_apps = planned.failed
-        emulated = {a: self._emulated(p) for a, p in planned.plans.items()}
+        emulated = {app: self._emulated(plan) for app, plan in planned.plans.items()}
         changes = {
-            a: AppChange(a)
-            if a in planned.kept
+            app: AppChange(app)
+            if app in planned.kept
             else app_change(
-                apps[a][1],
-                p,
-                planned.rates[a],
-                cur_deps.get(a),
-                emulated=emulated[a],
+                apps[app][1],
+                plan,
+                planned.rates[app],
+                cur_deps.get(app),
+                emulated=emulated[app],
                 overhead_s=self.config.hop_overhead_s,
             )
-            for a, p in planned.plans.items()
+            for app, plan in planned.plans.items()
         }
         summary.changed = changed_apps(changes)
         summary.removed = sorted(set(cur_deps) - set(planned.plans))
@@ -364,27 +368,28 @@ class Controller:
         t1 = time.perf_counter()
         version = self.plans.reserve_version()
 
-        def deploy(a: str) -> Deployment:
-            if a in planned.kept:
-                return cur_deps[a]
+        def deploy(app: str) -> Deployment:
+            if app in planned.kept:
+                return cur_deps[app]
             return build_deployment(
-                apps[a][1],
-                planned.plans[a],
-                planned.rates[a],
-                cur_deps.get(a),
-                changes[a],
+                apps[app][1],
+                planned.plans[app],
+                planned.rates[app],
+                cur_deps.get(app),
+                changes[app],
                 version=version,
                 now=now,
-                make_queues=self._queue_factory(a, version),
-                emulated=emulated[a],
+                make_queues=self._queue_factory(app, version),
+                emulated=emulated[app],
                 overhead_s=self.config.hop_overhead_s,
-                corrections=state.corrections.get(a),
+                corrections=state.corrections.get(app),
             )
 
         with ThreadPoolExecutor(max_workers=self.config.queue_workers) as pool:  # CreateQueue dominates
             deployments = list(pool.map(deploy, sorted(planned.plans)))
         meta = {
-            a: {"revision": apps[a][0].revision, "changed": changes[a].changed_modules} for a in planned.plans
+            app: {"revision": apps[app][0].revision, "changed": changes[app].changed_modules}
+            for app in planned.plans
         }
         why = publish_reason(summary.reason, requested, summary.changed, summary.removed)
         activate_at, activate_by = activation_times(now, current, self.config)
@@ -483,7 +488,9 @@ class Controller:
         summary.rates.update(inputs.report)
         problems, failed, rates = inputs.problems, inputs.failed, inputs.rates
         # the registration plans of new apps and of re-registered ones (a new revision asks for planning)
-        seeds = self._seeds({a: apps[a][0] for a in problems if a not in cur_deps or a in requested}, summary)
+        seeds = self._seeds(
+            {app: apps[app][0] for app in problems if app not in cur_deps or app in requested}, summary
+        )
         result = self._plan_fleet(problems, cur_fleet, cur_deps, seeds, exclude=set())
         over = over_caps(result.plans, self.config.machine_caps)
         if over:  # a held or grown plan (not solved this epoch) uses more than a cap allows
@@ -494,12 +501,12 @@ class Controller:
         failed.update(result.failed)
         plans = dict(result.plans)
         fleet = result.fleet
-        kept = {a: cur_deps[a] for a in failed if a in cur_deps}
+        kept = {app: cur_deps[app] for app in failed if app in cur_deps}
         if kept:  # an app that cannot be planned now keeps the plan in force
             fleet = repack(problems, plans, kept, cur_fleet, self.catalog)
-            for a, dep in kept.items():
-                plans[a], rates[a] = dep.plan, dep.frame_rate
-        rates = {a: rates[a] for a in plans}
+            for app, dep in kept.items():
+                plans[app], rates[app] = dep.plan, dep.frame_rate
+        rates = {app: rates[app] for app in plans}
         return Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
 
     def _plan_fleet(
@@ -515,8 +522,10 @@ class Controller:
         return planner.fleet.plan_fleet(
             problems,
             previous=cur_fleet,
-            previous_plans={a: d.plan for a, d in cur_deps.items() if realised(d.plan) and a not in exclude},
-            seeds={a: p for a, p in seeds.items() if a not in exclude},
+            previous_plans={
+                app: dep.plan for app, dep in cur_deps.items() if realised(dep.plan) and app not in exclude
+            },
+            seeds={app: seed for app, seed in seeds.items() if app not in exclude},
             policy=self.config.policy,
             solver=dispatch_solver(self.config),
             solve_budget_s=self.config.solve_budget_s,
@@ -528,14 +537,14 @@ class Controller:
         solved."""
         t0 = time.perf_counter()
         out: dict[str, Plan] = {}
-        for a, record in sorted(records.items()):
+        for app, record in sorted(records.items()):
             try:
                 seed = self.registry.seed(record)
             except ControlError as exc:
-                summary.warnings.append(f"{a}: registration plan not used: {exc}")
+                summary.warnings.append(f"{app}: registration plan not used: {exc}")
                 continue
             if seed is not None:
-                out[a] = seed
+                out[app] = seed
         if records:
             summary.timings_ms["seeds"] = round((time.perf_counter() - t0) * 1e3, 2)
         return out
@@ -553,17 +562,17 @@ class Controller:
         forget_apps(state, apps)
         if self.overruns is None or not self.config.calibrate:
             return
-        deps = [d for a, d in cur_deps.items() if a in apps]
+        deps = [dep for app, dep in cur_deps.items() if app in apps]
         try:
             maxima = self.overruns.maxima(correction_keys(deps), window) if deps else {}
         except MetricsError as exc:
             summary.warnings.append(f"service overruns not read, corrections kept: {exc}")
             return
         learn_corrections(state, deps, maxima)
-        summary.corrections = {a: dict(c) for a, c in state.corrections.items()}
+        summary.corrections = {app: dict(correction) for app, correction in state.corrections.items()}
 
     def _emulated(self, plan: Plan) -> list[str]:
-        used = {g.hardware for mp in plan.modules.values() for g in mp.groups}
+        used = {group.hardware for mp in plan.modules.values() for group in mp.groups}
         return sorted(used & set(self.config.emulated_hardware))
 
     def _queue_factory(self, app: str, version: int) -> Callable[[str, Any], dict[str, str]]:
@@ -599,21 +608,23 @@ class Controller:
         served = current.serving(self.clock())
         before = self.plans.manifest(served) if served != current.version else None
         target = scale_target(current, before, groups, served)
-        for hw, n in current.counts.items():
-            if n and hw not in groups:
-                summary.warnings.append(f"the plan needs {n} {hw} instance(s) but there is no group for {hw}")
-        have = {hw: g.desired for hw, g in groups.items()}
+        for hw, count in current.counts.items():
+            if count and hw not in groups:
+                summary.warnings.append(
+                    f"the plan needs {count} {hw} instance(s) but there is no group for {hw}"
+                )
+        have = {hw: asg.desired for hw, asg in groups.items()}
         desired = hyst.desired(target, have, state.epoch)
         state.hysteresis = hyst.to_dict()
         for hw, want in desired.items():
             group = groups[hw]
-            n = bounded_desired(hw, want, group, state, self.clock(), summary.warnings)
-            summary.desired[hw] = n
-            if n == group.desired:
+            bounded = bounded_desired(hw, want, group, state, self.clock(), summary.warnings)
+            summary.desired[hw] = bounded
+            if bounded == group.desired:
                 continue
             try:
-                self.groups.set_desired(hw, n)
-                summary.scaled[hw] = [group.desired, n]
+                self.groups.set_desired(hw, bounded)
+                summary.scaled[hw] = [group.desired, bounded]
             except AutoScalingError as exc:
                 summary.warnings.append(str(exc))
 
@@ -622,16 +633,16 @@ class Controller:
         (:mod:`control.reserves`); the next epoch plans with it. Best effort: a failure
         is a warning, and the plan in force is not touched."""
         # a level for the alarm, every epoch (a failed one included) while a choice stands unmet
-        summary.unmet_shed_targets = sorted(a for a, c in state.reserves.items() if not c.met)
+        summary.unmet_shed_targets = sorted(app for app, choice in state.reserves.items() if not choice.met)
         if self._review is None or summary.status not in ("published", "unchanged"):
             return
         registered, available = self._review
         self._review = None
         headroom = self.config.headroom
         rates = {  # before headroom; not a backlog correction's rate (one epoch only)
-            a: r["planned"] / (1 + headroom)
-            for a, r in summary.rates.items()
-            if a not in summary.failed_apps and "backlog" not in r
+            app: rate["planned"] / (1 + headroom)
+            for app, rate in summary.rates.items()
+            if app not in summary.failed_apps and "backlog" not in rate
         }
         try:
             out = review_reserves(
@@ -649,7 +660,7 @@ class Controller:
             summary.warnings.append(f"reserve review: {type(exc).__name__}: {exc}")
             return
         summary.reserves = out.reviewed
-        summary.unmet_shed_targets = sorted(a for a, c in state.reserves.items() if not c.met)
+        summary.unmet_shed_targets = sorted(app for app, choice in state.reserves.items() if not choice.met)
         summary.warnings.extend(out.warnings)
         if out.reviewed or out.due:
             summary.timings_ms["reserve_review"] = round(out.spent_s * 1e3, 2)
@@ -674,18 +685,18 @@ class Controller:
         summary.gc = report.as_json()
 
     def _emit(self, summary: EpochSummary) -> None:
-        m = self.metrics
-        m.put("PlanningFailures", 1 if summary.status == "failed" else 0)
-        m.put("PlanningAppFailures", len(summary.failed_apps))
-        m.put("PlanVersionPublished", 1 if summary.status == "published" else 0)
-        m.put("CarriedApps", len(summary.carried))  # on a plan to solve again (solve budget)
-        m.put("EpochMs", summary.timings_ms.get("total", 0.0), "Milliseconds")
-        m.put("BilledCostPerHour", summary.billed_per_hour, "None")
-        m.put("OccupancyCostPerHour", summary.occupancy_per_hour, "None")
-        for hw, n in summary.counts.items():
-            m.put("PlannedInstances", n, Hardware=hw)
+        metrics = self.metrics
+        metrics.put("PlanningFailures", 1 if summary.status == "failed" else 0)
+        metrics.put("PlanningAppFailures", len(summary.failed_apps))
+        metrics.put("PlanVersionPublished", 1 if summary.status == "published" else 0)
+        metrics.put("CarriedApps", len(summary.carried))  # on a plan to solve again (solve budget)
+        metrics.put("EpochMs", summary.timings_ms.get("total", 0.0), "Milliseconds")
+        metrics.put("BilledCostPerHour", summary.billed_per_hour, "None")
+        metrics.put("OccupancyCostPerHour", summary.occupancy_per_hour, "None")
+        for hw, count in summary.counts.items():
+            metrics.put("PlannedInstances", count, Hardware=hw)
         for app in summary.failed_apps:
-            m.put("PlanningFailures", 1, App=app)
-        m.put("ShedTargetUnmet", len(summary.unmet_shed_targets))  # no reserve meets it at their rate
+            metrics.put("PlanningFailures", 1, App=app)
+        metrics.put("ShedTargetUnmet", len(summary.unmet_shed_targets))  # no reserve meets it at their rate
         for app in summary.unmet_shed_targets:
-            m.put("ShedTargetUnmet", 1, App=app)
+            metrics.put("ShedTargetUnmet", 1, App=app)

@@ -15,9 +15,9 @@ class RegistrationError(ControlError):
     """An app spec that cannot be registered; ``problems`` lists every reason (one line each)."""
 
     def __init__(self, problems: list[str], name: str = ""):
-        n = len(problems)
+        count = len(problems)
         head = f"app {name!r}: " if name else ""
-        super().__init__(f"{head}{n} problem{'s' if n != 1 else ''}: " + "; ".join(problems))
+        super().__init__(f"{head}{count} problem{'s' if count != 1 else ''}: " + "; ".join(problems))
         self.problems = list(problems)
         self.name = name
 

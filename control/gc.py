@@ -60,13 +60,17 @@ def _kept(store: PlanStore, cur: Manifest, versions: list[int], now: float, cfg:
     keep = {cur.version}
     if cur.previous is not None and now < cur.activate_at + cfg.keep_previous_s:
         keep.add(cur.previous)
-    live = [s for s in store.instances().values() if s.at >= now - cfg.stale_s and s.state != "gone"]
-    keep |= {v for s in live for v in s.served_versions()}
-    for v in versions:
-        if v > cur.version:
-            m = store.manifest(v)
-            if m is None or m.created_at >= now - cfg.orphan_s:
-                keep.add(v)
+    live = [
+        status
+        for status in store.instances().values()
+        if status.at >= now - cfg.stale_s and status.state != "gone"
+    ]
+    keep |= {version for status in live for version in status.served_versions()}
+    for version in versions:
+        if version > cur.version:
+            manifest = store.manifest(version)
+            if manifest is None or manifest.created_at >= now - cfg.orphan_s:
+                keep.add(version)
     return keep
 
 
@@ -81,7 +85,12 @@ def _depth(depth: Callable[[str], int], url: str) -> int | None:
 
 
 def _queues(store: PlanStore, version: int) -> set[str]:
-    return {u for d in store.deployments(version).values() for qs in d.queues.values() for u in qs.values()}
+    return {
+        url
+        for dep in store.deployments(version).values()
+        for qs in dep.queues.values()
+        for url in qs.values()
+    }
 
 
 def release_dead_claims(store: PlanStore, version: int, now: float, cfg: GcConfig) -> list[str]:
@@ -116,24 +125,24 @@ def collect(
     keep = _kept(store, cur, versions, now, cfg)
     report.kept = sorted(keep)
     live_queues: set[str] = set()
-    for v in keep:
-        live_queues |= _queues(store, v)
-    for v in sorted(set(versions) - keep):
+    for version in keep:
+        live_queues |= _queues(store, version)
+    for version in sorted(set(versions) - keep):
         waiting = False
-        for url in sorted(_queues(store, v) - live_queues):
-            n = _depth(depth, url)
-            if n is None:
+        for url in sorted(_queues(store, version) - live_queues):
+            queue_depth = _depth(depth, url)
+            if queue_depth is None:
                 continue  # deleted by an earlier pass
-            if n > 0:
+            if queue_depth > 0:
                 report.waiting_queues.append(url)
                 waiting = True
             elif queues.delete(url):
                 report.deleted_queues.append(url)
         if not waiting:
-            store.delete_version(v)
-            report.deleted_versions.append(v)
+            store.delete_version(version)
+            report.deleted_versions.append(version)
         else:
-            live_queues |= _queues(store, v)  # a later version's deletion must not take them
+            live_queues |= _queues(store, version)  # a later version's deletion must not take them
     report.deleted_queues += sweep_orphan_queues(
         queues, depth, set(versions) - set(report.deleted_versions), cur.version, cfg, keep=live_queues
     )
@@ -152,7 +161,7 @@ def sweep_orphan_queues(
     a version conflict, or crashed, after creating them). Empty ones are deleted, except those in
     ``keep`` (queues a stored version still references: an unchanged module keeps the queues of
     the version that created them, whose name they carry)."""
-    kept_names = {u.rsplit("/", 1)[-1] for u in keep or ()}
+    kept_names = {kept_url.rsplit("/", 1)[-1] for kept_url in keep or ()}
     queues = as_queue_admin(queues)
     pattern = re.compile(rf"^{re.escape(cfg.queue_prefix)}.*-v(\d+)-g\d+-m\d+$")
     out: list[str] = []
@@ -162,10 +171,10 @@ def sweep_orphan_queues(
         return out  # best effort (ListQueues may not be granted, SQS unreachable); the next epoch tries again
     for url in urls:
         name = url.rsplit("/", 1)[-1]
-        m = pattern.match(name)
-        if m is None or name in kept_names:
+        match = pattern.match(name)
+        if match is None or name in kept_names:
             continue
-        v = int(m.group(1))
-        if v <= current and v not in stored and _depth(depth, url) == 0 and queues.delete(url):
+        version = int(match.group(1))
+        if version <= current and version not in stored and _depth(depth, url) == 0 and queues.delete(url):
             out.append(url)
     return out

@@ -105,7 +105,7 @@ def plan_inputs(
     """Every app's rate and problem from its observed rate in ``window`` (``seen``: app -> (frames/s,
     time of its first frames or None)). Updates the state's rate history (once per window), takes the
     backlog corrections (they apply to this epoch only) and records the window observed."""
-    observed = {a: rate for a, (rate, _) in seen.items()}
+    observed = {app: rate for app, (rate, _) in seen.items()}
     out = PlanInputs()
     fresh = state.observed_until is None or window.end > state.observed_until
     boosts, state.boosts = dict(state.boosts), {}  # a backlog correction applies to this epoch only
@@ -142,7 +142,10 @@ def plan_inputs(
 def over_caps(plans: Mapping[str, Plan], caps: Mapping[str, int]) -> set[str]:
     """Apps whose plan uses more machines of a capped hardware class than ``caps`` allows."""
     return {
-        a for a, p in plans.items() for hw, cap in caps.items() if sum(machine_count(p, hw).values()) > cap
+        app
+        for app, plan in plans.items()
+        for hw, cap in caps.items()
+        if sum(machine_count(plan, hw).values()) > cap
     }
 
 
@@ -182,24 +185,27 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
 def standin_problem(dep: Deployment, catalog: Mapping[str, HardwareSpec]) -> ProblemSpec:
     """A problem that prices the hardware of a kept plan (packing reads prices only)."""
     modules = {
-        m: ModuleSpec(
-            rate=max(sum(g.machines * g.rate_per_machine for g in mp.groups), 1e-9),
+        module: ModuleSpec(
+            rate=max(sum(group.machines * group.rate_per_machine for group in mp.groups), 1e-9),
             profile=[
                 ProfileEntry(
-                    hardware=g.hardware, batch=g.batch, concurrency=g.concurrency, duration_s=g.duration_s
+                    hardware=group.hardware,
+                    batch=group.batch,
+                    concurrency=group.concurrency,
+                    duration_s=group.duration_s,
                 )
-                for g in mp.groups
+                for group in mp.groups
             ],
         )
-        for m, mp in dep.plan.modules.items()
+        for module, mp in dep.plan.modules.items()
     }
-    used = {e.hardware for ms in modules.values() for e in ms.profile}
+    used = {entry.hardware for ms in modules.values() for entry in ms.profile}
     return ProblemSpec(
         name=dep.app,
         slo_s=dep.planning_slo_s or dep.slo_s,
-        hardware={h: catalog[h] for h in used},
+        hardware={hw: catalog[hw] for hw in used},
         modules=modules,
-        edges=[(s, d) for s, d, _ in dep.edges],
+        edges=[(source, target) for source, target, _ in dep.edges],
     )
 
 
@@ -211,9 +217,9 @@ def repack(
     catalog: Mapping[str, HardwareSpec],
 ) -> FleetPlan:
     """The packing of the new plans with the kept apps' plans in force."""
-    apps: dict[str, tuple[ProblemSpec, Plan]] = {a: (problems[a], plans[a]) for a in plans}
-    for a, dep in kept.items():
-        apps[a] = (standin_problem(dep, catalog), dep.plan)
+    apps: dict[str, tuple[ProblemSpec, Plan]] = {app: (problems[app], plans[app]) for app in plans}
+    for app, dep in kept.items():
+        apps[app] = (standin_problem(dep, catalog), dep.plan)
     return pack(apps, previous=previous)
 
 
@@ -251,11 +257,11 @@ def scale_target(
 ) -> dict[str, int]:
     """Instances per group the version in force asks for; while it is not active yet (``served`` is
     another version: ``before``), never below what the version served needs."""
-    target = {hw: n for hw, n in current.counts.items() if hw in groups}
+    target = {hw: count for hw, count in current.counts.items() if hw in groups}
     if served != current.version:  # not active yet: the instances of the version served stay
-        for hw, n in (before.counts if before is not None else {}).items():
+        for hw, count in (before.counts if before is not None else {}).items():
             if hw in groups:
-                target[hw] = max(target.get(hw, 0), n)
+                target[hw] = max(target.get(hw, 0), count)
     return target
 
 
@@ -264,10 +270,10 @@ def bounded_desired(
 ) -> int:
     """``want`` within the group's size bounds, and no more than it has in service while its
     hardware cannot be had (stop asking for capacity EC2 cannot give)."""
-    n = max(group.min_size, want)
-    if n > group.max_size:
-        warnings.append(f"{hw}: the plan wants {n} instances, the group allows {group.max_size}")
-        n = group.max_size
+    desired = max(group.min_size, want)
+    if desired > group.max_size:
+        warnings.append(f"{hw}: the plan wants {desired} instances, the group allows {group.max_size}")
+        desired = group.max_size
     if state.unavailable.get(hw, 0.0) > now:
-        n = min(n, group.in_service)  # stop asking for capacity EC2 cannot give
-    return n
+        desired = min(desired, group.in_service)  # stop asking for capacity EC2 cannot give
+    return desired

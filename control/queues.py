@@ -89,10 +89,10 @@ def create_module_queues(
     admin = as_queue_admin(queues)
     out: dict[str, str] = {}
     try:
-        for g, group in enumerate(module_plan.groups):
-            for m in range(group.machines):
-                out[queue_key(g, m)] = admin.create(
-                    queue_name(app, module, g, m, version, prefix),
+        for group_index, group in enumerate(module_plan.groups):
+            for machine in range(group.machines):
+                out[queue_key(group_index, machine)] = admin.create(
+                    queue_name(app, module, group_index, machine, version, prefix),
                     {
                         "VisibilityTimeout": str(visibility_timeout_s),
                         "RedrivePolicy": redrive,

@@ -58,7 +58,11 @@ def effective_specs(
 ) -> dict[str, tuple[AppRecord, RegistrationSpec]]:
     """``apps`` with the reserve the control loop chose for each app's current revision; choices
     for apps gone or re-registered are dropped from ``state``."""
-    for gone in [a for a, c in state.reserves.items() if a not in apps or apps[a][0].revision != c.revision]:
+    for gone in [
+        app
+        for app, reserve_choice in state.reserves.items()
+        if app not in apps or apps[app][0].revision != reserve_choice.revision
+    ]:
         del state.reserves[gone]
     out = dict(apps)
     for name, choice in state.reserves.items():
@@ -106,11 +110,11 @@ def review_reserves(
         if spec.shed_target is None or rate is None or rate <= 0:
             continue
         _, at = _current(name, record, spec, state)
-        d = max(rate / at, at / rate)
-        if d > band:
-            drift[name] = d
+        drift_factor = max(rate / at, at / rate)
+        if drift_factor > band:
+            drift[name] = drift_factor
     t0 = clock()
-    for name in sorted(drift, key=lambda a: (-drift[a], a)):
+    for name in sorted(drift, key=lambda app: (-drift[app], app)):
         if out.reviewed and clock() - t0 >= budget_s:
             out.due.append(name)
             continue

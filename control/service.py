@@ -179,8 +179,12 @@ def _fleet_events(controller: Controller, records: list[Mapping[str, Any]]) -> d
             if instance is None:
                 return
             cur = store.current()
-            versions = [v for v in ((cur.version, cur.previous) if cur else ()) if v is not None]
-            released[instance] = [f"v{v}:{s}" for v in versions for s in store.release(v, instance)]
+            versions = [
+                version for version in ((cur.version, cur.previous) if cur else ()) if version is not None
+            ]
+            released[instance] = [
+                f"v{version}:{slot}" for version in versions for slot in store.release(version, instance)
+            ]
             beat = store.instances().get(instance)
             if beat is not None:
                 store.put_instance(

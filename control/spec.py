@@ -119,41 +119,41 @@ def parse_spec_text(text: str | bytes, source: str = "spec") -> Any:
 
 
 def _number(doc: Mapping[str, Any], key: str, problems: list[str], required: bool = True) -> float | None:
-    v = doc.get(key)
-    if v is None:
+    value = doc.get(key)
+    if value is None:
         if required:
             problems.append(f"{key} is required")
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        problems.append(f"{key} must be a number, got {v!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        problems.append(f"{key} must be a number, got {value!r}")
         return None
-    if v <= 0:
-        problems.append(f"{key} must be > 0, got {v}")
+    if value <= 0:
+        problems.append(f"{key} must be > 0, got {value}")
         return None
-    return float(v)
+    return float(value)
 
 
 def _reserve(doc: Mapping[str, Any], problems: list[str]) -> float:
-    v = doc.get("admission_reserve", 0.0)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < MAX_ADMISSION_RESERVE:
+    got = doc.get("admission_reserve", 0.0)
+    if isinstance(got, bool) or not isinstance(got, int | float) or not 0 <= got < MAX_ADMISSION_RESERVE:
         problems.append(
-            f"admission_reserve must be a fraction of the SLO in [0, {MAX_ADMISSION_RESERVE:g}), got {v!r}"
+            f"admission_reserve must be a fraction of the SLO in [0, {MAX_ADMISSION_RESERVE:g}), got {got!r}"
         )
         return 0.0
-    return float(v)
+    return float(got)
 
 
 def _shed_target(doc: Mapping[str, Any], problems: list[str]) -> float | None:
-    v = doc.get("shed_target")
-    if v is None:
+    value = doc.get("shed_target")
+    if value is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 0.5:
-        problems.append(f"shed_target must be a fraction of frames in (0, 0.5], got {v!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 0.5:
+        problems.append(f"shed_target must be a fraction of frames in (0, 0.5], got {value!r}")
         return None
     if "admission_reserve" in doc:
         problems.append("give admission_reserve or shed_target, not both (shed_target chooses the reserve)")
         return None
-    return float(v)
+    return float(value)
 
 
 def _check_modules(doc: Mapping[str, Any], problems: list[str]) -> dict[str, AppModuleSpec]:
@@ -162,15 +162,15 @@ def _check_modules(doc: Mapping[str, Any], problems: list[str]) -> dict[str, App
         problems.append("modules must be a non-empty mapping of module name -> {model: ...}")
         return {}
     out: dict[str, AppModuleSpec] = {}
-    for name, m in mods.items():
+    for name, module in mods.items():
         if not isinstance(name, str) or not NAME.match(name):
             problems.append(f"module name {name!r} must be 1-24 letters, digits, '-' or '_'")
             continue
-        if not isinstance(m, dict) or not isinstance(m.get("model"), str) or not m["model"]:
+        if not isinstance(module, dict) or not isinstance(module.get("model"), str) or not module["model"]:
             problems.append(f"module {name!r} needs a model name (model: NAME)")
             continue
         try:
-            out[name] = AppModuleSpec.model_validate(m)
+            out[name] = AppModuleSpec.model_validate(module)
         except ValidationError as exc:
             problems.append(f"module {name!r}: {first_problem(exc)}")
     return out
@@ -185,18 +185,18 @@ def _check_edges(
         return []
     out: list[tuple[str, str, float]] = []
     ok = True
-    for e in edges:
+    for edge in edges:
         if (
-            not isinstance(e, list | tuple)
-            or len(e) not in (2, 3)
-            or not all(isinstance(x, str) for x in e[:2])
+            not isinstance(edge, list | tuple)
+            or len(edge) not in (2, 3)
+            or not all(isinstance(end, str) for end in edge[:2])
         ):
-            problems.append(f"edge {e!r} must be [parent, child] or [parent, child, fan_out]")
+            problems.append(f"edge {edge!r} must be [parent, child] or [parent, child, fan_out]")
             ok = False
             continue
-        src, dst = e[0], e[1]
-        fan = e[2] if len(e) == 3 else 1.0
-        unknown = [x for x in (src, dst) if x not in modules]
+        src, dst = edge[0], edge[1]
+        fan = edge[2] if len(edge) == 3 else 1.0
+        unknown = [name for name in (src, dst) if name not in modules]
         if unknown:
             problems.append(f"edge [{src}, {dst}] names unknown module {', '.join(map(repr, unknown))}")
             ok = False
@@ -209,7 +209,7 @@ def _check_edges(
         out.append((src, dst, float(fan) if isinstance(fan, int | float) else 1.0))
     if ok and modules:
         try:
-            topological_order(list(modules), [(s, d) for s, d, _ in out])
+            topological_order(list(modules), [(source, target) for source, target, _ in out])
         except ValueError as exc:
             problems.append(str(exc))
     return out
@@ -223,7 +223,7 @@ def _check_hardware(
 ) -> tuple[list[str] | None, dict[str, str]]:
     types = doc.get("instance_types") or {}
     if not isinstance(types, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in types.items()
+        isinstance(key, str) and isinstance(value, str) for key, value in types.items()
     ):
         problems.append("instance_types must map hardware class -> EC2 instance type")
         types = {}
@@ -235,19 +235,19 @@ def _check_hardware(
     hw_list = doc.get("hardware")
     if hw_list is None:
         return None, dict(types)
-    if not isinstance(hw_list, list) or not all(isinstance(h, str) for h in hw_list):
+    if not isinstance(hw_list, list) or not all(isinstance(name, str) for name in hw_list):
         problems.append("hardware must be a list of hardware class names")
         return None, dict(types)
-    for h in hw_list:
-        if h not in catalog:
-            problems.append(f"hardware {h!r} is not in the catalog ({', '.join(catalog)})")
-        elif not catalog[h].instance_type and not types.get(h):
+    for name in hw_list:
+        if name not in catalog:
+            problems.append(f"hardware {name!r} is not in the catalog ({', '.join(catalog)})")
+        elif not catalog[name].instance_type and not types.get(name):
             problems.append(
-                f"hardware {h!r} has no EC2 instance type: map it with instance_types: {{{h}: TYPE}}"
+                f"hardware {name!r} has no EC2 instance type: map it with instance_types: {{{name}: TYPE}}"
             )
-        elif available is not None and h not in available:
+        elif available is not None and name not in available:
             problems.append(
-                f"hardware {h!r} has no worker group in this deployment "
+                f"hardware {name!r} has no worker group in this deployment "
                 f"(have: {', '.join(sorted(available))})"
             )
     return list(hw_list), dict(types)
@@ -266,9 +266,9 @@ def _check_profiles(
             problems.append(f"profiles.{model} must be a non-empty list of entries")
             continue
         good: list[ProfileEntry] = []
-        for i, e in enumerate(entries):
+        for i, raw_entry in enumerate(entries):
             try:
-                entry = ProfileEntry.model_validate(e)
+                entry = ProfileEntry.model_validate(raw_entry)
             except ValidationError as exc:
                 problems.append(f"profiles.{model}[{i}]: {first_problem(exc)}")
                 continue
@@ -309,7 +309,7 @@ def _resolve_models(
 
 def first_problem(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
+    where = ".".join(str(part) for part in err.get("loc", ()))
     return f"{where}: {err.get('msg', '')}" if where else str(err.get("msg", ""))
 
 
@@ -327,7 +327,7 @@ def parse_spec(
     raw_name = doc.get("name")
     name = raw_name if isinstance(raw_name, str) else ""
     problems: list[str] = [
-        f"unknown key {k!r} (known: {', '.join(sorted(KEYS))})" for k in doc if k not in KEYS
+        f"unknown key {key!r} (known: {', '.join(sorted(KEYS))})" for key in doc if key not in KEYS
     ]
     if not NAME.match(name or ""):
         problems.append(

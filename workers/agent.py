@@ -215,36 +215,48 @@ class InstanceAgent:
             self._claimed.add(version)
         shares = list(inst.shares) if inst is not None else []
         # build first (models load here), stop nothing yet: a failure leaves the old shares serving
-        routers = {s.app: self._router(s.app, version) for s in shares}
+        routers = {planned_share.app: self._router(planned_share.app, version) for planned_share in shares}
         planned: list[tuple[Share, Assignment]] = [
-            (s, assignment_for(s, routers[s.app].deployment, self.instance_id, self.resolve)) for s in shares
+            (
+                planned_share,
+                assignment_for(
+                    planned_share, routers[planned_share.app].deployment, self.instance_id, self.resolve
+                ),
+            )
+            for planned_share in shares
         ]
         # a retiring worker on the same queue and configuration is taken back rather than doubled
-        current = {r.key: r for r in sorted(self._runners, key=lambda r: not r.retiring)}
+        current = {
+            runner.key: runner for runner in sorted(self._runners, key=lambda runner: not runner.retiring)
+        }
         kept: list[ShareRunner] = []
         started: list[ShareRunner] = []
-        for share, a in planned:
-            key = runner_key(a)
+        for share, assignment in planned:
+            key = runner_key(assignment)
             if key in current:
-                r = current.pop(key)
-                r.share, r.retiring, r.empty_since = share, False, None
-                kept.append(r)
+                runner = current.pop(key)
+                runner.share, runner.retiring, runner.empty_since = share, False, None
+                kept.append(runner)
             else:
-                started.append(self._start(share, a, routers[share.app], version))
+                started.append(self._start(share, assignment, routers[share.app], version))
         for share, _ in planned:  # a share the new version plans again is no longer lost
             self._lost.pop(f"{share.app}.{share.module}.g{share.group}.m{share.machine}", None)
-        for r in current.values():  # shares this instance no longer serves: until empty and active
-            if not r.retiring:
-                r.retiring = True
-                r.retire_after = max(activate_at, now) + self.retire_grace_s
+        for runner in current.values():  # shares this instance no longer serves: until empty and active
+            if not runner.retiring:
+                runner.retiring = True
+                runner.retire_after = max(activate_at, now) + self.retire_grace_s
         self._runners += started
         if inst is None:
             self._next_claim = now + self.recheck_s
         if version != self.version:
             previous = getattr(manifest, "previous", None)
-            for p in [p for p in self._pending if previous is None or p.version > previous]:
-                log.info("v%d superseded before it activated (v%d follows v%s)", p.version, version, previous)
-                self._pending.remove(p)
+            for pending in [
+                pending for pending in self._pending if previous is None or pending.version > previous
+            ]:
+                log.info(
+                    "v%d superseded before it activated (v%d follows v%s)", pending.version, version, previous
+                )
+                self._pending.remove(pending)
             self._pending.append(_Pending(version, activate_at, routers, kept))
         self.version, self.slot = version, inst.slot if inst is not None else None
         self.state = "serving" if inst is not None else "idle"
@@ -255,41 +267,46 @@ class InstanceAgent:
             len(planned),
             len(kept),
             len(started),
-            sum(r.retiring for r in self._runners),
+            sum(runner.retiring for runner in self._runners),
             activate_at - now,
         )
 
-    def _start(self, share: Share, a: Assignment, router: Router, version: int) -> ShareRunner:
-        s = self.services
+    def _start(self, share: Share, assignment: Assignment, router: Router, version: int) -> ShareRunner:
+        services = self.services
         worker = Worker(
-            assignment=a,
+            assignment=assignment,
             router=router,
-            queues=s.queues,
-            results=s.results,
-            blobs=s.blobs,
-            metrics=s.metrics,
-            runtime=self.runtimes.get(a),  # loads the model when it is new to this instance
-            grace_s=s.grace_s,
-            output_inline_limit_bytes=s.output_inline_limit_bytes,
-            io_threads=s.io_threads,
-            delete_linger_s=s.delete_linger_s,
+            queues=services.queues,
+            results=services.results,
+            blobs=services.blobs,
+            metrics=services.metrics,
+            runtime=self.runtimes.get(assignment),  # loads the model when it is new to this instance
+            grace_s=services.grace_s,
+            output_inline_limit_bytes=services.output_inline_limit_bytes,
+            io_threads=services.io_threads,
+            delete_linger_s=services.delete_linger_s,
             device=self.device,
         )
-        thread = threading.Thread(target=worker.serve, name=f"share-{a.module}.g{a.group}.m{a.machine}")
+        thread = threading.Thread(
+            target=worker.serve, name=f"share-{assignment.module}.g{assignment.group}.m{assignment.machine}"
+        )
         thread.daemon = True
         thread.start()
-        return ShareRunner(runner_key(a), share, version, worker, thread)
+        return ShareRunner(runner_key(assignment), share, version, worker, thread)
 
     def _reschedule(self, manifest: Any, now: float) -> None:
         """Follow a moved activation of an adopted version (the control loop moves it earlier once
         the version's slots are served)."""
         at = float(getattr(manifest, "activate_at", 0.0) or 0.0)
-        for p in self._pending:
-            if p.version == manifest.version and p.activate_at != at:
+        for pending in self._pending:
+            if pending.version == manifest.version and pending.activate_at != at:
                 log.info(
-                    "v%d: activation moved from %+.1f s to %+.1f s", p.version, p.activate_at - now, at - now
+                    "v%d: activation moved from %+.1f s to %+.1f s",
+                    pending.version,
+                    pending.activate_at - now,
+                    at - now,
                 )
-                p.activate_at = at
+                pending.activate_at = at
 
     def _activate(self, now: float) -> None:
         """Versions whose ``activate_at`` has come, in order: kept workers take the new version's
@@ -298,43 +315,48 @@ class InstanceAgent:
         activated = False
         while self._pending and now >= self._pending[0].activate_at:
             activated = True
-            p = self._pending.pop(0)
-            for r in p.kept:
-                if r in self._runners and r.share.app in p.routers:
-                    r.worker.retarget(p.routers[r.share.app])
-                    r.version = p.version
-            for r in self._runners:
-                if r.retiring and r.share.app in p.routers:
-                    r.worker.forward_with(p.routers[r.share.app])
-            log.info("v%d active", p.version)
+            pending = self._pending.pop(0)
+            for runner in pending.kept:
+                if runner in self._runners and runner.share.app in pending.routers:
+                    runner.worker.retarget(pending.routers[runner.share.app])
+                    runner.version = pending.version
+            for runner in self._runners:
+                if runner.retiring and runner.share.app in pending.routers:
+                    runner.worker.forward_with(pending.routers[runner.share.app])
+            log.info("v%d active", pending.version)
             self._prune_routers()
         if activated and not self._pending:
-            for r in self._runners:
-                if r.retiring:
-                    r.retire_after = now + self.retire_grace_s
+            for runner in self._runners:
+                if runner.retiring:
+                    runner.retire_after = now + self.retire_grace_s
 
     def _retire(self, now: float) -> None:
         """Stop old shares that are done: new version active, grace passed, nothing buffered or
         in hand, and the queue seen empty for ``retire_quiet_s``."""
         done: list[ShareRunner] = []
-        for r in self._runners:
-            if not r.retiring or now < r.retire_after or self._pending:
+        for runner in self._runners:
+            if not runner.retiring or now < runner.retire_after or self._pending:
                 continue  # an adopted version not active yet: the front may still dispatch to it
-            if not r.worker.idle() or self._depth(r.worker.assignment.queue_url) != 0:
-                r.empty_since = None
+            if not runner.worker.idle() or self._depth(runner.worker.assignment.queue_url) != 0:
+                runner.empty_since = None
                 continue
-            if r.empty_since is None:
-                r.empty_since = now
-            if now - r.empty_since >= self.retire_quiet_s:
-                done.append(r)
-        for r in done:
-            r.stop()
-        for r in done:
-            r.thread.join(timeout=10)
-            self._runners.remove(r)
-            log.info("retired %s (v%d): %s", r.worker.assignment.worker_id, r.version, r.worker.totals)
+            if runner.empty_since is None:
+                runner.empty_since = now
+            if now - runner.empty_since >= self.retire_quiet_s:
+                done.append(runner)
+        for runner in done:
+            runner.stop()
+        for runner in done:
+            runner.thread.join(timeout=10)
+            self._runners.remove(runner)
+            log.info(
+                "retired %s (v%d): %s",
+                runner.worker.assignment.worker_id,
+                runner.version,
+                runner.worker.totals,
+            )
         if done:
-            self.runtimes.keep_only([r.worker.assignment for r in self._runners])
+            self.runtimes.keep_only([runner.worker.assignment for runner in self._runners])
             self._prune_routers()
         self._release_old_claims()
 
@@ -342,50 +364,55 @@ class InstanceAgent:
         """Remove the shares whose worker stopped because its queue was deleted under it. A retiring
         share is simply done; a share of a version still served is reported (``lost_shares``) and
         not restarted on a queue that does not exist (a new version starts it on its queue)."""
-        lost = [r for r in self._runners if r.worker.queue_gone and not r.thread.is_alive()]
-        for r in lost:
-            a = r.worker.assignment
-            self._runners.remove(r)
-            for p in self._pending:
-                p.kept = [k for k in p.kept if k is not r]
-            if r.retiring:
+        lost = [
+            runner for runner in self._runners if runner.worker.queue_gone and not runner.thread.is_alive()
+        ]
+        for runner in lost:
+            assignment = runner.worker.assignment
+            self._runners.remove(runner)
+            for pending in self._pending:
+                pending.kept = [kept for kept in pending.kept if kept is not runner]
+            if runner.retiring:
                 log.info(
-                    "retired %s (v%d): its queue was deleted; %s", a.worker_id, r.version, r.worker.totals
+                    "retired %s (v%d): its queue was deleted; %s",
+                    assignment.worker_id,
+                    runner.version,
+                    runner.worker.totals,
                 )
                 continue
-            name = f"{a.app}.{a.module}.g{a.group}.m{a.machine}"
-            self._lost[name] = {"version": r.version, "queue_url": a.queue_url, "at": now}
+            name = f"{assignment.app}.{assignment.module}.g{assignment.group}.m{assignment.machine}"
+            self._lost[name] = {"version": runner.version, "queue_url": assignment.queue_url, "at": now}
             log.error(
                 "%s (v%d) stopped: its queue %s was deleted while the share is planned; it stays "
                 "unserved until a new plan version",
-                a.worker_id,
-                r.version,
-                a.queue_url,
+                assignment.worker_id,
+                runner.version,
+                assignment.queue_url,
             )
         if lost:
-            self.runtimes.keep_only([r.worker.assignment for r in self._runners])
+            self.runtimes.keep_only([runner.worker.assignment for runner in self._runners])
             self._prune_routers()
 
     def _revive(self) -> None:
         """A share whose worker thread died (a bug, not a stop) gets a fresh worker on its queue."""
-        for i, r in enumerate(self._runners):
-            if r.thread.is_alive() or r.retiring or r.worker.queue_gone:
+        for i, runner in enumerate(self._runners):
+            if runner.thread.is_alive() or runner.retiring or runner.worker.queue_gone:
                 continue  # a stopped share whose queue was deleted is reaped, never restarted
-            log.error("%s stopped unexpectedly; restarting it", r.worker.assignment.worker_id)
-            r.worker.release_buffered()
-            fresh = self._start(r.share, r.worker.assignment, r.worker.router, r.version)
-            fresh.worker.forward_with(r.worker.forward_router)
+            log.error("%s stopped unexpectedly; restarting it", runner.worker.assignment.worker_id)
+            runner.worker.release_buffered()
+            fresh = self._start(runner.share, runner.worker.assignment, runner.worker.router, runner.version)
+            fresh.worker.forward_with(runner.worker.forward_router)
             self._runners[i] = fresh
-            for p in self._pending:
-                p.kept = [fresh if k is r else k for k in p.kept]
+            for pending in self._pending:
+                pending.kept = [fresh if kept is runner else kept for kept in pending.kept]
 
     def _prune_routers(self) -> None:
         """Forget the routers (schedules) of versions nothing uses any more."""
-        used = {r.version for r in self._runners} | {p.version for p in self._pending}
+        used = {runner.version for runner in self._runners} | {pending.version for pending in self._pending}
         if self.version is not None:
             used.add(self.version)
         oldest = min(used, default=0)
-        for key in [k for k in self._routers if k[1] < oldest]:
+        for key in [cached for cached in self._routers if cached[1] < oldest]:
             del self._routers[key]
 
     def _depth(self, url: str) -> int | None:
@@ -399,15 +426,15 @@ class InstanceAgent:
             return None
 
     def _release_old_claims(self) -> None:
-        serving = {r.version for r in self._runners} | ({self.version} if self.slot else set())
-        for v in sorted(self._claimed - serving):
-            if v == self.version:
+        serving = {runner.version for runner in self._runners} | ({self.version} if self.slot else set())
+        for version in sorted(self._claimed - serving):
+            if version == self.version:
                 continue
             try:
-                self.plans.release(v, self.instance_id)
-                self._claimed.discard(v)
+                self.plans.release(version, self.instance_id)
+                self._claimed.discard(version)
             except DataPlaneError as exc:
-                log.warning("cannot release the v%d claim: %s", v, exc)
+                log.warning("cannot release the v%d claim: %s", version, exc)
 
     # -- draining --------------------------------------------------------------------------------
     def drain(self, notice: DrainNotice) -> DrainReport:
@@ -418,20 +445,25 @@ class InstanceAgent:
         self._safe_heartbeat(self.clock())
         if self.watcher is not None:
             self.watcher.stop()
-        before = sum(r.worker.totals["ran"] + r.worker.totals["dropped"] for r in self._runners)
-        for r in self._runners:
-            r.stop()
-        for r in self._runners:
-            r.thread.join(timeout=60)
-            if r.thread.is_alive():
-                log.error("%s did not stop within 60 s", r.worker.assignment.worker_id)
-        released = sum(r.worker.totals["released"] for r in self._runners)
-        finished = sum(r.worker.totals["ran"] + r.worker.totals["dropped"] for r in self._runners) - before
-        for v in sorted(self._claimed):
+        before = sum(
+            runner.worker.totals["ran"] + runner.worker.totals["dropped"] for runner in self._runners
+        )
+        for runner in self._runners:
+            runner.stop()
+        for runner in self._runners:
+            runner.thread.join(timeout=60)
+            if runner.thread.is_alive():
+                log.error("%s did not stop within 60 s", runner.worker.assignment.worker_id)
+        released = sum(runner.worker.totals["released"] for runner in self._runners)
+        finished = (
+            sum(runner.worker.totals["ran"] + runner.worker.totals["dropped"] for runner in self._runners)
+            - before
+        )
+        for version in sorted(self._claimed):
             try:
-                self.plans.release(v, self.instance_id)
+                self.plans.release(version, self.instance_id)
             except DataPlaneError as exc:
-                log.warning("cannot release the v%d claim: %s", v, exc)
+                log.warning("cannot release the v%d claim: %s", version, exc)
         completed = self._complete(notice)
         took = time.perf_counter() - t0
         self.drain_report = DrainReport(notice.reason, took, released, finished, completed, notice.window_s)
@@ -476,13 +508,13 @@ class InstanceAgent:
     # -- reporting -------------------------------------------------------------------------------
     def status(self, now: float) -> dict[str, Any]:
         shares = {}
-        for r in self._runners:
-            a = r.worker.assignment
-            shares[f"{a.app}.{a.module}.g{a.group}.m{a.machine}"] = {
-                "version": r.version,
-                "retiring": r.retiring,
-                "emulated": r.worker.runtime.emulated,
-                **r.worker.totals,
+        for runner in self._runners:
+            assignment = runner.worker.assignment
+            shares[f"{assignment.app}.{assignment.module}.g{assignment.group}.m{assignment.machine}"] = {
+                "version": runner.version,
+                "retiring": runner.retiring,
+                "emulated": runner.worker.runtime.emulated,
+                **runner.worker.totals,
             }
         info: dict[str, Any] = {
             "at": now,
@@ -491,7 +523,7 @@ class InstanceAgent:
             "state": self.state,
             "slot": self.slot,
             "version": self.version,
-            "serving_versions": sorted({r.version for r in self._runners}),
+            "serving_versions": sorted({runner.version for runner in self._runners}),
             "shares": shares,
             "lost_shares": sorted(self._lost),
             "device_busy_s": round(self.device.busy_s, 3),

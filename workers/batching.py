@@ -46,7 +46,7 @@ class BatchAssembler:
         self._keys: dict[str, tuple[int, int]] = {}  # idempotency key -> batch key, for buffered messages
 
     def __len__(self) -> int:
-        return sum(len(o.items) for o in self._open.values())
+        return sum(len(open_slot.items) for open_slot in self._open.values())
 
     def add(self, message: TaskMessage, receipt: str, now: float) -> None:
         key = message.idempotency_key
@@ -64,8 +64,8 @@ class BatchAssembler:
         """When the next batch is ready (``-inf`` when one is full already and full batches go at once)."""
         return min(
             (
-                o.close_at if self.hold_full or len(o.items) < self.batch else float("-inf")
-                for o in self._open.values()
+                open_slot.close_at if self.hold_full or len(open_slot.items) < self.batch else float("-inf")
+                for open_slot in self._open.values()
             ),
             default=None,
         )
@@ -74,23 +74,26 @@ class BatchAssembler:
         """Batches whose window has closed, earliest first, as (batch id, requests) chunks of at
         most ``batch`` requests each (earliest deadline first inside a batch)."""
         ready = sorted(
-            (o.close_at, bkey)
-            for bkey, o in self._open.items()
-            if o.close_at <= now or (not self.hold_full and len(o.items) >= self.batch)
+            (open_slot.close_at, bkey)
+            for bkey, open_slot in self._open.items()
+            if open_slot.close_at <= now or (not self.hold_full and len(open_slot.items) >= self.batch)
         )
         out: list[tuple[int, list[Pending]]] = []
         for _, bkey in ready:
             slot = self._open.pop(bkey)
             bid = bkey[1]
-            items = sorted(slot.items.values(), key=lambda p: (p.message.deadline, p.message.idempotency_key))
-            for p in items:
-                self._keys.pop(p.message.idempotency_key, None)
+            items = sorted(
+                slot.items.values(),
+                key=lambda pending: (pending.message.deadline, pending.message.idempotency_key),
+            )
+            for pending in items:
+                self._keys.pop(pending.message.idempotency_key, None)
             out.extend((bid, items[i : i + self.batch]) for i in range(0, len(items), self.batch))
         return out
 
     def drain(self) -> list[Pending]:
         """Everything still buffered (on shutdown: to release back to the queue)."""
-        items = [p for o in self._open.values() for p in o.items.values()]
+        items = [pending for open_slot in self._open.values() for pending in open_slot.items.values()]
         self._open.clear()
         self._keys.clear()
         return items

@@ -109,31 +109,31 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     assert __doc__ is not None
-    p = argparse.ArgumentParser(prog="python -m workers.instance", description=__doc__.splitlines()[0])
-    p.add_argument("--hardware", required=True, help="hardware class of this instance (catalog name)")
-    p.add_argument("--instance-id", default=None, help="default: IMDS instance-id (on EC2)")
-    p.add_argument(
+    parser = argparse.ArgumentParser(prog="python -m workers.instance", description=__doc__.splitlines()[0])
+    parser.add_argument("--hardware", required=True, help="hardware class of this instance (catalog name)")
+    parser.add_argument("--instance-id", default=None, help="default: IMDS instance-id (on EC2)")
+    parser.add_argument(
         "--imds-url",
         default=os.environ.get("SKINFLINT_IMDS_URL", "http://169.254.169.254"),
         help="instance metadata service (default $SKINFLINT_IMDS_URL or EC2's)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--no-lifecycle", action="store_true", help="do not watch IMDS for scale-in / Spot notices"
     )
-    p.add_argument("--poll-s", type=float, default=1.0, help="seconds between plan-pointer reads")
-    p.add_argument("--recheck-s", type=float, default=10.0, help="seconds between claims while idle")
-    p.add_argument(
+    parser.add_argument("--poll-s", type=float, default=1.0, help="seconds between plan-pointer reads")
+    parser.add_argument("--recheck-s", type=float, default=10.0, help="seconds between claims while idle")
+    parser.add_argument(
         "--retire-grace-s", type=float, default=2.0, help="old shares served this long after activation"
     )
-    p.add_argument("--lifecycle-poll-s", type=float, default=1.0, help="seconds between IMDS reads")
-    p.add_argument(
+    parser.add_argument("--lifecycle-poll-s", type=float, default=1.0, help="seconds between IMDS reads")
+    parser.add_argument(
         "--delete-linger-s",
         type=float,
         default=None,
         help="seconds a processed message's delete may wait to share a DeleteMessageBatch, 0-10 "
         "(default $SKINFLINT_DELETE_LINGER_S or 1.0; 0: delete at once)",
     )
-    return p
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

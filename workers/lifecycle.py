@@ -106,8 +106,8 @@ class ImdsClient:
             headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl_s)},
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                token = str(r.read().decode())
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
+                token = str(response.read().decode())
         except (urllib.error.URLError, OSError) as exc:
             raise LifecycleError(f"IMDS token request to {self.base_url} failed: {exc}") from exc
         self._token = (token, self._clock() + 0.9 * self.token_ttl_s)
@@ -118,8 +118,8 @@ class ImdsClient:
             f"{self.base_url}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token}
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                return int(r.status), r.read().decode()
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
+                return int(response.status), response.read().decode()
         except urllib.error.HTTPError as exc:
             return int(exc.code), ""
         except (urllib.error.URLError, OSError) as exc:

@@ -74,13 +74,15 @@ class OnnxRuntime:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         providers = [
-            p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()
+            provider
+            for provider in ("CUDAExecutionProvider", "CPUExecutionProvider")
+            if provider in ort.get_available_providers()
         ]
         self.session = ort.InferenceSession(model_path, sess_options=opts, providers=providers)
         self.provider = self.session.get_providers()[0]
         inp = self.session.get_inputs()[0]
         self.input_name = inp.name
-        dims = [d if isinstance(d, int) and d > 0 else None for d in inp.shape[1:]]
+        dims = [dim if isinstance(dim, int) and dim > 0 else None for dim in inp.shape[1:]]
         self.channels_first = len(dims) == 3 and dims[0] in (1, 3)
         if len(dims) == 3:
             h, w = (dims[1], dims[2]) if self.channels_first else (dims[0], dims[1])
@@ -110,13 +112,13 @@ class OnnxRuntime:
         seconds it took."""
         from PIL import Image  # as in decode_frame: real models only
 
-        t = time.perf_counter()
+        t0 = time.perf_counter()
         buf = BytesIO()
         Image.new("RGB", (64, 48)).save(buf, format="JPEG")
-        x = self.prepare(buf.getvalue(), None)
+        prepared = self.prepare(buf.getvalue(), None)
         for _ in range(max(1, runs)):
-            self.run([x] * max(1, batch))
-        return time.perf_counter() - t
+            self.run([prepared] * max(1, batch))
+        return time.perf_counter() - t0
 
     def run(self, inputs: list[Any]) -> list[dict[str, Any]]:
         import numpy as np  # as in decode_frame: real models only

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from core.adapters.metrics import Metrics
     from core.schema import Deployment
+    from planner.models import ModulePlan
     from planner.packing import Share
     from workers.runtimes import Runtime
     from workers.worker import Worker
@@ -62,7 +63,9 @@ class ModelResolver:
         key = (app, module)
         if key not in self._models:
             spec = self._spec_of(app)
-            self._models.update({(app, m): s.model for m, s in spec.modules.items()})
+            self._models.update(
+                {(app, module_name): module_spec.model for module_name, module_spec in spec.modules.items()}
+            )
         return self._models.get(key, "")
 
     def _threads(self, model: str, share: Share) -> int:
@@ -70,14 +73,14 @@ class ModelResolver:
             entries = self._profile_of(model)
         except Exception:  # noqa: BLE001 - no profile here means the default thread count
             return 1
-        for e in entries:
-            d = e if isinstance(e, dict) else {**e.model_dump(), **(e.model_extra or {})}
-            if (d.get("hardware"), d.get("batch"), d.get("concurrency", 1)) == (
+        for entry in entries:
+            fields = entry if isinstance(entry, dict) else {**entry.model_dump(), **(entry.model_extra or {})}
+            if (fields.get("hardware"), fields.get("batch"), fields.get("concurrency", 1)) == (
                 share.hardware,
                 share.batch,
                 share.concurrency,
             ):
-                return int(d.get("threads") or 1)
+                return int(fields.get("threads") or 1)
         return 1
 
     def __call__(self, deployment: Deployment, share: Share) -> tuple[str, str, str | None, int]:
@@ -96,6 +99,13 @@ class ModelResolver:
         if share.hardware in deployment.emulated_hardware or path is None or not os.path.isfile(path):
             return "emulated", model, None, 1
         return "onnx", model, path, self._threads(model, share)
+
+
+def _hop_in_duration(mp: ModulePlan | None, overhead_s: float) -> float:
+    """The hop a module plan's durations hold: none when its groups carry it as ``overhead_s``."""
+    if mp is not None and any(group.overhead_s > 0 for group in mp.groups):
+        return 0.0
+    return overhead_s
 
 
 def assignment_for(
@@ -126,9 +136,10 @@ def assignment_for(
         batch=share.batch,
         concurrency=share.concurrency,
         duration_s=share.duration_s,
-        # what emulation sleeps: the profile's duration, without the hop overhead and without the
+        # what emulation sleeps: the profile's duration, without the hop overhead (a plan that carries
+        # it apart, as each group's latency-only overhead_s, has none in its durations) and without the
         # service-time correction the plan learned (control/calibration.py)
-        model_s=max(share.duration_s - deployment.overhead_s - correction, 0.0),
+        model_s=max(share.duration_s - _hop_in_duration(mp, deployment.overhead_s) - correction, 0.0),
         added_wait_s=share.added_wait_s,
         queue_url=url,
         runtime="onnx" if runtime == "onnx" else "emulated",
@@ -148,23 +159,27 @@ class RuntimeCache:
         self.loads = 0
 
     @staticmethod
-    def key(a: Assignment) -> tuple[Any, ...]:
-        if a.runtime == "onnx" and a.model_path:
-            return ("onnx", a.model_path, a.threads)
-        return ("emulated", a.hardware, a.model_s if a.model_s is not None else a.duration_s)
+    def key(assignment: Assignment) -> tuple[Any, ...]:
+        if assignment.runtime == "onnx" and assignment.model_path:
+            return ("onnx", assignment.model_path, assignment.threads)
+        return (
+            "emulated",
+            assignment.hardware,
+            assignment.model_s if assignment.model_s is not None else assignment.duration_s,
+        )
 
-    def get(self, a: Assignment) -> Runtime:
-        k = self.key(a)
-        if k not in self._loaded:
-            self._loaded[k] = self._make(a)
+    def get(self, assignment: Assignment) -> Runtime:
+        key = self.key(assignment)
+        if key not in self._loaded:
+            self._loaded[key] = self._make(assignment)
             self.loads += 1
-        return self._loaded[k]
+        return self._loaded[key]
 
     def keep_only(self, assignments: list[Assignment]) -> None:
         """Unload the models no share uses any more."""
-        used = {self.key(a) for a in assignments}
-        for k in [k for k in self._loaded if k not in used]:
-            del self._loaded[k]
+        used = {self.key(assignment) for assignment in assignments}
+        for key in [key for key in self._loaded if key not in used]:
+            del self._loaded[key]
 
 
 @dataclass
@@ -198,5 +213,12 @@ class ShareRunner:
         self.worker.stop()
 
 
-def runner_key(a: Assignment) -> tuple[Any, ...]:
-    return (a.queue_url, a.hardware, a.batch, a.concurrency, a.duration_s, RuntimeCache.key(a))
+def runner_key(assignment: Assignment) -> tuple[Any, ...]:
+    return (
+        assignment.queue_url,
+        assignment.hardware,
+        assignment.batch,
+        assignment.concurrency,
+        assignment.duration_s,
+        RuntimeCache.key(assignment),
+    )

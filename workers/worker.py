@@ -144,20 +144,24 @@ class Worker:
     delete_linger_s: float = 0.0
 
     def __post_init__(self) -> None:
-        a = self.assignment
-        mp = self.router.deployment.plan.modules.get(a.module)
+        assignment = self.assignment
+        mp = self.router.deployment.plan.modules.get(assignment.module)
         # a module whose phase the packer fixed takes turns with the other shares of its instance
         # (aligned duty cycle): its batches must not start before their window ends, even when full
         aligned = mp is not None and PHASE_KEY in (mp.model_extra or {})
-        self.assembler = BatchAssembler(a.batch, self.grace_s, hold_full=aligned)
+        self.assembler = BatchAssembler(assignment.batch, self.grace_s, hold_full=aligned)
         self._lock = threading.Condition()
         self._stopping = threading.Event()
         self._gone = threading.Event()  # the queue was deleted under the worker: stop once idle
-        self._dims: _Dims = {"App": a.app, "Module": a.module, "Hardware": a.hardware}
+        self._dims: _Dims = {
+            "App": assignment.app,
+            "Module": assignment.module,
+            "Hardware": assignment.hardware,
+        }
         self._forward_router = self.router
         dep = self.router.deployment
-        self._tail_s = dep.min_tail_s(a.module)
-        self._children = dep.children(a.module)
+        self._tail_s = dep.min_tail_s(assignment.module)
+        self._children = dep.children(assignment.module)
         self._batches_run: set[int] = set()
         self._in_hand = 0  # batches taken from the assembler and not finished yet
         self._receives: dict[str, int] = {}  # idempotency key -> SQS receive count (poison path)
@@ -165,7 +169,7 @@ class Worker:
         self._to_delete_since = 0.0  # clock() when the oldest of them was added
         self._delete_lock = threading.Lock()
         if self.outcomes is None and self.emit_outcomes:
-            rank = leaf_rank(dep.plan.modules, dep.children, a.module)
+            rank = leaf_rank(dep.plan.modules, dep.children, assignment.module)
             self.outcomes = FrameOutcomes.for_results(
                 self.results, self.metrics, roots=tuple(dep.roots), rank=rank
             )
@@ -232,38 +236,45 @@ class Worker:
         """Parse and buffer received messages; a malformed one stays in the queue (it reaches the
         DLQ after maxReceiveCount receives) and is counted."""
         if self._stopping.is_set():  # received while stopping: give it straight back
-            self._release([r.receipt for r in received])
+            self._release([received_one.receipt for received_one in received])
             return 0
         now = self.clock()
-        n = 0
+        count = 0
         poison: list[tuple[Received, ValueError]] = []
         with self._lock:
             if len(self._receives) > 20_000:  # receive counts matter only while a request is in hand
                 self._receives.clear()
-            for r in received:
+            for received_one in received:
                 try:
-                    msg = TaskMessage.parse(r.body)
+                    msg = TaskMessage.parse(received_one.body)
                 except ValueError as exc:
                     self.totals["poison"] += 1
                     self.metrics.put("PoisonMessages", 1, **self._dims)
-                    log.warning("unparseable message left for the DLQ (receive %d)", r.receive_count)
-                    poison.append((r, exc))
+                    log.warning(
+                        "unparseable message left for the DLQ (receive %d)", received_one.receive_count
+                    )
+                    poison.append((received_one, exc))
                     continue
-                self.assembler.add(msg, r.receipt, now)
-                self._receives[msg.idempotency_key] = r.receive_count
-                n += 1
+                self.assembler.add(msg, received_one.receipt, now)
+                self._receives[msg.idempotency_key] = received_one.receive_count
+                count += 1
             self._lock.notify_all()
-        for r, err in poison:
-            self._record_poison(r, err)
-        return n
+        for received_one, err in poison:
+            self._record_poison(received_one, err)
+        return count
 
     # -- poison messages (workers/poison.py) ------------------------------------------------------
-    def _record_poison(self, r: Received, exc: ValueError) -> None:
+    def _record_poison(self, received: Received, exc: ValueError) -> None:
         """An unparseable message that names its request: record its task as dropped with the
         reason (the frame's owner reads it); the message itself goes on to the DLQ."""
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         rec = poison_record(
-            r.body, why, self.assignment.module, self.assignment.hardware, self.runtime.emulated, self.clock()
+            received.body,
+            why,
+            self.assignment.module,
+            self.assignment.hardware,
+            self.runtime.emulated,
+            self.clock(),
         )
         if rec is None:
             return
@@ -279,19 +290,25 @@ class Worker:
         poison request does not take its batch-mates with it; a request failing on its last
         receive is recorded as dropped with the reason, so its frame is answered."""
         if len(items) > 1:
-            for p in items:
+            for pending in items:
                 try:
-                    self.process(batch_id, [p])
+                    self.process(batch_id, [pending])
                 except Exception as one:  # noqa: BLE001 - each request's failure is handled alone
-                    self._batch_failed(batch_id, [p], one)
+                    self._batch_failed(batch_id, [pending], one)
             return
-        for p in items:
-            tries = self._receives.get(p.message.idempotency_key, 1)
+        for pending in items:
+            tries = self._receives.get(pending.message.idempotency_key, 1)
             if tries < self.max_receive_count:
                 continue
             now = self.clock()
             rec = self._record(
-                p.message, "dropped", now, now, 1, (), reason=f"failed {tries} times: {describe_error(exc)}"
+                pending.message,
+                "dropped",
+                now,
+                now,
+                1,
+                (),
+                reason=f"failed {tries} times: {describe_error(exc)}",
             )
             try:
                 self.results.record_tasks([rec])
@@ -330,47 +347,57 @@ class Worker:
                 self._lock.notify_all()
 
     def process(self, batch_id: int, items: list[Pending]) -> BatchOutcome:
-        a = self.assignment
+        assignment = self.assignment
         out = BatchOutcome(batch_id)
         start = self.clock()
         run: list[Pending] = []
         records: list[TaskRecord] = []
-        for p in items:
-            m = p.message
-            if start + a.duration_s + self._tail_s > m.deadline:  # Nexus early drop
+        for pending in items:
+            message = pending.message
+            if start + assignment.duration_s + self._tail_s > message.deadline:  # Nexus early drop
                 records.append(
                     self._record(
-                        m,
+                        message,
                         "dropped",
                         start,
                         start,
                         len(items),
                         (),
                         reason="deadline",
-                        received_at=p.received_at,
+                        received_at=pending.received_at,
                     )
                 )
                 out.dropped += 1
             else:
-                run.append(p)
+                run.append(pending)
         outputs: list[dict[str, Any]] = []
         if run:
-            inputs = [self.runtime.prepare(self._payload(p.message), p.message.region) for p in run]
-            close_at = min(p.message.window_end for p in run)
-            with self.device.slot(close_at, a.concurrency):  # the I/O below runs outside it
+            inputs = [
+                self.runtime.prepare(self._payload(pending.message), pending.message.region)
+                for pending in run
+            ]
+            close_at = min(pending.message.window_end for pending in run)
+            with self.device.slot(close_at, assignment.concurrency):  # the I/O below runs outside it
                 outputs = self.runtime.run(inputs)
         done = self.clock()
         children: dict[str, list[tuple[TaskMessage, int]]] = {}
-        for p, output in zip(run, outputs, strict=True):
-            m = p.message
+        for pending, output in zip(run, outputs, strict=True):
+            message = pending.message
             ids: list[str] = []
             for child, fan in self._children:
-                n = child_count(m.idempotency_key, child, fan)
-                children.setdefault(child, []).extend((m, k) for k in range(n))
-                ids += [f"{m.task_id}/{child}.{k}" for k in range(n)]
+                n_children = child_count(message.idempotency_key, child, fan)
+                children.setdefault(child, []).extend((message, index) for index in range(n_children))
+                ids += [f"{message.task_id}/{child}.{index}" for index in range(n_children)]
             records.append(
                 self._record(
-                    m, "done", start, done, len(run), tuple(ids), output=output, received_at=p.received_at
+                    message,
+                    "done",
+                    start,
+                    done,
+                    len(run),
+                    tuple(ids),
+                    output=output,
+                    received_at=pending.received_at,
                 )
             )
         # forward first, then record (conditional writes: the idempotency gate). The children are on
@@ -384,20 +411,20 @@ class Worker:
         out.duplicates = len(repeats)
         if self.crash_after_record:
             raise SystemExit("crash injected after recording")
-        self._delete([r for p in items for r in p.receipts])
+        self._delete([receipt for pending in items for receipt in pending.receipts])
         self._metrics(items, run, records, out, start, done)
         # a redelivered parent's write may be its frame's last (its children ran after the first
         # delivery): it checks the frame too
         redelivered = [
-            p.message.request_id
-            for p in run
-            if self._children and self._receives.get(p.message.idempotency_key, 1) > 1
+            pending.message.request_id
+            for pending in run
+            if self._children and self._receives.get(pending.message.idempotency_key, 1) > 1
         ]
         self._observe_outcomes(records, redelivered)
         with self._lock:
             self._batches_run.add(batch_id)
-            for k in ("ran", "dropped", "duplicates", "forwarded"):
-                self.totals[k] += getattr(out, k)
+            for counter in ("ran", "dropped", "duplicates", "forwarded"):
+                self.totals[counter] += getattr(out, counter)
         return out
 
     def _delete(self, receipts: list[str]) -> None:
@@ -454,15 +481,15 @@ class Worker:
             if not self._check_gone(exc, "delete"):
                 raise
 
-    def _payload(self, m: TaskMessage) -> bytes:
-        if m.payload.inline_b64 is not None:
-            return base64.b64decode(m.payload.inline_b64)
-        assert m.payload.s3_key is not None
-        return self.blobs.get(m.payload.s3_key)
+    def _payload(self, message: TaskMessage) -> bytes:
+        if message.payload.inline_b64 is not None:
+            return base64.b64decode(message.payload.inline_b64)
+        assert message.payload.s3_key is not None
+        return self.blobs.get(message.payload.s3_key)
 
     def _record(
         self,
-        m: TaskMessage,
+        message: TaskMessage,
         status: str,
         start: float,
         done: float,
@@ -475,17 +502,17 @@ class Worker:
         output_json = json.dumps(output, separators=(",", ":")) if output is not None else None
         s3_key = None
         if output_json is not None and len(output_json) > self.output_inline_limit_bytes:
-            s3_key = f"outputs/{m.request_id}/{m.task_id.replace('/', '_')}.json"
+            s3_key = f"outputs/{message.request_id}/{message.task_id.replace('/', '_')}.json"
             self.blobs.put(s3_key, output_json.encode(), "application/json")
             output_json = None
         return TaskRecord(
-            request_id=m.request_id,
-            task_id=m.task_id,
-            module=m.module,
+            request_id=message.request_id,
+            task_id=message.task_id,
+            module=message.module,
             status=status,
             hardware=self.assignment.hardware,
             emulated=self.runtime.emulated,
-            enqueued_at=m.enqueued_at,
+            enqueued_at=message.enqueued_at,
             started_at=start,
             finished_at=done,
             batch_size=batch_size,
@@ -501,27 +528,27 @@ class Worker:
         forwards again; the child's conditional write makes the duplicate harmless). A child is
         routed by the time it is sent; its module latency counts from its parent's finish (the
         parent's result write comes after the forward, outside it)."""
-        n = 0
+        count = 0
         at = self.clock()
         router = self._forward_router
         sends: dict[str, list[TaskMessage]] = {}
         for child, reqs in children.items():
             burst = router.route_burst(child, at, len(reqs), parent=self.assignment.module)
-            for (m, k), route in zip(reqs, burst, strict=True):
+            for (message, index), route in zip(reqs, burst, strict=True):
                 msg = router.task(
                     route,
-                    request_id=m.request_id,
-                    task_id=f"{m.task_id}/{child}.{k}",
-                    accepted_at=m.accepted_at,
+                    request_id=message.request_id,
+                    task_id=f"{message.task_id}/{child}.{index}",
+                    accepted_at=message.accepted_at,
                     enqueued_at=enqueued_at,
-                    deadline=m.deadline,
-                    payload=m.payload,
-                    region=child_region(m.idempotency_key, child, k),
+                    deadline=message.deadline,
+                    payload=message.payload,
+                    region=child_region(message.idempotency_key, child, index),
                 )
                 sends.setdefault(route.queue_url, []).append(msg)
-                n += 1
+                count += 1
         self.queues.send_many(sends)  # every child queue at once: none waits for another's send
-        return n
+        return count
 
     def _metrics(
         self,
@@ -533,11 +560,13 @@ class Worker:
         done: float,
     ) -> None:
         put, dims = self.metrics.put, self._dims
-        for r in records:
-            if r.status == "done":
-                put("ModuleLatencyMs", (r.finished_at - r.enqueued_at) * 1e3, "Milliseconds", **dims)
-        for p in items:
-            put("QueueWaitMs", (start - p.message.enqueued_at) * 1e3, "Milliseconds", **dims)
+        for record in records:
+            if record.status == "done":
+                put(
+                    "ModuleLatencyMs", (record.finished_at - record.enqueued_at) * 1e3, "Milliseconds", **dims
+                )
+        for pending in items:
+            put("QueueWaitMs", (start - pending.message.enqueued_at) * 1e3, "Milliseconds", **dims)
         if run:
             put("BatchFill", len(run) / self.assignment.batch, "None", **dims)
             put("BatchMs", (done - start) * 1e3, "Milliseconds", **dims)
@@ -545,9 +574,9 @@ class Worker:
             # duration covers the hop (SQS, grace, decode) and the run, the packing's added wait the
             # co-located shares; the control loop adds a module's positive maximum to its profile
             # (control/calibration.py)
-            a = self.assignment
-            close_at = min(p.message.window_end for p in run)
-            overrun = (done - close_at - a.duration_s - a.added_wait_s) * 1e3
+            assignment = self.assignment
+            close_at = min(pending.message.window_end for pending in run)
+            overrun = (done - close_at - assignment.duration_s - assignment.added_wait_s) * 1e3
             put("ServiceOverrunMs", overrun, "Milliseconds", **dims)
         put("Drops", out.dropped, **dims)
         put("Duplicates", out.duplicates, **dims)
@@ -561,7 +590,7 @@ class Worker:
         slots = schedule.slots_for_machine(
             self.assignment.group, self.assignment.machine, t_from - origin, t_to - origin
         )
-        return sum(1 for s in slots if s.batch_id not in self._batches_run)
+        return sum(1 for slot in slots if slot.batch_id not in self._batches_run)
 
     # -- the loop ----------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -670,7 +699,7 @@ class Worker:
         """Give every buffered (not yet run) message back to the queue at once."""
         with self._lock:
             left = self.assembler.drain()
-        return self._release([r for p in left for r in p.receipts])
+        return self._release([receipt for pending in left for receipt in pending.receipts])
 
     def _release(self, receipts: list[str]) -> int:
         if receipts and self._gone.is_set():

@@ -110,7 +110,7 @@ def check_hardware_profiles(
     hw = usable_hardware(spec, catalog, available)
     problems: list[str] = []
     for name, mod in spec.modules.items():
-        have = sorted({e.hardware for e in spec.profiles.get(mod.model, [])})
+        have = sorted({entry.hardware for entry in spec.profiles.get(mod.model, [])})
         if not set(have) & set(hw):
             problems.append(
                 f"module {name!r} (model {mod.model}) has no profile on the usable hardware "

@@ -130,7 +130,9 @@ class AppRegistry:
             items = self._items.scan(_INDEX)
         except ConfigError as exc:
             raise ControlError(f"cannot list registered apps: {exc}") from exc
-        return sorted((AppRecord.model_validate_json(i["doc"]) for i in items), key=lambda r: r.name)
+        return sorted(
+            (AppRecord.model_validate_json(item["doc"]) for item in items), key=lambda record: record.name
+        )
 
     def spec(self, record: AppRecord) -> RegistrationSpec:
         return RegistrationSpec.model_validate_json(self._read(record.s3_key, record.sha256))
@@ -153,7 +155,7 @@ class AppRegistry:
         return (rec, self.spec(rec)) if rec else None
 
     def load_all(self) -> dict[str, tuple[AppRecord, RegistrationSpec]]:
-        return {r.name: (r, self.spec(r)) for r in self.records()}
+        return {record.name: (record, self.spec(record)) for record in self.records()}
 
     def delete(self, name: str) -> bool:
         """Unregister an app (the planner drops it at its next epoch); False when unknown."""
