@@ -33,14 +33,19 @@ BUILTIN = {
         "detector": {
             "rate": 120.0,
             "profile": [
-                {"hardware": "t4", "batch": b, "duration_s": 0.004 + 0.003 * b} for b in (1, 2, 4, 8, 16)
+                {"hardware": "t4", "batch": batch, "duration_s": 0.004 + 0.003 * batch}
+                for batch in (1, 2, 4, 8, 16)
             ]
-            + [{"hardware": "v100", "batch": b, "duration_s": 0.003 + 0.001 * b} for b in (1, 4, 16, 32)],
+            + [
+                {"hardware": "v100", "batch": batch, "duration_s": 0.003 + 0.001 * batch}
+                for batch in (1, 4, 16, 32)
+            ],
         },
         "car": {
             "rate": 300.0,
             "profile": [
-                {"hardware": "t4", "batch": b, "duration_s": 0.002 + 0.002 * b} for b in (1, 4, 8, 16)
+                {"hardware": "t4", "batch": batch, "duration_s": 0.002 + 0.002 * batch}
+                for batch in (1, 4, 8, 16)
             ],
         },
     },
@@ -51,30 +56,30 @@ BUILTIN = {
 def deployment_for(problem: ProblemSpec) -> Deployment:
     plan = solve(problem)
     queues = {
-        m: {
-            queue_key(g, k): f"https://sqs.local/{m}-{g}-{k}"
-            for g, grp in enumerate(mp.groups)
-            for k in range(grp.machines)
+        module: {
+            queue_key(group_index, slot): f"https://sqs.local/{module}-{group_index}-{slot}"
+            for group_index, grp in enumerate(mp.groups)
+            for slot in range(grp.machines)
         }
-        for m, mp in plan.modules.items()
+        for module, mp in plan.modules.items()
     }
-    parents = {d for _, d in problem.edges}
+    parents = {child for _, child in problem.edges}
     return Deployment(
         app=problem.name,
         version=1,
         origin_s=time.time() - 3600.0,
         slo_s=problem.slo_s,
         frame_rate=1.0,
-        roots=[m for m in problem.modules if m not in parents],
-        edges=[(s, d, 1.0) for s, d in problem.edges],
+        roots=[module for module in problem.modules if module not in parents],
+        edges=[(parent, child, 1.0) for parent, child in problem.edges],
         plan=plan,
         queues=queues,
     )
 
 
-def pct(values: list[float], q: float) -> float:
+def pct(values: list[float], percent: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(percent / 100 * len(ordered)))]
 
 
 def bench(problem: ProblemSpec, frames: int = 50_000) -> dict[str, float]:
@@ -104,7 +109,7 @@ def bench(problem: ProblemSpec, frames: int = 50_000) -> dict[str, float]:
         decided = time.perf_counter()
         route_s.append(routed - began)
         full_s.append(decided - began)
-    windows = sum(len(schedule.windows) for schedule in (router.schedule(m) for m in modules))
+    windows = sum(len(schedule.windows) for schedule in (router.schedule(module) for module in modules))
     return {
         "windows": windows,
         "route_p50_us": pct(route_s, 50) * 1e6,

@@ -81,7 +81,7 @@ def demo_templates(profiles: str = "packaged") -> dict[str, AppTemplate]:
         out: dict[str, AppTemplate] = {}
         for name in store.list_apps():
             spec = store.load_app(name)
-            models = {m.model: store.load_profile(m.model) for m in spec.modules.values()}
+            models = {module.model: store.load_profile(module.model) for module in spec.modules.values()}
             out[name] = AppTemplate(name, spec, models, catalog)
     except ProfilesError as exc:
         raise ScenarioError(f"cannot load the demo applications: {exc}") from exc
@@ -104,7 +104,7 @@ def profile_provenance(profiles: str) -> dict[str, Any]:
             first = (store.load_profile_dicts(mod.model) or [{}])[0]
             models[mod.model] = {
                 "layer": "build cache" if mod.model in cached else "packaged",
-                **{k: first[k] for k in ("source", "date", "host_load_1m") if k in first},
+                **{key: first[key] for key in ("source", "date", "host_load_1m") if key in first},
             }
     return {"profiles": profiles, "store": store.describe(), "models": dict(sorted(models.items()))}
 
@@ -182,19 +182,19 @@ def _run(  # noqa: PLR0913 -- the scenario's settings, passed through
 # --------------------------------------------------------------------------- output
 
 
-def _row(s: StrategyResult, static_usd: float) -> list[str]:
-    vs = f"{100 * (s.billed_usd / static_usd - 1):+.1f} %" if static_usd > 0 else "-"
-    shed = 100 * s.shed / s.offered if s.offered else 0.0
-    within = f"{100 * s.slo_attainment:.3f} %" if s.simulated else "not simulated"
+def _row(strategy: StrategyResult, static_usd: float) -> list[str]:
+    vs = f"{100 * (strategy.billed_usd / static_usd - 1):+.1f} %" if static_usd > 0 else "-"
+    shed = 100 * strategy.shed / strategy.offered if strategy.offered else 0.0
+    within = f"{100 * strategy.slo_attainment:.3f} %" if strategy.simulated else "not simulated"
     return [
-        s.name,
-        f"{s.headroom:g}",
-        f"{s.billed_usd:,.0f}",
+        strategy.name,
+        f"{strategy.headroom:g}",
+        f"{strategy.billed_usd:,.0f}",
         vs,
-        f"{s.occupancy_usd:,.0f}",
-        str(s.peak_instances),
-        str(s.scale_changes),
-        f"{s.launched}/{s.terminated}",
+        f"{strategy.occupancy_usd:,.0f}",
+        str(strategy.peak_instances),
+        str(strategy.scale_changes),
+        f"{strategy.launched}/{strategy.terminated}",
         f"{shed:.3f} %",
         within,
     ]
@@ -211,22 +211,22 @@ def render(report: ScenarioReport, host: dict[str, Any], plots: list[str]) -> No
                 "scale changes", "launch/stop", "shed", "within SLO"):  # fmt: skip
         table.add_column(col, justify="left" if col == "strategy" else "right")
     static_usd = report.static.billed_usd
-    for s in (report.adaptive, report.static, report.oracle):
-        if s is not None:
-            table.add_row(*_row(s, static_usd))
+    for strategy in (report.adaptive, report.static, report.oracle):
+        if strategy is not None:
+            table.add_row(*_row(strategy, static_usd))
     console.print(table)
     sweep = Table(title="Headroom sweep (adaptive re-planning against static peak provisioning)")
     for col in ("headroom", "adaptive $", "static $", "saving", "within SLO", "shed", "scale changes"):
         sweep.add_column(col, justify="right")
-    for p in report.sweep:
+    for point in report.sweep:
         sweep.add_row(
-            f"{p.headroom:g}",
-            f"{p.adaptive_usd:,.0f}",
-            f"{p.static_usd:,.0f}",
-            f"{100 * p.saving:.1f} %",
-            f"{100 * p.slo_attainment:.3f} %",
-            f"{100 * p.shed_fraction:.3f} %",
-            str(p.scale_changes),
+            f"{point.headroom:g}",
+            f"{point.adaptive_usd:,.0f}",
+            f"{point.static_usd:,.0f}",
+            f"{100 * point.saving:.1f} %",
+            f"{100 * point.slo_attainment:.3f} %",
+            f"{100 * point.shed_fraction:.3f} %",
+            str(point.scale_changes),
         )
     console.print(sweep)
     verdict = "met" if report.target_met else "NOT met"
@@ -243,7 +243,7 @@ def render(report: ScenarioReport, host: dict[str, Any], plots: list[str]) -> No
             f"Burst: x{burst['factor']} on {', '.join(map(str, burst['apps']))} "  # type: ignore[call-overload]
             f"from {start // 60:02d}:{start % 60:02d} for {burst['minutes']} min."
         )
-    load = ", ".join(f"{x:.1f}" for x in host["load_avg"])
+    load = ", ".join(f"{load:.1f}" for load in host["load_avg"])
     console.print(
         f"Simulated {pol.sample_s:g} s per level ({pol.arrivals} arrivals; median and busiest minute of "
         f"each app-epoch on a {pol.sim_grid:g} grid of capacity); "
@@ -254,10 +254,14 @@ def render(report: ScenarioReport, host: dict[str, Any], plots: list[str]) -> No
     )
     prov = host["profiles"]
     models = "; ".join(
-        f"{m} {p['layer']}"
-        + (f" ({p['source']} {p['date']}, load {p['host_load_1m']})" if "date" in p else "")
-        for m, p in prov["models"].items()
-        if "host_load_1m" in p
+        f"{model} {source['layer']}"
+        + (
+            f" ({source['source']} {source['date']}, load {source['host_load_1m']})"
+            if "date" in source
+            else ""
+        )
+        for model, source in prov["models"].items()
+        if "host_load_1m" in source
     )
     console.print(
         f"Profiles: {prov['profiles']} ({prov['store']}), solver {pol.solver}; "
@@ -274,21 +278,21 @@ def plot(report: ScenarioReport, out_dir: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    d = Path(out_dir)
+    out = Path(out_dir)
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OptionError(f"cannot create the plot directory {out_dir}: {exc}") from exc
-    paths = [str(d / name) for name in PLOTS]
+    paths = [str(out / name) for name in PLOTS]
     _plot_rate_cost(plt, report, paths[0])
     _plot_slo(plt, report, paths[1])
     _plot_sweep(plt, report, paths[2])
     return paths
 
 
-def _steps(s: StrategyResult, key: str) -> tuple[list[float], list[float]]:
-    xs = [r.start_h for r in s.epochs]
-    ys = [float(getattr(r, key)) for r in s.epochs]
+def _steps(strategy: StrategyResult, key: str) -> tuple[list[float], list[float]]:
+    xs = [epoch.start_h for epoch in strategy.epochs]
+    ys = [float(getattr(epoch, key)) for epoch in strategy.epochs]
     return [*xs, 24.0], [*ys, ys[-1]]
 
 
@@ -297,14 +301,20 @@ def _plot_rate_cost(plt: Any, report: ScenarioReport, path: str) -> None:
     minutes = [i / 60 for i in range(len(report.minute_total_rps))]
     top.plot(
         minutes,
-        [x / 1000 for x in report.minute_total_rps],
+        [rps / 1000 for rps in report.minute_total_rps],
         lw=0.7,
         color="0.4",
         label="offered (per minute)",
     )
-    for s, color in ((report.adaptive, "C0"), (report.static, "C3")):
-        xs, ys = _steps(s, "capacity_rps")
-        top.step(xs, [y / 1000 for y in ys], where="post", color=color, label=f"{s.name} capacity")
+    for strategy, color in ((report.adaptive, "C0"), (report.static, "C3")):
+        xs, ys = _steps(strategy, "capacity_rps")
+        top.step(
+            xs,
+            [capacity / 1000 for capacity in ys],
+            where="post",
+            color=color,
+            label=f"{strategy.name} capacity",
+        )
     top.set_ylabel("frames/s (thousands)")
     top.legend(loc="upper left", fontsize=8)
     top.grid(alpha=0.3)
@@ -335,27 +345,27 @@ def _plot_rate_cost(plt: Any, report: ScenarioReport, path: str) -> None:
 
 def _plot_slo(plt: Any, report: ScenarioReport, path: str) -> None:
     fig, ax = plt.subplots(figsize=(11, 4))
-    for s, color in ((report.adaptive, "C0"), (report.static, "C3")):
-        if not s.simulated:
+    for strategy, color in ((report.adaptive, "C0"), (report.static, "C3")):
+        if not strategy.simulated:
             continue
-        xs, ys = _steps(s, "slo_attainment")
+        xs, ys = _steps(strategy, "slo_attainment")
         ax.step(
             xs,
-            [100 * y for y in ys],
+            [100 * value for value in ys],
             where="post",
             color=color,
-            label=f"{s.name}: {100 * s.slo_attainment:.2f} % of the day",
+            label=f"{strategy.name}: {100 * strategy.slo_attainment:.2f} % of the day",
         )
     xs, ys = _steps(report.adaptive, "shed")
     offered = _steps(report.adaptive, "offered")[1]
-    ax.step(xs, [100 * (1 - a / b) if b else 100 for a, b in zip(ys, offered, strict=True)], where="post",
-            color="C0", ls=":", label="adaptive: 100 % - shed")  # fmt: skip
+    kept = [100 * (1 - shed / rate) if rate else 100 for shed, rate in zip(ys, offered, strict=True)]
+    ax.step(xs, kept, where="post", color="C0", ls=":", label="adaptive: 100 % - shed")
     ax.axhline(100 * report.target_attainment, color="k", lw=0.8, ls="--", label="target")
     ax.set_ylabel("frames within the SLO (%)")
     ax.set_xlabel("hour of day")
     ax.set_xlim(0, 24)
     ax.set_xticks(range(0, 25, 3))
-    low = min(*(r.slo_attainment for r in report.adaptive.epochs), report.target_attainment)
+    low = min(*(epoch.slo_attainment for epoch in report.adaptive.epochs), report.target_attainment)
     ax.set_ylim(max(0.0, 100 * low - 2), 100.5)
     ax.legend(loc="lower left", fontsize=8)
     ax.grid(alpha=0.3)
@@ -367,13 +377,15 @@ def _plot_slo(plt: Any, report: ScenarioReport, path: str) -> None:
 
 def _plot_sweep(plt: Any, report: ScenarioReport, path: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    hs = [p.headroom for p in report.sweep]
-    ax.plot(hs, [100 * p.saving for p in report.sweep], "o-", color="C0", label="saving vs static")
+    hs = [point.headroom for point in report.sweep]
+    ax.plot(hs, [100 * point.saving for point in report.sweep], "o-", color="C0", label="saving vs static")
     ax.set_xlabel("forecast headroom")
     ax.set_ylabel("saving against static peak provisioning (%)", color="C0")
     ax.grid(alpha=0.3)
     twin = ax.twinx()
-    twin.plot(hs, [100 * p.slo_attainment for p in report.sweep], "s--", color="C3", label="within SLO")
+    twin.plot(
+        hs, [100 * point.slo_attainment for point in report.sweep], "s--", color="C3", label="within SLO"
+    )
     twin.axhline(100 * report.target_attainment, color="C3", lw=0.8, ls=":")
     twin.set_ylabel("frames within the SLO (%)", color="C3")
     ax.set_title(f"Headroom sweep (chosen: {report.policy.headroom:g})")

@@ -48,18 +48,18 @@ class Row:
     infeasible: int = 0
 
     def summary(self, problems: int) -> dict[str, Any]:
-        c, t, cpu = self.costs, sorted(self.times_ms), sorted(self.cpu_ms)
+        costs, times, cpu = self.costs, sorted(self.times_ms), sorted(self.cpu_ms)
         return {
             "problems": problems,
-            "planned": len(c),
+            "planned": len(costs),
             "infeasible": self.infeasible,
             "invalid": self.invalid,
-            "mean_norm_cost": statistics.fmean(c) if c else None,
-            "max_norm_cost": max(c) if c else None,
-            "at_optimum_pct": 100 * sum(x <= 1 + 1e-7 for x in c) / len(c) if c else None,
-            "within_1pct_pct": 100 * sum(x <= 1.01 for x in c) / len(c) if c else None,
-            "median_ms": statistics.median(t) if t else None,
-            "p95_ms": t[min(len(t) - 1, int(0.95 * len(t)))] if t else None,
+            "mean_norm_cost": statistics.fmean(costs) if costs else None,
+            "max_norm_cost": max(costs) if costs else None,
+            "at_optimum_pct": 100 * sum(cost <= 1 + 1e-7 for cost in costs) / len(costs) if costs else None,
+            "within_1pct_pct": 100 * sum(cost <= 1.01 for cost in costs) / len(costs) if costs else None,
+            "median_ms": statistics.median(times) if times else None,
+            "p95_ms": times[min(len(times) - 1, int(0.95 * len(times)))] if times else None,
             "median_cpu_ms": statistics.median(cpu) if cpu else None,
             "p95_cpu_ms": cpu[min(len(cpu) - 1, int(0.95 * len(cpu)))] if cpu else None,
         }
@@ -67,7 +67,7 @@ class Row:
 
 def run(count: int, seed: int, policies: list[str], progress: bool = True) -> dict[str, Any]:
     problems = generate_problems(count, seed)
-    rows = {(o, p): Row() for o in OBJECTIVES for p in [*policies, "optimal"]}
+    rows = {(objective, policy): Row() for objective in OBJECTIVES for policy in [*policies, "optimal"]}
     started = time.perf_counter()
     # the bar goes to stderr: stdout holds the figures (and the results page copies it)
     with Progress(console=Console(stderr=True), disable=not progress, transient=True) as bar:
@@ -81,8 +81,15 @@ def run(count: int, seed: int, policies: list[str], progress: bool = True) -> di
         "seed": seed,
         "wall_s": time.perf_counter() - started,
         "host": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
-        "results": {o: {p: rows[(o, p)].summary(count) for p in [*policies, "optimal"]} for o in OBJECTIVES},
-        "_raw": {f"{o}/{p}": rows[(o, p)].costs for o in OBJECTIVES for p in policies},
+        "results": {
+            objective: {policy: rows[(objective, policy)].summary(count) for policy in [*policies, "optimal"]}
+            for objective in OBJECTIVES
+        },
+        "_raw": {
+            f"{objective}/{policy}": rows[(objective, policy)].costs
+            for objective in OBJECTIVES
+            for policy in policies
+        },
     }
 
 
@@ -126,8 +133,8 @@ def plot_cdf(result: dict[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, objective in zip(axes, OBJECTIVES, strict=True):
         for name, costs in result["_raw"].items():
-            o, policy = name.split("/")
-            if o != objective or not costs or policy not in DEFAULT_POLICIES:
+            objective_name, policy = name.split("/")
+            if objective_name != objective or not costs or policy not in DEFAULT_POLICIES:
                 continue
             xs = sorted(costs)
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
@@ -182,7 +189,7 @@ def render(result: dict[str, Any]) -> None:
                 _fmt(row["p95_cpu_ms"], ".2f"),
             )
         console.print(table)
-    load = ", ".join(f"{x:.1f}" for x in result["host"]["load_avg"])
+    load = ", ".join(f"{load:.1f}" for load in result["host"]["load_avg"])
     problems, seed, wall = result["problems"], result["seed"], result["wall_s"]
     console.print(f"{problems} problems, seed {seed}, {wall:.0f} s wall, load avg {load}")
 

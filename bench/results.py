@@ -133,7 +133,7 @@ def record(bench: str, args: argparse.Namespace, body: Callable[[Recording], int
 
 
 def _load(machine: Machine) -> str:
-    return ", ".join(f"{x:.2f}" for x in machine.load_avg)
+    return ", ".join(f"{load:.2f}" for load in machine.load_avg)
 
 
 def render_page(

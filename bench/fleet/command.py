@@ -44,31 +44,37 @@ def run(
     with Progress(console=Console(stderr=True), disable=not progress, transient=True) as bar:
         task = bar.add_task("fleets", total=len(sizes) * seeds + 1 + steady_runs + len(SOLVERS))
         for size in sizes:
-            for s in range(seeds):
-                problems = {f"app{i}": p for i, p in enumerate(generate_problems(size, seed * 1000 + s))}
+            for repeat in range(seeds):
+                problems = {
+                    f"app{i}": problem
+                    for i, problem in enumerate(generate_problems(size, seed * 1000 + repeat))
+                }
                 row = one_fleet(problems, solver)
-                row.update(size=size, seed=seed * 1000 + s)
+                row.update(size=size, seed=seed * 1000 + repeat)
                 fleets.append(row)
                 bar.advance(task)
-        main = next(f for f in fleets if f["size"] == apps)
+        main = next(fleet_row for fleet_row in fleets if fleet_row["size"] == apps)
         timing = []
         for name in SOLVERS:
             timing.append(epoch_times(main["_problems"], 3, name))
             bar.advance(task)
         check = verify(main["_fleet"], main["_problems"])
         bar.advance(task)
-        steady_apps = {a: main["_problems"][a] for a in sorted(main["_problems"])[: min(apps, 40)]}
+        steady_apps = {app: main["_problems"][app] for app in sorted(main["_problems"])[: min(apps, 40)]}
         load = steady(steady_apps, epochs, noise, seed, solver)
         runs = [steady_run(0, load, apps, seed)]
         bar.advance(task)
         for i in range(1, steady_runs):
-            fleet = {f"app{k}": p for k, p in enumerate(generate_problems(apps, seed * 1000 + i))}
-            first = {a: fleet[a] for a in sorted(fleet)[: min(apps, 40)]}
+            fleet = {
+                f"app{index}": problem
+                for index, problem in enumerate(generate_problems(apps, seed * 1000 + i))
+            }
+            first = {app: fleet[app] for app in sorted(fleet)[: min(apps, 40)]}
             runs.append(steady_run(i, steady(first, epochs, noise, seed + i, solver), apps, seed))
             bar.advance(task)
-    for f in fleets:
-        f.pop("_fleet")
-        f.pop("_problems")
+    for fleet_row in fleets:
+        fleet_row.pop("_fleet")
+        fleet_row.pop("_problems")
     return {
         "apps": apps,
         "solver": solver,

@@ -75,5 +75,7 @@ def summary_ms(xs: list[float]) -> dict[str, float]:
 
 
 def fleet_errors(problems: Mapping[str, ProblemSpec], res: Any) -> list[str]:
-    apps = {a: (problems[a], res.plans[a]) for a in res.plans}
-    return check_fleet(res.fleet, apps) + [e for a, (p, plan) in apps.items() for e in check_plan(p, plan)]
+    apps = {app: (problems[app], res.plans[app]) for app in res.plans}
+    return check_fleet(res.fleet, apps) + [
+        error for app, (problem, plan) in apps.items() for error in check_plan(problem, plan)
+    ]

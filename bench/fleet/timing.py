@@ -43,32 +43,32 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
     load = [os.getloadavg()]
     for _ in range(repeats):
         cache = RealisationCache()
-        c, w = time.process_time(), time.perf_counter()
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
         first = plan_fleet(problems, solver=solver_for(solver), cache=cache)
-        cold_cpu.append((time.process_time() - c) * 1000)
-        cold_wall.append((time.perf_counter() - w) * 1000)
+        cold_cpu.append((time.process_time() - cpu_start) * 1000)
+        cold_wall.append((time.perf_counter() - wall_start) * 1000)
         cold_solve.append(first.solve_ms)
         cold_pack.append(first.pack_ms)
         if seeds:
-            c, w = time.process_time(), time.perf_counter()
+            cpu_start, wall_start = time.process_time(), time.perf_counter()
             seeded = plan_fleet(problems, seeds=seeds, solver=solver_for(solver), cache=RealisationCache())
-            reg_cpu.append((time.process_time() - c) * 1000)
-            reg_wall.append((time.perf_counter() - w) * 1000)
-        c, w = time.process_time(), time.perf_counter()
+            reg_cpu.append((time.process_time() - cpu_start) * 1000)
+            reg_wall.append((time.perf_counter() - wall_start) * 1000)
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
         again = plan_fleet(
             problems, previous=first.fleet, previous_plans=first.plans, solver=solver_for(solver), cache=cache
         )
-        warm_cpu.append((time.process_time() - c) * 1000)
-        warm_wall.append((time.perf_counter() - w) * 1000)
+        warm_cpu.append((time.process_time() - cpu_start) * 1000)
+        warm_wall.append((time.perf_counter() - wall_start) * 1000)
         warm_pack.append(again.pack_ms)
         for change, runs in changes.items():
             runs.append(changed_problems(problems, first, solver, change))
         load.append(os.getloadavg())
     assert first is not None and again is not None
     occ = 0.0
-    for p in problems.values():
+    for problem in problems.values():
         try:
-            occ += solve(p, objective="occupancy").cost_per_hour
+            occ += solve(problem, objective="occupancy").cost_per_hour
         except PlannerError:
             continue
     return {
@@ -94,5 +94,5 @@ def epoch_times(problems: Mapping[str, ProblemSpec], repeats: int, solver: str) 
         "reused_errors": len(fleet_errors(problems, again)),
         "same_fleet_reused": first.fleet.instances == again.fleet.instances,
         "changed": {change: change_summary(runs) for change, runs in changes.items()},
-        "load_avg": [min(x[0] for x in load), max(x[0] for x in load)],
+        "load_avg": [min(reading[0] for reading in load), max(reading[0] for reading in load)],
     }

@@ -29,8 +29,10 @@ class AppTemplate:
     def problem(self, name: str, frame_rate: float) -> ProblemSpec:
         """The planning problem of an app of this kind at ``frame_rate`` frames/s (hardware limited to the
         classes some module has a profile on, as :func:`profiles.store.load_problem` does)."""
-        used = {e.hardware for es in self.profiles.values() for e in es if e.hardware in self.hardware}
-        hw = {h: s for h, s in self.hardware.items() if h in used}
+        used = {
+            entry.hardware for es in self.profiles.values() for entry in es if entry.hardware in self.hardware
+        }
+        hw = {name: spec for name, spec in self.hardware.items() if name in used}
         return self.spec.to_problem(frame_rate, dict(self.profiles), hw).model_copy(update={"name": name})
 
     def per_frame(self) -> dict[str, float]:

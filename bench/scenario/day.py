@@ -130,7 +130,7 @@ class _Day:
                     _, _, levels = admit(self.temps[app], plan, block[app], self.cfg)
                     tasks.extend(
                         (self.temps[app].problem(name, level), plan, self.cfg, seeds[app])
-                        for level in sorted({float(x) for x in levels if x > 0})
+                        for level in sorted({float(level) for level in levels if level > 0})
                     )
             self.sims.prefetch(tasks)
         total = Served()
@@ -346,15 +346,15 @@ def run_scenario(
         policy=settings,
         apps=[
             {
-                "name": n,
-                "kind": k,
+                "name": name,
+                "kind": kind,
                 "share": float(load.shares[i]),
                 "peak_rps": float(load.rates[i, load.history :].max()),
             }
-            for i, (n, k) in enumerate(zip(load.names, load.kinds, strict=True))
+            for i, (name, kind) in enumerate(zip(load.names, load.kinds, strict=True))
         ],
         burst=dict(load.burst),
-        minute_total_rps=[float(x) for x in total],
+        minute_total_rps=[float(rps) for rps in total],
         adaptive=adaptive,
         static=static,
         oracle=orc,

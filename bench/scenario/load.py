@@ -34,13 +34,13 @@ _MAX_SHIFT_H = 1.5  # apps' diurnal curves are shifted by up to this many hours 
 
 def diurnal_shape(hours: np.ndarray, trough: float = 0.15) -> np.ndarray:
     """Fraction of the daily peak at each hour of day (periodic, smoothstep between :data:`_KNOTS`)."""
-    xs = np.array([k[0] for k in _KNOTS])
-    ys = np.array([trough if k[1] == 0.0 else trough + (1 - trough) * k[1] for k in _KNOTS])
-    h = np.mod(hours, 24.0)
-    i = np.clip(np.searchsorted(xs, h, side="right") - 1, 0, len(xs) - 2)
-    s = (h - xs[i]) / (xs[i + 1] - xs[i])
-    s = s * s * (3 - 2 * s)
-    out: np.ndarray = ys[i] + (ys[i + 1] - ys[i]) * s
+    xs = np.array([knot[0] for knot in _KNOTS])
+    ys = np.array([trough if knot[1] == 0.0 else trough + (1 - trough) * knot[1] for knot in _KNOTS])
+    hour_of_day = np.mod(hours, 24.0)
+    i = np.clip(np.searchsorted(xs, hour_of_day, side="right") - 1, 0, len(xs) - 2)
+    progress = (hour_of_day - xs[i]) / (xs[i + 1] - xs[i])
+    progress = progress * progress * (3 - 2 * progress)
+    out: np.ndarray = ys[i] + (ys[i + 1] - ys[i]) * progress
     return out
 
 
@@ -90,23 +90,23 @@ def make_load(cfg: LoadConfig, kinds: Sequence[str]) -> DayLoad:
     if not kinds:
         raise ScenarioError("no application kinds to build apps from")
     rng = np.random.default_rng(cfg.seed)
-    n = cfg.apps
+    apps = cfg.apps
     order = [kinds[int(i)] for i in rng.permutation(len(kinds))]
-    app_kinds = [order[i % len(order)] for i in range(n)]
-    names = [f"{k}-{i:02d}" for i, k in enumerate(app_kinds)]
-    weights = 1.0 / np.arange(1, n + 1) ** cfg.zipf
+    app_kinds = [order[i % len(order)] for i in range(apps)]
+    names = [f"{kind}-{i:02d}" for i, kind in enumerate(app_kinds)]
+    weights = 1.0 / np.arange(1, apps + 1) ** cfg.zipf
     shares = weights / weights.sum()
     history = cfg.history_epochs * cfg.epoch_minutes
     minutes = np.arange(-history, MINUTES_PER_DAY)
     hours = minutes / 60.0
-    shift = rng.uniform(-_MAX_SHIFT_H, _MAX_SHIFT_H, n)
-    trough = np.clip(cfg.trough * rng.uniform(0.7, 1.3, n), 0.01, 0.95)
-    base = np.stack([diurnal_shape(hours - shift[i], float(trough[i])) for i in range(n)])
-    noise = np.zeros((n, len(minutes)))
-    eps = rng.standard_normal((n, len(minutes))) * cfg.noise * math.sqrt(1 - _NOISE_PHI**2)
-    noise[:, 0] = rng.standard_normal(n) * cfg.noise
-    for t in range(1, len(minutes)):
-        noise[:, t] = _NOISE_PHI * noise[:, t - 1] + eps[:, t]
+    shift = rng.uniform(-_MAX_SHIFT_H, _MAX_SHIFT_H, apps)
+    trough = np.clip(cfg.trough * rng.uniform(0.7, 1.3, apps), 0.01, 0.95)
+    base = np.stack([diurnal_shape(hours - shift[i], float(trough[i])) for i in range(apps)])
+    noise = np.zeros((apps, len(minutes)))
+    eps = rng.standard_normal((apps, len(minutes))) * cfg.noise * math.sqrt(1 - _NOISE_PHI**2)
+    noise[:, 0] = rng.standard_normal(apps) * cfg.noise
+    for minute in range(1, len(minutes)):
+        noise[:, minute] = _NOISE_PHI * noise[:, minute - 1] + eps[:, minute]
     rates = shares[:, None] * base * np.exp(noise - cfg.noise**2 / 2)
     burst = _add_burst(rates, rng, cfg, history, names)
     day = rates[:, history:].sum(axis=0)
@@ -119,14 +119,16 @@ def _add_burst(
 ) -> dict[str, object]:
     """A flash crowd on ``burst_apps`` apps (not the largest): 5-minute ramp up, hold, 10-minute ramp down,
     starting at a seeded minute between 10:00 and 18:00. In place; returns its description."""
-    k = min(cfg.burst_apps, max(0, len(names) - 1))
-    if k == 0 or cfg.burst_minutes == 0 or cfg.burst_factor == 1:
+    hit_count = min(cfg.burst_apps, max(0, len(names) - 1))
+    if hit_count == 0 or cfg.burst_minutes == 0 or cfg.burst_factor == 1:
         return {}
-    hit = sorted(int(i) for i in rng.choice(np.arange(1, len(names)), size=k, replace=False))
+    hit = sorted(int(i) for i in rng.choice(np.arange(1, len(names)), size=hit_count, replace=False))
     start = int(rng.integers(600, 1080))
-    t = np.arange(rates.shape[1]) - history - start
+    since_start = np.arange(rates.shape[1]) - history - start
     up, down = 5.0, 10.0
-    ramp = np.clip(np.minimum((t + 1) / up, (cfg.burst_minutes + down - t) / down), 0.0, 1.0)
+    ramp = np.clip(
+        np.minimum((since_start + 1) / up, (cfg.burst_minutes + down - since_start) / down), 0.0, 1.0
+    )
     rates[hit] *= 1 + (cfg.burst_factor - 1) * ramp
     return {
         "apps": [names[i] for i in hit],

@@ -60,10 +60,10 @@ def plan_capacity(plan: Plan, per_frame: Mapping[str, float]) -> float:
     """Frames/s the plan carries: the smallest over modules of planned rate (dummy included) divided by
     the module's requests per frame."""
     cap = math.inf
-    for m, mp in plan.modules.items():
-        k = per_frame.get(m, 0.0)
-        if k > 0:
-            cap = min(cap, sum(g.machines * g.rate_per_machine for g in mp.groups) / k)
+    for module, mp in plan.modules.items():
+        requests = per_frame.get(module, 0.0)
+        if requests > 0:
+            cap = min(cap, sum(group.machines * group.rate_per_machine for group in mp.groups) / requests)
     return cap
 
 
@@ -123,7 +123,7 @@ def simulate_task(task: SimTask) -> SimOutcome:
 
 
 def _serial(tasks: list[SimTask]) -> list[SimOutcome]:
-    return [simulate_task(t) for t in tasks]
+    return [simulate_task(task) for task in tasks]
 
 
 class SimCache:
@@ -146,36 +146,36 @@ class SimCache:
         """Simulate, through the runner, every task not memoised yet (duplicates once)."""
         todo: dict[tuple[str, str, float, str], SimTask] = {}
         for problem, plan, cfg, seed in tasks:
-            k = self.key(problem, plan, cfg)
-            if k not in self._runs and k not in todo:
-                todo[k] = (problem, plan, cfg.sample_s, cfg.arrivals, seed)
+            key = self.key(problem, plan, cfg)
+            if key not in self._runs and key not in todo:
+                todo[key] = (problem, plan, cfg.sample_s, cfg.arrivals, seed)
         if not todo:
             return
-        for k, out in zip(todo, self.runner(list(todo.values())), strict=True):
-            self._store(k, out)
+        for key, out in zip(todo, self.runner(list(todo.values())), strict=True):
+            self._store(key, out)
 
     def run(self, problem: ProblemSpec, plan: Plan, cfg: PolicyConfig, seed: int) -> SimOutcome:
-        k = self.key(problem, plan, cfg)
-        found = self._runs.get(k)
+        key = self.key(problem, plan, cfg)
+        found = self._runs.get(key)
         if found is not None:
             self.hits += 1
             return found
         out = simulate_task((problem, plan, cfg.sample_s, cfg.arrivals, seed))
-        self._store(k, out)
+        self._store(key, out)
         return out
 
-    def _store(self, k: tuple[str, str, float, str], out: SimOutcome) -> None:
+    def _store(self, key: tuple[str, str, float, str], out: SimOutcome) -> None:
         self.misses += 1
         self.wall_s += out.wall_s
-        self._runs[k] = out
+        self._runs[key] = out
 
 
 def _sim_key(plan: Plan) -> str:
     """What the simulator reads of a plan: every module's machine groups and its dispatch record (a held
     plan serving a new rate differs only in its dummy load, which the simulator does not read)."""
     doc = {
-        m: [[g.model_dump() for g in mp.groups], (mp.model_extra or {}).get("dispatch")]
-        for m, mp in sorted(plan.modules.items())
+        module: [[group.model_dump() for group in mp.groups], (mp.model_extra or {}).get("dispatch")]
+        for module, mp in sorted(plan.modules.items())
     }
     return json.dumps(doc, sort_keys=True, default=str)
 
@@ -232,17 +232,19 @@ def serve_epoch(
         return out
     memo = sims if sims is not None else SimCache()
     measured: dict[float, SimOutcome] = {}
-    for level in sorted({float(x) for x in levels if x > 0}):
+    for level in sorted({float(level) for level in levels if level > 0}):
         sim = memo.run(template.problem(name, level), plan, cfg, seed)
         measured[level] = sim
         out.simulated += sim.paths
         out.p99_s = max(out.p99_s, sim.p99_s)
     window_shed = 60.0 * sum(
-        float(r) * measured[float(lv)].shed for r, lv in zip(admitted_rate, levels, strict=True) if lv > 0
+        float(rate) * measured[float(lv)].shed
+        for rate, lv in zip(admitted_rate, levels, strict=True)
+        if lv > 0
     )
     out.within = 60.0 * sum(
-        float(r) * (1.0 - measured[float(lv)].shed) * measured[float(lv)].attainment
-        for r, lv in zip(admitted_rate, levels, strict=True)
+        float(rate) * (1.0 - measured[float(lv)].shed) * measured[float(lv)].attainment
+        for rate, lv in zip(admitted_rate, levels, strict=True)
         if lv > 0
     )
     out.shed += window_shed

@@ -26,20 +26,20 @@ __all__ = ["generated", "print_generated", "print_runs", "run"]
 def _rows(report: SimulationReport, plan: Plan) -> list[dict[str, object]]:
     return [
         {
-            "module": m,
-            "requests": s.requests,
-            "p99_s": round(s.latency.p99_s, 4),
-            "measured_max_s": round(s.measured_worst_case_s, 4),
-            "schedule_bound_s": round(s.schedule_worst_case_s, 4),
-            "theorem1_s": round(s.theorem1_s, 4),
-            "planned_s": round(s.planned_worst_case_s, 4),
-            "machines": sum(g.machines for g in plan.modules[m].groups),
-            "headroom": round(float((plan.modules[m].model_extra or {}).get("headroom_used", 0.0)), 3),
-            "within_plan": s.within_plan,
-            "overflow": s.overflow_batches,
-            "mean_fill": round(s.mean_fill, 3),
+            "module": module,
+            "requests": stats.requests,
+            "p99_s": round(stats.latency.p99_s, 4),
+            "measured_max_s": round(stats.measured_worst_case_s, 4),
+            "schedule_bound_s": round(stats.schedule_worst_case_s, 4),
+            "theorem1_s": round(stats.theorem1_s, 4),
+            "planned_s": round(stats.planned_worst_case_s, 4),
+            "machines": sum(group.machines for group in plan.modules[module].groups),
+            "headroom": round(float((plan.modules[module].model_extra or {}).get("headroom_used", 0.0)), 3),
+            "within_plan": stats.within_plan,
+            "overflow": stats.overflow_batches,
+            "mean_fill": round(stats.mean_fill, 3),
         }
-        for m, s in report.modules.items()
+        for module, stats in report.modules.items()
     ]
 
 
@@ -48,9 +48,9 @@ def _slot_at_p99_us(schedule: DispatchSchedule, horizon: float, calls: int = 10_
     rng = random.Random(0)
     times = []
     for _ in range(calls):
-        t = rng.uniform(0.0, horizon)
+        at = rng.uniform(0.0, horizon)
         t0 = time.perf_counter_ns()
-        schedule.slot_at(t)
+        schedule.slot_at(at)
         times.append(time.perf_counter_ns() - t0)
     times.sort()
     return round(times[int(0.99 * calls)] / 1000, 1)
@@ -58,9 +58,9 @@ def _slot_at_p99_us(schedule: DispatchSchedule, horizon: float, calls: int = 10_
 
 def run(problem: ProblemSpec, plan: Plan, duration: float, arrivals: str, dispatch: str) -> dict[str, object]:
     t0 = time.perf_counter()
-    schedules = build_schedules(plan, {h: hw.price_per_hour for h, hw in problem.hardware.items()})
+    schedules = build_schedules(plan, {name: hw.price_per_hour for name, hw in problem.hardware.items()})
     t_sched = time.perf_counter() - t0
-    slot_at_p99_us = {m: _slot_at_p99_us(s, duration) for m, s in schedules.items()}
+    slot_at_p99_us = {module: _slot_at_p99_us(schedule, duration) for module, schedule in schedules.items()}
     t0 = time.perf_counter()
     report = simulate(problem, plan, duration, arrivals=arrivals, dispatch=dispatch)  # type: ignore[arg-type]
     wall = time.perf_counter() - t0
@@ -69,8 +69,8 @@ def run(problem: ProblemSpec, plan: Plan, duration: float, arrivals: str, dispat
         "dispatch": dispatch,
         "arrivals": arrivals,
         "simulated_s": duration,
-        "machines": sum(g.machines for mp in plan.modules.values() for g in mp.groups),
-        "windows_per_period": {m: len(s.windows) for m, s in schedules.items()},
+        "machines": sum(group.machines for mp in plan.modules.values() for group in mp.groups),
+        "windows_per_period": {module: len(schedule.windows) for module, schedule in schedules.items()},
         "schedule_build_s": round(t_sched, 3),
         "slot_at_p99_us": slot_at_p99_us,
         "wall_s": round(wall, 2),
@@ -87,20 +87,20 @@ def run(problem: ProblemSpec, plan: Plan, duration: float, arrivals: str, dispat
 
 def print_runs(results: list[dict[str, object]]) -> None:
     console = Console(width=None if Console().is_terminal else 160)
-    for r in results:
+    for result in results:
         console.print(
-            f"[bold]{r['problem']}[/] dispatch={r['dispatch']} arrivals={r['arrivals']} "
-            f"simulated={r['simulated_s']}s machines={r['machines']} wall={r['wall_s']}s "
-            f"requests={r['requests']:,} ({r['requests_per_wall_s']:,}/s wall) "
-            f"SLO {r['slo_s']}s attained {r['slo_attainment']:.4%} e2e max {r['e2e_max_s']}s "
-            f"(planned {r['e2e_planned_s']}s) schedule build {r['schedule_build_s']}s "
-            f"slot_at p99 {r['slot_at_p99_us']} us"
+            f"[bold]{result['problem']}[/] dispatch={result['dispatch']} arrivals={result['arrivals']} "
+            f"simulated={result['simulated_s']}s machines={result['machines']} wall={result['wall_s']}s "
+            f"requests={result['requests']:,} ({result['requests_per_wall_s']:,}/s wall) "
+            f"SLO {result['slo_s']}s attained {result['slo_attainment']:.4%} e2e max {result['e2e_max_s']}s "
+            f"(planned {result['e2e_planned_s']}s) schedule build {result['schedule_build_s']}s "
+            f"slot_at p99 {result['slot_at_p99_us']} us"
         )
-        rows = r["modules"]
+        rows = result["modules"]
         assert isinstance(rows, list)
         table = Table(*rows[0].keys())
         for row in rows:
-            table.add_row(*(str(v) for v in row.values()))
+            table.add_row(*(str(value) for value in row.values()))
         console.print(table)
 
 
@@ -126,7 +126,7 @@ def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
                 tally["infeasible"] += 1
                 continue
             report = simulate(problem, plan, duration)
-            joins = {m for m, ps in problem.parents().items() if len(ps) > 1}
+            joins = {module for module, ps in problem.parents().items() if len(ps) > 1}
             tally["plans"] += 1
             tally["join_plans"] += bool(joins)
             realisability = (plan.model_extra or {}).get("price_of_realisability")
@@ -135,22 +135,22 @@ def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
                 if joins:
                     join_price.append(float(realisability))
             solve_ms.append(plan.solve_ms)
-            for name, m in report.modules.items():
-                within = m.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9
+            for name, stats in report.modules.items():
+                within = stats.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9
                 tally["modules"] += 1
                 tally["within"] += within
-                tally["overflow"] += m.overflow_batches > 0
+                tally["overflow"] += stats.overflow_batches > 0
                 if name in joins:
                     tally["joins"] += 1
                     tally["joins_within"] += within
-                    tally["joins_overflow"] += m.overflow_batches > 0
+                    tally["joins_overflow"] += stats.overflow_batches > 0
             e2e_ok += report.end_to_end.latency.max_s <= problem.slo_s + 1e-9
         out[objective] = {
             **tally,
             "e2e_within_slo": e2e_ok,
             "price_mean": round(statistics.fmean(price), 4) if price else 0.0,
             "price_max": round(max(price), 4) if price else 0.0,
-            "price_nonzero": sum(1 for x in price if x > 1e-9),
+            "price_nonzero": sum(1 for ratio in price if ratio > 1e-9),
             "join_price_mean": round(statistics.fmean(join_price), 4) if join_price else 0.0,
             "join_price_max": round(max(join_price), 4) if join_price else 0.0,
             "solve_ms_median": round(statistics.median(solve_ms), 1) if solve_ms else 0.0,
@@ -159,16 +159,17 @@ def generated(count: int, duration: float, seed: int = 0) -> dict[str, object]:
     return out
 
 
-def print_generated(g: dict[str, object]) -> None:
+def print_generated(study: dict[str, object]) -> None:
     table = Table(
-        title=f"dispatch-aware solves of {g['problems']} generated problems, {g['simulated_s']} s each"
+        title=f"dispatch-aware solves of {study['problems']} generated problems, "
+        f"{study['simulated_s']} s each"
     )
-    keys = [k for k, v in g.items() if isinstance(v, dict)]
+    keys = [key for key, value in study.items() if isinstance(value, dict)]
     table.add_column("figure")
-    for k in keys:
-        table.add_column(k)
-    first = g[keys[0]]
+    for objective in keys:
+        table.add_column(objective)
+    first = study[keys[0]]
     assert isinstance(first, dict)
     for field in first:
-        table.add_row(field, *(str(g[k][field]) for k in keys))  # type: ignore[index]
+        table.add_row(field, *(str(study[objective][field]) for objective in keys))  # type: ignore[index]
     Console(width=None if Console().is_terminal else 160).print(table)

@@ -20,7 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def _module_plan(groups: list[MachineGroup], rate: float) -> ModulePlan:
     mp = ModulePlan(latency_budget_s=0.0, worst_case_latency_s=0.0, groups=groups)
     wcl = max(theorem1_latencies(mp))
-    planned = sum(g.machines * g.rate_per_machine for g in groups)
+    planned = sum(group.machines * group.rate_per_machine for group in groups)
     return ModulePlan(
         latency_budget_s=wcl, worst_case_latency_s=wcl, dummy_rate=planned - rate, groups=groups
     )
@@ -33,16 +33,24 @@ def dispatchable(problem: ProblemSpec, plan: Plan) -> Plan:
     (:func:`planner.robust.annotate`)."""
     for _ in range(8):
         real = realise(problem, plan)
-        short = {m: r for m, r in real.items() if r.guaranteed and not r.collision_free}
+        short = {
+            module: realised
+            for module, realised in real.items()
+            if realised.guaranteed and not realised.collision_free
+        }
         if not short:
             return annotate(problem, plan, real)
         modules = dict(plan.modules)
-        for m, r in short.items():
-            (g,) = plan.modules[m].groups  # hand plans: one configuration per child
-            t = g.concurrency * g.batch / g.duration_s
-            need = max(r.required_rate, problem.modules[m].rate) * (1 + 1e-6)
-            groups = [g.model_copy(update={"machines": max(g.machines, math.ceil(need / t - 1e-9))})]
-            modules[m] = _module_plan(groups, problem.modules[m].rate)
+        for module, realised in short.items():
+            (group,) = plan.modules[module].groups  # hand plans: one configuration per child
+            throughput = group.concurrency * group.batch / group.duration_s
+            need = max(realised.required_rate, problem.modules[module].rate) * (1 + 1e-6)
+            groups = [
+                group.model_copy(
+                    update={"machines": max(group.machines, math.ceil(need / throughput - 1e-9))}
+                )
+            ]
+            modules[module] = _module_plan(groups, problem.modules[module].rate)
         plan = plan.model_copy(update={"modules": modules})
     raise BenchError("could not size the hand-made plan's children")
 
@@ -67,32 +75,35 @@ def large_problem() -> tuple[ProblemSpec, Plan]:
         slo_s=0.5,
         hardware={"gpu": {"price_per_hour": 1.0}},
         modules={
-            m: {
-                "rate": rates[m],
+            module: {
+                "rate": rates[module],
                 "profile": [
                     {
                         "hardware": "gpu",
-                        "batch": g.batch,
-                        "concurrency": g.concurrency,
-                        "duration_s": g.duration_s,
+                        "batch": group.batch,
+                        "concurrency": group.concurrency,
+                        "duration_s": group.duration_s,
                     }
-                    for g in gs
+                    for group in gs
                 ],
             }
-            for m, gs in groups.items()
+            for module, gs in groups.items()
         },
         edges=[("detector", "car"), ("detector", "person")],
     )
-    modules = {m: _module_plan(gs, rates[m]) for m, gs in groups.items()}
+    modules = {module: _module_plan(gs, rates[module]) for module, gs in groups.items()}
     plan = Plan(objective="billed", cost_per_hour=0.0, billed_per_hour=0.0, solve_ms=0.0, modules=modules)
     return problem, _costed(dispatchable(problem, plan))
 
 
 def _costed(plan: Plan) -> Plan:
-    gs = [g for mp in plan.modules.values() for g in mp.groups]
-    cost = sum(g.machines * g.rate_per_machine / (g.concurrency * g.batch / g.duration_s) for g in gs)
+    gs = [group for mp in plan.modules.values() for group in mp.groups]
+    cost = sum(
+        group.machines * group.rate_per_machine / (group.concurrency * group.batch / group.duration_s)
+        for group in gs
+    )
     return plan.model_copy(
-        update={"cost_per_hour": cost, "billed_per_hour": float(sum(g.machines for g in gs))}
+        update={"cost_per_hour": cost, "billed_per_hour": float(sum(group.machines for group in gs))}
     )
 
 
@@ -123,7 +134,7 @@ def example_plans() -> list[tuple[ProblemSpec, Plan]]:
     }
     for fname, groups in specs.items():
         problem = ProblemSpec.model_validate_json((EXAMPLES / fname).read_text())
-        modules = {m: _module_plan(gs, problem.modules[m].rate) for m, gs in groups.items()}
+        modules = {module: _module_plan(gs, problem.modules[module].rate) for module, gs in groups.items()}
         plan = Plan(objective="billed", cost_per_hour=0.0, billed_per_hour=0.0, solve_ms=0.0, modules=modules)
         out.append((problem, _costed(dispatchable(problem, plan))))
     return out
