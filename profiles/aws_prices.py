@@ -73,9 +73,9 @@ class AwsPrices(BaseModel):
         """(service, unit, of service, of unit) of every price billed per another counted unit."""
         out: list[tuple[str, str, str, str]] = []
         for service, units in self.services.items():
-            for unit, p in units.items():
-                if p.of is not None:
-                    of_service, of_unit = p.of.split(".", 1)
+            for unit, price in units.items():
+                if price.of is not None:
+                    of_service, of_unit = price.of.split(".", 1)
                     out.append((service, unit, of_service, of_unit))
         return out
 
@@ -88,17 +88,17 @@ class AwsPrices(BaseModel):
 def load_aws_prices(path: str | Path | None = None) -> AwsPrices:
     """The price table at ``path`` (default: the packaged ``aws_prices.json``). Raises
     :class:`StoreError` with one line naming the file and the problem."""
-    p = Path(path) if path is not None else AWS_PRICES_PATH
+    source = Path(path) if path is not None else AWS_PRICES_PATH
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(source.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{p}: cannot read the AWS price table ({exc})", str(p)) from exc
+        raise StoreError(f"{source}: cannot read the AWS price table ({exc})", str(source)) from exc
     try:
         return AwsPrices.model_validate(doc)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "the document"
+        where = ".".join(str(part) for part in first["loc"]) or "the document"
         raise StoreError(
-            f"{p}: malformed AWS price table: {where}: {first['msg']} ({exc.error_count()} problem(s))",
-            str(p),
+            f"{source}: malformed AWS price table: {where}: {first['msg']} ({exc.error_count()} problem(s))",
+            str(source),
         ) from exc

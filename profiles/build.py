@@ -107,7 +107,7 @@ def total_points(cfg: BuildConfig, n_dnn: int, n_cpu: int) -> int:
 
 
 def _medians(result: ProfileResult, concurrency: int, threads: int) -> dict[int, float]:
-    return {p.batch: p.median_s for p in result.series(concurrency, threads)}
+    return {point.batch: point.median_s for point in result.series(concurrency, threads)}
 
 
 def _interpolate(points: dict[int, float], batches: Sequence[int]) -> dict[int, float]:
@@ -115,7 +115,7 @@ def _interpolate(points: dict[int, float], batches: Sequence[int]) -> dict[int, 
     if not points:
         return {}
     fit = fit_linear(list(points), list(points.values()))
-    return {b: points.get(b, fit.predict(b)) for b in batches}
+    return {batch: points.get(batch, fit.predict(batch)) for batch in batches}
 
 
 def _profile_dnn(
@@ -146,7 +146,7 @@ def _dnn_entries(
     t1 = _interpolate(_medians(result, 1, 1), list(t2))
     conc = _interpolate(_medians(result, 2, 1), list(t2))
     measured_conc = set(_medians(result, 2, 1))
-    cpu_cat = {n: catalog[n] for n in cpu_hardware(catalog)}
+    cpu_cat = {name: catalog[name] for name in cpu_hardware(catalog)}
     entries, _ = cpu_size_entries(
         result.model,
         t1=t1,
@@ -156,16 +156,16 @@ def _dnn_entries(
         measured_vcpus=cfg.threads,
         provenance=prov,
     )
-    stats = {(p.concurrency, p.threads, p.batch): p for p in result.points}
+    stats = {(point.concurrency, point.threads, point.batch): point for point in result.points}
     kept = []
-    for e in entries:
-        if e["source"] == "measured":
-            if e["concurrency"] > 1 and e["batch"] not in measured_conc:
+    for entry in entries:
+        if entry["source"] == "measured":
+            if entry["concurrency"] > 1 and entry["batch"] not in measured_conc:
                 continue  # only the measured sweep batches are reported as measured
-            p = stats.get((e["concurrency"], e["threads"], e["batch"]))
-            if p is not None:
-                e.update(p95_s=round(p.p95_s, 7), spread=round(p.spread, 4), runs=p.runs)
-        kept.append(e)
+            point = stats.get((entry["concurrency"], entry["threads"], entry["batch"]))
+            if point is not None:
+                entry.update(p95_s=round(point.p95_s, 7), spread=round(point.spread, 4), runs=point.runs)
+        kept.append(entry)
     if gpu is None:
         kept += derive_gpu_entries(result.model, result.cost.as_dict(), catalog, cfg.gpu_batches, date)
     return kept
@@ -179,31 +179,31 @@ def _tracker_entries(
     prov = _provenance(False) | {"runtime": "numpy", "runtime_version": np.__version__}
     out: list[dict[str, Any]] = []
     sizes = cpu_hardware(catalog)
-    for b in cfg.batches:
-        times = np.asarray(time_tracker(b, runs=cfg.runs))
+    for batch in cfg.batches:
+        times = np.asarray(time_tracker(batch, runs=cfg.runs))
         med, p95 = float(np.median(times)), float(np.percentile(times, 95))
-        tick(f"iou_tracker b={b}")
+        tick(f"iou_tracker b={batch}")
         for hw in sizes:
             vcpus = int((catalog[hw].model_extra or {}).get("vcpus") or 1)
-            for c in sorted({1, vcpus}):
-                e: dict[str, Any] = {
+            for concurrency in sorted({1, vcpus}):
+                entry: dict[str, Any] = {
                     "hardware": hw,
-                    "batch": b,
-                    "concurrency": c,
+                    "batch": batch,
+                    "concurrency": concurrency,
                     "duration_s": round(med, 7),
                     "threads": 1,
                     "model": "iou_tracker",
                     **prov,
                 }
-                if hw == sizes[0] and c == 1:
-                    e.update(p95_s=round(p95, 7), spread=round(p95 / med, 4), runs=len(times))
-                    e["note"] = f"measured on this host ({host_cpu_model()}), one Python thread"
+                if hw == sizes[0] and concurrency == 1:
+                    entry.update(p95_s=round(p95, 7), spread=round(p95 / med, 4), runs=len(times))
+                    entry["note"] = f"measured on this host ({host_cpu_model()}), one Python thread"
                 else:
-                    e["source"] = "derived"
-                    e["method"] = (
+                    entry["source"] = "derived"
+                    entry["method"] = (
                         "single-threaded: one independent process per vCPU at the measured per-frame time"
                     )
-                out.append(e)
+                out.append(entry)
     return out
 
 
@@ -222,7 +222,7 @@ def build(
     t_start = time.perf_counter()
     catalog = store.load_catalog()
     models = models_for_apps(store, apps)
-    unknown = [m for m in models if m not in MODEL_SPECS and m not in CPU_MODELS]
+    unknown = [model for model in models if model not in MODEL_SPECS and model not in CPU_MODELS]
     if unknown:
         raise ProfilesError(f"no demo model builder for {', '.join(unknown)}")
     gpu = detect_gpu()
@@ -260,15 +260,18 @@ def build(
         store.save_profile(name, entries)
         report.profile_s[name] = time.perf_counter() - t1
         results[name] = result
-        for (c, t), f in result.fits().items():
-            report.fits[f"{name} c{c} t{t}"] = f.as_dict()
-        big = [p.spread for p in result.series(1, cfg.threads) if p.batch >= 4]
+        for (concurrency, threads), fit in result.fits().items():
+            report.fits[f"{name} c{concurrency} t{threads}"] = fit.as_dict()
+        big = [point.spread for point in result.series(1, cfg.threads) if point.batch >= 4]
         report.spreads[name] = max(big) if big else math.nan
         report.limits += [f"{name}: {lim.message()}" for lim in result.limits]
     if len(results) >= 2:
         # the 1-thread series: on a shared machine it is the least disturbed by other processes
-        measured = {m: _medians(r, 1, 1) or _medians(r, 1, cfg.threads) for m, r in results.items()}
-        costs = {m: r.cost.as_dict() for m, r in results.items()}
+        measured = {
+            model: _medians(model_result, 1, 1) or _medians(model_result, 1, cfg.threads)
+            for model, model_result in results.items()
+        }
+        costs = {model: model_result.cost.as_dict() for model, model_result in results.items()}
         report.loo = leave_one_out(measured, costs, ridge=CPU_RIDGE)
         report.loo_flops_only = leave_one_out(measured, costs, ridge=0.0)
     report.total_s = time.perf_counter() - t_start

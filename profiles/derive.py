@@ -110,8 +110,8 @@ def scaled_linear(
 def gpu_linear_model(
     cost: Mapping[str, float], hardware: str, spec: HardwareSpec | None
 ) -> tuple[float, float]:
-    a = ANCHORS[hardware]
-    return scaled_linear(cost, RESNET50_COST, a.alpha_s, a.beta_s, _ridge(spec))
+    anchor = ANCHORS[hardware]
+    return scaled_linear(cost, RESNET50_COST, anchor.alpha_s, anchor.beta_s, _ridge(spec))
 
 
 def derive_gpu_entries(
@@ -129,15 +129,15 @@ def derive_gpu_entries(
             continue
         alpha, beta = gpu_linear_model(cost, hw, spec)
         mem = float((spec.model_extra or {}).get("gpu_memory_gib") or 16) * 2**30
-        for b in batches:
-            if float(cost["weight_bytes"]) + 2 * b * float(cost["activation_bytes"]) > 0.8 * mem:
+        for batch in batches:
+            if float(cost["weight_bytes"]) + 2 * batch * float(cost["activation_bytes"]) > 0.8 * mem:
                 break
             out.append(
                 {
                     "hardware": hw,
-                    "batch": b,
+                    "batch": batch,
                     "concurrency": 1,
-                    "duration_s": round(alpha * b + beta, 7),
+                    "duration_s": round(alpha * batch + beta, 7),
                     "source": "derived",
                     "method": "resnet50-anchor flops/bytes scaling (docs/profiles.md)",
                     "anchor": ANCHORS[hw].source,
@@ -169,45 +169,49 @@ def cpu_size_entries(
     the per-batch fits.
     """
     prov = dict(provenance or {})
-    sizes = {n: int((s.model_extra or {}).get("vcpus") or 0) for n, s in catalog.items()}
-    sizes = {n: v for n, v in sizes.items() if (catalog[n].model_extra or {}).get("kind") == "cpu" and v > 0}
+    sizes = {name: int((spec.model_extra or {}).get("vcpus") or 0) for name, spec in catalog.items()}
+    sizes = {
+        name: vcpu_count
+        for name, vcpu_count in sizes.items()
+        if (catalog[name].model_extra or {}).get("kind") == "cpu" and vcpu_count > 0
+    }
     entries: list[dict[str, Any]] = []
     fits: dict[int, dict[str, Any]] = {}
-    for b in sorted(set(t1) & set(t2)):
-        fit = fit_hitdl([1, measured_vcpus], [t1[b], t2[b]])
-        interference = concurrent_t1[b] / t1[b] if b in concurrent_t1 else None
-        fits[b] = {**fit.as_dict(), "interference": interference}
+    for batch in sorted(set(t1) & set(t2)):
+        fit = fit_hitdl([1, measured_vcpus], [t1[batch], t2[batch]])
+        interference = concurrent_t1[batch] / t1[batch] if batch in concurrent_t1 else None
+        fits[batch] = {**fit.as_dict(), "interference": interference}
         for hw, vcpus in sizes.items():
-            for c in (1, 2):
-                if c > vcpus or (c > 1 and interference is None):
+            for concurrency in (1, 2):
+                if concurrency > vcpus or (concurrency > 1 and interference is None):
                     continue
                 measured = vcpus == measured_vcpus
                 if measured:
-                    d = t2[b] if c == 1 else concurrent_t1[b]
+                    duration = t2[batch] if concurrency == 1 else concurrent_t1[batch]
                 else:
-                    d = fit.predict(vcpus / c) * (interference if c > 1 else 1.0)  # type: ignore[operator]
-                e = {
+                    duration = fit.predict(vcpus / concurrency) * (interference if concurrency > 1 else 1.0)  # type: ignore[operator]
+                entry = {
                     "hardware": hw,
-                    "batch": b,
-                    "concurrency": c,
-                    "duration_s": round(d, 7),
-                    "threads": vcpus // c,
+                    "batch": batch,
+                    "concurrency": concurrency,
+                    "duration_s": round(duration, 7),
+                    "threads": vcpus // concurrency,
                     "model": model,
                     **prov,
                 }
                 if measured:
-                    e["source"] = "measured"
-                    e["note"] = (
+                    entry["source"] = "measured"
+                    entry["note"] = (
                         f"measured on this host's {measured_vcpus} vCPUs ({prov.get('host_cpu', '?')})"
                     )
                 else:
-                    e["source"] = "derived"
-                    e["method"] = (
+                    entry["source"] = "derived"
+                    entry["method"] = (
                         f"hitdl L(n)=c0+c1/n+c2/n^2 fitted at n=1,{measured_vcpus}, "
-                        f"extrapolated to n={vcpus // c}"
-                        + (f", x{interference:.2f} measured interference" if c > 1 else "")
+                        f"extrapolated to n={vcpus // concurrency}"
+                        + (f", x{interference:.2f} measured interference" if concurrency > 1 else "")
                     )
-                entries.append(e)
+                entries.append(entry)
     return entries, fits
 
 
@@ -219,19 +223,21 @@ def leave_one_out(
     predictions; return each model's mean relative error over its measured batches.
 
     ``measured[m][b]`` is model m's measured duration at batch b on one hardware."""
-    fits = {m: fit_linear(list(pts), list(pts.values())) for m, pts in measured.items()}
+    fits = {model: fit_linear(list(pts), list(pts.values())) for model, pts in measured.items()}
     out: dict[str, float] = {}
-    for m, pts in measured.items():
-        others = [n for n in measured if n != m]
+    for model, pts in measured.items():
+        others = [other for other in measured if other != model]
         if not others:
             continue
         errs = []
-        for b, d in pts.items():
+        for batch, duration in pts.items():
             preds = []
-            for n in others:
-                alpha, beta = scaled_linear(costs[m], costs[n], fits[n].alpha_s, fits[n].beta_s, ridge)
-                preds.append(alpha * b + beta)
+            for other in others:
+                alpha, beta = scaled_linear(
+                    costs[model], costs[other], fits[other].alpha_s, fits[other].beta_s, ridge
+                )
+                preds.append(alpha * batch + beta)
             pred = math.exp(float(np.mean(np.log(preds))))
-            errs.append(abs(pred - d) / d)
-        out[m] = float(np.mean(errs))
+            errs.append(abs(pred - duration) / duration)
+        out[model] = float(np.mean(errs))
     return out

@@ -78,8 +78,8 @@ def _minimax_linear(b: np.ndarray, d: np.ndarray) -> tuple[float, float]:
         rows.append((bi, 1.0, di, di))
         rows.append((-bi, -1.0, di, -di))
     rows += [(-1.0, 0.0, 0.0, 0.0), (0.0, -1.0, 0.0, 0.0)]
-    a = np.array([[r[0], r[1], -r[2]] for r in rows])
-    rhs = np.array([r[3] for r in rows])
+    a = np.array([[row[0], row[1], -row[2]] for row in rows])
+    rhs = np.array([row[3] for row in rows])
     best: tuple[float, float, float] | None = None
     for idx in itertools.combinations(range(len(rows)), 3):
         m = a[list(idx)]
@@ -149,6 +149,6 @@ def fit_hitdl(cores: list[float] | np.ndarray, latencies: list[float] | np.ndarr
         coef = np.array([c0, c1, 0.0])
     else:  # one core count: assume no speed-up from more cores (conservative)
         coef = np.array([float(np.mean(y)), 0.0, 0.0])
-    c0, c1, c2 = (float(v) for v in coef)
+    c0, c1, c2 = (float(value) for value in coef)
     mx, _ = _rel_errors(c0 + c1 / n + c2 / n**2, y)
     return HitdlFit(c0, c1, c2, mx, degenerate=distinct < 3)

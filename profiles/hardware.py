@@ -43,11 +43,11 @@ def catalog_from_dict(doc: Mapping[str, Any]) -> dict[str, HardwareSpec]:
 
 def load_catalog(path: str | Path | None = None) -> dict[str, HardwareSpec]:
     """The hardware catalog as ``{name: HardwareSpec}`` (default: the packaged ``hardware.json``)."""
-    p = Path(path) if path is not None else CATALOG_PATH
+    catalog_path = Path(path) if path is not None else CATALOG_PATH
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(catalog_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{p}: cannot read hardware catalog ({exc})", str(p)) from exc
+        raise StoreError(f"{catalog_path}: cannot read hardware catalog ({exc})", str(catalog_path)) from exc
     return catalog_from_dict(doc)
 
 
@@ -56,13 +56,13 @@ def _extra(spec: HardwareSpec, key: str) -> Any:
 
 
 def gpu_hardware(catalog: Mapping[str, HardwareSpec]) -> list[str]:
-    return [n for n, s in catalog.items() if _extra(s, "kind") == "gpu"]
+    return [name for name, spec in catalog.items() if _extra(spec, "kind") == "gpu"]
 
 
 def cpu_hardware(catalog: Mapping[str, HardwareSpec]) -> list[str]:
     """CPU sizes, smallest first."""
-    names = [n for n, s in catalog.items() if _extra(s, "kind") == "cpu"]
-    return sorted(names, key=lambda n: _extra(catalog[n], "vcpus") or 0)
+    names = [name for name, spec in catalog.items() if _extra(spec, "kind") == "cpu"]
+    return sorted(names, key=lambda name: _extra(catalog[name], "vcpus") or 0)
 
 
 def select(catalog: Mapping[str, HardwareSpec], names: Iterable[str] | None) -> dict[str, HardwareSpec]:
@@ -70,10 +70,12 @@ def select(catalog: Mapping[str, HardwareSpec], names: Iterable[str] | None) -> 
     if names is None:
         return dict(catalog)
     out: dict[str, HardwareSpec] = {}
-    for n in names:
-        if n not in catalog:
-            raise UnknownHardwareError(f"unknown hardware {n!r}; the catalog has {', '.join(catalog)}", n)
-        out[n] = catalog[n]
+    for name in names:
+        if name not in catalog:
+            raise UnknownHardwareError(
+                f"unknown hardware {name!r}; the catalog has {', '.join(catalog)}", name
+            )
+        out[name] = catalog[name]
     return out
 
 

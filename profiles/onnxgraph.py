@@ -38,17 +38,17 @@ def load_onnx(path: str | Path) -> onnx.ModelProto:
     """Load and check an ONNX file; :class:`NotOnnxError` (one line) for anything else."""
     import onnx
 
-    p = Path(path)
-    if not p.is_file():
-        raise NotOnnxError(f"{p}: no such file", str(p))
+    model_path = Path(path)
+    if not model_path.is_file():
+        raise NotOnnxError(f"{model_path}: no such file", str(model_path))
     try:
-        model = onnx.load(str(p), load_external_data=False)
+        model = onnx.load(str(model_path), load_external_data=False)
         onnx.checker.check_model(model)
     except Exception as exc:  # protobuf DecodeError, ValidationError, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NotOnnxError(f"{p}: not a valid ONNX model ({first[:120]})", str(p)) from exc
+        raise NotOnnxError(f"{model_path}: not a valid ONNX model ({first[:120]})", str(model_path)) from exc
     if not model.graph.node:
-        raise NotOnnxError(f"{p}: ONNX graph has no nodes", str(p))
+        raise NotOnnxError(f"{model_path}: ONNX graph has no nodes", str(model_path))
     return model
 
 
@@ -68,7 +68,7 @@ def input_specs(
     for inp in _graph_inputs(model):
         ttype = inp.type.tensor_type
         dims = list(ttype.shape.dim) if ttype.HasField("shape") else []
-        shown = tuple(d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in dims)
+        shown = tuple(dim.dim_param or (dim.dim_value if dim.HasField("dim_value") else "?") for dim in dims)
         if not dims:
             raise NoBatchDimError(
                 f"input {inp.name!r} has no batch dimension (rank 0 or unknown rank): "
@@ -89,16 +89,16 @@ def input_specs(
                 f"input {inp.name!r} has unsupported element type {ttype.elem_type}", inp.name
             )
         if inp.name in overrides:
-            shape = tuple(int(v) for v in overrides.pop(inp.name))
+            shape = tuple(int(size) for size in overrides.pop(inp.name))
         else:
             rest = dims[1:]
-            if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in rest):
+            if any(not dim.HasField("dim_value") or dim.dim_value <= 0 for dim in rest):
                 raise InputShapeError(
                     f"cannot infer the shape of input {inp.name!r} {list(shown)}: "
                     f"pass --input-shape {inp.name}=D1xD2x... for one request",
                     inp.name,
                 )
-            shape = tuple(int(d.dim_value) for d in rest)
+            shape = tuple(int(dim.dim_value) for dim in rest)
         out.append(InputSpec(inp.name, dtype, shape))
     if overrides:
         raise InputShapeError(f"--input-shape names unknown input(s): {', '.join(sorted(overrides))}")
@@ -136,24 +136,24 @@ def _shape_map(model: onnx.ModelProto, specs: Sequence[InputSpec]) -> dict[str, 
     import onnx
     from onnx import shape_inference
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    by_name = {s.name: s for s in specs}
-    for inp in m.graph.input:
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    by_name = {spec.name: spec for spec in specs}
+    for inp in probe.graph.input:
         if inp.name in by_name:
             dims = inp.type.tensor_type.shape.dim
             full = (1, *by_name[inp.name].shape)
             del dims[:]
-            for v in full:
-                dims.add().dim_value = v
-    inferred = shape_inference.infer_shapes(m, data_prop=True)
+            for value_info in full:
+                dims.add().dim_value = value_info
+    inferred = shape_inference.infer_shapes(probe, data_prop=True)
     shapes: dict[str, tuple[int, ...]] = {}
     for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        t = vi.type.tensor_type
-        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            shapes[vi.name] = tuple(int(d.dim_value) for d in t.shape.dim)
-    for init in m.graph.initializer:
-        shapes[init.name] = tuple(int(d) for d in init.dims)
+        tensor = vi.type.tensor_type
+        if tensor.HasField("shape") and all(dim.HasField("dim_value") for dim in tensor.shape.dim):
+            shapes[vi.name] = tuple(int(dim.dim_value) for dim in tensor.shape.dim)
+    for init in probe.graph.initializer:
+        shapes[init.name] = tuple(int(dim) for dim in init.dims)
     return shapes
 
 
@@ -195,15 +195,15 @@ def graph_cost(model: onnx.ModelProto, specs: Sequence[InputSpec] | None = None)
     act = 0.0
     for node in model.graph.node:
         flops += _node_flops(node, shapes)
-        for o in node.output:
-            if o in shapes:
-                act += 4.0 * math.prod(shapes[o])
+        for output in node.output:
+            if output in shapes:
+                act += 4.0 * math.prod(shapes[output])
     weight_bytes = 0.0
     params = 0
     for init in model.graph.initializer:
-        n = math.prod(init.dims) if init.dims else 1
-        params += n
-        weight_bytes += n * np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+        elements = math.prod(init.dims) if init.dims else 1
+        params += elements
+        weight_bytes += elements * np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
     return GraphCost(flops, weight_bytes, act, len(model.graph.node), params)
 
 
@@ -219,16 +219,16 @@ def export_torch(
     """Export ``module`` (eval mode) to ONNX with a dynamic batch axis on the input and outputs."""
     import torch
 
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    out_path = Path(path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     dummy = torch.zeros(2, *input_shape)
-    axes = {input_name: {0: "batch"}} | {o: {0: "batch"} for o in output_names}
+    axes = {input_name: {0: "batch"}} | {output: {0: "batch"} for output in output_names}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module.eval(),
             (dummy,),
-            str(p),
+            str(out_path),
             input_names=[input_name],
             output_names=list(output_names),
             dynamic_axes=axes,
@@ -236,4 +236,4 @@ def export_torch(
             do_constant_folding=True,
             dynamo=False,
         )
-    return p
+    return out_path

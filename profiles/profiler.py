@@ -155,47 +155,53 @@ class ProfileResult:
 
     def series(self, concurrency: int, threads: int | None = None) -> list[PointResult]:
         return [
-            p
-            for p in self.points
-            if p.concurrency == concurrency and (threads is None or p.threads == threads)
+            point
+            for point in self.points
+            if point.concurrency == concurrency and (threads is None or point.threads == threads)
         ]
 
     def fits(self) -> dict[tuple[int, int], LinearFit]:
         """Nexus's linear model per (concurrency, threads) series with at least one point."""
         out: dict[tuple[int, int], LinearFit] = {}
-        for key in sorted({(p.concurrency, p.threads) for p in self.points}):
+        for key in sorted({(point.concurrency, point.threads) for point in self.points}):
             pts = self.series(*key)
-            out[key] = fit_linear([p.batch for p in pts], [p.median_s for p in pts])
+            out[key] = fit_linear([point.batch for point in pts], [point.median_s for point in pts])
         return out
 
     def entries(self, hardware: str | None = None) -> list[dict[str, Any]]:
         """Profile entries (``planner.models.ProfileEntry`` dicts plus provenance and statistics)."""
         fits = self.fits()
         out = []
-        for p in self.points:
-            fit = fits[(p.concurrency, p.threads)]
-            e: dict[str, Any] = {
-                "hardware": hardware or p.hardware,
-                "batch": p.batch,
-                "concurrency": p.concurrency,
-                "duration_s": round(p.median_s, 7),
-                "p95_s": round(p.p95_s, 7),
-                "spread": round(p.spread, 4),
-                "runs": p.runs,
-                "threads": p.threads,
-                "peak_rss_mb": round(p.peak_rss_mb, 1),
-                "fit_rel_err": round(abs(fit.predict(p.batch) - p.median_s) / p.median_s, 4),
+        for point in self.points:
+            fit = fits[(point.concurrency, point.threads)]
+            entry: dict[str, Any] = {
+                "hardware": hardware or point.hardware,
+                "batch": point.batch,
+                "concurrency": point.concurrency,
+                "duration_s": round(point.median_s, 7),
+                "p95_s": round(point.p95_s, 7),
+                "spread": round(point.spread, 4),
+                "runs": point.runs,
+                "threads": point.threads,
+                "peak_rss_mb": round(point.peak_rss_mb, 1),
+                "fit_rel_err": round(abs(fit.predict(point.batch) - point.median_s) / point.median_s, 4),
                 "model": self.model,
                 "model_sha256": self.model_sha256,
                 **self.provenance,
             }
             limit = next(
-                (lim for lim in self.limits if lim.concurrency == p.concurrency and lim.threads == p.threads),
+                (
+                    lim
+                    for lim in self.limits
+                    if lim.concurrency == point.concurrency and lim.threads == point.threads
+                ),
                 None,
             )
-            if limit is not None and p.batch == max(q.batch for q in self.series(p.concurrency, p.threads)):
-                e["limit"] = limit.message()
-            out.append(e)
+            if limit is not None and point.batch == max(
+                other.batch for other in self.series(point.concurrency, point.threads)
+            ):
+                entry["limit"] = limit.message()
+            out.append(entry)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -203,21 +209,24 @@ class ProfileResult:
             "model": self.model,
             "cost": self.cost.as_dict(),
             "provenance": self.provenance,
-            "points": [asdict(p) for p in self.points],
+            "points": [asdict(point) for point in self.points],
             "limits": [lim.message() for lim in self.limits],
-            "fits": {f"c{c}_t{t}": f.as_dict() for (c, t), f in self.fits().items()},
+            "fits": {
+                f"c{concurrency}_t{threads}": fit.as_dict()
+                for (concurrency, threads), fit in self.fits().items()
+            },
         }
 
 
 def _make_inputs(specs: Sequence[InputSpec], batch: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
-    for s in specs:
-        shape = (batch, *s.shape)
-        if s.dtype.startswith("float"):
-            out[s.name] = rng.standard_normal(shape).astype(s.dtype)
+    for spec in specs:
+        shape = (batch, *spec.shape)
+        if spec.dtype.startswith("float"):
+            out[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         else:
-            out[s.name] = np.zeros(shape, dtype=s.dtype)
+            out[spec.name] = np.zeros(shape, dtype=spec.dtype)
     return out
 
 
@@ -240,7 +249,7 @@ def _session(path: Path, threads: int, concurrency: int, use_gpu: bool) -> Any:
 
 def _is_alloc_failure(exc: BaseException) -> bool:
     msg = str(exc).lower()
-    return any(k in msg for k in ("alloc", "out of memory", "bad_alloc", "cannot allocate"))
+    return any(marker in msg for marker in ("alloc", "out of memory", "bad_alloc", "cannot allocate"))
 
 
 def _time_rounds(sessions: list[Any], feeds: dict[str, np.ndarray], rounds: int) -> list[float]:
@@ -253,34 +262,34 @@ def _time_rounds(sessions: list[Any], feeds: dict[str, np.ndarray], rounds: int)
             sess.run(None, feeds)
             out.append(time.perf_counter() - t0)
         return out
-    c = len(sessions)
-    start = threading.Barrier(c + 1)
-    done = threading.Barrier(c + 1)
-    stamps = np.zeros((rounds, c, 2))
+    n_sessions = len(sessions)
+    start = threading.Barrier(n_sessions + 1)
+    done = threading.Barrier(n_sessions + 1)
+    stamps = np.zeros((rounds, n_sessions, 2))
     errors: list[BaseException] = []
 
     def worker(i: int) -> None:
-        for r in range(rounds):
+        for round_no in range(rounds):
             start.wait()
             try:
-                stamps[r, i, 0] = time.perf_counter()
+                stamps[round_no, i, 0] = time.perf_counter()
                 sessions[i].run(None, feeds)
-                stamps[r, i, 1] = time.perf_counter()
+                stamps[round_no, i, 1] = time.perf_counter()
             except Exception as exc:  # reported by the main thread
                 errors.append(exc)
             done.wait()
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(c)]
-    for t in threads:
-        t.start()
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_sessions)]
+    for thread in threads:
+        thread.start()
     for _ in range(rounds):
         start.wait()
         done.wait()
-    for t in threads:
-        t.join()
+    for thread in threads:
+        thread.join()
     if errors:
         raise errors[0]
-    return [float(stamps[r, :, 1].max() - stamps[r, :, 0].min()) for r in range(rounds)]
+    return [float(stamps[round_no, :, 1].max() - stamps[round_no, :, 0].min()) for round_no in range(rounds)]
 
 
 def _run_guarded(
@@ -400,9 +409,9 @@ def _measure_pinned(
     chunks = max(1, min(cfg.chunks, cfg.runs))
     per_chunk = [cfg.runs // chunks + (1 if i < cfg.runs % chunks else 0) for i in range(chunks)]
     limit = _first_pass(st, specs, cfg, per_chunk[0])
-    for n in per_chunk[1:]:
+    for chunk in per_chunk[1:]:
         for batch, ts in st.times.items():
-            got = _run_guarded(st.sessions, st.feeds[batch], n, batch)
+            got = _run_guarded(st.sessions, st.feeds[batch], chunk, batch)
             if not isinstance(got, str):  # an allocation failure after a success: keep what we have
                 ts.extend(got)
     for batch, ts in st.times.items():
@@ -456,7 +465,7 @@ def _provenance(use_gpu: bool) -> dict[str, Any]:
 def plan_series(cfg: ProfileConfig) -> list[tuple[int, int]]:
     """The (concurrency, threads-per-session) series a config measures."""
     total = cfg.total_threads()
-    return [(c, max(1, total // c)) for c in sorted(set(cfg.concurrency))]
+    return [(concurrency, max(1, total // concurrency)) for concurrency in sorted(set(cfg.concurrency))]
 
 
 def profile_onnx(
@@ -474,15 +483,17 @@ def profile_onnx(
         raise ProfilesError("concurrency levels must be positive integers")
     if cfg.runs < 1:
         raise ProfilesError("runs must be at least 1")
-    p = Path(path)
-    model = load_onnx(p)
+    model_path = Path(path)
+    model = load_onnx(model_path)
     specs = input_specs(model, cfg.input_shapes)
     cost = graph_cost(model, specs)
-    sha = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-    result = ProfileResult(name or p.stem, sha, cost, _provenance(cfg.use_gpu))
+    sha = hashlib.sha256(model_path.read_bytes()).hexdigest()[:16]
+    result = ProfileResult(name or model_path.stem, sha, cost, _provenance(cfg.use_gpu))
     tick = progress or (lambda _label: None)
     for concurrency, threads in series if series is not None else plan_series(cfg):
-        points, limit = _measure_series(p, specs, cfg, concurrency=concurrency, threads=threads, tick=tick)
+        points, limit = _measure_series(
+            model_path, specs, cfg, concurrency=concurrency, threads=threads, tick=tick
+        )
         result.points += points
         if limit is not None:
             result.limits.append(limit)

@@ -66,7 +66,7 @@ class S3Store(ProfileStore):
             for page in self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             ):
-                keys += [o["Key"][len(self.prefix) :] for o in page.get("Contents", [])]
+                keys += [obj["Key"][len(self.prefix) :] for obj in page.get("Contents", [])]
         except aws_errors as exc:
             raise StoreError(f"{self.describe()}{prefix}: {exc}", prefix) from exc
         return sorted(keys)
@@ -74,8 +74,8 @@ class S3Store(ProfileStore):
     def upload_from(self, source: ProfileStore) -> list[str]:
         """Copy catalog, apps and profiles from another store (e.g. the local build) into S3."""
         keys = ["hardware.json", *source._list("apps/"), *source._list("data/")]
-        for k in keys:
-            raw = source._get(k)
+        for key in keys:
+            raw = source._get(key)
             if raw is not None:
-                self._put(k, raw)
+                self._put(key, raw)
         return keys

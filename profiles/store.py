@@ -82,7 +82,7 @@ class ProfileStore(ABC):
 
     def write(self, key: str, doc: Any) -> None:
         if isinstance(doc, list):  # profiles: one entry per line (small, diffable)
-            text = "[\n" + ",\n".join(json.dumps(e) for e in doc) + "\n]\n"
+            text = "[\n" + ",\n".join(json.dumps(entry) for entry in doc) + "\n]\n"
         else:
             text = json.dumps(doc, indent=1) + "\n"
         self._put(key, text.encode())
@@ -95,11 +95,11 @@ class ProfileStore(ABC):
         return catalog_from_dict(self.read("hardware.json"))
 
     def save_catalog(self, catalog: dict[str, HardwareSpec]) -> None:
-        self.write("hardware.json", {"hardware": {n: s.model_dump() for n, s in catalog.items()}})
+        self.write("hardware.json", {"hardware": {name: spec.model_dump() for name, spec in catalog.items()}})
 
     # -- applications ------------------------------------------------------------------------
     def list_apps(self) -> list[str]:
-        names = {Path(k).stem for k in self._list("apps/") if k.endswith((".json", ".yaml", ".yml"))}
+        names = {Path(key).stem for key in self._list("apps/") if key.endswith((".json", ".yaml", ".yml"))}
         return sorted(names)
 
     def load_app(self, name: str) -> AppSpec:
@@ -120,7 +120,7 @@ class ProfileStore(ABC):
 
     # -- profiles ----------------------------------------------------------------------------
     def list_models(self) -> list[str]:
-        return sorted(Path(k).stem for k in self._list("data/") if k.endswith(".json"))
+        return sorted(Path(key).stem for key in self._list("data/") if key.endswith(".json"))
 
     def load_profile_dicts(self, model: str) -> list[dict[str, Any]]:
         doc = self.read(f"data/{model}.json")
@@ -130,16 +130,16 @@ class ProfileStore(ABC):
 
     def load_profile(self, model: str) -> list[ProfileEntry]:
         try:
-            return [ProfileEntry.model_validate(e) for e in self.load_profile_dicts(model)]
+            return [ProfileEntry.model_validate(entry) for entry in self.load_profile_dicts(model)]
         except ValueError as exc:
             raise StoreError(
                 f"data/{model}.json: invalid profile entry ({str(exc).splitlines()[0]})"
             ) from exc
 
     def save_profile(self, model: str, entries: Sequence[dict[str, Any] | ProfileEntry]) -> None:
-        docs = [e.model_dump() if isinstance(e, ProfileEntry) else dict(e) for e in entries]
-        for d in docs:
-            ProfileEntry.model_validate(d)  # refuse to write what the planner cannot read
+        docs = [entry.model_dump() if isinstance(entry, ProfileEntry) else dict(entry) for entry in entries]
+        for doc in docs:
+            ProfileEntry.model_validate(doc)  # refuse to write what the planner cannot read
         self.write(f"data/{model}.json", docs)
 
 
@@ -153,27 +153,27 @@ class LocalStore(ProfileStore):
         return str(self.root)
 
     def _get(self, key: str) -> bytes | None:
-        p = self.root / key
+        file = self.root / key
         try:
-            return p.read_bytes() if p.is_file() else None
+            return file.read_bytes() if file.is_file() else None
         except OSError as exc:
-            raise StoreError(f"{p}: {exc}", key) from exc
+            raise StoreError(f"{file}: {exc}", key) from exc
 
     def _put(self, key: str, data: bytes) -> None:
-        p = self.root / key
+        file = self.root / key
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_suffix(p.suffix + ".tmp")
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_suffix(file.suffix + ".tmp")
             tmp.write_bytes(data)
-            tmp.replace(p)
+            tmp.replace(file)
         except OSError as exc:
-            raise StoreError(f"{p}: {exc}", key) from exc
+            raise StoreError(f"{file}: {exc}", key) from exc
 
     def _list(self, prefix: str) -> list[str]:
-        d = self.root / prefix
-        if not d.is_dir():
+        folder = self.root / prefix
+        if not folder.is_dir():
             return []
-        return sorted(f"{prefix}{p.name}" for p in d.iterdir() if p.is_file())
+        return sorted(f"{prefix}{file.name}" for file in folder.iterdir() if file.is_file())
 
 
 class LayeredStore(ProfileStore):
@@ -185,7 +185,7 @@ class LayeredStore(ProfileStore):
         self.layers = list(layers)
 
     def describe(self) -> str:
-        return " over ".join(s.describe() for s in self.layers)
+        return " over ".join(layer.describe() for layer in self.layers)
 
     def _get(self, key: str) -> bytes | None:
         for layer in self.layers:
@@ -198,7 +198,7 @@ class LayeredStore(ProfileStore):
         self.layers[0]._put(key, data)
 
     def _list(self, prefix: str) -> list[str]:
-        return sorted({k for layer in self.layers for k in layer._list(prefix)})
+        return sorted({key for layer in self.layers for key in layer._list(prefix)})
 
 
 def default_store() -> ProfileStore:
@@ -222,13 +222,15 @@ def load_problem(
     hw = select(st.load_catalog(), list(hardware) if hardware is not None else None)
     profiles: dict[str, list[ProfileEntry]] = {}
     for mod_name, mod in app.modules.items():
-        entries = [e for e in st.load_profile(mod.model) if e.hardware in hw]
+        entries = [entry for entry in st.load_profile(mod.model) if entry.hardware in hw]
         if not entries:
-            have = sorted({e.hardware for e in st.load_profile(mod.model)})
+            have = sorted({entry.hardware for entry in st.load_profile(mod.model)})
             raise ProfilesError(
                 f"module {mod_name!r} ({mod.kind}, model {mod.model}) has no profile on {', '.join(hw)}; "
                 f"profiled on: {', '.join(have) or 'nothing'}"
             )
         profiles[mod.model] = entries
-    used = {e.hardware for es in profiles.values() for e in es}
-    return app.to_problem(frame_rate, profiles, {n: s for n, s in hw.items() if n in used}, slo_s)
+    used = {entry.hardware for es in profiles.values() for entry in es}
+    return app.to_problem(
+        frame_rate, profiles, {name: spec for name, spec in hw.items() if name in used}, slo_s
+    )

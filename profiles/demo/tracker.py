@@ -80,9 +80,9 @@ class IouTracker:
         self._next_id = 0
 
     def update(self, detections: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        for t in self.tracks:
-            t.predict()
-        boxes = np.array([t.box for t in self.tracks]).reshape(-1, 4)
+        for track in self.tracks:
+            track.predict()
+        boxes = np.array([track.box for track in self.tracks]).reshape(-1, 4)
         ious = iou_matrix(boxes, detections)
         matched_t: set[int] = set()
         matched_d: set[int] = set()
@@ -96,17 +96,17 @@ class IouTracker:
             self.tracks[ti].update(detections[di])
             matched_t.add(ti)
             matched_d.add(di)
-        for i, t in enumerate(self.tracks):
+        for i, track in enumerate(self.tracks):
             if i not in matched_t:
-                t.misses += 1
-        self.tracks = [t for t in self.tracks if t.misses <= self.max_misses]
+                track.misses += 1
+        self.tracks = [track for track in self.tracks if track.misses <= self.max_misses]
         for di, det in enumerate(detections):
             if di not in matched_d:
-                x = np.zeros(8)
-                x[:4] = _to_z(det)
-                self.tracks.append(Track(self._next_id, x))
+                state = np.zeros(8)
+                state[:4] = _to_z(det)
+                self.tracks.append(Track(self._next_id, state))
                 self._next_id += 1
-        return [(t.track_id, t.box) for t in self.tracks if t.misses == 0]
+        return [(track.track_id, track.box) for track in self.tracks if track.misses == 0]
 
 
 def synthetic_detections(frames: int, objects: int = 8, seed: int = 0) -> list[np.ndarray]:
@@ -116,8 +116,8 @@ def synthetic_detections(frames: int, objects: int = 8, seed: int = 0) -> list[n
     vel = rng.uniform(-3, 3, (objects, 2))
     size = rng.uniform(20, 80, (objects, 2))
     out = []
-    for f in range(frames):
-        xy = start + vel * f + rng.normal(0, 1, (objects, 2))
+    for frame_no in range(frames):
+        xy = start + vel * frame_no + rng.normal(0, 1, (objects, 2))
         out.append(np.hstack([xy, xy + size]))
     return out
 
@@ -126,12 +126,12 @@ def time_tracker(batch: int, runs: int = 20, objects: int = 8, seed: int = 0) ->
     """Wall time of processing ``batch`` consecutive frames, ``runs`` times (a warm tracker each run)."""
     frames = synthetic_detections(batch * (runs + 1), objects, seed)
     tracker = IouTracker()
-    for f in frames[:batch]:
-        tracker.update(f)
+    for frame in frames[:batch]:
+        tracker.update(frame)
     out = []
-    for r in range(1, runs + 1):
+    for run in range(1, runs + 1):
         t0 = time.perf_counter()
-        for f in frames[r * batch : (r + 1) * batch]:
-            tracker.update(f)
+        for frame in frames[run * batch : (run + 1) * batch]:
+            tracker.update(frame)
         out.append(time.perf_counter() - t0)
     return out
