@@ -80,20 +80,20 @@ class SSDLite(nn.Module):
         self.stem = _conv_bn(3, cin, 3, 2)
         stages: list[nn.Module] = []
         self.tap_after: list[int] = []
-        for t, c, n, s in self.CFG:
-            cout = _make_divisible(c * width)
-            for i in range(n):
-                stages.append(InvertedResidual(cin, cout, s if i == 0 else 1, t))
+        for expansion, channels, repeats, stride in self.CFG:
+            cout = _make_divisible(channels * width)
+            for i in range(repeats):
+                stages.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expansion))
                 cin = cout
-            if c in (96, 320):  # stride-16 and stride-32 feature maps
+            if channels in (96, 320):  # stride-16 and stride-32 feature maps
                 self.tap_after.append(len(stages) - 1)
         self.stages = nn.ModuleList(stages)
         self.extra = nn.Sequential(
             _conv_bn(cin, 128, 1), _conv_bn(128, 128, 3, 2, groups=128), _conv_bn(128, 256, 1)
         )
         chans = [_make_divisible(96 * width), cin, 256]
-        self.loc = nn.ModuleList(self._head(c, anchors * 4) for c in chans)
-        self.cls = nn.ModuleList(self._head(c, anchors * num_classes) for c in chans)
+        self.loc = nn.ModuleList(self._head(head_channels, anchors * 4) for head_channels in chans)
+        self.cls = nn.ModuleList(self._head(head_channels, anchors * num_classes) for head_channels in chans)
 
     @staticmethod
     def _head(cin: int, cout: int) -> nn.Sequential:
@@ -206,9 +206,9 @@ class PoseNet(nn.Module):
     def __init__(self, parts: int = 19, pafs: int = 38, stages: int = 2, base: int = 32):
         super().__init__()
 
-        def vgg(cin: int, cout: int, n: int) -> list[nn.Module]:
+        def vgg(cin: int, cout: int, layers: int) -> list[nn.Module]:
             out: list[nn.Module] = []
-            for i in range(n):
+            for i in range(layers):
                 out += [nn.Conv2d(cin if i == 0 else cout, cout, 3, 1, 1), nn.ReLU(inplace=True)]
             return out
 
@@ -218,8 +218,8 @@ class PoseNet(nn.Module):
         feat = base * 4
         self.out_ch = parts + pafs
         self.stages = nn.ModuleList()
-        for s in range(stages):
-            cin = feat if s == 0 else feat + self.out_ch
+        for stage in range(stages):
+            cin = feat if stage == 0 else feat + self.out_ch
             self.stages.append(nn.Sequential(*vgg(cin, feat, 3), nn.Conv2d(feat, self.out_ch, 1)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -309,8 +309,8 @@ class ModelSpec:
 
 
 MODEL_SPECS: dict[str, ModelSpec] = {
-    s.name: s
-    for s in (
+    spec.name: spec
+    for spec in (
         ModelSpec(
             "ssdlite_mnv2",
             "SSD-lite detector, MobileNetV2-0.75 backbone, 160x160 frames",
@@ -360,12 +360,13 @@ def build_model(name: str, seed: int = 0) -> nn.Module:
     model = factories[name]()
     # Non-trivial batch-norm statistics so the folded graph is not an identity.
     gen = torch.Generator().manual_seed(seed + 1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d | nn.BatchNorm3d):
-            if m.running_mean is None or m.running_var is None:  # built with track_running_stats=False
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d | nn.BatchNorm3d):
+            # built with track_running_stats=False:
+            if module.running_mean is None or module.running_var is None:
                 raise ValueError(f"{name}: a batch norm without running statistics cannot be folded")
-            m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+            module.running_mean.copy_(torch.randn(module.num_features, generator=gen) * 0.1)
+            module.running_var.copy_(torch.rand(module.num_features, generator=gen) + 0.5)
     return model.eval()
 
 
@@ -407,8 +408,8 @@ class ResNet50(nn.Module):
         )
         layers: list[nn.Module] = []
         cin = 64
-        for i, (mid, n) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
-            for j in range(n):
+        for i, (mid, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+            for j in range(blocks):
                 layers.append(Bottleneck(cin, mid, 2 if (i > 0 and j == 0) else 1))
                 cin = mid * 4
         self.layers = nn.Sequential(*layers)
