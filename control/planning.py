@@ -165,9 +165,9 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
         schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
         first_found: bool = False,
     ) -> Plan:
-        def solve(p: ProblemSpec) -> Plan:
+        def solve(problem: ProblemSpec) -> Plan:
             return planner.robust.solve_dispatchable(
-                p,
+                problem,
                 policy=config.policy,
                 objective="billed",
                 child_headroom=config.child_headroom,

@@ -128,18 +128,18 @@ class TokenBucket:
             self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
             self.updated = now
 
-    def take(self, n: float, now: float) -> float:
+    def take(self, count: float, now: float) -> float:
         self._refill(now)
         self.last_take = now
-        if n <= self.tokens:
-            self.tokens -= n
+        if count <= self.tokens:
+            self.tokens -= count
             return 0.0
-        if n > self.burst:
+        if count > self.burst:
             return math.inf
-        return (n - self.tokens) / self.rate
+        return (count - self.tokens) / self.rate
 
-    def give_back(self, n: float) -> None:
-        self.tokens = min(self.burst, self.tokens + n)
+    def give_back(self, count: float) -> None:
+        self.tokens = min(self.burst, self.tokens + count)
 
 
 class Gcra:
@@ -153,13 +153,13 @@ class Gcra:
         self.tolerance_s = tolerance_s
         self.tat = -math.inf  # theoretical arrival time of the next frame
 
-    def check(self, n: int, now: float) -> tuple[float, float]:
-        """(wait, new tat): ``wait`` is 0 when ``n`` frames may pass now (commit with :meth:`commit`)."""
+    def check(self, frames: int, now: float) -> tuple[float, float]:
+        """(wait, new tat): ``wait`` is 0 when ``frames`` frames may pass now (commit with :meth:`commit`)."""
         tat = max(self.tat, now)
         ahead = tat - now
         if ahead > self.tolerance_s + 1e-12:
             return ahead - self.tolerance_s, self.tat
-        return 0.0, tat + n * self.interval
+        return 0.0, tat + frames * self.interval
 
     def commit(self, tat: float) -> None:
         self.tat = tat
@@ -344,7 +344,7 @@ class Admission:
             st.gcra.commit(new_tat)
         return out
 
-    def _take_key(self, api_key: str | None, n: int, now: float) -> Shed | None:
+    def _take_key(self, api_key: str | None, n_frames: int, now: float) -> Shed | None:
         cfg = self.config
         if not api_key or cfg.key_rate_per_s <= 0:
             return None
@@ -352,14 +352,14 @@ class Admission:
         bucket = self._keys.get(digest)
         if bucket is None:
             bucket = self._keys[digest] = TokenBucket(cfg.key_rate_per_s, cfg.key_burst, now)
-        wait = bucket.take(n, now)
+        wait = bucket.take(n_frames, now)
         if wait == 0:
             return None
         if math.isinf(wait):
             return Shed(
                 429,
                 "rate_limited",
-                f"{n} frames in one request exceed this key's burst of {bucket.burst:g}",
+                f"{n_frames} frames in one request exceed this key's burst of {bucket.burst:g}",
                 1.0 / cfg.key_rate_per_s,
             )
         return Shed(
@@ -369,12 +369,12 @@ class Admission:
             wait,
         )
 
-    def _refund_key(self, api_key: str | None, n: int) -> None:
+    def _refund_key(self, api_key: str | None, n_frames: int) -> None:
         if not api_key or self.config.key_rate_per_s <= 0:
             return
         bucket = self._keys.get(hashlib.sha256(api_key.encode()).hexdigest()[:32])
         if bucket is not None:
-            bucket.give_back(n)
+            bucket.give_back(n_frames)
 
     def _reserve(
         self, router: Router, st: _AppState, n_frames: int, now: float, stale: list[str] | None

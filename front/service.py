@@ -237,7 +237,7 @@ class FrontService:
         return FramesAccepted(app=app, accepted=accepted)
 
     def _admit(
-        self, router: Router, app: str, n: int, now: float, api_key: str | None
+        self, router: Router, app: str, n_frames: int, now: float, api_key: str | None
     ) -> list[dict[str, Route]] | None:
         """Per frame, its root routes (None without admission control); sheds with 429/503."""
         if self.admission is None:
@@ -245,10 +245,10 @@ class FrontService:
         from front.admission import Shed
 
         t0 = time.perf_counter()
-        decision = self.admission.admit(router, n, now, api_key, depth=self.queues.depth)
+        decision = self.admission.admit(router, n_frames, now, api_key, depth=self.queues.depth)
         self.metrics.put("AdmissionMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
         if isinstance(decision, Shed):
-            self.metrics.put("FrontRejected", n, App=app, Reason=decision.error)
+            self.metrics.put("FrontRejected", n_frames, App=app, Reason=decision.error)
             raise RequestRejectedError(
                 decision.status, decision.error, decision.reason, decision.retry_after_s
             )
