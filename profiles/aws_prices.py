@@ -37,10 +37,10 @@ class UnitPrice(BaseModel):
 
     @field_validator("of")
     @classmethod
-    def _of_names_a_unit(cls, v: str | None) -> str | None:
-        if v is not None and not _OF.fullmatch(v):
-            raise ValueError(f"'of' must name a counted unit as service.Unit, got {v!r}")
-        return v
+    def _of_names_a_unit(cls, value: str | None) -> str | None:
+        if value is not None and not _OF.fullmatch(value):
+            raise ValueError(f"'of' must name a counted unit as service.Unit, got {value!r}")
+        return value
 
     def cost(self, units: float) -> float:
         """USD of ``units`` units."""
@@ -61,10 +61,10 @@ class AwsPrices(BaseModel):
 
     @field_validator("as_of")
     @classmethod
-    def _as_of_is_a_date(cls, v: str) -> str:
-        if not _AS_OF.fullmatch(v):
-            raise ValueError(f"as_of must be a date, YYYY-MM or YYYY-MM-DD, got {v!r}")
-        return v
+    def _as_of_is_a_date(cls, value: str) -> str:
+        if not _AS_OF.fullmatch(value):
+            raise ValueError(f"as_of must be a date, YYYY-MM or YYYY-MM-DD, got {value!r}")
+        return value
 
     def price(self, service: str, unit: str) -> UnitPrice | None:
         return self.services.get(service, {}).get(unit)
