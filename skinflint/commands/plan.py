@@ -1,8 +1,11 @@
-"""`skinflint plan PROBLEM.json`: the planner's plan as a readable table (or JSON)."""
+"""`skinflint plan`: a problem file planned by the planner, or an app planned at a frame rate through
+the control loop's own code path (``skinflint plan APP --rate R``), shown as a table or JSON."""
 
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skinflint.errors import UsageError
@@ -10,16 +13,36 @@ from skinflint.errors import UsageError
 if TYPE_CHECKING:
     import argparse
 
+    from control.preview import AppPreview
+
+PROFILE_SOURCES = ("packaged", "store")  # the profiles committed with the code; + this host's builds
+
 
 def register(sub: Any) -> None:
     from planner.policies import POLICIES
 
     p = sub.add_parser(
         "plan",
-        help="plan a problem file and show the plan as a table",
-        description="Plan a problem file (docs/design.md §3 format) and show the plan.",
+        help="plan a problem file, or an app at a frame rate as the control loop would",
+        description=(
+            "Plan a problem file (docs/design.md §3 format) and show the plan; or, with --rate, plan an "
+            "app (a demo app name such as traffic, or a registration spec file, YAML or JSON) at that "
+            "many frames/s exactly as the control loop's first epoch would (forecast headroom, the "
+            "dispatch-aware solve, packing onto whole instances) and show the packed fleet, its $/h "
+            "and each module's configuration and latency budget. Nothing needs to be running."
+        ),
     )
-    p.add_argument("problem", help="problem JSON file")
+    p.add_argument("problem", metavar="TARGET", help="problem JSON file, demo app name or app spec file")
+    p.add_argument(
+        "--rate", type=float, default=None, help="frames/s to plan the app for (TARGET is then an app)"
+    )
+    p.add_argument(
+        "--profiles",
+        choices=PROFILE_SOURCES,
+        default="packaged",
+        help="with --rate: the profiles committed with the code (default, what a deployment plans "
+        "with) or the store (this host's `skinflint models build` cache over them)",
+    )
     p.add_argument(
         "--policy",
         default="skinflint",
@@ -31,13 +54,37 @@ def register(sub: Any) -> None:
         "--objective",
         default="billed",
         choices=["occupancy", "billed"],
-        help="cost the plan minimises (default billed)",
+        help="cost the plan minimises, for a problem file (default billed; an app is planned billed)",
     )
-    p.add_argument("--json", action="store_true", help="print the plan JSON instead of a table")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.rate is not None:
+        return run_app(args)
+    path = Path(args.problem)
+    if not path.is_file() or _looks_like_app(path):
+        raise UsageError(
+            f"{args.problem}: an app (a demo app name or a spec file) is planned at a frame rate: "
+            "add --rate FRAMES_PER_S (a problem file needs no rate)"
+        )
+    return run_problem(args)
+
+
+def _looks_like_app(path: Path) -> bool:
+    """A spec file (modules name models) rather than a problem file (modules carry profiles)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return path.suffix in (".yaml", ".yml")
+    modules = doc.get("modules") if isinstance(doc, dict) else None
+    if not isinstance(modules, dict) or not modules:
+        return False
+    return all(isinstance(m, dict) and "profile" not in m for m in modules.values())
+
+
+def run_problem(args: argparse.Namespace) -> int:
     from planner.cli import load_problem
     from planner.errors import InfeasibleError, PlannerError
     from planner.solve import solve
@@ -102,4 +149,107 @@ def render(plan: Any) -> None:
     console.print(
         f"occupancy cost ${plan.cost_per_hour:.3f}/h, billed ${plan.billed_per_hour:.3f}/h "
         f"({proof}; solved in {plan.solve_ms:.2f} ms)"
+    )
+
+
+def run_app(args: argparse.Namespace) -> int:
+    from control.errors import ControlError
+    from control.preview import preview_app
+    from control.spec import parse_spec_text, profile_lookup
+    from profiles.errors import ProfilesError
+    from profiles.store import PACKAGE_ROOT, LocalStore, default_store
+
+    if not math.isfinite(args.rate) or args.rate <= 0:
+        raise UsageError(f"--rate must be a number of frames/s > 0, got {args.rate:g}")
+    store = LocalStore(PACKAGE_ROOT) if args.profiles == "packaged" else default_store()
+    try:
+        doc = _app_doc(args.problem, store, parse_spec_text)
+        preview = preview_app(
+            doc, args.rate, catalog=store.load_catalog(), stored_profile=profile_lookup(store)
+        )
+    except (ControlError, ProfilesError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    summary = preview.summary()
+    summary["profiles"] = {"source": args.profiles, "store": store.describe(), **_provenance(preview)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    render_app(preview, summary)
+    return 0
+
+
+def _app_doc(target: str, store: Any, parse_spec_text: Any) -> dict[str, Any]:
+    """The registration spec of ``target``: a spec file (YAML or JSON) or a demo app's name."""
+    from control.errors import RegistrationError
+
+    path = Path(target)
+    if path.is_file():
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read {target}: {exc.strerror or exc}") from None
+        doc = parse_spec_text(text, target)
+        if not isinstance(doc, dict):
+            raise RegistrationError([f"{target}: the spec must be a mapping (a YAML or JSON object)"])
+        return doc
+    if "/" in target or target.endswith((".json", ".yaml", ".yml")):
+        raise UsageError(f"{target}: no such file")
+    app = store.load_app(target)  # a demo app: its spec, without a rate (--rate gives it)
+    spec: dict[str, Any] = app.model_dump(mode="json", exclude_none=True)
+    return spec
+
+
+def _provenance(preview: AppPreview) -> dict[str, Any]:
+    """Where each module's profile entries come from (``measured``, ``derived`` ...), per hardware."""
+    out: dict[str, dict[str, str]] = {}
+    for name, module in preview.problem.modules.items():
+        sources: dict[str, set[str]] = {}
+        for entry in module.profile:
+            source = str((entry.model_extra or {}).get("source", "unknown"))
+            sources.setdefault(entry.hardware, set()).add(source)
+        out[name] = {hw: "+".join(sorted(kinds)) for hw, kinds in sorted(sources.items())}
+    return {"modules": out}
+
+
+def render_app(preview: AppPreview, summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    settings = summary["settings"]
+    console = Console(width=max(Console().width, 130))
+    console.print(
+        f"[bold]{summary['app']}[/] at {summary['frame_rate']:g} frames/s, planned for "
+        f"{summary['planned_rate']:.4g} (headroom {settings['headroom']:g}), SLO {summary['slo_s']:g} s; "
+        f"hop overhead {settings['hop_overhead_s']:g} s, policy {settings['policy']}; "
+        f"profiles: {summary['profiles']['source']}"
+    )
+    table = Table(title="modules (the control loop's dispatch-aware plan)")
+    for col in ["module", "configuration", "machines", "req/s each", "worst case s", "budget s", "profile"]:
+        table.add_column(col, justify="left" if col in ("module", "configuration", "profile") else "right")
+    provenance = summary["profiles"]["modules"]
+    for name, module in summary["modules"].items():
+        for index, group in enumerate(module["groups"]):
+            first = index == 0
+            table.add_row(
+                name if first else "",
+                f"{group['hardware']} b{group['batch']} c{group['concurrency']} "
+                f"d={group['duration_s'] * 1000:.1f}ms",
+                str(group["machines"]),
+                f"{group['rate_per_machine']:.1f}",
+                f"{module['worst_case_latency_s']:.4f}" if first else "",
+                f"{module['latency_budget_s']:.4f}" if first else "",
+                provenance.get(name, {}).get(group["hardware"], ""),
+            )
+    console.print(table)
+    fleet = Table(title="packed fleet (whole instances)")
+    for col in ["hardware", "instances", "$/h each", "$/h"]:
+        fleet.add_column(col, justify="left" if col == "hardware" else "right")
+    for hw, count in summary["instances"].items():
+        if count:
+            price = summary["prices"][hw]
+            fleet.add_row(hw, str(count), f"{price:.3f}", f"{price * count:.3f}")
+    console.print(fleet)
+    console.print(
+        f"fleet ${summary['fleet_per_hour']:.3f}/h "
+        f"(the plans' occupancy ${summary['occupancy_per_hour']:.3f}/h)"
     )
