@@ -162,7 +162,7 @@ def _models_line(models_dir: Path | None) -> str:
     if models_dir is None:
         return "models: none shipped (-c models=none): every share runs emulated"
     files = model_files(models_dir)
-    size = sum(p.stat().st_size for p in files) / 1e6
+    size = sum(path.stat().st_size for path in files) / 1e6
     return f"models: {len(files)} shipped from {models_dir} ({size:.0f} MB before compression)"
 
 

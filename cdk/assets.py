@@ -55,15 +55,18 @@ MODEL_ASSET_EXCLUDE = ("*", f"!*{C.MODEL_SUFFIX}", "*/")
 
 def model_files(models_dir: Path) -> list[Path]:
     """The files of the models asset: ``<model>.onnx`` directly in ``models_dir``."""
-    return sorted(p for p in models_dir.glob(f"*{C.MODEL_SUFFIX}") if p.is_file())
+    return sorted(path for path in models_dir.glob(f"*{C.MODEL_SUFFIX}") if path.is_file())
 
 
 def missing_demo_models(models_dir: Path) -> list[str]:
     """DNN models of the packaged demo apps that ``models_dir`` lacks (their shares run emulated)."""
     store = LocalStore(PACKAGE_ROOT)
-    have = {p.name.removesuffix(C.MODEL_SUFFIX) for p in model_files(models_dir)}
+    have = {path.name.removesuffix(C.MODEL_SUFFIX) for path in model_files(models_dir)}
     wanted = {
-        m.model for app in store.list_apps() for m in store.load_app(app).modules.values() if m.kind == "dnn"
+        module.model
+        for app in store.list_apps()
+        for module in store.load_app(app).modules.values()
+        if module.kind == "dnn"
     }
     return sorted(wanted - have)
 

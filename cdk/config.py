@@ -163,25 +163,25 @@ def _split(value: Any) -> list[str]:
     if value is None:
         return []
     items = value if isinstance(value, list) else str(value).split(",")
-    return [str(i).strip() for i in items if str(i).strip()]
+    return [str(item).strip() for item in items if str(item).strip()]
 
 
 def _hardware_names(value: Any, cat: Mapping[str, Mapping[str, Any]]) -> list[str]:
     requested = _split(value)
     if not requested:  # default: every class EC2 can run as catalogued
-        return [n for n, spec in cat.items() if spec.get("instance_type")]
+        return [name for name, spec in cat.items() if spec.get("instance_type")]
     out: list[str] = []
     for name in requested:
         if name in cat:
             expanded = [name]
         elif name == "cpu":  # the catalog lists CPU sizes; "cpu" means all of them
-            expanded = [n for n, spec in cat.items() if spec.get("kind") == "cpu"]
+            expanded = [name for name, spec in cat.items() if spec.get("kind") == "cpu"]
         else:
             raise InfraConfigError(
                 f"unknown hardware {name!r} in -c hardware: the catalog has {', '.join(cat)} "
                 "(or 'cpu' for all CPU classes)"
             )
-        out.extend(n for n in expanded if n not in out)
+        out.extend(name for name in expanded if name not in out)
     return out
 
 
@@ -206,12 +206,12 @@ def _instance_type_mapping(get: Callable[[str], Any], cat: Mapping[str, Mapping[
 
 def validate_instance_type(hardware: str, kind: str, itype: str) -> str:
     """Check that ``itype`` is an x86_64 EC2 instance type of the right kind (CDK accepts any string)."""
-    m = _ITYPE.match(itype)
-    if m is None:
+    match = _ITYPE.match(itype)
+    if match is None:
         raise InfraConfigError(
             f"{hardware}: {itype!r} is not an EC2 instance type (expected family.size, e.g. g4dn.xlarge)"
         )
-    prefix, attrs = m["prefix"], m["attrs"]
+    prefix, attrs = match["prefix"], match["attrs"]
     if "g" in attrs:  # c7g, g5g, m6gd: Graviton (arm64); the AMIs here are x86_64
         raise InfraConfigError(f"{hardware}: {itype} is an arm64 (Graviton) type; the worker AMIs are x86_64")
     is_gpu = prefix in _GPU_PREFIXES and "a" not in attrs  # g4ad: AMD GPU, no CUDA
@@ -262,9 +262,9 @@ def _positive_int(value: Any, key: str, default: int) -> int:
     if value is None or value == "":
         return default
     try:
-        n = int(str(value))
+        number = int(str(value))
     except ValueError:
         raise InfraConfigError(f"-c {key} must be a positive integer, got {value!r}") from None
-    if n <= 0:
+    if number <= 0:
         raise InfraConfigError(f"-c {key} must be a positive integer, got {value!r}")
-    return n
+    return number

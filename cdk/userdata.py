@@ -29,13 +29,13 @@ class WorkerBoot:
     bucket: str
 
 
-def _env_lines(b: WorkerBoot) -> list[str]:
+def _env_lines(boot: WorkerBoot) -> list[str]:
     env = {
-        "AWS_DEFAULT_REGION": b.region,
-        "SKINFLINT_CONFIG_TABLE": b.config_table,
-        "SKINFLINT_RESULTS_TABLE": b.results_table,
+        "AWS_DEFAULT_REGION": boot.region,
+        "SKINFLINT_CONFIG_TABLE": boot.config_table,
+        "SKINFLINT_RESULTS_TABLE": boot.results_table,
         "SKINFLINT_RESULTS_RETENTION_DAYS": str(C.RESULTS_RETENTION_DAYS),
-        "SKINFLINT_BUCKET": b.bucket,
+        "SKINFLINT_BUCKET": boot.bucket,
         "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
         # metrics as Embedded Metric Format lines on stdout (worker.log, shipped by the CloudWatch
         # agent; CloudWatch Logs extracts them): no PutMetricData call, billed as log ingestion
@@ -43,24 +43,24 @@ def _env_lines(b: WorkerBoot) -> list[str]:
         # one bucket per minute: CloudWatch keeps these standard-resolution metrics per minute anyway,
         # and each 5 s flush then writes one timestamp's lines instead of five
         "SKINFLINT_METRICS_RESOLUTION_S": str(C.WORKER_METRICS_RESOLUTION_S),
-        "SKINFLINT_HARDWARE": b.hardware,
-        "SKINFLINT_ASG_NAME": b.asg_name,
+        "SKINFLINT_HARDWARE": boot.hardware,
+        "SKINFLINT_ASG_NAME": boot.asg_name,
         "SKINFLINT_DRAIN_HOOK": C.DRAIN_HOOK_NAME,
         # <model>.onnx; a share whose model file is not there runs emulated (its results say so)
         "SKINFLINT_MODEL_DIR": C.WORKER_MODEL_DIR,
         "PYTHONPATH": "/opt/skinflint/app",
         "PYTHONUNBUFFERED": "1",
     }
-    return [f"echo '{k}={v}' >> /etc/skinflint/worker.env" for k, v in env.items()]
+    return [f"echo '{key}={value}' >> /etc/skinflint/worker.env" for key, value in env.items()]
 
 
-def worker_boot_commands(b: WorkerBoot) -> list[str]:
+def worker_boot_commands(boot: WorkerBoot) -> list[str]:
     """Shell commands appended to the launch template's user data (Amazon Linux 2023)."""
     py = f"python{C.WORKER_PYTHON}"
-    req = f"/opt/skinflint/app/requirements-{b.kind}.txt"
-    if b.wheels_zip:
+    req = f"/opt/skinflint/app/requirements-{boot.kind}.txt"
+    if boot.wheels_zip:
         install = [
-            f"unzip -q -o {b.wheels_zip} -d /opt/skinflint/wheels",
+            f"unzip -q -o {boot.wheels_zip} -d /opt/skinflint/wheels",
             f"/opt/skinflint/venv/bin/pip install --no-index --find-links /opt/skinflint/wheels -r {req}",
         ]
     else:  # no wheelhouse was built: PyPI must be reachable (it is not from the isolated subnets)
@@ -68,8 +68,8 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
     # the archive is downloaded beside its directory (not to /tmp, a tmpfs on AL2023) and removed once
     # unpacked; a re-run of the script replaces the models (unzip -o)
     models = (
-        [f"unzip -q -o {b.models_zip} -d {C.WORKER_MODEL_DIR}", f"rm -f {b.models_zip}"]
-        if b.models_zip
+        [f"unzip -q -o {boot.models_zip} -d {C.WORKER_MODEL_DIR}", f"rm -f {boot.models_zip}"]
+        if boot.models_zip
         else []
     )
     token = f'TOKEN=$(curl -sS -X PUT {_IMDS}/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")'
@@ -80,12 +80,12 @@ def worker_boot_commands(b: WorkerBoot) -> list[str]:
         f"id -u {C.WORKER_USER} >/dev/null 2>&1 || useradd --system -d /opt/skinflint {C.WORKER_USER}",
         f"install -d -m 0755 /opt/skinflint /opt/skinflint/app {C.WORKER_MODEL_DIR} /etc/skinflint",
         f"install -d -m 0755 -o {C.WORKER_USER} /var/log/skinflint",
-        f"unzip -q -o {b.code_zip} -d /opt/skinflint/app",
+        f"unzip -q -o {boot.code_zip} -d /opt/skinflint/app",
         *models,
         f"{py} -m venv /opt/skinflint/venv",
         *install,
         ": > /etc/skinflint/worker.env",
-        *_env_lines(b),
+        *_env_lines(boot),
         token,
         f'INSTANCE_ID=$(curl -sS -H "X-aws-ec2-metadata-token: $TOKEN" {_IMDS}/meta-data/instance-id)',
         'echo "SKINFLINT_INSTANCE_ID=$INSTANCE_ID" >> /etc/skinflint/worker.env',

@@ -44,36 +44,42 @@ def read_stats(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _ms(xs: list[float], q: float) -> float | None:
-    v = percentile(xs, q)
-    return None if math.isnan(v) else v
+def _ms(xs: list[float], percent: float) -> float | None:
+    value = percentile(xs, percent)
+    return None if math.isnan(value) else value
 
 
 def _summary(recs: list[dict[str, Any]], duration_s: float) -> dict[str, Any]:
     offered = len(recs)
-    accepted = [r for r in recs if r.get("status") == 202]
-    shed = [r for r in recs if r.get("status") in SHED_STATUSES]
-    errors = [r for r in recs if r.get("status") not in (202, *SHED_STATUSES)]
-    done = [r for r in accepted if r.get("result") == "done"]
-    dropped = [r for r in accepted if r.get("result") == "dropped"]
-    lost = [r for r in accepted if r.get("result") not in ("done", "dropped")]
-    lat = [float(r["latency_s"]) for r in done if r.get("latency_s") is not None]
+    accepted = [record for record in recs if record.get("status") == 202]
+    shed = [record for record in recs if record.get("status") in SHED_STATUSES]
+    errors = [record for record in recs if record.get("status") not in (202, *SHED_STATUSES)]
+    done = [record for record in accepted if record.get("result") == "done"]
+    dropped = [record for record in accepted if record.get("result") == "dropped"]
+    lost = [record for record in accepted if record.get("result") not in ("done", "dropped")]
+    lat = [float(record["latency_s"]) for record in done if record.get("latency_s") is not None]
     within = sum(
         1
-        for r in done
-        if r.get("finished_at") is not None and r["finished_at"] <= r.get("deadline", math.inf)
+        for record in done
+        if record.get("finished_at") is not None and record["finished_at"] <= record.get("deadline", math.inf)
     )
-    post = [float(r["post_ms"]) for r in recs if r.get("post_ms") is not None]
+    post = [float(record["post_ms"]) for record in recs if record.get("post_ms") is not None]
     return {
         "offered": offered,
         "accepted": len(accepted),
         "shed": len(shed),
-        "shed_by_reason": dict(Counter(f"{r['status']} {r.get('error') or '?'}" for r in shed)),
+        "shed_by_reason": dict(
+            Counter(f"{record['status']} {record.get('error') or '?'}" for record in shed)
+        ),
         "errors": len(errors),
-        "errors_by_kind": dict(Counter(f"{r.get('status')} {r.get('error') or ''}".strip() for r in errors)),
+        "errors_by_kind": dict(
+            Counter(f"{record.get('status')} {record.get('error') or ''}".strip() for record in errors)
+        ),
         "answered": len(done),
         "dropped": len(dropped),
-        "drop_reasons": dict(Counter(x for r in dropped for x in r.get("drop_reasons", ["?"]))),
+        "drop_reasons": dict(
+            Counter(reason for record in dropped for reason in record.get("drop_reasons", ["?"]))
+        ),
         "lost": len(lost),
         "rps": offered / duration_s if duration_s > 0 else math.nan,
         "accepted_rps": len(accepted) / duration_s if duration_s > 0 else math.nan,
@@ -90,7 +96,7 @@ def _summary(recs: list[dict[str, Any]], duration_s: float) -> dict[str, Any]:
 
 
 def _locust_totals(rows: Iterable[dict[str, str]]) -> dict[str, Any]:
-    agg = next((r for r in rows if r.get("Name") == "Aggregated"), None)
+    agg = next((row for row in rows if row.get("Name") == "Aggregated"), None)
     if agg is None:
         return {}
 
@@ -115,9 +121,12 @@ def summarise_run(
 ) -> dict[str, Any]:
     """Totals and per-app figures of one run, plus locust's own aggregated row (every request,
     result polls included)."""
-    apps = sorted({r.get("app", "?") for r in outcomes})
+    apps = sorted({record.get("app", "?") for record in outcomes})
     return {
         "total": _summary(outcomes, duration_s),
-        "apps": {a: _summary([r for r in outcomes if r.get("app") == a], duration_s) for a in apps},
+        "apps": {
+            app: _summary([record for record in outcomes if record.get("app") == app], duration_s)
+            for app in apps
+        },
         "locust": _locust_totals(stats_rows),
     }

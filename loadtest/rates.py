@@ -32,20 +32,20 @@ MAX_USERS_PER_APP = 50  # cameras per app at the peak; more frames/s go to faste
 BURST_FACTOR = 2.0
 
 
-def steady(x: float) -> float:
+def steady(progress: float) -> float:
     return 1.0
 
 
-def ramp(x: float) -> float:
-    return 0.1 + 0.9 * min(max(x, 0.0), 1.0)
+def ramp(progress: float) -> float:
+    return 0.1 + 0.9 * min(max(progress, 0.0), 1.0)
 
 
-def diurnal(x: float) -> float:
-    return 0.1 + 0.9 * (1.0 - math.cos(2.0 * math.pi * x)) / 2.0
+def diurnal(progress: float) -> float:
+    return 0.1 + 0.9 * (1.0 - math.cos(2.0 * math.pi * progress)) / 2.0
 
 
-def burst(x: float, factor: float = BURST_FACTOR) -> float:
-    phase = (x * 4.0) % 1.0
+def burst(progress: float, factor: float = BURST_FACTOR) -> float:
+    phase = (progress * 4.0) % 1.0
     return factor if phase < 0.2 else 1.0
 
 
@@ -81,31 +81,31 @@ class LoadPlan:
             return self.fps_per_user
         return self.rate / min(math.ceil(self.rate), MAX_USERS_PER_APP)
 
-    def fraction(self, t: float) -> float:
-        return SHAPES[self.shape](t / self.duration_s)
+    def fraction(self, elapsed_s: float) -> float:
+        return SHAPES[self.shape](elapsed_s / self.duration_s)
 
-    def users_per_app(self, t: float) -> int:
-        """Cameras per app at run time ``t`` (at least one while the run lasts)."""
-        if t >= self.duration_s:
+    def users_per_app(self, elapsed_s: float) -> int:
+        """Cameras per app at run time ``elapsed_s`` (at least one while the run lasts)."""
+        if elapsed_s >= self.duration_s:
             return 0
-        return max(1, round(self.rate * self.fraction(t) / self.fps))
+        return max(1, round(self.rate * self.fraction(elapsed_s) / self.fps))
 
-    def tick(self, t: float) -> tuple[int, float] | None:
-        """``LoadTestShape.tick``: (users, spawn rate) at run time ``t``; None when the test ends."""
-        if t >= self.duration_s + self.drain_s:
+    def tick(self, elapsed_s: float) -> tuple[int, float] | None:
+        """``LoadTestShape.tick``: (users, spawn rate) at run time ``elapsed_s``; None when the test ends."""
+        if elapsed_s >= self.duration_s + self.drain_s:
             return None
-        users = self.users_per_app(t) * self.apps
+        users = self.users_per_app(elapsed_s) * self.apps
         return users, float(max(users, self.apps, 1))  # every change takes effect within ~1 s
 
-    def offered_rate(self, t: float) -> float:
-        """Frames/s per app offered at ``t`` (what the users produce once spawned)."""
-        return self.users_per_app(t) * self.fps
+    def offered_rate(self, elapsed_s: float) -> float:
+        """Frames/s per app offered at ``elapsed_s`` (what the users produce once spawned)."""
+        return self.users_per_app(elapsed_s) * self.fps
 
     def expected_frames(self, step_s: float = 0.5) -> float:
         """Frames per app the run should offer (integral of :meth:`offered_rate`)."""
-        n = max(1, math.ceil(self.duration_s / step_s))
-        dt = self.duration_s / n
-        return sum(self.offered_rate((k + 0.5) * dt) * dt for k in range(n))
+        steps = max(1, math.ceil(self.duration_s / step_s))
+        dt = self.duration_s / steps
+        return sum(self.offered_rate((step + 0.5) * dt) * dt for step in range(steps))
 
     def to_env(self) -> dict[str, str]:
         return {
@@ -119,12 +119,12 @@ class LoadPlan:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LoadPlan:
-        e = os.environ if env is None else env
+        env_vars = os.environ if env is None else env
         return cls(
-            shape=e.get("SKINFLINT_SHAPE", "steady"),
-            rate=float(e.get("SKINFLINT_RATE", "4")),
-            duration_s=float(e.get("SKINFLINT_DURATION_S", "60")),
-            apps=int(e.get("SKINFLINT_APPS_N", "1")),
-            drain_s=float(e.get("SKINFLINT_DRAIN_S", "10")),
-            fps_per_user=float(e.get("SKINFLINT_FPS_PER_USER", "0")),
+            shape=env_vars.get("SKINFLINT_SHAPE", "steady"),
+            rate=float(env_vars.get("SKINFLINT_RATE", "4")),
+            duration_s=float(env_vars.get("SKINFLINT_DURATION_S", "60")),
+            apps=int(env_vars.get("SKINFLINT_APPS_N", "1")),
+            drain_s=float(env_vars.get("SKINFLINT_DRAIN_S", "10")),
+            fps_per_user=float(env_vars.get("SKINFLINT_FPS_PER_USER", "0")),
         )

@@ -155,11 +155,11 @@ def _finish(rec: dict[str, Any], body: dict[str, Any], slo: float) -> None:
     status = body.get("status") or "pending"
     rec["result"] = status if status in ("done", "dropped") else "lost"
     rec["slo_s"] = slo
-    for k in ("accepted_at", "deadline", "finished_at", "latency_s"):
-        if body.get(k) is not None:
-            rec[k] = body[k]
+    for field in ("accepted_at", "deadline", "finished_at", "latency_s"):
+        if body.get(field) is not None:
+            rec[field] = body[field]
     reasons = sorted(
-        {t.get("reason") for t in body.get("tasks", []) if t.get("status") == "dropped"} - {None}
+        {task.get("reason") for task in body.get("tasks", []) if task.get("status") == "dropped"} - {None}
     )
     if reasons:
         rec["drop_reasons"] = reasons
@@ -213,7 +213,7 @@ def _read_slos(environment: Any, **_kw: Any) -> None:
     import requests
 
     try:
-        r = requests.get(
+        response = requests.get(
             f"{(environment.host or '').rstrip('/')}/v1/apps", headers={"x-api-key": API_KEY}, timeout=30
         )
     except requests.RequestException as exc:
@@ -221,13 +221,13 @@ def _read_slos(environment: Any, **_kw: Any) -> None:
         environment.process_exit_code = 2
         environment.runner.quit()
         return
-    if r.status_code != 200:
-        log.error("GET /v1/apps answered %s: %s", r.status_code, r.text[:200])
+    if response.status_code != 200:
+        log.error("GET /v1/apps answered %s: %s", response.status_code, response.text[:200])
         environment.process_exit_code = 2
         environment.runner.quit()
         return
-    SLOS.update({a["name"]: float(a["slo_s"]) for a in r.json().get("apps", [])})
-    wanted = {u.app for u in environment.user_classes if getattr(u, "app", "")}
+    SLOS.update({app["name"]: float(app["slo_s"]) for app in response.json().get("apps", [])})
+    wanted = {user_class.app for user_class in environment.user_classes if getattr(user_class, "app", "")}
     missing = sorted(wanted - set(SLOS))
     if missing:
         log.error(
@@ -253,18 +253,18 @@ def _collect_after(environment: Any) -> None:
         for pause in (0.0, 1.0, 2.0):
             gevent.sleep(pause)
             try:
-                r = session.get(
+                response = session.get(
                     f"{host}/v1/requests/{rec['request_id']}", headers={"x-api-key": API_KEY}, timeout=30
                 )
             except requests.RequestException:
                 continue
-            if r.status_code == 200:
-                body = r.json()
+            if response.status_code == 200:
+                body = response.json()
                 if body.get("status") in ("done", "dropped"):
                     break
         _finish(rec, body, SLOS.get(rec["app"], 1.0))
 
-    for rec in [r for r in OUTCOMES if r.get("result") == "pending"]:
+    for rec in [record for record in OUTCOMES if record.get("result") == "pending"]:
         pool.spawn(one, rec)
     pool.join(timeout=600)
 

@@ -87,10 +87,10 @@ class FleetStack(Stack):
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
         )
-        kinds = sorted({h.kind for h in props.hardware})
+        kinds = sorted({hw.kind for hw in props.hardware})
         requirements = {
-            f"requirements-{k}.txt": "\n".join((*C.WORKER_REQUIREMENTS, C.WORKER_RUNTIME[k])) + "\n"
-            for k in kinds
+            f"requirements-{kind}.txt": "\n".join((*C.WORKER_REQUIREMENTS, C.WORKER_RUNTIME[kind])) + "\n"
+            for kind in kinds
         }
         self.code = s3_assets.Asset(
             self, "WorkerCode", path=str(stage_packages("worker", C.WORKER_PACKAGES, requirements))
@@ -127,7 +127,7 @@ class FleetStack(Stack):
                 f"{models_dir} lacks {', '.join(missing)} (demo models not built): shares of those run "
                 "emulated; `skinflint models build` builds every demo app's models",
             )
-        names = ",".join(p.name.removesuffix(C.MODEL_SUFFIX) for p in files)
+        names = ",".join(path.name.removesuffix(C.MODEL_SUFFIX) for path in files)
         CfnOutput(self, "Models", value=names, description=f"ONNX models shipped to {C.WORKER_MODEL_DIR}")
         return asset
 
@@ -176,7 +176,7 @@ class FleetStack(Stack):
 
     # -- one hardware class ----------------------------------------------------------------------
     def _role(self, hw: HardwareClass) -> iam.Role:
-        p, region, account, part = self.props, self.region, self.account, self.partition
+        props, region, account, part = self.props, self.region, self.account, self.partition
         role = iam.Role(
             self,
             f"Role-{hw.slug}",
@@ -198,20 +198,20 @@ class FleetStack(Stack):
             iam.PolicyStatement(
                 sid="PlanRead",
                 actions=["dynamodb:GetItem", "dynamodb:BatchGetItem"],
-                resources=[p.config_table.table_arn],
+                resources=[props.config_table.table_arn],
             ),
             # slot claims (conditional put, conditional delete on release) and heartbeats, only
             iam.PolicyStatement(
                 sid="ClaimsAndHeartbeats",
                 actions=["dynamodb:PutItem", "dynamodb:DeleteItem"],
-                resources=[p.config_table.table_arn],
+                resources=[props.config_table.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.WORKER_CONFIG_KEYS)}},
             ),
             # task records and frame outcomes (conditional puts), a frame read back (by key)
             iam.PolicyStatement(
                 sid="Results",
                 actions=["dynamodb:PutItem", "dynamodb:BatchGetItem"],
-                resources=[p.results_table.table_arn],
+                resources=[props.results_table.table_arn],
             ),
             iam.PolicyStatement(
                 sid="TaskQueues", actions=queue_actions, resources=[queues_arn(part, account, region)]
@@ -249,9 +249,9 @@ class FleetStack(Stack):
                 sid="Code",
                 actions=["s3:GetObject"],
                 resources=[
-                    a.bucket.arn_for_objects(a.s3_object_key)
-                    for a in (self.code, self.wheels)
-                    if a is not None
+                    asset.bucket.arn_for_objects(asset.s3_object_key)
+                    for asset in (self.code, self.wheels)
+                    if asset is not None
                 ],
             ),
         ]
@@ -295,7 +295,7 @@ class FleetStack(Stack):
             acknowledge(policy, f"AwsSolutions-IAM5[{finding}]", reason)
 
     def _group(self, hw: HardwareClass) -> autoscaling.AutoScalingGroup:
-        p = self.props
+        props = self.props
         role = self._role(hw)
         user_data = ec2.UserData.for_linux()
         code_zip = user_data.add_s3_download_command(
@@ -323,9 +323,9 @@ class FleetStack(Stack):
             code_zip=code_zip,
             wheels_zip=wheels_zip,
             models_zip=models_zip,
-            config_table=p.config_table.table_name,
-            results_table=p.results_table.table_name,
-            bucket=p.bucket.bucket_name,
+            config_table=props.config_table.table_name,
+            results_table=props.results_table.table_name,
+            bucket=props.bucket.bucket_name,
         )
         user_data.add_commands(*worker_boot_commands(boot))
         ami = C.GPU_AMI_PARAMETER if hw.kind == "gpu" else C.CPU_AMI_PARAMETER
@@ -367,7 +367,7 @@ class FleetStack(Stack):
                 )
             ],
         }
-        if p.spot:
+        if props.spot:
             group = autoscaling.AutoScalingGroup(
                 self,
                 f"Group-{hw.slug}",
@@ -399,7 +399,7 @@ class FleetStack(Stack):
             lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
             heartbeat_timeout=Duration.seconds(C.DRAIN_HEARTBEAT_S),
             default_result=autoscaling.DefaultResult.CONTINUE,
-            notification_target=hooktargets.QueueHook(p.fleet_events),
+            notification_target=hooktargets.QueueHook(props.fleet_events),
         )
         acknowledge(
             group,

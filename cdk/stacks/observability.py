@@ -125,7 +125,7 @@ class ObservabilityStack(Stack):
             )
         out: list[cw.IMetric] = list(lines.values())
         if lines:
-            total = " + ".join(f"FILL({k}, 0)" for k in lines)
+            total = " + ".join(f"FILL({metric_id}, 0)" for metric_id in lines)
             out.append(_expr(total, "total USD/h", C.COST_PERIOD_S, **lines))
         return out
 
@@ -210,7 +210,9 @@ class ObservabilityStack(Stack):
             )
         # every queue of the region but the stack's dead-letter queues (alarmed above); Metrics
         # Insights cannot filter by name prefix, so another application's queues count too
-        not_dlqs = " AND ".join(f"QueueName != '{n}'" for n in (C.TASKS_DLQ_NAME, C.FLEET_EVENTS_DLQ_NAME))
+        not_dlqs = " AND ".join(
+            f"QueueName != '{name}'" for name in (C.TASKS_DLQ_NAME, C.FLEET_EVENTS_DLQ_NAME)
+        )
         queue_age = _insights(
             f'SELECT MAX(ApproximateAgeOfOldestMessage) FROM SCHEMA("AWS/SQS", QueueName) WHERE {not_dlqs}',
             "oldest message, every queue but the DLQs (s)",
@@ -398,7 +400,7 @@ class ObservabilityStack(Stack):
                     statistic="Sum",
                     period=Duration.minutes(5),
                 )
-        expression = " + ".join(f"FILL({k}, 0)" for k in using)
+        expression = " + ".join(f"FILL({metric_id}, 0)" for metric_id in using)
         return _expr(expression, "EMF lines rejected", 300, **using)
 
     # -- dashboard ---------------------------------------------------------------------------------
