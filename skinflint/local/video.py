@@ -14,17 +14,17 @@ __all__ = ["synthetic_frames"]
 
 @dataclass(frozen=True)
 class _Car:
-    x: float  # px at frame 0
+    start_x: float  # px at frame 0
     lane: float  # top edge, fraction of the height
-    v: float  # px per frame (negative: leftwards)
+    speed: float  # px per frame (negative: leftwards)
     color: tuple[int, ...]  # RGB
-    w: float  # px
+    length: float  # px
 
 
 @dataclass(frozen=True)
 class _Person:
-    x: float  # px at frame 0
-    v: float  # px per frame
+    start_x: float  # px at frame 0
+    speed: float  # px per frame
 
 
 def synthetic_frames(
@@ -40,28 +40,30 @@ def synthetic_frames(
         draw.rectangle((mark, height * 0.67, mark + 20, height * 0.69), fill=(230, 230, 230))
     cars = [
         _Car(
-            x=float(rng.uniform(0, width)),
+            start_x=float(rng.uniform(0, width)),
             lane=float(rng.choice([0.55, 0.72])),
-            v=float(rng.uniform(2, 6)) * (1 if rng.random() < 0.5 else -1),
+            speed=float(rng.uniform(2, 6)) * (1 if rng.random() < 0.5 else -1),
             color=tuple(int(channel) for channel in rng.integers(30, 255, 3)),
-            w=float(rng.uniform(30, 50)),
+            length=float(rng.uniform(30, 50)),
         )
         for _ in range(4)
     ]
-    people = [_Person(x=float(rng.uniform(0, width)), v=float(rng.uniform(-1.5, 1.5))) for _ in range(3)]
+    people = [
+        _Person(start_x=float(rng.uniform(0, width)), speed=float(rng.uniform(-1.5, 1.5))) for _ in range(3)
+    ]
     noise = rng.integers(0, 12, size=(height, width, 3), dtype=np.uint8)
     frames: list[bytes] = []
     for index in range(count):
         img = bg.copy()
         dr = ImageDraw.Draw(img)
         for car in cars:
-            x = (car.x + car.v * index) % (width + 60) - 30
-            y = height * car.lane
-            dr.rectangle((x, y, x + car.w, y + 18), fill=car.color, outline=(0, 0, 0))
+            left = (car.start_x + car.speed * index) % (width + 60) - 30
+            top = height * car.lane
+            dr.rectangle((left, top, left + car.length, top + 18), fill=car.color, outline=(0, 0, 0))
         for person in people:
-            x = (person.x + person.v * index) % width
-            dr.ellipse((x, height * 0.4, x + 8, height * 0.48), fill=(230, 200, 170))
-            dr.rectangle((x + 1, height * 0.48, x + 7, height * 0.5 - 2), fill=(40, 40, 160))
+            left = (person.start_x + person.speed * index) % width
+            dr.ellipse((left, height * 0.4, left + 8, height * 0.48), fill=(230, 200, 170))
+            dr.rectangle((left + 1, height * 0.48, left + 7, height * 0.5 - 2), fill=(40, 40, 160))
         arr = np.asarray(img, dtype=np.uint8)
         arr = np.clip(arr.astype(np.int16) + np.roll(noise, index, axis=1) - 6, 0, 255).astype(np.uint8)
         buf = io.BytesIO()
