@@ -14,9 +14,9 @@ local to the instance. Checks, in order (docs/loadtest.md has the reasoning and 
    ``b`` requests, and for a dispatch-aware plan at most what the plan's realisation assumed the
    window holds (``planner.dispatch.root_window_caps``: the children were sized for the bursts of
    windows that full, whatever the arrival process). The instance counts what it put in each slot;
-   a full slot spills the frame into
-   the next windows while the slot's bound (window end + the window's steady-state queue wait +
-   batch duration + the downstream modules' planned worst case) still meets the frame's deadline.
+   a full slot spills the frame into the next windows while the slot's bound (window end + the
+   window's steady-state queue wait + batch duration + the hop that delivers the batch + the
+   downstream modules' planned worst case) still meets the frame's deadline.
    A machine whose queue holds more than it can run within the SLO (visible + in flight, read with
    ``GetQueueAttributes`` at most once per ``queue_check_s``) is skipped.
 
@@ -424,7 +424,7 @@ class Admission:
             first_end = min(first_end, route.window_end)
             group = sched.groups[route.group]
             wait = sched.window_wait_s(route.batch_id)
-            bound = route.window_end + wait + group.duration_s + st.tail_s[module]
+            bound = route.window_end + wait + group.duration_s + group.overhead_s + st.tail_s[module]
             if bound > deadline:
                 break
             caps = st.caps.get(module)

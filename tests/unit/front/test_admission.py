@@ -29,6 +29,7 @@ def deployment(
     det_batch: int = 2,
     det_rate: float = 8.0,
     det_d: float = 0.1,
+    det_hop: float = 0.0,
     version: int = 1,
 ) -> Deployment:
     # detector: one machine, batch det_batch at det_rate req/s -> windows of det_batch / det_rate s
@@ -41,7 +42,7 @@ def deployment(
         modules={
             "detector": ModulePlan(
                 latency_budget_s=0.5,
-                worst_case_latency_s=det_batch / det_rate + det_d,
+                worst_case_latency_s=det_batch / det_rate + det_d + det_hop,
                 groups=[
                     MachineGroup(
                         hardware="t4",
@@ -49,6 +50,7 @@ def deployment(
                         machines=1,
                         rate_per_machine=det_rate,
                         duration_s=det_d,
+                        overhead_s=det_hop,
                     )
                 ],
             ),
@@ -291,6 +293,17 @@ def test_a_plan_that_cannot_meet_the_slo_sheds_with_deadline():
     # window 0.25 + d 0.1 + car tail 0.217 > 0.3 s
     out = admission().admit(Router.for_deployment(deployment(slo_s=0.3)), 1, ORIGIN + 1.0)
     assert isinstance(out, Shed) and (out.status, out.error) == (503, "deadline")
+
+
+@pytest.mark.parametrize(("hop", "admitted"), [(0.0, True), (0.2, False)])
+def test_the_hop_that_delivers_a_module_counts_in_its_slots_bound(hop: float, admitted: bool):
+    # window 0.25 + d 0.1 + car tail 0.217 = 0.567 <= 0.7 s; with the detector's hop of 0.2 s (latency
+    # only: it takes no device time) 0.767 > 0.7 s, so no window can meet the deadline
+    out = admission().admit(Router.for_deployment(deployment(slo_s=0.7, det_hop=hop)), 1, ORIGIN + 1.0)
+    if admitted:
+        assert isinstance(out, Admitted)
+    else:
+        assert isinstance(out, Shed) and (out.status, out.error) == (503, "deadline")
 
 
 def test_a_new_deployment_version_starts_with_empty_slots():
