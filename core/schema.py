@@ -106,7 +106,8 @@ class Assignment(BaseModel):
     hardware: str
     batch: int
     concurrency: int = 1
-    duration_s: float  # the planned batch duration (what the plan assumed, overheads included)
+    duration_s: float  # the planned batch duration: device time (what the plan assumed it occupies)
+    overhead_s: float = 0.0  # the group's latency-only hop (delivery), planned apart from device time
     model_s: float | None = None  # the profile's own batch duration (what emulation sleeps)
     added_wait_s: float = 0.0  # the most its batches may wait for co-located shares (fleet packing)
     queue_url: str
@@ -139,12 +140,12 @@ class Deployment(BaseModel):
 
     def min_tail_s(self, module: str) -> float:
         """Smallest time the modules below ``module`` need (the longest chain of planned batch
-        durations): what early drop keeps in reserve when it decides whether a frame can still
-        meet its deadline."""
+        durations, each with the hop that delivers it): what early drop keeps in reserve when it
+        decides whether a frame can still meet its deadline."""
         best = 0.0
         for child, _ in self.children(module):
             groups = self.plan.modules[child].groups
-            shortest = min(group.duration_s for group in groups) if groups else 0.0
+            shortest = min(group.duration_s + group.overhead_s for group in groups) if groups else 0.0
             best = max(best, shortest + self.min_tail_s(child))
         return best
 

@@ -108,6 +108,13 @@ def _hop_in_duration(mp: ModulePlan | None, overhead_s: float) -> float:
     return overhead_s
 
 
+def _group_overhead(mp: ModulePlan | None, group: int) -> float:
+    """The latency-only hop of a module plan's group (0 for a plan that holds it in its durations)."""
+    if mp is None or not 0 <= group < len(mp.groups):
+        return 0.0
+    return mp.groups[group].overhead_s
+
+
 def assignment_for(
     share: Share,
     deployment: Deployment,
@@ -136,6 +143,7 @@ def assignment_for(
         batch=share.batch,
         concurrency=share.concurrency,
         duration_s=share.duration_s,
+        overhead_s=_group_overhead(mp, share.group),
         # what emulation sleeps: the profile's duration, without the hop overhead (a plan that carries
         # it apart, as each group's latency-only overhead_s, has none in its durations) and without the
         # service-time correction the plan learned (control/calibration.py)

@@ -571,12 +571,13 @@ class Worker:
             put("BatchFill", len(run) / self.assignment.batch, "None", **dims)
             put("BatchMs", (done - start) * 1e3, "Milliseconds", **dims)
             # how much later than planned the batch finished, from its window end: the planned batch
-            # duration covers the hop (SQS, grace, decode) and the run, the packing's added wait the
-            # co-located shares; the control loop adds a module's positive maximum to its profile
-            # (control/calibration.py)
+            # duration (device time) and the group's latency-only hop (SQS delivery) cover the run and
+            # what delivers it, the packing's added wait the co-located shares; the control loop adds
+            # a module's positive maximum to its profile (control/calibration.py)
             assignment = self.assignment
             close_at = min(pending.message.window_end for pending in run)
-            overrun = (done - close_at - assignment.duration_s - assignment.added_wait_s) * 1e3
+            planned = assignment.duration_s + assignment.overhead_s + assignment.added_wait_s
+            overrun = (done - close_at - planned) * 1e3
             put("ServiceOverrunMs", overrun, "Milliseconds", **dims)
         put("Drops", out.dropped, **dims)
         put("Duplicates", out.duplicates, **dims)
