@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from control.errors import ControlError
+from control.hops import HopSettings
 from core.settings import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
 
 if TYPE_CHECKING:
@@ -34,7 +35,13 @@ class ControlConfig:
     activate_wait_s: float = 0.0  # s an epoch that published waits for the slots to be served
     activate_poll_s: float = 2.0  # s between readiness reads while it waits
     heartbeat_fresh_s: float = 30.0  # s: a heartbeat older than this does not show a slot served
-    hop_overhead_s: float = 0.05  # s added to every profile duration (SQS send and receive, grace)
+    # s: the cold-start hop (SQS send, delivery, receive) of a module not measured yet (docs/control.md
+    # says where 0.05 comes from); a measured p99 replaces it per module (control/hops.py)
+    hop_overhead_s: float = 0.05
+    measure_hops: bool = True  # plan each module with the p99 of its measured deliveries (HopDelayBucket)
+    hop_floor_s: float = 0.02  # s: the least hop a measurement plans
+    hop_min_samples: int = 100  # deliveries in the rate window before a module's p99 is used
+    hop_band_s: float = 0.01  # s: a measured hop this much (or less) below the one in force keeps it
     calibrate: bool = False  # opt-in: learn service-time corrections from ServiceOverrunMs (calibration.py)
     rate_period_s: int = 60  # s: CloudWatch period the observed rate is summed over
     # s: the rate window ends this long before now, so every writer (front, workers) has flushed the
@@ -83,8 +90,24 @@ class ControlConfig:
             )
         if self.solve_budget_s is not None and not 0 <= self.solve_budget_s < float("inf"):
             raise ValueError(f"solve_budget_s must be finite seconds >= 0 or None, got {self.solve_budget_s}")
+        if not 0 <= self.hop_floor_s < float("inf") or not 0 <= self.hop_band_s < float("inf"):
+            raise ValueError(
+                f"hop_floor_s and hop_band_s must be finite seconds >= 0, got {self.hop_floor_s}, "
+                f"{self.hop_band_s}"
+            )
+        if self.hop_min_samples < 1:
+            raise ValueError(f"hop_min_samples must be >= 1, got {self.hop_min_samples}")
         if not 0 <= self.reserve_review_s < float("inf"):
             raise ValueError(f"reserve_review_s must be finite seconds >= 0, got {self.reserve_review_s}")
+
+    def hop_settings(self) -> HopSettings:
+        """The measured hops' settings (control/hops.py)."""
+        return HopSettings(
+            default_s=self.hop_overhead_s,
+            floor_s=self.hop_floor_s,
+            min_samples=self.hop_min_samples,
+            band_s=self.hop_band_s,
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlConfig:
@@ -102,6 +125,10 @@ class ControlConfig:
                 activate_wait_s=float(e.get("SKINFLINT_ACTIVATE_WAIT_S", d.activate_wait_s)),
                 heartbeat_fresh_s=float(e.get("SKINFLINT_HEARTBEAT_FRESH_S", d.heartbeat_fresh_s)),
                 hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
+                measure_hops=(e.get("SKINFLINT_MEASURE_HOPS", "1").strip().lower() in ("1", "true", "yes")),
+                hop_floor_s=float(e.get("SKINFLINT_HOP_FLOOR_S", d.hop_floor_s)),
+                hop_min_samples=int(e.get("SKINFLINT_HOP_MIN_SAMPLES", d.hop_min_samples)),
+                hop_band_s=float(e.get("SKINFLINT_HOP_BAND_S", d.hop_band_s)),
                 calibrate=(e.get("SKINFLINT_CALIBRATE", "0").strip().lower() in ("1", "true", "yes")),
                 rate_period_s=int(e.get("SKINFLINT_RATE_PERIOD_S", d.rate_period_s)),
                 rate_lag_s=float(e.get("SKINFLINT_RATE_LAG_S", d.rate_lag_s)),

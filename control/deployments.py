@@ -38,7 +38,7 @@ def _rate_close(old: float, new: float, modules_changed: bool) -> bool:
 
 
 def same_module_plan(left: ModulePlan, right: ModulePlan) -> bool:
-    """Equal machine groups (hardware, batch, concurrency, machines, rate, duration) and budgets:
+    """Equal machine groups (hardware, batch, concurrency, machines, rate, duration, hop) and budgets:
     the same dispatch schedule, so the same queues can carry it."""
     if len(left.groups) != len(right.groups) or not _close(left.latency_budget_s, right.latency_budget_s):
         return False
@@ -47,6 +47,7 @@ def same_module_plan(left: ModulePlan, right: ModulePlan) -> bool:
         == (right_group.hardware, right_group.batch, right_group.concurrency, right_group.machines)
         and _close(left_group.rate_per_machine, right_group.rate_per_machine)
         and _close(left_group.duration_s, right_group.duration_s)
+        and _close(left_group.overhead_s, right_group.overhead_s)
         for left_group, right_group in zip(left.groups, right.groups, strict=True)
     )
 

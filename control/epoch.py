@@ -50,6 +50,7 @@ from control.config import ControlConfig
 from control.deployments import AppChange, app_change, build_deployment, changed_apps
 from control.errors import ControlError
 from control.gc import GcConfig, collect
+from control.hops import learn_hops
 from control.planning import (
     Planned,
     activation_times,
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     from core.adapters.metrics import Metrics
     from core.adapters.plan_store import Manifest, PlanStore
     from core.adapters.queue_admin import QueueAdmin
-    from core.adapters.rates import ObservedRates, ServiceOverruns
+    from core.adapters.rates import HopDelays, ObservedRates, ServiceOverruns
     from core.schema import Deployment
     from planner.models import HardwareSpec, Plan, ProblemSpec
     from planner.packing import FleetPlan
@@ -118,6 +119,9 @@ class EpochSummary:
     gc: dict[str, Any] = field(default_factory=dict)
     activation: dict[str, Any] = field(default_factory=dict)  # control.activation.ActivationCheck
     corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
+    # app -> module -> the hop it is planned with: hop_s, source (default | kept | measured), samples
+    # (first deliveries in the rate window) and their p99_s (control/hops.py)
+    hops: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     seeded: list[str] = field(default_factory=list)  # apps planned with their registration's plan
     # apps on a plan to solve again: made for an earlier problem, or the solve's quick plan
     carried: list[str] = field(default_factory=list)
@@ -152,6 +156,7 @@ class Controller:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     overruns: ServiceOverruns | None = None  # the workers' ServiceOverrunMs (None: no calibration)
+    hop_delays: HopDelays | None = None  # the workers' HopDelayBucket (None: every hop the default)
     # what the epoch's reserve review reads: the registered apps and the hardware planned on
     _review: tuple[Mapping[str, tuple[AppRecord, RegistrationSpec]], list[str] | None] | None = field(
         default=None, init=False, repr=False
@@ -484,6 +489,7 @@ class Controller:
         for gone in set(state.history) - set(apps):
             del state.history[gone]
         self._calibrate(state, apps, cur_deps, window, summary)
+        self._measure_hops(state, apps, cur_deps, window, summary)
         inputs = plan_inputs(apps, seen, window, state, self.config, self.catalog, available)
         summary.rates.update(inputs.report)
         problems, failed, rates = inputs.problems, inputs.failed, inputs.rates
@@ -570,6 +576,31 @@ class Controller:
             return
         learn_corrections(state, deps, maxima)
         summary.corrections = {app: dict(correction) for app, correction in state.corrections.items()}
+
+    def _measure_hops(
+        self,
+        state: ControlState,
+        apps: Mapping[str, tuple[AppRecord, RegistrationSpec]],
+        cur_deps: Mapping[str, Deployment],
+        window: RateWindow,
+        summary: EpochSummary,
+    ) -> None:
+        """Decide each module's hop from the p99 of its first deliveries in the window (control/hops.py;
+        the modules of the plan in force are read). A failed read keeps the hops in force."""
+        settings = self.config.hop_settings()
+        modules = {app: list(spec.modules) for app, (_, spec) in apps.items()}
+        counts: dict[tuple[str, str], dict[str, float]] = {}
+        if self.hop_delays is not None and self.config.measure_hops:
+            keys = [
+                (app, module) for app, dep in cur_deps.items() if app in apps for module in dep.plan.modules
+            ]
+            try:
+                counts = self.hop_delays.counts(keys, window) if keys else {}
+            except MetricsError as exc:
+                summary.warnings.append(f"hop delays not read, hops kept: {exc}")
+        elif not self.config.measure_hops:
+            state.hops.clear()  # measuring turned off: every module on the default
+        summary.hops = learn_hops(state, modules, counts, settings)
 
     def _emulated(self, plan: Plan) -> list[str]:
         used = {group.hardware for mp in plan.modules.values() for group in mp.groups}

@@ -131,7 +131,13 @@ def plan_inputs(
             out.report[name].update(planned=round(boosts[name], 4), backlog=round(boosts[name], 4))
         try:
             out.problems[name] = app_problem(
-                spec, out.rates[name], catalog, available, config.hop_overhead_s, state.corrections.get(name)
+                spec,
+                out.rates[name],
+                catalog,
+                available,
+                config.hop_overhead_s,
+                state.corrections.get(name),
+                hops=state.hops.get(name),
             )
         except ValueError as exc:
             out.failed[name] = str(exc).splitlines()[0]

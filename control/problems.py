@@ -32,6 +32,7 @@ def adjust_profiles(
     corrections: Mapping[str, float] | None = None,
     *,
     hop_as_latency: bool = False,
+    hops: Mapping[str, float] | None = None,
 ) -> ProblemSpec:
     """Every profile entry's duration (device time) becomes its p95 (``p95_s``, when measured) plus the
     service-time correction learned for the module on that hardware (``"module@hardware"`` -> s,
@@ -42,19 +43,23 @@ def adjust_profiles(
       only: the worker overlaps the hop with the device, so it lengthens every worst case and occupies
       no machine (throughput c b / duration);
     - otherwise (the local stack's conservative plan): into the duration, as if the device were busy
-      for it."""
+      for it.
+
+    ``hops`` (module -> s, :mod:`control.hops`): a module's measured hop, in place of ``overhead_s``."""
     corr = corrections or {}
+    measured = hops or {}
     modules = {}
     for name, mod in problem.modules.items():
+        hop = measured.get(name, overhead_s)
         entries = []
         for e in mod.profile:
             extra = e.model_extra or {}
             p95 = float(extra.get("p95_s") or e.duration_s)
             fix = corr.get(f"{name}@{e.hardware}", 0.0)
             if hop_as_latency:
-                update = {"duration_s": p95 + fix, "overhead_s": e.overhead_s + overhead_s}
+                update = {"duration_s": p95 + fix, "overhead_s": e.overhead_s + hop}
             else:
-                update = {"duration_s": p95 + overhead_s + fix}
+                update = {"duration_s": p95 + hop + fix}
             entries.append(e.model_copy(update=update))
         modules[name] = mod.model_copy(update={"profile": entries})
     return problem.model_copy(update={"modules": modules})
@@ -90,12 +95,14 @@ def app_problem(
     available: Iterable[str] | None,
     overhead_s: float,
     corrections: Mapping[str, float] | None = None,
+    hops: Mapping[str, float] | None = None,
 ) -> ProblemSpec:
     """The planner's problem for ``spec`` at ``frame_rate`` frames/s, for its planning SLO (the SLO
-    less its ``admission_reserve``, :attr:`RegistrationSpec.planning_slo_s`), with the extra
-    ``max_children_per_request`` (:func:`max_children`) when the app has edges and the app's
-    service-time ``corrections`` added to its profiles (:func:`adjust_profiles`). Raises
-    ``ValueError`` naming the module that has no profile on the usable hardware."""
+        less its ``admission_reserve``, :attr:`RegistrationSpec.planning_slo_s`), with the extra
+        ``max_children_per_request`` (:func:`max_children`) when the app has edges and the app's
+        service-time ``corrections`` added to its profiles and each module's hop (its measured one in
+    ``hops``, module -> s, else ``overhead_s``) as latency (:func:`adjust_profiles`). Raises
+        ``ValueError`` naming the module that has no profile on the usable hardware."""
     hw = usable_hardware(spec, catalog, available)
     problem = spec.app_spec().to_problem(
         frame_rate, spec.profiles, {h: catalog[h] for h in hw}, spec.planning_slo_s
@@ -116,7 +123,7 @@ def app_problem(
     if spec.edges:
         update[FAN_OUT_KEY] = max_children(spec.edges)
     problem = problem.model_copy(update=update)
-    return adjust_profiles(problem, overhead_s, corrections, hop_as_latency=True)
+    return adjust_profiles(problem, overhead_s, corrections, hop_as_latency=True, hops=hops)
 
 
 def machine_count(plan: Plan, hardware: str) -> dict[str, int]:

@@ -30,7 +30,7 @@ from core.adapters.metrics import CloudWatchMetrics
 from core.adapters.plan_store import InstanceStatus, PlanStore
 from core.adapters.queue_admin import QueueAdmin
 from core.adapters.queues import TaskQueues
-from core.adapters.rates import ObservedRates, ServiceOverruns
+from core.adapters.rates import HopDelays, ObservedRates, ServiceOverruns
 from core.adapters.usage import report_to
 from core.clients import make_client
 from core.errors import DataPlaneError, MetricsError
@@ -120,6 +120,7 @@ def build_controller(
         states=states,
         rates=ObservedRates(cw, data.metrics_namespace),
         overruns=ServiceOverruns(cw, data.metrics_namespace),
+        hop_delays=HopDelays(cw, data.metrics_namespace),
         groups=FleetGroups(client("autoscaling"), control.asg_names),
         queues=QueueAdmin(sqs),
         depth=TaskQueues(sqs).depth,

@@ -55,6 +55,8 @@ class ControlState(BaseModel):
     corrections: dict[str, dict[str, float]] = Field(default_factory=dict)
     corrections_low: dict[str, dict[str, list[float]]] = Field(default_factory=dict)  # shrink streaks
     reserves: dict[str, ReserveChoice] = Field(default_factory=dict)  # app -> reserve chosen again
+    # measured hops (control/hops.py): app -> module -> s (a module not here is planned with the default)
+    hops: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
 class StateStore:

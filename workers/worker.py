@@ -38,6 +38,7 @@ from core.adapters.outcomes import FrameOutcomes, leaf_rank
 from core.adapters.queues import queue_gone
 from core.adapters.results import TaskRecord
 from core.errors import DataPlaneError, QueueError
+from core.hops import BUCKET_METRIC, DELAY_METRIC, bucket_label
 from core.routing import child_count, child_region
 from core.schema import TaskMessage
 from core.settings import DELETE_BATCH
@@ -241,6 +242,7 @@ class Worker:
         now = self.clock()
         count = 0
         poison: list[tuple[Received, ValueError]] = []
+        delays: list[float] = []
         with self._lock:
             if len(self._receives) > 20_000:  # receive counts matter only while a request is in hand
                 self._receives.clear()
@@ -257,11 +259,29 @@ class Worker:
                     continue
                 self.assembler.add(msg, received_one.receipt, now)
                 self._receives[msg.idempotency_key] = received_one.receive_count
+                if received_one.receive_count <= 1:  # a redelivery waited out a visibility timeout
+                    delays.append(now - msg.enqueued_at)
                 count += 1
             self._lock.notify_all()
+        self._hop_metrics(delays)
         for received_one, err in poison:
             self._record_poison(received_one, err)
         return count
+
+    def _hop_metrics(self, delays: list[float]) -> None:
+        """Each first delivery's hop (core/hops.py): the time from the sender's ``enqueued_at`` (a
+        parent's finish, the front's admission) until the receive that returned it, the SQS send,
+        delivery and receive. The long poll waiting for a message before it was sent is not in it (it
+        counts from the send); a message that waited in the queue while the receiver was busy is (a
+        request waits that long). A redelivery is left out: it waited for a visibility timeout, not
+        for a hop. Clocks of two hosts may differ by a little: a negative delay counts as 0."""
+        if not delays:
+            return
+        put, app, module = self.metrics.put, self.assignment.app, self.assignment.module
+        for delay in delays:
+            delay_ms = max(0.0, delay) * 1e3
+            put(DELAY_METRIC, delay_ms, "Milliseconds", App=app, Module=module)
+            put(BUCKET_METRIC, 1, "Count", App=app, Module=module, UpToMs=bucket_label(delay_ms))
 
     # -- poison messages (workers/poison.py) ------------------------------------------------------
     def _record_poison(self, received: Received, exc: ValueError) -> None:

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from core.adapters._aws import AWS_ERRORS
 from core.errors import MetricsError
+from core.hops import BOUNDS_MS, BUCKET_METRIC
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-__all__ = ["SHED_REASONS", "ObservedRates", "RateWindow", "ServiceOverruns"]
+__all__ = ["SHED_REASONS", "HopDelays", "ObservedRates", "RateWindow", "ServiceOverruns"]
 
 _MAX_QUERIES = 500  # GetMetricData's limit per call
 #: FrontRejected reasons that mean "no planned capacity for this frame" (front/admission.py)
@@ -184,4 +185,41 @@ class ServiceOverruns:
         for index, values in _metric_values(self._cw, self.namespace, queries, "Maximum", window):
             if values:
                 out[series[index]] = max(out.get(series[index], -math.inf), max(values) / 1e3)
+        return out
+
+
+class HopDelays:
+    """The workers' hop histogram (``HopDelayBucket``, core/hops.py): per (app, module), the count of
+    first deliveries in each ``UpToMs`` bucket over a window (``Sum`` of every period). A key with no
+    deliveries in the window is left out."""
+
+    def __init__(self, client: Any, namespace: str, metric: str = BUCKET_METRIC):
+        self._cw = client
+        self.namespace = namespace
+        self.metric = metric
+
+    def counts(
+        self, keys: Iterable[tuple[str, str]], window: RateWindow
+    ) -> dict[tuple[str, str], dict[str, float]]:
+        labels = [f"{bound:g}" for bound in BOUNDS_MS] + ["inf"]
+        series = [(key, label) for key in sorted(set(keys)) for label in labels]
+        # dimensions in name order, as the workers put them (moto matches dimensions as a list)
+        queries = [
+            (
+                self.metric,
+                [
+                    {"Name": "App", "Value": app},
+                    {"Name": "Module", "Value": module},
+                    {"Name": "UpToMs", "Value": label},
+                ],
+            )
+            for (app, module), label in series
+        ]
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        for index, values in _metric_values(self._cw, self.namespace, queries, "Sum", window):
+            total = sum(values)
+            if total > 0:
+                key, label = series[index]
+                bucket = out.setdefault(key, {})
+                bucket[label] = bucket.get(label, 0.0) + total
         return out

@@ -915,3 +915,65 @@ def test_a_registration_plan_on_hardware_without_a_worker_group_is_solved_again(
     assert dep is not None
     used = {g.hardware for mp in dep.plan.modules.values() for g in mp.groups}
     assert used <= set(ASGS) and "t4" in used
+
+
+def test_measured_hops_are_planned_per_module_and_reported(env: Env) -> None:
+    """The workers' first deliveries to det have a p99 of 120 ms (core/hops.py's histogram): the next
+    epoch plans det with a 0.12 s hop instead of the 0.05 s cold-start default (its worst case grows by
+    the 0.07 s), the other modules keep the default, and the summary says which hop each module has."""
+    env.register(SPEC)
+    first = env.ctl.run_epoch()
+    assert first.status == "published"
+    # the cold start: every module on the default, nothing measured
+    assert {m: h["source"] for m, h in first.hops["cams"].items()} == dict.fromkeys(
+        SPEC["modules"], "default"
+    )
+    assert all(h["hop_s"] == 0.05 for h in first.hops["cams"].values())
+    dep = env.ctl.plans.deployment(first.version, "cams")
+    assert dep is not None
+    before = dep.plan.modules["det"]
+    assert all(g.overhead_s == pytest.approx(0.05) for g in before.groups)
+    start = math.floor((env.clock.t + 60) / 60) * 60 - 60
+
+    def bucket(upto: str, count: float) -> dict[str, Any]:
+        dims = [
+            {"Name": "App", "Value": "cams"},
+            {"Name": "Module", "Value": "det"},
+            {"Name": "UpToMs", "Value": upto},
+        ]
+        return {"MetricName": "HopDelayBucket", "Dimensions": dims, "Timestamp": start + 5, "Unit": "Count",
+                "StatisticValues": {"SampleCount": count, "Sum": count, "Minimum": 1.0, "Maximum": 1.0}}  # fmt: skip
+
+    # 1,200 deliveries: 1,180 up to 30 ms, 20 up to 120 ms; the p99's rank is ceil(0.99 * 1200) = 1188 >
+    # 1180, so the p99 is 120 ms: max(0.12, floor 0.02) = 0.12 s, above the 0.05 in force: det moves
+    env.clients["cloudwatch"].put_metric_data(
+        Namespace=env.cfg.metrics_namespace, MetricData=[bucket("30", 1180.0), bucket("120", 20.0)]
+    )
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    out = env.ctl.run_epoch()
+    assert out.status == "published", out.as_json()
+    det = out.hops["cams"]["det"]
+    assert det == {"hop_s": pytest.approx(0.12), "source": "measured", "samples": 1200, "p99_s": 0.12}
+    assert all(h["source"] == "default" for m, h in out.hops["cams"].items() if m != "det")
+    assert out.as_json()["hops"]["cams"]["det"]["hop_s"] == pytest.approx(0.12)  # in the summary's JSON
+    after = env.ctl.plans.deployment(out.version, "cams")
+    assert after is not None
+    assert all(g.overhead_s == pytest.approx(0.12) for g in after.plan.modules["det"].groups)
+    assert all(
+        g.overhead_s == pytest.approx(0.05)
+        for m, mp in after.plan.modules.items()
+        if m != "det"
+        for g in mp.groups
+    )
+    # the planned worst case carries the measured hop: det's grows (0.12 - 0.05 = 0.07 s more hop;
+    # its batches and windows may be re-chosen too, so at least the hop's share of it)
+    assert after.plan.modules["det"].worst_case_latency_s > before.worst_case_latency_s
+    for path in (after.plan.model_extra or {})["paths"]:
+        assert path["worst_case_latency_s"] <= SPEC["slo_s"] + 1e-9
+    # a quiet window (no deliveries read) keeps the measured hop: no re-plan
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    again = env.ctl.run_epoch()
+    assert again.status == "unchanged", again.as_json()
+    assert again.hops["cams"]["det"] == {"hop_s": pytest.approx(0.12), "source": "kept", "samples": 0}

@@ -309,3 +309,32 @@ def test_the_delete_linger_setting_is_checked() -> None:
     for bad in ("soon", "-1", "nan", "60"):
         with pytest.raises(ValueError, match="SKINFLINT_DELETE_LINGER_S"):
             delete_linger_from_env({"SKINFLINT_DELETE_LINGER_S": bad})
+
+
+def test_each_first_delivery_reports_its_hop(stack):
+    """A worker reports the hop of every task it receives for the first time (received - enqueued:
+    the SQS send, delivery and receive) as HopDelayMs and one count of HopDelayBucket (core/hops.py),
+    per app and module; a redelivery (it waited out a visibility timeout, not a hop) is left out."""
+    from core.adapters.queues import Received
+
+    t0 = time.time() - 5.0
+    send_frames(stack, 2, at=t0)  # the front stamps enqueued_at = t0
+    url = stack.deployment.queues["detector"]["0/0"]
+    raw: list[dict] = []
+    while len(raw) < 2:
+        raw += stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    assert all(TaskMessage.parse(m["Body"]).enqueued_at == t0 for m in raw)
+    det = make_worker(stack, "detector")
+    det.clock = lambda: t0 + 0.037  # received 37 ms after it was enqueued
+    first = Received(raw[0]["Body"], raw[0]["ReceiptHandle"], receive_count=1, sent_at=t0)
+    again = Received(raw[1]["Body"], raw[1]["ReceiptHandle"], receive_count=2, sent_at=t0)
+    assert det.accept([first, again]) == 2
+    # (t0 + 0.037 - t0) * 1e3 = 37 ms, once: the redelivery is not a hop
+    assert stack.metrics.values("HopDelayMs", App="traffic", Module="detector") == [
+        pytest.approx(37.0, abs=1e-3)
+    ]
+    # 37 ms lies in the bucket up to 40 ms (35 < 37 <= 40)
+    assert stack.metrics.values("HopDelayBucket", App="traffic", Module="detector", UpToMs="40") == [1.0]
+    assert stack.metrics.total("HopDelayBucket", App="traffic") == 1.0
+    # the hop's series are per app and module, not per hardware (one histogram per queue's module)
+    assert stack.metrics.raw["HopDelayMs"][-1][1] == {"App": "traffic", "Module": "detector"}
