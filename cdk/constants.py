@@ -83,6 +83,10 @@ PLANNER_RESERVED_CONCURRENCY = 4  # concurrent executions
 FLEET_EVENTS_CONCURRENCY = 2  # SQS event source maximum concurrency (2 is the minimum allowed)
 FLEET_EVENTS_BATCH = 10  # fleet-event records per invocation
 PLANNER_EPOCH_S = 60  # s: EventBridge schedule rate(1 minute)
+# s: the workers' batch-closing grace (workers.worker.Worker.grace_s), planned as latency on top of each
+# module's hop, the cold-start default or a measured delivery p99 (control/config.py batch_overhead_s);
+# the planner and the front's registration plan with the same figure
+BATCH_OVERHEAD_S = 0.02
 PLANNER_QUEUE_WORKERS = 16  # apps whose queues are created in parallel (SKINFLINT_QUEUE_WORKERS)
 # s the planner's rate window ends before now (SKINFLINT_RATE_LAG_S; the code's default is 5 s, the
 # writers' flush interval): on AWS a value is readable only once CloudWatch has ingested it, and the

@@ -38,6 +38,9 @@ class ControlConfig:
     # s: the cold-start hop (SQS send, delivery, receive) of a module not measured yet (docs/control.md
     # says where 0.05 comes from); a measured p99 replaces it per module (control/hops.py)
     hop_overhead_s: float = 0.05
+    # s: the worker's own latency-only time per batch besides the delivery: its batch-closing grace
+    # (workers.worker.Worker.grace_s); added to every module's hop, the default or a measured one
+    batch_overhead_s: float = 0.0
     measure_hops: bool = True  # plan each module with the p99 of its measured deliveries (HopDelayBucket)
     hop_floor_s: float = 0.02  # s: the least hop a measurement plans
     hop_min_samples: int = 100  # deliveries in the rate window before a module's p99 is used
@@ -90,6 +93,8 @@ class ControlConfig:
             )
         if self.solve_budget_s is not None and not 0 <= self.solve_budget_s < float("inf"):
             raise ValueError(f"solve_budget_s must be finite seconds >= 0 or None, got {self.solve_budget_s}")
+        if not 0 <= self.batch_overhead_s < float("inf"):
+            raise ValueError(f"batch_overhead_s must be finite seconds >= 0, got {self.batch_overhead_s}")
         if not 0 <= self.hop_floor_s < float("inf") or not 0 <= self.hop_band_s < float("inf"):
             raise ValueError(
                 f"hop_floor_s and hop_band_s must be finite seconds >= 0, got {self.hop_floor_s}, "
@@ -125,6 +130,7 @@ class ControlConfig:
                 activate_wait_s=float(e.get("SKINFLINT_ACTIVATE_WAIT_S", d.activate_wait_s)),
                 heartbeat_fresh_s=float(e.get("SKINFLINT_HEARTBEAT_FRESH_S", d.heartbeat_fresh_s)),
                 hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
+                batch_overhead_s=float(e.get("SKINFLINT_BATCH_OVERHEAD_S", d.batch_overhead_s)),
                 measure_hops=(e.get("SKINFLINT_MEASURE_HOPS", "1").strip().lower() in ("1", "true", "yes")),
                 hop_floor_s=float(e.get("SKINFLINT_HOP_FLOOR_S", d.hop_floor_s)),
                 hop_min_samples=int(e.get("SKINFLINT_HOP_MIN_SAMPLES", d.hop_min_samples)),

@@ -135,9 +135,11 @@ def plan_inputs(
                 out.rates[name],
                 catalog,
                 available,
-                config.hop_overhead_s,
+                config.hop_overhead_s + config.batch_overhead_s,
                 state.corrections.get(name),
-                hops=state.hops.get(name),
+                hops={
+                    module: hop + config.batch_overhead_s for module, hop in state.hops.get(name, {}).items()
+                },
             )
         except ValueError as exc:
             out.failed[name] = str(exc).splitlines()[0]

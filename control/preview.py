@@ -108,7 +108,7 @@ def preview_app(
     )
     planned = first_plan_rate(spec, config.headroom)
     try:
-        problem = app_problem(spec, planned, catalog, None, config.hop_overhead_s)
+        problem = app_problem(spec, planned, catalog, None, config.hop_overhead_s + config.batch_overhead_s)
     except ValueError as exc:
         raise ControlError(f"{spec.name}: {str(exc).splitlines()[0]}") from exc
     result = planner.fleet.plan_fleet(
@@ -124,6 +124,7 @@ def preview_app(
     settings = {
         "headroom": config.headroom,
         "hop_overhead_s": config.hop_overhead_s,
+        "batch_overhead_s": config.batch_overhead_s,
         "child_headroom": config.child_headroom,
         "policy": config.policy,
         "machine_caps": dict(config.machine_caps),

@@ -77,6 +77,7 @@ class ControlStack(Stack):
                     "SKINFLINT_RATE_LAG_S": str(C.PLANNER_RATE_LAG_S),
                     "SKINFLINT_QUEUE_PREFIX": C.QUEUE_NAME_PREFIX,
                     "SKINFLINT_QUEUE_WORKERS": str(C.PLANNER_QUEUE_WORKERS),
+                    "SKINFLINT_BATCH_OVERHEAD_S": str(C.BATCH_OVERHEAD_S),
                 },
             ),
         )

@@ -72,6 +72,7 @@ class FrontStack(Stack):
                     "SKINFLINT_BUCKET": props.bucket.bucket_name,
                     "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
                     "SKINFLINT_PLANNER_FUNCTION": props.planner_function_name,
+                    "SKINFLINT_BATCH_OVERHEAD_S": str(C.BATCH_OVERHEAD_S),  # the planner's (registration)
                     # several Lambda instances admit frames: count each window's frames in DynamoDB
                     # (core/adapters/slots.py), one conditional write per frame
                     "SKINFLINT_ADMISSION_SHARED": "on",

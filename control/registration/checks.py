@@ -42,7 +42,7 @@ def planner_settings(control: ControlConfig | None = None) -> dict[str, Any]:
     if control is None:
         control = ControlConfig.from_env()
     return {
-        "overhead_s": control.hop_overhead_s,
+        "overhead_s": control.hop_overhead_s + control.batch_overhead_s,
         "headroom": control.headroom,
         "child_headroom": control.child_headroom,
         "policy": control.policy,

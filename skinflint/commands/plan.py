@@ -220,7 +220,8 @@ def render_app(preview: AppPreview, summary: dict[str, Any]) -> None:
     console.print(
         f"[bold]{summary['app']}[/] at {summary['frame_rate']:g} frames/s, planned for "
         f"{summary['planned_rate']:.4g} (headroom {settings['headroom']:g}), SLO {summary['slo_s']:g} s; "
-        f"hop overhead {settings['hop_overhead_s']:g} s, policy {settings['policy']}; "
+        f"hop {settings['hop_overhead_s']:g} s + batch {settings['batch_overhead_s']:g} s (latency only), "
+        f"policy {settings['policy']}; "
         f"profiles: {summary['profiles']['source']}"
     )
     table = Table(title="modules (the control loop's dispatch-aware plan)")

@@ -274,7 +274,7 @@ class LocalStack:
         # deliveries are measured, the epoch plans each module with their p99 (control/hops.py)
         overhead = max(self._hop_overhead(clients, endpoint), ControlConfig().hop_overhead_s)
         plans = {app: self._plan_fn(app, overhead) for app in self.apps}
-        groups = self._control_plane(cfg, clients, plans)
+        groups = self._control_plane(cfg, clients, plans, overhead)
         manifest = self._first_epoch(max(lp.overhead_s for lp in plans.values()))
         self._start_front(cfg)
         self._start_fleet(cfg, clients, groups)
@@ -301,9 +301,11 @@ class LocalStack:
         return self.info
 
     def _control_plane(
-        self, cfg: DataPlaneConfig, clients: dict[str, Any], plans: dict[str, LocalPlan]
+        self, cfg: DataPlaneConfig, clients: dict[str, Any], plans: dict[str, LocalPlan], delivery_s: float
     ) -> dict[str, str]:
-        """Register the apps, create the hardware groups, build the controller."""
+        """Register the apps, create the hardware groups, build the controller. ``delivery_s``: the
+        hop's delivery (the probe); the rest of each plan's hop is the worker's own time per batch
+        (grace, decode), which a measured delivery p99 does not replace (``batch_overhead_s``)."""
         # the control plane (the planner, numpy) loads when a stack starts: the CLI imports this module
         # for FAKE_CREDENTIALS alone (skinflint report, apps)
         from control.service import Registrar, build_controller, load_catalog, registry_and_state
@@ -337,7 +339,8 @@ class LocalStack:
             min_gap_s=0.8 * config.epoch_s,
             activate_lead_s=config.activate_lead_s,
             activate_max_lead_s=config.activate_max_lead_s,
-            hop_overhead_s=hop,
+            hop_overhead_s=delivery_s,
+            batch_overhead_s=max(0.0, hop - delivery_s),
             rate_period_s=config.rate_period_s,
             rate_lag_s=config.rate_lag_s,
             stale_s=max(30.0, 3 * config.epoch_s),

@@ -5,6 +5,7 @@ hardware that cannot be had is planned around, the Lambda handler end to end."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import time
@@ -917,10 +918,15 @@ def test_a_registration_plan_on_hardware_without_a_worker_group_is_solved_again(
     assert used <= set(ASGS) and "t4" in used
 
 
-def test_measured_hops_are_planned_per_module_and_reported(env: Env) -> None:
+@pytest.mark.parametrize("batch", [0.0, 0.02])
+def test_measured_hops_are_planned_per_module_and_reported(env: Env, batch: float) -> None:
     """The workers' first deliveries to det have a p99 of 120 ms (core/hops.py's histogram): the next
     epoch plans det with a 0.12 s hop instead of the 0.05 s cold-start default (its worst case grows by
-    the 0.07 s), the other modules keep the default, and the summary says which hop each module has."""
+    the 0.07 s), the other modules keep the default, and the summary says which hop each module has.
+    The worker's own time per batch (``batch_overhead_s``, e.g. its grace) is planned on top of either
+    hop: a measured delivery does not replace it."""
+    env.ctl.config = dataclasses.replace(env.ctl.config, batch_overhead_s=batch)
+    env.registrar.overhead_s = 0.05 + batch  # the registration plans as the epoch does
     env.register(SPEC)
     first = env.ctl.run_epoch()
     assert first.status == "published"
@@ -932,7 +938,7 @@ def test_measured_hops_are_planned_per_module_and_reported(env: Env) -> None:
     dep = env.ctl.plans.deployment(first.version, "cams")
     assert dep is not None
     before = dep.plan.modules["det"]
-    assert all(g.overhead_s == pytest.approx(0.05) for g in before.groups)
+    assert all(g.overhead_s == pytest.approx(0.05 + batch) for g in before.groups)
     start = math.floor((env.clock.t + 60) / 60) * 60 - 60
 
     def bucket(upto: str, count: float) -> dict[str, Any]:
@@ -959,9 +965,9 @@ def test_measured_hops_are_planned_per_module_and_reported(env: Env) -> None:
     assert out.as_json()["hops"]["cams"]["det"]["hop_s"] == pytest.approx(0.12)  # in the summary's JSON
     after = env.ctl.plans.deployment(out.version, "cams")
     assert after is not None
-    assert all(g.overhead_s == pytest.approx(0.12) for g in after.plan.modules["det"].groups)
+    assert all(g.overhead_s == pytest.approx(0.12 + batch) for g in after.plan.modules["det"].groups)
     assert all(
-        g.overhead_s == pytest.approx(0.05)
+        g.overhead_s == pytest.approx(0.05 + batch)
         for m, mp in after.plan.modules.items()
         if m != "det"
         for g in mp.groups
