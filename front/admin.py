@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,6 +25,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from core.adapters._aws import AWS_ERRORS
+from core.adapters.config_store import ConfigStore
+from core.clients import make_client
 from core.schema import ErrorOut
 from front.errors import RequestRejectedError
 
@@ -33,7 +37,6 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from control.service import Registrar
-    from core.adapters.config_store import ConfigStore
     from core.settings import DataPlaneConfig
 
 __all__ = ["AdminService", "AppRegistered", "InvalidAppOut", "add_admin_routes", "admin_from_config"]
@@ -95,7 +98,7 @@ class AdminService:
         cache[key] = now + _KEY_TTL_S
 
     def register(self, body: bytes) -> dict[str, Any]:
-        from control.spec import parse_spec_text
+        from control.spec import parse_spec_text  # cold start: the control plane loads only for registrations
 
         record = self.registrar.register(parse_spec_text(body, "the body"))
         return record.model_dump() | {"planning": "requested"}
@@ -103,13 +106,10 @@ class AdminService:
 
 def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None = None) -> AdminService:
     """An admin service on ``config``'s resources (boto3 clients made here, on first use)."""
-    import time
-
+    # cold start: the admin path loads the control plane (numpy, the planner) only for registrations
     from control.registration.checks import planner_settings
-    from control.service import Registrar, load_catalog, profile_store, registry_and_state
-    from control.spec import profile_lookup
-    from core.adapters.config_store import ConfigStore
-    from core.clients import make_client
+    from control.service import Registrar, load_catalog, profile_store, registry_and_state  # cold start
+    from control.spec import profile_lookup  # cold start
 
     ddb, s3 = make_client("dynamodb", config, "front"), make_client("s3", config, "front")
     function = os.environ.get("SKINFLINT_PLANNER_FUNCTION")
@@ -128,8 +128,6 @@ def admin_from_config(config: DataPlaneConfig, clock: Callable[[], float] | None
 
 def _planner_invoker(client: Any, function: str) -> Callable[[str], None]:
     def invoke(app: str) -> None:
-        from core.adapters._aws import AWS_ERRORS
-
         event = {"source": "skinflint.apps", "detail-type": "AppChanged", "detail": {"app": app}}
         try:
             client.invoke(FunctionName=function, InvocationType="Event", Payload=json.dumps(event).encode())
@@ -165,6 +163,7 @@ def add_admin_routes(app: FastAPI, factory: Callable[[], AdminService]) -> None:
         request: Request, x_admin_key: Annotated[str | None, Header()] = None
     ) -> JSONResponse:
         """Register an app (or a new revision of it) and ask the planner to plan it."""
+        # cold start: the control plane loads only for registrations
         from control.errors import RegistrationConflictError, RegistrationError
 
         svc = admin()

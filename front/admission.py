@@ -223,7 +223,7 @@ def _tails(router: Router) -> dict[str, float]:
 def _caps(router: Router) -> dict[str, list[int]]:
     """Per root module, the frames each window of its schedule's period may take
     (``planner.dispatch.root_window_caps``); a module without a schedule is left out (its batch)."""
-    from planner.dispatch import root_window_caps
+    from planner.dispatch import root_window_caps  # cold start: numpy, on the first admitted frame
 
     dep = router.deployment
     out: dict[str, list[int]] = {}

@@ -17,8 +17,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from core.adapters.usage import HttpUsage, meter
 from core.errors import DataPlaneError
 from core.schema import ErrorOut, FramesAccepted, FramesIn, ResultOut
+from core.settings import usage_metering_from_env
 from front.admin import AdminService, add_admin_routes, admin_from_config
 from front.errors import RequestRejectedError
 from front.service import FrontService
@@ -171,9 +173,6 @@ def _meter_requests(app: FastAPI) -> None:
     """Count every HTTP request as the deployed front is billed for it (API Gateway request, Lambda
     invocation and milliseconds: core/adapters/usage.py), unless SKINFLINT_USAGE_METERING is off
     (malformed: off here, and the service's configuration names the setting in its 503)."""
-    from core.adapters.usage import HttpUsage, meter
-    from core.settings import usage_metering_from_env
-
     try:
         on = usage_metering_from_env()
     except ValueError:

@@ -11,12 +11,14 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from io import BytesIO
 from typing import TYPE_CHECKING, NoReturn
 
 from core.adapters.results import FrameRecord
 from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
+from front.admission import Shed
 from front.errors import RequestRejectedError
 
 if TYPE_CHECKING:
@@ -47,8 +49,7 @@ log = logging.getLogger("skinflint.front")
 def check_image(data: bytes, content_type: str) -> None:
     """Decode the image fully (a truncated JPEG passes a header check); raise
     :class:`~front.errors.RequestRejectedError`."""
-    from io import BytesIO
-
+    # cold start: Pillow loads on the first image upload (tests/unit/functions/test_lean_imports.py)
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -242,8 +243,6 @@ class FrontService:
         """Per frame, its root routes (None without admission control); sheds with 429/503."""
         if self.admission is None:
             return None
-        from front.admission import Shed
-
         t0 = time.perf_counter()
         decision = self.admission.admit(router, n_frames, now, api_key, depth=self.queues.depth)
         self.metrics.put("AdmissionMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)

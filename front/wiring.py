@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from core.settings import DataPlaneConfig
-    from front.admission import Admission
-    from front.service import FrontService
+from core.adapters.blobs import BlobStore
+from core.adapters.config_store import ConfigStore
+from core.adapters.plan_store import PlanStore
+from core.adapters.queues import TaskQueues
+from core.adapters.results import ResultStore
+from core.adapters.slots import SlotCounter
+from core.clients import make_client, make_metrics
+from core.errors import ConfigError
+from core.settings import DataPlaneConfig
+from front.admission import Admission, AdmissionConfig
+from front.service import FrontService
 
 __all__ = ["EMF_USAGE_EVERY_S", "service_from_config"]
 
@@ -25,16 +30,6 @@ def service_from_config(
     extraction); the caller flushes them after each request, the usage counts at most every
     :data:`EMF_USAGE_EVERY_S`. Otherwise they go to PutMetricData, every
     ``SKINFLINT_METRICS_FLUSH_S`` from a background thread when ``background_metrics``."""
-    from core.adapters.blobs import BlobStore
-    from core.adapters.config_store import ConfigStore
-    from core.adapters.plan_store import PlanStore
-    from core.adapters.queues import TaskQueues
-    from core.adapters.results import ResultStore
-    from core.clients import make_client, make_metrics
-    from core.errors import ConfigError
-    from core.settings import DataPlaneConfig
-    from front.service import FrontService
-
     if config is None:
         try:
             config = DataPlaneConfig.from_env()
@@ -61,8 +56,5 @@ def service_from_config(
 def _admission(ddb: object, results_table: str) -> Admission:
     """Admission from the environment, with the shared slot counter when
     ``SKINFLINT_ADMISSION_SHARED`` is on (the deployed front: several Lambda instances)."""
-    from core.adapters.slots import SlotCounter
-    from front.admission import Admission, AdmissionConfig
-
     config = AdmissionConfig.from_env()
     return Admission(config, SlotCounter(ddb, results_table) if config.shared_slots else None)
