@@ -276,7 +276,7 @@ def plot(report: ScenarioReport, out_dir: str) -> list[str]:
     import matplotlib  # optional and slow to import: only when plots are asked for
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display backend
 
     out = Path(out_dir)
     try:

@@ -128,7 +128,7 @@ def plot_cdf(result: dict[str, Any], path: str) -> None:
     import matplotlib  # optional and slow to import: only when a plot is asked for
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display backend
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, objective in zip(axes, OBJECTIVES, strict=True):

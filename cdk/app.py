@@ -52,8 +52,8 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
     # aws_cdk starts jsii (a Node.js process, seconds): only once the context is known to be deployable
     from aws_cdk import App, Environment, Tags
 
-    from cdk.nag import enable_aws_solutions_checks
-    from cdk.stacks import (
+    from cdk.nag import enable_aws_solutions_checks  # aws_cdk (above)
+    from cdk.stacks import (  # aws_cdk (above)
         ControlStack,
         ControlStackProps,
         FleetStack,

@@ -108,7 +108,7 @@ def parse_spec_text(text: str | bytes, source: str = "spec") -> Any:
     except ValueError:
         pass
     try:
-        import yaml
+        import yaml  # optional dependency: PyYAML, for YAML specs
     except ImportError:  # PyYAML is in the Lambda layer; without it only JSON can be read
         raise RegistrationError([f"{source} is not valid JSON"]) from None
     try:

@@ -45,7 +45,7 @@ def make_client(service: str, config: DataPlaneConfig, component: str | None = N
     unless ``config.usage_metering`` is off."""
     # boto3 loads on the first client, not at import: the front Lambda's cold start imports this module
     import boto3
-    from botocore.config import Config
+    from botocore.config import Config  # cold start: as boto3
 
     client = boto3.client(
         service,

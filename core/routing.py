@@ -49,7 +49,7 @@ class Router:
             )
             for module, mp in deployment.plan.modules.items()
         }
-        from planner.robust import planned_spread_rates
+        from planner.robust import planned_spread_rates  # cold start: numpy (above)
 
         # a join's plan gives each parent's stream its own spread rate (docs/dispatch.md, "Joins")
         self._parent_rate = {

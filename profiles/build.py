@@ -9,12 +9,15 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from profiles.demo.tracker import time_tracker
 from profiles.derive import cpu_size_entries, derive_gpu_entries, leave_one_out
 from profiles.errors import ProfilesError
 from profiles.fit import fit_linear
@@ -79,10 +82,7 @@ def models_for_apps(store: ProfileStore, apps: Sequence[str] | None) -> list[str
 
 def detect_gpu() -> str | None:
     """Catalog name of the local GPU when onnxruntime has CUDA and nvidia-smi names a known GPU."""
-    import shutil
-    import subprocess
-
-    import onnxruntime as ort
+    import onnxruntime as ort  # optional heavy dependency: onnxruntime
 
     if "CUDAExecutionProvider" not in ort.get_available_providers() or not shutil.which("nvidia-smi"):
         return None
@@ -174,8 +174,6 @@ def _dnn_entries(
 def _tracker_entries(
     cfg: BuildConfig, catalog: dict[str, HardwareSpec], tick: Callable[[str], None]
 ) -> list[dict[str, Any]]:
-    from profiles.demo.tracker import time_tracker
-
     prov = _provenance(False) | {"runtime": "numpy", "runtime_version": np.__version__}
     out: list[dict[str, Any]] = []
     sizes = cpu_hardware(catalog)
@@ -215,7 +213,7 @@ def build(
     progress: Callable[[str], None] | None = None,
 ) -> BuildReport:
     """Export, profile and write profiles for ``apps`` (default: all). Returns the figures printed."""
-    from profiles.demo.nets import MODEL_SPECS, build_model
+    from profiles.demo.nets import MODEL_SPECS, build_model  # optional heavy dependency: torch
 
     cfg = cfg or BuildConfig()
     tick = progress or (lambda _label: None)

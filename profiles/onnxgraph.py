@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from profiles.errors import InputShapeError, NoBatchDimError, NotOnnxError
 
 if TYPE_CHECKING:
@@ -36,7 +38,7 @@ class InputSpec:
 
 def load_onnx(path: str | Path) -> onnx.ModelProto:
     """Load and check an ONNX file; :class:`NotOnnxError` (one line) for anything else."""
-    import onnx
+    import onnx  # optional heavy dependency: onnx
 
     model_path = Path(path)
     if not model_path.is_file():
@@ -133,8 +135,8 @@ class GraphCost:
 
 
 def _shape_map(model: onnx.ModelProto, specs: Sequence[InputSpec]) -> dict[str, tuple[int, ...]]:
-    import onnx
-    from onnx import shape_inference
+    import onnx  # optional heavy dependency: onnx
+    from onnx import shape_inference  # optional heavy dependency: onnx
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -186,8 +188,7 @@ def _node_flops(node: Any, shapes: Mapping[str, tuple[int, ...]]) -> float:  # n
 
 def graph_cost(model: onnx.ModelProto, specs: Sequence[InputSpec] | None = None) -> GraphCost:
     """Count FLOPs and bytes of one request (see :class:`GraphCost`)."""
-    import numpy as np
-    from onnx import helper
+    from onnx import helper  # optional heavy dependency: onnx
 
     specs = list(specs) if specs is not None else input_specs(model)
     shapes = _shape_map(model, specs)
@@ -217,7 +218,7 @@ def export_torch(
     opset: int = 17,
 ) -> Path:
     """Export ``module`` (eval mode) to ONNX with a dynamic batch axis on the input and outputs."""
-    import torch
+    import torch  # optional heavy dependency: torch
 
     out_path = Path(path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import datetime as _dt
 import hashlib
 import os
 import platform
+import resource
 import tempfile
 import threading
 import time
@@ -76,8 +77,6 @@ def _rss_mb(field_name: str = "VmRSS") -> float:
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -231,7 +230,7 @@ def _make_inputs(specs: Sequence[InputSpec], batch: int, seed: int) -> dict[str,
 
 
 def _session(path: Path, threads: int, concurrency: int, use_gpu: bool) -> Any:
-    import onnxruntime as ort
+    import onnxruntime as ort  # optional heavy dependency: onnxruntime
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -446,7 +445,7 @@ def _measure_pinned(
 
 
 def _provenance(use_gpu: bool) -> dict[str, Any]:
-    import onnxruntime as ort
+    import onnxruntime as ort  # optional heavy dependency: onnxruntime
 
     gpu = use_gpu and "CUDAExecutionProvider" in ort.get_available_providers()
     return {

@@ -19,6 +19,7 @@ __all__ = ["S3Store"]
 
 
 def _aws_errors() -> tuple[type[Exception], ...]:
+    # botocore only here: profiles imports without the AWS SDK (lint-imports' profiles contract)
     from botocore.exceptions import (
         ClientError,
         ConnectionError,  # noqa: A004 - botocore's, not the builtin

@@ -49,7 +49,7 @@ def cache_dir() -> Path:
 def _parse(key: str, raw: bytes) -> Any:
     try:
         if key.endswith((".yaml", ".yml")):
-            import yaml
+            import yaml  # only .yaml keys need PyYAML (a Lambda layer may lack it)
 
             return yaml.safe_load(raw)
         return json.loads(raw)

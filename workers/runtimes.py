@@ -31,7 +31,7 @@ def decode_frame(data: bytes, region: list[float] | None, size: tuple[int, int])
     # numpy and PIL load here, not at import: only a real model decodes frames (an emulated share,
     # every share of an instance without models, never pays for them)
     import numpy as np
-    from PIL import Image
+    from PIL import Image  # only a real model decodes frames (above)
 
     with Image.open(BytesIO(data)) as img:
         rgb = img.convert("RGB")

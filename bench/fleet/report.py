@@ -16,7 +16,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     import matplotlib  # optional and slow to import: only when a plot is asked for
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display backend
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
     sizes = sorted(result["by_size"])

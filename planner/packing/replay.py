@@ -61,7 +61,7 @@ def simulate_instance(
     # its models at cold start, and never replay.
     import numpy as np
 
-    from planner.dispatch import build_schedule
+    from planner.dispatch import build_schedule  # cold start: numpy (above)
 
     own = phases is None and instance.aligned and honour_phases
     if own:

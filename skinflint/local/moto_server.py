@@ -272,7 +272,7 @@ def _fast_app() -> tuple[Any, Any]:
     """moto's dispatcher application and request handler with the overheads removed."""
     # moto loads in the server process only (see untrack_models)
     from moto import backends
-    from moto.moto_server.werkzeug_app import (
+    from moto.moto_server.werkzeug_app import (  # moto: in the server process only
         DomainDispatcherApplication,
         MotoRequestHandler,
         create_backend_app,
@@ -337,7 +337,7 @@ def _expire_items(now: float) -> int:
     TTL does, within days there; moto records the setting and never deletes). Only tables with TTL are
     touched; each deletion is one dict operation (the results table is read and written by key only,
     never iterated by a request, so no request sees it change mid-way)."""
-    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models import dynamodb_backends  # moto: in the server process only
 
     deleted = 0
     for regions in list(dynamodb_backends.values()):
@@ -402,8 +402,7 @@ def _expire_metrics(before: float) -> tuple[int, int]:
     buckets), so only the list's head is read: up to the first point :data:`_METRIC_DISORDER_S` newer
     than the cutoff. The old ones among those ``checked`` are removed with one slice assignment: a put
     meanwhile appends behind them and is kept, a read works on its own copy."""
-
-    from moto.cloudwatch.models import cloudwatch_backends
+    from moto.cloudwatch.models import cloudwatch_backends  # moto: in the server process only
 
     cutoff = dt.datetime.fromtimestamp(before, tz=dt.UTC)
     horizon = dt.datetime.fromtimestamp(before + _METRIC_DISORDER_S, tz=dt.UTC)
@@ -507,7 +506,7 @@ def main(argv: list[str] | None = None) -> None:
         install_lifeline(delay_s=SERVER_LINGER_S)  # the stack died: SIGTERM once the agents drained
         moto_main(["-H", args.host, "-p", str(args.port)])
         return
-    from werkzeug.serving import run_simple
+    from werkzeug.serving import run_simple  # moto's dependency: in the server process only
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     if not args.plain_gc:

@@ -17,7 +17,7 @@ def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display backend
 
     return plt
 
