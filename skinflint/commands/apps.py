@@ -12,9 +12,11 @@ The commands talk to the deployment's table and bucket (``SKINFLINT_CONFIG_TABLE
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +40,7 @@ def add_endpoint(parser: argparse.ArgumentParser) -> None:
 def data_config(endpoint: str | None) -> DataPlaneConfig:
     """The deployment's resource names from the environment; ``endpoint`` overrides the endpoint. A
     loopback endpoint (a local stack) gets the local stack's fake credentials when none are set."""
-    import dataclasses
-
+    # CLI start-up: loaded when this command runs
     from core.settings import DataPlaneConfig
 
     try:
@@ -50,6 +51,7 @@ def data_config(endpoint: str | None) -> DataPlaneConfig:
         cfg = dataclasses.replace(cfg, endpoint_url=endpoint)
     check_client_settings(cfg)
     if cfg.endpoint_url and cfg.endpoint_url.startswith(("http://127.0.0.1", "http://localhost")):
+        # CLI start-up: loaded when this command runs
         from skinflint.local.stack import FAKE_CREDENTIALS
 
         for key, value in FAKE_CREDENTIALS.items():
@@ -61,6 +63,7 @@ def check_client_settings(cfg: DataPlaneConfig) -> None:
     """The region and endpoint the command's clients are made with, checked as botocore checks them
     when it makes a client: both come from the user (a flag or the environment), so a malformed one
     is a one-line usage error here, not a ``ValueError`` traceback from the first client."""
+    # CLI start-up: loaded when this command runs
     from botocore.exceptions import InvalidRegionError
     from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url, validate_region_name
 
@@ -83,8 +86,7 @@ def aws_errors(what: str) -> Any:
     or a malformed resource name in the deployment's settings (``SKINFLINT_BUCKET``, ...); not the
     command line's input (the region and endpoint are checked by :func:`check_client_settings`, the
     app names given become key values). It propagates, as it does from the adapters."""
-    from contextlib import contextmanager
-
+    # CLI start-up: loaded when this command runs
     from core.adapters._aws import AWS_ERRORS
     from core.errors import DataPlaneError
 
@@ -132,6 +134,7 @@ def register(sub: Any) -> None:
 
 
 def _clients(cfg: DataPlaneConfig) -> tuple[Any, Any]:
+    # CLI start-up: loaded when this command runs
     from core.clients import make_client
 
     return make_client("dynamodb", cfg), make_client("s3", cfg)
@@ -141,6 +144,7 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
     """The registrar, checking feasibility with the planner's settings from the environment
     (``SKINFLINT_PLANNER_HEADROOM``, ``SKINFLINT_CHILD_HEADROOM``, ``SKINFLINT_HOP_OVERHEAD_S``), so a
     spec accepted here is one the epoch plans."""
+    # CLI start-up: loaded when this command runs
     from control.registration.checks import planner_settings
     from control.service import Registrar, load_catalog, profile_store, registry_and_state
     from control.spec import profile_lookup
@@ -157,6 +161,7 @@ def _registrar(cfg: DataPlaneConfig) -> Any:
 
 
 def run_register(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from control.errors import RegistrationError
     from control.spec import parse_spec_text
 
@@ -206,6 +211,7 @@ def _reserve_line(rec: dict[str, Any]) -> str:
 def _reserve_in_force(cfg: DataPlaneConfig, record: Any) -> dict[str, Any] | None:
     """The admission reserve the control loop chose again for this revision of the app
     (control/reserves.py), if it did."""
+    # CLI start-up: loaded when this command runs
     from control.state import StateStore
     from core.adapters.config_items import ConfigItems
 
@@ -218,6 +224,7 @@ def _reserve_in_force(cfg: DataPlaneConfig, record: Any) -> dict[str, Any] | Non
 
 def _planned(cfg: DataPlaneConfig) -> dict[str, Any]:
     """app -> (version, planned frame rate) from the plan in force."""
+    # CLI start-up: loaded when this command runs
     from core.adapters.plan_store import PlanStore
 
     ddb, _ = _clients(cfg)
@@ -236,6 +243,7 @@ def run_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 
@@ -298,6 +306,7 @@ def run_remove(args: argparse.Namespace) -> int:
 
 
 def run_admin_key(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from core.adapters.config_store import ConfigStore
 
     cfg = data_config(args.endpoint)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skinflint.commands.up import add_stack_arguments, make_stack, stack_retention
@@ -44,8 +46,7 @@ def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: 
     senders whatever the previous ones take, so a slow answer never bunches the frames after it
     (a closed loop would send them back to back: bursts the plan's uniform arrivals do not have).
     Returns the request ids in frame order (None: refused)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    # CLI start-up: loaded when this command runs
     import httpx
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -89,6 +90,7 @@ def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: 
 
 def _collect(info: StackInfo, ids: list[str | None], timeout_s: float) -> list[Any]:
     """Long-poll each request until it is finished or ``timeout_s`` has passed overall."""
+    # CLI start-up: loaded when this command runs
     import httpx
 
     from core.schema import ResultOut
@@ -246,6 +248,7 @@ def _fmt_requests(requests: dict[str, Any] | None) -> str:
 
 
 def _print_table(summary: dict[str, Any]) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 
@@ -334,8 +337,7 @@ def _print_table(summary: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    # CLI start-up: loaded when this command runs
     from core.errors import DataPlaneError
     from skinflint.commands.up import _log_to_stderr
     from skinflint.local.stack import StackError

@@ -35,6 +35,7 @@ METRICS_FLUSH_S = 6.0  # the workers flush metrics every 5 s (the front after ev
 
 
 def register(sub: Any) -> None:
+    # CLI start-up: loaded when this command runs
     from loadtest.rates import SHAPES
 
     parser = sub.add_parser(
@@ -152,6 +153,7 @@ def run_locust(
     collect: str = "during",
 ) -> tuple[int, dict[str, Path]]:
     """Run locust headless against ``url``; returns (exit code, report paths)."""
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -232,6 +234,7 @@ def _ms(value: float | None, scale: float = 1e3) -> str:
 
 
 def print_tables(summary: dict[str, Any]) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 
@@ -301,6 +304,7 @@ def print_tables(summary: dict[str, Any]) -> None:
 
 
 def _target_apps(url: str, key: str, wanted: list[str] | None) -> dict[str, dict[str, Any]]:
+    # CLI start-up: loaded when this command runs
     import httpx
 
     try:
@@ -333,6 +337,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from loadtest.analysis import read_outcomes, read_stats, summarise_run
     from loadtest.rates import LoadPlan
 
@@ -389,6 +394,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_tables(summary)
         if report is not None:
+            # CLI start-up: loaded when this command runs
             from skinflint.commands.report import print_report
 
             print_report(report)
@@ -399,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_local(
     args: argparse.Namespace, apps: list[str], plan_rate: float, plan: Any, out: Path
 ) -> tuple[int, dict[str, Path], str, dict[str, Any] | None]:
+    # CLI start-up: loaded when this command runs
     from core.errors import DataPlaneError
     from skinflint.commands.up import DEFAULT_EPOCH_S, _log_to_stderr, make_stack, stack_retention
     from skinflint.local.stack import StackError
@@ -438,6 +445,7 @@ def _run_local(
 def _report(endpoint: str | None, apps: list[str], t0: float, t1: float, out: Path) -> dict[str, Any]:
     """The cost report of the run's window (the run and its drain, not the collection of results
     after it), with its plots and HTML page next to locust's."""
+    # CLI start-up: loaded when this command runs
     from skinflint.commands.report import build_report, write_outputs
 
     report = build_report(endpoint=endpoint, apps=apps, start=t0, end=t1 + METRICS_FLUSH_S)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,12 +54,14 @@ def register(sub: Any) -> None:
 
 
 def _cache(args: argparse.Namespace) -> Path:
+    # CLI start-up: loaded when this command runs
     from profiles.store import cache_dir
 
     return (args.cache or cache_dir()).expanduser()
 
 
 def run_list(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from profiles.demo.nets import MODEL_SPECS
     from profiles.store import PACKAGE_ROOT, LocalStore
 
@@ -98,8 +101,6 @@ def _print_report(report: Any, store_desc: str, model_dir: Path) -> None:
     for msg in report.limits:
         print(f"  limit: {msg}")
     if report.loo:
-        import statistics
-
         print("leave-one-out CPU prediction error, 1 thread (FLOPs+bytes scaling, mean over batches):")
         for model, error in report.loo.items():
             print(
@@ -117,6 +118,7 @@ def _print_report(report: Any, store_desc: str, model_dir: Path) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from profiles.build import CPU_MODELS, BuildConfig, build, models_for_apps, total_points
     from profiles.errors import ProfilesError
     from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore

@@ -19,6 +19,7 @@ PROFILE_SOURCES = ("packaged", "store")  # the profiles committed with the code;
 
 
 def register(sub: Any) -> None:
+    # CLI start-up: loaded when this command runs
     from planner.policies import POLICIES
 
     p = sub.add_parser(
@@ -85,6 +86,7 @@ def _looks_like_app(path: Path) -> bool:
 
 
 def run_problem(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from planner.cli import load_problem
     from planner.errors import InfeasibleError, PlannerError
     from planner.solve import solve
@@ -104,6 +106,7 @@ def run_problem(args: argparse.Namespace) -> int:
 
 
 def render(plan: Any) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 
@@ -153,6 +156,7 @@ def render(plan: Any) -> None:
 
 
 def run_app(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from control.errors import ControlError
     from control.preview import preview_app
     from control.spec import parse_spec_text, profile_lookup
@@ -180,6 +184,7 @@ def run_app(args: argparse.Namespace) -> int:
 
 def _app_doc(target: str, store: Any, parse_spec_text: Any) -> dict[str, Any]:
     """The registration spec of ``target``: a spec file (YAML or JSON) or a demo app's name."""
+    # CLI start-up: loaded when this command runs
     from control.errors import RegistrationError
 
     path = Path(target)
@@ -212,6 +217,7 @@ def _provenance(preview: AppPreview) -> dict[str, Any]:
 
 
 def render_app(preview: AppPreview, summary: dict[str, Any]) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 @contextmanager
 def progress_bar(total: int, title: str) -> Iterator[Callable[[str], None]]:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -94,6 +95,7 @@ def register(sub: Any) -> None:
 
 
 def _hitdl_by_batch(points: list[Any]) -> dict[int, dict[str, Any]]:
+    # CLI start-up: loaded when this command runs
     from profiles.fit import fit_hitdl
 
     out = {}
@@ -107,6 +109,7 @@ def _hitdl_by_batch(points: list[Any]) -> dict[int, dict[str, Any]]:
 
 
 def _print_table(summary: dict[str, Any], hitdl: dict[int, dict[str, Any]]) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 
@@ -150,6 +153,7 @@ def _print_table(summary: dict[str, Any], hitdl: dict[int, dict[str, Any]]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from profiles.errors import ProfilesError
     from profiles.hardware import load_catalog
     from profiles.profiler import ProfileConfig, plan_series, profile_onnx
@@ -162,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     kind = (catalog[args.hardware].model_extra or {}).get("kind")
     use_gpu = kind == "gpu"
     if use_gpu:
+        # optional heavy dependency: onnxruntime
         import onnxruntime as ort
 
         if "CUDAExecutionProvider" not in ort.get_available_providers():

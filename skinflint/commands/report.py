@@ -75,6 +75,7 @@ def register(sub: Any) -> None:
 
 
 def _prices() -> dict[str, float]:
+    # CLI start-up: loaded when this command runs
     from profiles.hardware import load_catalog
 
     return {name: float(spec.price_per_hour) for name, spec in load_catalog().items()}
@@ -83,6 +84,7 @@ def _prices() -> dict[str, float]:
 def _aws_prices(path: str | None) -> Any:
     """The data plane's price table (:class:`profiles.aws_prices.AwsPrices`); a missing or malformed
     file is a one-line :class:`UsageError`."""
+    # CLI start-up: loaded when this command runs
     from profiles.aws_prices import load_aws_prices
     from profiles.errors import ProfilesError
 
@@ -94,6 +96,7 @@ def _aws_prices(path: str | None) -> Any:
 
 def _front_memory_mb() -> int:
     """The front Lambda's memory size the CDK stack deploys (MB): its milliseconds -> GB-seconds."""
+    # CLI start-up: loaded when this command runs
     from cdk.constants import FRONT_MEMORY_MB
 
     return FRONT_MEMORY_MB
@@ -117,6 +120,7 @@ def build_report(
     if period is not None and period <= 0:  # 0 is given, not "use the default"
         raise UsageError(f"--period must be a positive number of seconds, got {period}")
     table = _aws_prices(aws_prices)
+    # CLI start-up: loaded when this command runs
     from core.adapters._aws import AWS_ERRORS
     from core.clients import make_client
     from core.errors import DataPlaneError
@@ -169,12 +173,14 @@ def build_report(
 
 
 def _f(value: Any, kind: str = "") -> str:
+    # CLI start-up: loaded when this command runs
     from skinflint.report.html import value_text
 
     return value_text(value, kind, pct_places=2)
 
 
 def print_report(report: dict[str, Any]) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 
@@ -262,6 +268,7 @@ def _units_text(units: dict[str, float]) -> str:
 
 
 def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.table import Table
 
     priced = f"priced at {dp['priced_at']}" if dp["priced_at"] else "not priced"
@@ -307,6 +314,7 @@ def _print_data_plane(console: Any, dp: dict[str, Any], total: dict[str, Any]) -
 
 
 def write_outputs(report: dict[str, Any], plots_dir: str | None, html_file: str | None) -> dict[str, str]:
+    # CLI start-up: loaded when this command runs
     from skinflint.report.html import render_html
     from skinflint.report.plots import write_plots
 

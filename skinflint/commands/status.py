@@ -12,6 +12,7 @@ local stack.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +37,13 @@ def register(sub: Any) -> None:
 
 
 def _asg_names(state_names: dict[str, str]) -> dict[str, str]:
-    import os
-
     env = os.environ.get("SKINFLINT_ASG_NAMES")
     return dict(json.loads(env)) if env else dict(state_names)
 
 
 def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> dict[str, Any]:
     """The status document (what ``--json`` prints)."""
+    # CLI start-up: loaded when this command runs
     from control.epoch import ControlConfig
     from control.state import StateStore
     from core.adapters.autoscaling import FleetGroups
@@ -114,6 +114,7 @@ def _age(now: float, at: float) -> str:
 
 
 def render(doc: dict[str, Any]) -> None:
+    # CLI start-up: loaded when this command runs
     from rich.console import Console
     from rich.table import Table
 

@@ -81,6 +81,7 @@ def register(sub: Any) -> None:
 
 def ensure_models(apps: list[str], log: Any) -> None:
     """Build and profile the apps' models on first use (cached under ``$SKINFLINT_CACHE``)."""
+    # CLI start-up: loaded when this command runs
     from profiles.build import CPU_MODELS, BuildConfig, build, models_for_apps
     from profiles.errors import ProfilesError
     from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, cache_dir
@@ -132,6 +133,7 @@ def make_stack(
     epoch_s: float = DEFAULT_EPOCH_S,
     retention_s: float = DEFAULT_RETENTION_S,
 ) -> LocalStack:
+    # CLI start-up: loaded when this command runs
     from skinflint.local.planning import plan_local
     from skinflint.local.stack import LocalStack, StackConfig
 
@@ -141,6 +143,7 @@ def make_stack(
         raise UsageError(f"--epoch must be between 2 and 3600 seconds, got {epoch_s:g}")
     if slo is not None and slo <= 0:
         raise UsageError(f"--slo must be positive, got {slo:g}")
+    # CLI start-up: loaded when this command runs
     from profiles.store import default_store
 
     known = default_store().list_apps()
@@ -150,6 +153,7 @@ def make_stack(
     ensure_models(apps, log)
 
     def plan_fn(app: str, overhead_s: float) -> Any:
+        # CLI start-up: loaded when this command runs
         from planner.errors import PlannerError
         from profiles.errors import ProfilesError
 
@@ -182,6 +186,7 @@ def ready_line(info: StackInfo, as_json: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # CLI start-up: loaded when this command runs
     from core.errors import DataPlaneError
     from skinflint.local.stack import StackError
 
