@@ -56,7 +56,7 @@ ABORT_MULTIPART_DAYS = 1  # days
 FRAMES_BUCKET_PREFIX = "skinflint-frames"  # + -<account>-<region>: a predictable name and literal ARNs
 FRAMES_PREFIX = "frames/"  # frames over the SQS size limit (front writes, workers read)
 OUTPUTS_PREFIX = "outputs/"  # task outputs too large for DynamoDB (workers write)
-REGISTRY_PREFIX = "registry/"  # registered app specs (control/registry.py: registry/apps/...)
+REGISTRY_PREFIX = "registry/"  # registered app specs (control/registration/store.py: registry/apps/...)
 PROFILES_PREFIX = "profiles/"  # catalog override and shared profiles (control/service.py)
 # Config-table keys (pk) each writer may write, as dynamodb:LeadingKeys patterns:
 WORKER_CONFIG_KEYS = ("plan#v*#claim#*", "instance#*")  # slot claims, heartbeats (plan_store.py)
@@ -137,7 +137,7 @@ CPU_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-defa
 FLOW_LOG_RETENTION_DAYS = 30  # days
 
 # -- dependencies (what the layer and the worker wheelhouse contain) --------------------------------
-# pyyaml: POST /v1/apps accepts YAML specs (control/registry.py parse_spec_text)
+# pyyaml: POST /v1/apps accepts YAML specs (control/spec.py parse_spec_text)
 LAMBDA_REQUIREMENTS = ("fastapi>=0.110", "mangum>=0.17", "pydantic>=2.6,<3", "numpy>=1.26", "pyyaml>=6")
 WORKER_REQUIREMENTS = ("numpy>=1.26", "pydantic>=2.6,<3", "boto3>=1.34", "pillow>=10")
 WORKER_RUNTIME = {"cpu": "onnxruntime>=1.18", "gpu": "onnxruntime-gpu>=1.18"}

@@ -130,7 +130,9 @@ class Deployment(BaseModel):
     plan: Plan
     queues: dict[str, dict[str, str]]  # module -> queue_key(group, machine) -> queue URL
     emulated_hardware: list[str] = Field(default_factory=list)
-    overhead_s: float = 0.0  # per-hop overhead added to every profile duration when planning
+    # the planning hop: latency only in plans whose groups carry overhead_s; a plan whose groups do not
+    # (published before hops were planned apart) holds it in every duration (workers/shares.py)
+    overhead_s: float = 0.0
     # the SLO the plan was made for: slo_s less the app's admission_reserve (None: slo_s); frames keep
     # slo_s as their deadline, the difference is for frames admitted into a later window
     planning_slo_s: float | None = None

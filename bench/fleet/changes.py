@@ -32,7 +32,7 @@ SLOWER_S = 0.002
 
 
 def registrations(problems: Mapping[str, ProblemSpec]) -> tuple[dict[str, Plan], list[float]]:
-    """Every app solved as its registration solves it (control/registry.py
+    """Every app solved as its registration solves it (control/registration/checks.py
     ``check_plannable``: the control loop's solve, without the epoch's schedule sharing) and stored as
     its seed (JSON, as in the registry): the seeds and each solve's CPU ms."""
     seeds: dict[str, Plan] = {}

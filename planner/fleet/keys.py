@@ -58,7 +58,7 @@ def problem_digest(problem: ProblemSpec, policy: str, tighten: float = 0.0) -> s
 def seed_plan(problem: ProblemSpec, plan: Plan, policy: str) -> Plan:
     """``plan``, solved for ``problem`` by the solver an epoch uses, marked for :func:`plan_fleet`'s
     ``seeds``: a copy that records the problem's digest. An app's registration solves it as its first
-    epoch will (control/registry.py); the epoch then takes that plan instead of solving again,
+    epoch will (control/registration/checks.py); the epoch then takes that plan instead of solving again,
     as long as the problem it plans is still the same (same rates, catalog, hardware, policy)."""
     out = plan.model_copy()
     out.model_extra[DIGEST_KEY] = problem_digest(problem, policy)  # type: ignore[index]
