@@ -157,6 +157,7 @@ def render(plan: Any) -> None:
 
 def run_app(args: argparse.Namespace) -> int:
     # CLI start-up: loaded when this command runs
+    from control.config import ControlConfig
     from control.errors import ControlError
     from control.preview import preview_app
     from control.spec import parse_spec_text, profile_lookup
@@ -167,9 +168,10 @@ def run_app(args: argparse.Namespace) -> int:
         raise UsageError(f"--rate must be a number of frames/s > 0, got {args.rate:g}")
     store = LocalStore(PACKAGE_ROOT) if args.profiles == "packaged" else default_store()
     try:
+        config = ControlConfig.from_env()  # the planner's settings (SKINFLINT_*), as the planner reads them
         doc = _app_doc(args.problem, store, parse_spec_text)
         preview = preview_app(
-            doc, args.rate, catalog=store.load_catalog(), stored_profile=profile_lookup(store)
+            doc, args.rate, catalog=store.load_catalog(), stored_profile=profile_lookup(store), config=config
         )
     except (ControlError, ProfilesError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None

@@ -116,6 +116,21 @@ def test_an_invalid_spec_file_is_named_in_one_line(
     assert err.startswith("skinflint: error: app 'bad':") and len(err.splitlines()) == 1
 
 
+def test_the_planners_settings_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the deployed planner's batch overhead (cdk/constants.py BATCH_OVERHEAD_S) and a larger headroom
+    monkeypatch.setenv("SKINFLINT_BATCH_OVERHEAD_S", "0.02")
+    monkeypatch.setenv("SKINFLINT_PLANNER_HEADROOM", "0.3")
+    doc = plan_json(capsys, "traffic", "--rate", "100")
+    assert doc["settings"]["batch_overhead_s"] == 0.02 and doc["settings"]["headroom"] == 0.3
+    assert doc["planned_rate"] >= 130  # 100 frames/s + 30 % headroom
+    monkeypatch.setenv("SKINFLINT_PLANNER_HEADROOM", "lots")
+    assert main(["plan", "traffic", "--rate", "100"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "bad planner setting" in err and len(err.splitlines()) == 1
+
+
 def test_a_problem_file_still_plans_without_a_rate(capsys: pytest.CaptureFixture[str]) -> None:
     doc = plan_json(capsys, str(PACKAGE_ROOT.parent / "examples" / "piccolo_m1.json"))
     assert doc["modules"] and doc["billed_per_hour"] > 0
