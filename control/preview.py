@@ -77,6 +77,17 @@ class AppPreview:
             "planning_slo_s": self.spec.planning_slo_s,
             "settings": self.settings,
             "fleet_per_hour": round(self.fleet_per_hour, 6),
+            # what fleet_per_hour covers: the EC2 instances only, at the catalog's list prices
+            "cost_scope": "EC2 fleet only (on-demand list prices); the data plane is not included",
+            "price_sources": {
+                hw: {
+                    "price_per_hour": spec.price_per_hour,
+                    "date": (spec.model_extra or {}).get("price_date"),
+                    "source": (spec.model_extra or {}).get("price_source"),
+                }
+                for hw, spec in self.problem.hardware.items()
+                if self.fleet.counts().get(hw)
+            },
             "occupancy_per_hour": round(self.fleet.occupancy_per_hour, 6),
             "instances": self.fleet.counts(),
             "prices": self.fleet.prices,

@@ -262,3 +262,8 @@ def render_app(preview: AppPreview, summary: dict[str, Any]) -> None:
         f"fleet ${summary['fleet_per_hour']:.3f}/h "
         f"(the plans' occupancy ${summary['occupancy_per_hour']:.3f}/h)"
     )
+    dates = sorted({str(price["date"]) for price in summary["price_sources"].values() if price["date"]})
+    console.print(
+        f"{summary['cost_scope']}: API Gateway, Lambda, SQS, DynamoDB and S3 are what `skinflint report` "
+        f"adds; prices from profiles/hardware.json ({', '.join(dates) or 'undated'})"
+    )

@@ -41,6 +41,10 @@ def test_a_demo_app_is_planned_at_its_rate_with_the_fleet_and_every_modules_budg
     assert set(doc["modules"]) == {"detector", "vehicle", "person"}
     for module in doc["modules"].values():
         assert module["groups"] and module["worst_case_latency_s"] <= module["latency_budget_s"] + 1e-9
+    # the $/h says what it covers and where its prices come from (dated)
+    assert doc["cost_scope"].startswith("EC2 fleet only")
+    assert {hw for hw, n in counts.items() if n} == set(doc["price_sources"])
+    assert all(price["date"] and price["source"] for price in doc["price_sources"].values())
     # every module's profile source is named per hardware class (measured here or derived)
     assert set(doc["profiles"]["modules"]["detector"].values()) <= {"measured", "derived"}
 
