@@ -187,6 +187,7 @@ class TaskOut(BaseModel):
     finished_at: float
     recorded_at: float | None = None  # when the worker issued the result write
     received_at: float | None = None  # when the worker received the task's message
+    device_at: float | None = None  # when its batch got the device; finished_at - device_at is device time
     batch_size: int
     output: dict[str, Any] | None = None
     output_s3_key: str | None = None

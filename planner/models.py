@@ -22,6 +22,7 @@ __all__ = [
     "Plan",
     "ProblemSpec",
     "ProfileEntry",
+    "planned_device_occupancy",
     "topological_order",
 ]
 
@@ -180,6 +181,24 @@ class ModulePlan(_Open):
     worst_case_latency_s: float
     dummy_rate: float = 0.0
     groups: list[MachineGroup]
+
+
+def planned_device_occupancy(mp: ModulePlan, hardware: str | None = None) -> float | None:
+    """The device occupancy the plan predicts for the module's machines of ``hardware`` (None: all
+    of them) from its real load: each machine runs ``rate_per_machine / batch`` batches a second,
+    each holding one of ``concurrency`` model slots for ``duration_s`` (device time: the hop and the
+    window are latency, not occupancy), averaged over the machines; the dummy load that fills
+    machines to their planned rate (``dummy_rate``) is never sent, so it is taken out in proportion.
+    None when the plan has no such machine."""
+    total = sum(group.machines * group.rate_per_machine for group in mp.groups)
+    real = max(0.0, total - mp.dummy_rate) / total if total > 0 else 0.0
+    machines = busy = 0.0
+    for group in mp.groups:
+        if hardware is not None and group.hardware != hardware:
+            continue
+        machines += group.machines
+        busy += group.machines * group.rate_per_machine * group.duration_s / (group.batch * group.concurrency)
+    return real * busy / machines if machines else None
 
 
 class Plan(_Open):

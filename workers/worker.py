@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -143,6 +143,10 @@ class Worker:
     # Pending deletes go out when ten are pending, when the oldest has waited this long
     # (:meth:`serve`'s flusher), and at shutdown (:meth:`flush_deletes`).
     delete_linger_s: float = 0.0
+    # decode and pre-process each request on a thread of its own as it arrives (started by
+    # :meth:`serve`), so a batch's inputs are ready when its window closes and the device does not
+    # wait for them; without it (tests calling :meth:`process`) a batch prepares its own inputs
+    prepare_ahead: bool = True
 
     def __post_init__(self) -> None:
         assignment = self.assignment
@@ -169,6 +173,12 @@ class Worker:
         self._to_delete: list[str] = []  # receipts of processed messages not deleted yet
         self._to_delete_since = 0.0  # clock() when the oldest of them was added
         self._delete_lock = threading.Lock()
+        # idempotency key -> its prepared input (and the seconds preparing it took), while buffered
+        self._prepared: dict[str, Future[tuple[Any, float]]] = {}
+        self._prepare_lock = threading.Lock()
+        self._preparer: ThreadPoolExecutor | None = None
+        self._device_s = 0.0  # seconds this worker's batches held the device (its report's DeviceSeconds)
+        self._device_reported = 0.0
         if self.outcomes is None and self.emit_outcomes:
             rank = leaf_rank(dep.plan.modules, dep.children, assignment.module)
             self.outcomes = FrameOutcomes.for_results(
@@ -243,6 +253,7 @@ class Worker:
         count = 0
         poison: list[tuple[Received, ValueError]] = []
         delays: list[float] = []
+        accepted: list[TaskMessage] = []
         with self._lock:
             if len(self._receives) > 20_000:  # receive counts matter only while a request is in hand
                 self._receives.clear()
@@ -259,14 +270,51 @@ class Worker:
                     continue
                 self.assembler.add(msg, received_one.receipt, now)
                 self._receives[msg.idempotency_key] = received_one.receive_count
+                accepted.append(msg)
                 if received_one.receive_count <= 1:  # a redelivery waited out a visibility timeout
                     delays.append(now - msg.enqueued_at)
                 count += 1
             self._lock.notify_all()
+        self._prepare_ahead(accepted)
         self._hop_metrics(delays)
         for received_one, err in poison:
             self._record_poison(received_one, err)
         return count
+
+    # -- preparing inputs ahead ------------------------------------------------------------------
+    def _prepare_ahead(self, messages: list[TaskMessage]) -> None:
+        """Start preparing each newly buffered request (payload fetch, decode, crop, resize) on the
+        preparer thread; a redelivery of a buffered request reuses its first preparation."""
+        preparer = self._preparer
+        if preparer is None or not messages:
+            return
+        with self._prepare_lock:
+            if len(self._prepared) > 20_000:  # left by batches that failed: they prepare again
+                self._prepared.clear()
+            for msg in messages:
+                if msg.idempotency_key not in self._prepared:
+                    self._prepared[msg.idempotency_key] = preparer.submit(self._prepare_timed, msg)
+
+    def _prepare_timed(self, message: TaskMessage) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        prepared = self.runtime.prepare(self._payload(message), message.region)
+        return prepared, time.perf_counter() - t0
+
+    def _take_prepared(self, message: TaskMessage) -> tuple[Any, float]:
+        """The request's input: prepared ahead (waiting for it if it is still being prepared), else
+        prepared now. Raises what preparing it raised (a request that does not decode)."""
+        with self._prepare_lock:
+            future = self._prepared.pop(message.idempotency_key, None)
+        if future is None:
+            return self._prepare_timed(message)
+        return future.result()
+
+    def _forget_prepared(self, messages: list[TaskMessage]) -> None:
+        with self._prepare_lock:
+            for msg in messages:
+                future = self._prepared.pop(msg.idempotency_key, None)
+                if future is not None:
+                    future.cancel()
 
     def _hop_metrics(self, delays: list[float]) -> None:
         """Each first delivery's hop (core/hops.py): the time from the sender's ``enqueued_at`` (a
@@ -390,14 +438,22 @@ class Worker:
                 out.dropped += 1
             else:
                 run.append(pending)
+        running = {id(pending) for pending in run}
+        self._forget_prepared([pending.message for pending in items if id(pending) not in running])
         outputs: list[dict[str, Any]] = []
+        device_at: float | None = None
+        prepare_s = prepare_wait_s = 0.0
         if run:
-            inputs = [
-                self.runtime.prepare(self._payload(pending.message), pending.message.region)
-                for pending in run
-            ]
+            waited = time.perf_counter()
+            inputs = []
+            for pending in run:
+                prepared, took = self._take_prepared(pending.message)
+                inputs.append(prepared)
+                prepare_s += took
+            prepare_wait_s = time.perf_counter() - waited  # what the preparation added to the batch
             close_at = min(pending.message.window_end for pending in run)
             with self.device.slot(close_at, assignment.concurrency):  # the I/O below runs outside it
+                device_at = self.clock()
                 outputs = self.runtime.run(inputs)
         done = self.clock()
         children: dict[str, list[tuple[TaskMessage, int]]] = {}
@@ -418,6 +474,7 @@ class Worker:
                     tuple(ids),
                     output=output,
                     received_at=pending.received_at,
+                    device_at=device_at,
                 )
             )
         # forward first, then record (conditional writes: the idempotency gate). The children are on
@@ -433,6 +490,8 @@ class Worker:
             raise SystemExit("crash injected after recording")
         self._delete([receipt for pending in items for receipt in pending.receipts])
         self._metrics(items, run, records, out, start, done)
+        if device_at is not None:
+            self._device_metrics(done - device_at, prepare_s, prepare_wait_s)
         # a redelivered parent's write may be its frame's last (its children ran after the first
         # delivery): it checks the frame too
         redelivered = [
@@ -518,6 +577,7 @@ class Worker:
         output: dict[str, Any] | None = None,
         reason: str | None = None,
         received_at: float | None = None,
+        device_at: float | None = None,
     ) -> TaskRecord:
         output_json = json.dumps(output, separators=(",", ":")) if output is not None else None
         s3_key = None
@@ -541,6 +601,7 @@ class Worker:
             output_s3_key=s3_key,
             reason=reason,
             received_at=received_at,
+            device_at=device_at,
         )
 
     def _forward(self, children: dict[str, list[tuple[TaskMessage, int]]], enqueued_at: float) -> int:
@@ -602,6 +663,19 @@ class Worker:
         put("Drops", out.dropped, **dims)
         put("Duplicates", out.duplicates, **dims)
 
+    def _device_metrics(self, device_s: float, prepare_s: float, prepare_wait_s: float) -> None:
+        """A batch's time on the device (``DeviceMs``: what the plan counts as occupancy; the
+        reporter sums it per interval as ``DeviceSeconds``), the CPU work that prepared its inputs
+        (``PrepareMs``: decode, crop, resize; on the preparer thread while the window was open) and
+        what of it the batch still waited for when its window closed (``PrepareWaitMs``: the part
+        not overlapped, which a batch's latency carries)."""
+        put, dims = self.metrics.put, self._dims
+        put("DeviceMs", device_s * 1e3, "Milliseconds", **dims)
+        put("PrepareMs", prepare_s * 1e3, "Milliseconds", **dims)
+        put("PrepareWaitMs", prepare_wait_s * 1e3, "Milliseconds", **dims)
+        with self._lock:
+            self._device_s += device_s / max(1, self.assignment.concurrency)
+
     def count_empty_slots(self, t_from: float, t_to: float) -> int:
         """Windows of this machine that closed in [t_from, t_to) without a request."""
         schedule = self.router.schedule(self.assignment.module)
@@ -645,6 +719,8 @@ class Worker:
 
     def serve(self, heartbeat: Callable[[dict[str, Any]], None] | None = None, report_s: float = 5.0) -> None:
         """Run until :meth:`stop`; then release what is still buffered."""
+        if self.prepare_ahead:
+            self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare")
         receiver = threading.Thread(target=self._receive_loop, name="receiver", daemon=True)
         receiver.start()
         self.warm()
@@ -695,6 +771,11 @@ class Worker:
 
     def _report(self, t_from: float, t_to: float, heartbeat: Callable[[dict[str, Any]], None] | None) -> None:
         self.metrics.put("InstanceSeconds", t_to - t_from, "Seconds", **self._dims)
+        with self._lock:
+            device_s, self._device_reported = self._device_s - self._device_reported, self._device_s
+        # device-seconds (a concurrency-c batch holds 1/c of it) against the InstanceSeconds above:
+        # the machine's measured occupancy, which the plan's rate x duration / batch predicts
+        self.metrics.put("DeviceSeconds", device_s, "Seconds", **self._dims)
         try:
             self.metrics.put("EmptySlots", self.count_empty_slots(t_from, t_to), **self._dims)
         except Exception as exc:  # noqa: BLE001 - a metric must never stop serving
@@ -713,6 +794,8 @@ class Worker:
         if receiver.is_alive():  # a receive still in flight: what it returns is released by accept()
             log.warning("receiver still in a long poll at shutdown")
         released = self.release_buffered()
+        if self._preparer is not None:
+            self._preparer.shutdown(wait=False, cancel_futures=True)
         outcomes = self.outcomes.stats if self.outcomes is not None else {}
         log.info("stopped: %s, released %d, frame-outcome checks %s", self.totals, released, outcomes)
 
@@ -720,6 +803,7 @@ class Worker:
         """Give every buffered (not yet run) message back to the queue at once."""
         with self._lock:
             left = self.assembler.drain()
+        self._forget_prepared([pending.message for pending in left])
         return self._release([receipt for pending in left for receipt in pending.receipts])
 
     def _release(self, receipts: list[str]) -> int:

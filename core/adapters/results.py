@@ -72,6 +72,7 @@ class TaskRecord:
     output_s3_key: str | None = None
     reason: str | None = None
     received_at: float | None = None  # when the worker received the task's message
+    device_at: float | None = None  # when its batch got the device (finished_at - device_at: device time)
 
     @property
     def key(self) -> str:
@@ -165,6 +166,7 @@ class ResultStore:
                 "output_s3_key": rec.output_s3_key,
                 "reason": rec.reason,
                 "received_at": rec.received_at,
+                "device_at": rec.device_at,
                 EXPIRES_AT: expires_at(now, retention_s),
             }
         )
@@ -285,6 +287,7 @@ def _task_out(item: dict[str, Any]) -> TaskOut:
         finished_at=item["finished_at"],
         recorded_at=item.get("recorded_at"),
         received_at=item.get("received_at"),
+        device_at=item.get("device_at"),
         batch_size=int(item["batch_size"]),
         output=json.loads(out) if out else None,
         output_s3_key=item.get("output_s3_key"),

@@ -223,6 +223,10 @@ def _fleet_figures(stack: Any, app: str, t0: float) -> dict[str, Any]:
     }
 
 
+def _fmt_frac(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
 def _fmt_requests(requests: dict[str, Any] | None) -> str:
     """'25.1 per frame (100/s): sqs.ReceiveMessage 30 %, ...' (the five largest actions)."""
     if not requests or not requests["total"]:
@@ -314,6 +318,7 @@ def _print_table(summary: dict[str, Any]) -> None:
         "of it: wait / run",
         "planned worst",
         "over plan",
+        "device occupancy (planned / measured)",
     ):
         mods.add_column(col)
     for name, module in summary["modules"].items():
@@ -330,6 +335,7 @@ def _print_table(summary: dict[str, Any]) -> None:
             f"{_fmt_s(module['wait_worst_s'])} / {_fmt_s(module['run_worst_s'])}",
             _fmt_s(module["planned_worst_s"]),
             over,
+            " / ".join(_fmt_frac(module[f"device_occupancy_{which}"]) for which in ("planned", "measured")),
         )
     console.print(mods)
     for note in summary["notes"]:
@@ -376,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
         {hw for deployment in deployments for hw in deployment.emulated_hardware} or set(lp.emulated_hardware)
     )
     slo_s = deployments[-1].slo_s if deployments else lp.slo_s
-    summary = summarise(len(ids), results, plan, slo_s, emulated, planned_at)
+    summary = summarise(len(ids), results, plan, slo_s, emulated, planned_at, window_s=args.duration)
     # a frame the front refused (admission control: 429/503 with Retry-After) was answered, not lost
     tasks_file = Path(info.log_dir) / "tasks.jsonl"
     tasks_file.write_text("".join(json.dumps(row) + "\n" for row in task_rows(results, planned_at)))

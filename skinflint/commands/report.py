@@ -236,8 +236,9 @@ def print_report(report: dict[str, Any]) -> None:
         )
     console.print(apps)
     mods = Table(title="per module")
-    for column in ("app", "module @ hardware", "machine-s", "occupancy", "batches", "fill", "empty slots",
-              "drops", "duplicates", "latency max", "planned worst"):  # fmt: skip
+    for column in ("app", "module @ hardware", "machine-s", "device occupancy (planned / measured)",
+              "prepare ms (mean / wait max)", "batches", "fill", "empty slots", "drops", "duplicates",
+              "latency max", "planned worst"):  # fmt: skip
         mods.add_column(column)
     for name, app in report["apps"].items():
         for mname, module in app["modules"].items():
@@ -245,7 +246,8 @@ def print_report(report: dict[str, Any]) -> None:
                 name,
                 mname,
                 f"{module['machine_seconds']:.0f}",
-                _f(module["occupancy"], "frac"),
+                f"{_f(module['planned_occupancy'], 'frac')} / {_f(module['occupancy'], 'frac')}",
+                f"{_f(module['prepare_ms_mean'])} / {_f(module['prepare_wait_ms_max'])}",
                 _f(module["batches"]),
                 _f(module["batch_fill"], "frac"),
                 _f(module["empty_slot_fraction"], "frac"),

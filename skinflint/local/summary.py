@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from planner.models import planned_device_occupancy
 from skinflint.local.moto_server import EMULATION_PREFIX
 
 if TYPE_CHECKING:
@@ -61,8 +62,12 @@ def summarise(
     slo_s: float,
     emulated_hardware: Sequence[str],
     planned_at: Callable[[str, float], float | None] | None = None,
+    window_s: float | None = None,
 ) -> dict[str, Any]:
     """``results[i]`` is the last answer for frame i (None when the front never accepted it).
+    ``window_s``: how long the frames were streamed; with it each module's measured device
+    occupancy (its batches' device time over its planned machines x ``window_s``) is given next to
+    the plan's figure for it.
     ``planned_at(module, t)``: the module's planned worst case in the plan version serving at ``t``;
     a task is *over plan* when it took longer than that at both its enqueue and its finish time
     (a task that straddles a version change is held to the looser of the two). Without it, every
@@ -91,6 +96,8 @@ def summarise(
             "tasks": 0,
             "dropped": 0,
             "emulated": any(hardware in emulated_hardware for hardware in hw),
+            "device_occupancy_planned": planned_device_occupancy(mp),
+            "device_occupancy_measured": None,
             **_dispatch_figures(mp),
         }
     per_module: dict[str, list[float]] = {module: [] for module in modules}
@@ -110,6 +117,10 @@ def summarise(
                 modules[task.module]["over_plan"] += 1
             waits[task.module].append(task.started_at - task.enqueued_at)
             runs[task.module].append(task.finished_at - task.started_at)
+    for module, busy_s in _device_seconds([*answered, *dropped], plan).items():
+        machines = modules[module]["machines"]
+        if window_s and window_s > 0 and machines:
+            modules[module]["device_occupancy_measured"] = busy_s / (machines * window_s)
     for module, xs in per_module.items():
         modules[module]["tasks"] = len(xs)
         if xs:
@@ -137,6 +148,21 @@ def summarise(
         "price_of_realisability": extra.get("price_of_realisability"),
         "emulated_hardware": list(emulated_hardware),
     }
+
+
+def _device_seconds(results: Sequence[ResultOut], plan: Plan) -> dict[str, float]:
+    """Per module, the device-seconds its batches took: each batch once (its tasks share their
+    hardware, ``device_at`` and ``finished_at``), a concurrency-c batch counted as 1/c of a device."""
+    batches: dict[str, set[tuple[str, float, float]]] = {}
+    for result in results:
+        for task in result.tasks:
+            if task.status == "done" and task.device_at is not None and task.module in plan.modules:
+                batches.setdefault(task.module, set()).add((task.hardware, task.device_at, task.finished_at))
+    out: dict[str, float] = {}
+    for module, seen in batches.items():
+        conc = {group.hardware: group.concurrency for group in plan.modules[module].groups}
+        out[module] = sum((done - began) / conc.get(hw, 1) for hw, began, done in seen)
+    return out
 
 
 def aws_request_figures(
@@ -234,6 +260,7 @@ def task_rows(
                 "started_at": task.started_at,
                 "finished_at": task.finished_at,
                 "received_at": task.received_at,
+                "device_at": task.device_at,
             }
             if task.status == "done":
                 took = task.finished_at - task.enqueued_at
@@ -246,6 +273,9 @@ def task_rows(
                     delivery_s=None if task.received_at is None else task.received_at - task.enqueued_at,
                     held_s=None if task.received_at is None else task.started_at - task.received_at,
                     run_s=task.finished_at - task.started_at,
+                    # of the run: the batch's time on the device (before it: its inputs' preparation
+                    # still pending at the window's close, and the wait for the device)
+                    device_s=None if task.device_at is None else task.finished_at - task.device_at,
                     planned_worst_s=bound,
                     over_plan=bound is not None and took > bound + 1e-9,
                 )

@@ -20,7 +20,9 @@ __all__ = ["METRIC_STATS", "collect_report"]
 #: Statistics the report reads per metric.
 METRIC_STATS: dict[str, tuple[str, ...]] = {
     "InstanceSeconds": ("Sum",),
-    "BatchMs": ("Sum", "SampleCount"),
+    "DeviceMs": ("Sum", "SampleCount"),
+    "PrepareMs": ("Sum",),
+    "PrepareWaitMs": ("Maximum",),
     "BatchFill": ("Sum", "SampleCount"),
     "EmptySlots": ("Sum",),
     "Drops": ("Sum",),

@@ -7,9 +7,11 @@ Billed cost is whole instances x price (``profiles/hardware.json``), from ``Inst
 - *steady*: the mean over the interior periods (periods with data on both sides: a run's first
   and last periods are partial); *window*: all of it over the periods with data.
 Planned cost is the plan in force at each period (the versions' manifests), so re-planning during
-the window is followed. Occupancy is measured from the batches: model busy time (``BatchMs``) over
-(concurrency x machine-seconds). An app's part of a shared fleet's bill is split like the plan
-splits it (each instance's price over its shares by occupancy).
+the window is followed. Occupancy is measured from the batches: their time on the device
+(``DeviceMs``: the model run only, not the window, the input preparation or the I/O) over
+(concurrency x machine-seconds), next to what the plan predicts for it (each group's
+rate x device time per batch / (batch x concurrency), machine-weighted). An app's part of a shared
+fleet's bill is split like the plan splits it (each instance's price over its shares by occupancy).
 
 The data plane's AWS requests (``AwsRequests``, ``AwsRequestUnits``) are priced with the AWS price
 table (skinflint/report/dataplane.py) and added to the fleet's billed cost in ``total``.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from core.adapters.outcomes import LATENCY_BUCKETS_MS
+from planner.models import planned_device_occupancy
 from skinflint.report.dataplane import FRONT_DURATION, data_plane, grand_total
 
 if TYPE_CHECKING:
@@ -158,6 +161,11 @@ def _fleet(inp: ReportInput, inst: list[Series]) -> dict[str, Any]:
     }
 
 
+def _peaks(inp: ReportInput, name: str, dims: Mapping[str, str]) -> list[float]:
+    peaks = (metric.peak() for metric in _of(inp.series, name, "Maximum", **dims))
+    return [peak for peak in peaks if peak is not None]
+
+
 def _modules(inp: ReportInput, app: str) -> dict[str, dict[str, Any]]:
     dep = inp.plans.deployments.get(app)
     keys = sorted(
@@ -171,14 +179,15 @@ def _modules(inp: ReportInput, app: str) -> dict[str, dict[str, Any]]:
     for module, hw in keys:
         dims = {"App": app, "Module": module, "Hardware": hw}
         conc = 1
-        planned_worst = None
+        planned_worst = planned_occupancy = None
         if dep is not None and module in dep.plan.modules:
             mp = dep.plan.modules[module]
             conc = max((group.concurrency for group in mp.groups if group.hardware == hw), default=1)
             planned_worst = mp.worst_case_latency_s
+            planned_occupancy = planned_device_occupancy(mp, hw)
         machine_s = _sum(_of(inp.series, "InstanceSeconds", "Sum", **dims))
-        busy_s = _sum(_of(inp.series, "BatchMs", "Sum", **dims)) / 1e3
-        batches = _sum(_of(inp.series, "BatchMs", "SampleCount", **dims))
+        busy_s = _sum(_of(inp.series, "DeviceMs", "Sum", **dims)) / 1e3
+        batches = _sum(_of(inp.series, "DeviceMs", "SampleCount", **dims))
         fill_n = _sum(_of(inp.series, "BatchFill", "SampleCount", **dims))
         empty = _sum(_of(inp.series, "EmptySlots", "Sum", **dims))
         worst = [
@@ -192,6 +201,13 @@ def _modules(inp: ReportInput, app: str) -> dict[str, dict[str, Any]]:
             "machine_seconds": machine_s,
             "busy_seconds": busy_s,
             "occupancy": busy_s / (conc * machine_s) if machine_s > 0 else None,
+            "planned_occupancy": planned_occupancy,
+            # the worker's own per-batch CPU work (decode, crop, resize) and what of it a batch still
+            # waited for when its window closed (the rest ran while the window was open)
+            "prepare_ms_mean": (_sum(_of(inp.series, "PrepareMs", "Sum", **dims)) / batches)
+            if batches
+            else None,
+            "prepare_wait_ms_max": max(waits) if (waits := _peaks(inp, "PrepareWaitMs", dims)) else None,
             "batches": batches,
             "batch_fill": _sum(_of(inp.series, "BatchFill", "Sum", **dims)) / fill_n if fill_n else None,
             "empty_slots": empty,

@@ -92,14 +92,14 @@ def worker_metrics(cw, start: float, periods: int) -> None:
         t = start + k * P + 30
         det = {"App": "traffic", "Module": "detector", "Hardware": "t4"}
         put(cw, "InstanceSeconds", t, 60.0, 12, "Seconds", **det)
-        put(cw, "BatchMs", t, 6_000.0, 60, "Milliseconds", **det)  # 6 s busy of 60 s: 10 %
+        put(cw, "DeviceMs", t, 6_000.0, 60, "Milliseconds", **det)  # 6 s on the device of 60 s: 10 %
         put(cw, "BatchFill", t, 30.0, 60, "None", **det)
         put(cw, "EmptySlots", t, 240.0, **det)
         for m in ("0", "1"):  # the two car machines publish the same series (one per App/Module/Hardware)
             put(cw, "InstanceSeconds", t, 60.0, 12, "Seconds", App="traffic", Module="car", Hardware="cpu")
             put(
                 cw,
-                "BatchMs",
+                "DeviceMs",
                 t,
                 12_000.0 if m == "0" else 0.0,
                 60,
@@ -173,6 +173,8 @@ def test_report_from_worker_metrics_and_the_published_plan(aws):
     det, car = a["modules"]["detector @ t4"], a["modules"]["car @ cpu"]
     assert det["occupancy"] == pytest.approx(0.1)  # 36 s busy / 360 s, concurrency 1
     assert car["occupancy"] == pytest.approx(72 / (2 * 720))  # 72 s busy / (concurrency 2 x 720 s)
+    # what the plan predicts: 10 req/s / batch 2 x 0.1 s = 0.5; 10 / 1 x 0.1 / concurrency 2 = 0.5
+    assert det["planned_occupancy"] == pytest.approx(0.5) and car["planned_occupancy"] == pytest.approx(0.5)
     assert det["batch_fill"] == pytest.approx(0.5)
     assert det["empty_slot_fraction"] == pytest.approx(240 / (240 + 60))
     assert car["latency_max_s"] == pytest.approx(0.15) and car["planned_worst_s"] == 0.2

@@ -113,3 +113,43 @@ def test_summary_counts_answered_dropped_lost_and_module_worst_cases():
         ("c", "dropped", None),
     ]
     assert rows[1]["took_s"] == 0.12 and rows[1]["planned_worst_s"] == 0.11
+
+
+def test_summary_gives_each_modules_device_occupancy_planned_and_measured():
+    # GIVEN a plan of 2 t4 machines of concurrency 2, batch 4, 8 req/s each, 0.1 s a batch, 4 of the
+    # 16 req/s dummy load: (16 - 4) / 16 x 8 / 4 x 0.1 / 2 = 7.5 % of each device, as planned
+    plan = Plan(
+        objective="billed", cost_per_hour=1.0, billed_per_hour=1.0, solve_ms=1.0,
+        modules={
+            "det": ModulePlan(
+                latency_budget_s=0.5, worst_case_latency_s=0.4, dummy_rate=4.0,
+                groups=[MachineGroup(hardware="t4", batch=4, concurrency=2, machines=2,
+                                     rate_per_machine=8, duration_s=0.1)],
+            )
+        },
+    )  # fmt: skip
+
+    def task(rid: str, device_at: float, fin: float) -> TaskOut:
+        return TaskOut(
+            task_id="det", module="det", status="done", hardware="t4", emulated=True,
+            enqueued_at=0, started_at=device_at - 0.01, device_at=device_at, finished_at=fin, batch_size=2,
+        )  # fmt: skip
+
+    # two batches: frames a and b share the first (0.1 s on the device), c is alone in the second (0.2 s)
+    results = [
+        ResultOut(request_id=rid, app="x", status="done", accepted_at=0, deadline=9, tasks=[task(rid, d, f)])
+        for rid, d, f in (("a", 1.0, 1.1), ("b", 1.0, 1.1), ("c", 2.0, 2.2))
+    ]
+    s = summarise(3, results, plan, slo_s=9, emulated_hardware=["t4"], window_s=10.0)
+    m = s["modules"]["det"]
+    assert m["device_occupancy_planned"] == pytest.approx(0.075)
+    # (0.1 + 0.2) / concurrency 2 = 0.15 device-s over 2 machines x 10 s
+    assert m["device_occupancy_measured"] == pytest.approx(0.15 / 20)
+    # without the stream's length there is nothing to measure it against
+    assert (
+        summarise(3, results, plan, slo_s=9, emulated_hardware=["t4"])["modules"]["det"][
+            "device_occupancy_measured"
+        ]
+        is None
+    )
+    assert [row["device_s"] for row in task_rows(results)] == pytest.approx([0.1, 0.1, 0.2])
