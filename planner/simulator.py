@@ -22,7 +22,12 @@ The simulation is vectorised per module and per chunk of simulated time:
 - the hop that delivers a module's requests (``MachineGroup.overhead_s``: queue send, delivery, receive)
   is a constant delay before a request reaches its machine: a batch is ready at its window's end (RR: at
   its ``b``-th request) plus the hop of the machine's group. It occupies no slot: the next batch may
-  start while one is in flight, as the worker overlaps receiving with the device.
+  start while one is in flight, as the worker overlaps receiving with the device. With ``hop_samples``
+  (measured deliveries) each request's hop is drawn from them instead, while the plan keeps the hop it
+  was made with. TC: the worker closes a window a fixed delay after its end (its group's planned hop,
+  or ``close_delay_s``); what was delivered by then is the batch, each request delivered later is a
+  batch of its own, ready on delivery (it costs the machine a whole batch's time). RR: a batch waits
+  for its slowest request (ready at its ``b``-th request plus the largest of its requests' draws).
 
 Chunks: a module processes the arrivals before the start of the window that contains the chunk's end and
 keeps the rest, so a batch is never split; every completion before the chunk's end has then been produced
@@ -50,6 +55,8 @@ from planner.dispatch import (
 from planner.robust import planned_spread_rates
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from planner.models import ModulePlan, Plan, ProblemSpec
 
 __all__ = ["EndToEndStats", "LatencyStats", "ModuleStats", "SimulationReport", "simulate"]
@@ -377,8 +384,15 @@ class _Module:
         jitter: float,
         rng: np.random.Generator,
         prices: dict[str, float],
+        hop_samples: np.ndarray | None = None,
+        close_delay_s: float | None = None,
+        late_policy: Literal["own", "next"] = "own",
     ) -> None:
         self.name = name
+        self.late_policy = late_policy  # with hop_samples: a late request's own batch, or a later window
+        self.hop_samples = hop_samples  # sorted measured hops (s), or None: the groups' constant hop
+        self.close_delay_s = close_delay_s  # with hop_samples: the worker's close after a window's end
+        self.late = 0  # requests delivered after their window closed (hop_samples)
         self.plan = plan
         self.dispatch = dispatch
         self.jitter = jitter
@@ -462,10 +476,58 @@ class _Module:
         bid = cyc.astype(np.int64) * len(self.ends) + k
         first = np.flatnonzero(np.r_[True, bid[1:] != bid[:-1]])
         count = np.diff(np.r_[first, len(t)])
+        if self.hop_samples is not None:
+            return self._tc_drawn_hops(
+                t, v, origin, bid, cyc * self.period + self.ends[k], self.win_machine[k]
+            )
         kb = k[first]
         ready = cyc[first] * self.period + self.ends[kb]
         mach = self.win_machine[kb]
         return self._execute(t, origin, mach, ready, count)
+
+    def _tc_drawn_hops(
+        self,
+        t: np.ndarray,
+        v: np.ndarray,
+        origin: np.ndarray,
+        bid: np.ndarray,
+        end: np.ndarray,
+        mach: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """TC batches as the worker forms them when every request's hop is drawn (``hop_samples``): the
+        worker closes a window ``close_delay_s`` after its end (None: the group's planned hop, which the
+        plan's worst case already counts); the requests delivered by then are its batch, ready at the
+        close; each request delivered later is a batch of its own, ready on delivery, and takes a whole
+        batch's device time (conservative: it occupies the machine as a batch of ``b`` would)."""
+        delay = self.hop_of_machine[mach] if self.close_delay_s is None else self.close_delay_s
+        close = end + delay
+        delivered = v + self._draws(len(v))
+        late = delivered > close
+        if self.late_policy == "next":
+            # a late request joins the same window one or more periods on (the same machine), the
+            # first whose close it makes: the schedule's batches stay the only ones that run
+            cycles = np.where(late, np.ceil((delivered - close) / self.period - 1e-12), 0.0)
+            self.late += int(np.count_nonzero(late))
+            bid2 = bid + cycles.astype(np.int64) * len(self.ends)
+            order = np.argsort(bid2, kind="stable")
+            b2 = bid2[order]
+            first = np.flatnonzero(np.r_[True, b2[1:] != b2[:-1]])
+            count = np.diff(np.r_[first, len(b2)]).astype(np.int64)
+            ready = (close + cycles * self.period)[order][first]
+            return self._execute(
+                t[order], origin[order], mach[order][first].astype(np.int64), ready, count, hops_in_ready=True
+            )
+        on_idx = np.flatnonzero(~late)
+        late_idx = np.flatnonzero(late)
+        b_on = bid[on_idx]
+        first = np.flatnonzero(np.r_[True, b_on[1:] != b_on[:-1]]) if b_on.size else np.empty(0, np.int64)
+        count_on = np.diff(np.r_[first, b_on.size]).astype(np.int64)
+        order = np.r_[on_idx, late_idx]
+        ready = np.r_[close[on_idx[first]], delivered[late_idx]]
+        machines = np.r_[mach[on_idx[first]], mach[late_idx]].astype(np.int64)
+        count = np.r_[count_on, np.ones(late_idx.size, dtype=np.int64)]
+        self.late += int(late_idx.size)
+        return self._execute(t[order], origin[order], machines, ready, count, hops_in_ready=True)
 
     def _rr(self, t: np.ndarray, origin: np.ndarray, final: bool) -> tuple[np.ndarray, np.ndarray]:
         new_m = self.pattern[(self.seen + np.arange(len(t))) % len(self.pattern)]
@@ -507,9 +569,14 @@ class _Module:
         mach: np.ndarray,
         ready: np.ndarray,
         count: np.ndarray,
+        hops_in_ready: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         dur = self._durations(mach, count)
-        if self.hops:  # the batch's last request reaches the machine one hop after the batch closes
+        if self.hop_samples is not None and not hops_in_ready:  # RR: a batch waits for its slowest request
+            ready = ready + self._slowest_hops(count)
+        elif (
+            self.hops and not hops_in_ready
+        ):  # the batch's last request reaches the machine one hop after the batch closes
             ready = ready + self.hop_of_machine[mach]
         start = self.machines.run(mach, ready, dur)
         completion = start + dur
@@ -520,6 +587,23 @@ class _Module:
         self.batches += len(count)
         self.fill_sum += float(np.sum(count / self.batch_of_machine[mach]))
         return done, origin
+
+    def _draws(self, n: int) -> np.ndarray:
+        samples = self.hop_samples
+        assert samples is not None
+        index = self.rng.integers(0, len(samples), n)
+        drawn: np.ndarray = samples[index]
+        return drawn
+
+    def _slowest_hops(self, count: np.ndarray) -> np.ndarray:
+        """Per batch of ``count`` requests, the largest of ``count`` hops drawn from the samples: the
+        maximum of n draws is the empirical quantile at ``U ** (1 / n)``, U uniform."""
+        samples = self.hop_samples
+        assert samples is not None
+        u = self.rng.random(len(count)) ** (1.0 / np.maximum(count, 1))
+        index = np.minimum((u * len(samples)).astype(np.int64), len(samples) - 1)
+        hops: np.ndarray = samples[index]
+        return hops
 
     def windows_elapsed(self) -> int:
         if self.dispatch == "rr":
@@ -572,6 +656,9 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     children: Literal["spread", "burst"] = "spread",
     admission: Admission = "none",
     front_instances: int = 1,
+    hop_samples: Sequence[float] | None = None,
+    close_delay_s: float | None = None,
+    late: Literal["own", "next"] = "own",
 ) -> SimulationReport:
     """Simulate ``duration_s`` seconds of arrivals through the plan's dispatch and machines.
 
@@ -586,7 +673,16 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     (:class:`_FrontAdmission`; :data:`Admission`): a shed arrival yields no request and no path, so
     ``end_to_end.slo_attainment`` is over the admitted frames; ``frames_offered`` and ``frames_shed``
     count the root arrivals. ``front_instances`` > 1: that many fronts each counting only their own
-    frames (no shared counts), each arrival at one of them at random."""
+    frames (no shared counts), each arrival at one of them at random. ``hop_samples`` (s, measured
+    deliveries; at least one, none negative): every request's hop is drawn from them (module doc); a
+    worker closes a window ``close_delay_s`` after its end (None: its group's planned hop); a request
+    delivered after its window closed runs as a batch of its own (``late="own"``, as the worker does
+    today) or joins the same window a period later, the first whose close it makes (``"next"``)."""
+    hops = None
+    if hop_samples is not None:
+        hops = np.sort(np.asarray(hop_samples, dtype=float))
+        if hops.size == 0 or not np.all(np.isfinite(hops)) or hops[0] < 0:
+            raise ValueError("hop_samples must be a non-empty list of finite delays >= 0 s")
     rng = np.random.default_rng(seed)
     prices = {name: hw.price_per_hour for name, hw in problem.hardware.items()}
     order = problem.order()
@@ -594,7 +690,17 @@ def simulate(  # noqa: PLR0917 -- the positional interface is the contract with 
     kids = problem.children()
     spread = dispatch == "tc" and children == "spread"
     modules = {
-        m: _Module(m, plan.modules[m], dispatch=dispatch, jitter=jitter, rng=rng, prices=prices)
+        m: _Module(
+            m,
+            plan.modules[m],
+            dispatch=dispatch,
+            jitter=jitter,
+            rng=rng,
+            prices=prices,
+            hop_samples=hops,
+            close_delay_s=close_delay_s,
+            late_policy=late,
+        )
         for m in order
     }
     sources = {m: _Source(problem.modules[m].rate, arrivals, rng) for m in order if not parents[m]}

@@ -25,6 +25,14 @@ admission, and no window overflows).
     skinflint bench simulator --arrival-study 100 --headroom 0.1 --reserve 0.2
     skinflint bench simulator --reserve-study 30    # a shed_target as the rate moves
 
+    skinflint bench simulator --hop-study 150       # measured hop delays (bench/data/hops-*.json)
+
+``--hop-study N`` plans N generated apps with the control loop's hop rule (the p99 of measured
+deliveries, as latency only) and simulates each with every request's hop drawn from those deliveries
+(``--hops FILE``: a JSON file with ``delays_ms`` or a demo's ``tasks.jsonl``; default the packaged
+local-stack measurement): admitted frames within the SLO, and the cost against the same apps planned
+with the hop billed as device time (exit status 1 when an app falls below 99 %; bench/simulator/hops.py).
+
 ``--reserve-study N`` chooses each generated app's admission reserve for a 1 % shed target at its
 rates, as a registration does, then compares at half and twice those rates the reserve kept with the
 reserve chosen again (the control loop's review, control/reserves.py).
@@ -33,10 +41,12 @@ reserve chosen again (the control loop's review, control/reserves.py).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.results import add_results_arguments, record
 from bench.simulator.check import generated, print_generated, print_runs, run
+from bench.simulator.hops import DEFAULT_HOPS, run_hop_study
 from bench.simulator.plans import EXAMPLES, dispatchable, example_plans, large_problem
 from bench.simulator.studies import (
     ADMISSIONS,
@@ -112,6 +122,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="N generated apps: a shed_target's reserve kept from the registered rate against chosen again "
         "at 0.5x and 2x that rate (the control loop's review)",
     )
+    parser.add_argument(
+        "--hop-study",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N generated apps planned with the measured hops' p99 and simulated with hops drawn from them",
+    )
+    parser.add_argument(
+        "--hops",
+        type=Path,
+        default=DEFAULT_HOPS,
+        metavar="FILE",
+        help="--hop-study: hop samples (JSON with delays_ms, or a demo's tasks.jsonl); default the packaged "
+        "local-stack measurement",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add_results_arguments(parser)
 
@@ -127,6 +152,9 @@ def _duration(args: argparse.Namespace, default_s: float) -> float:
 
 def main(args: argparse.Namespace) -> int:
     """The mode the options pick, printed (a table, or JSON); the exit status of its check."""
+    if args.hop_study:
+        args.default_duration = DEFAULT_DURATION_S
+        return run_hop_study(args)
     if args.reserve_study:
         reserves = reserve_study(args.reserve_study)
         if args.json:
