@@ -16,14 +16,15 @@ task and per batch is a named field, so the model can be audited against the cod
 
 The model's three kinds of terms: per POST and per frame (the front), per task (the bytes a task's
 message carries; per-task writes) and per batch (receive, delete and child-send calls, the result
-record): :func:`batch_usd` prices the last kind, which is what the planner's objective may fold in
-(``ProfileEntry.batch_usd``, planner/latency.py ``configs_for``).
+record; :func:`batch_usd` prices one batch). The per-batch terms scale with rate / batch, so batch
+sizes trade device time against requests: ``skinflint plan --objective all-in`` (control/preview.py)
+picks the plan of least fleet + data plane among batch floors.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ __all__ = [
     "Workload",
     "batch_usd",
     "data_plane_bill",
+    "policy_named",
     "workload_from_plan",
 ]
 
@@ -160,7 +162,6 @@ class DataPlanePolicy:
     dashboards: int = 1
     ebs_gb_per_instance: float = 30.0  # an instance's root disk (gp3)
     agent_log_bytes_per_instance_s: float = 400.0  # an agent's EMF flush (about 2 KB every 5 s)
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def with_(self, **changes: object) -> DataPlanePolicy:
         return replace(self, **changes)  # type: ignore[arg-type]
