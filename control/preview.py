@@ -10,14 +10,14 @@ With an :class:`AllInSpec` the preview also prices the data plane at the planned
 ``fold`` the plan minimises the whole bill: the data plane's per-batch requests (receive, delete, child
 sends, result records) scale with rate / batch, so the preview plans the app once per candidate
 smallest batch (every module's configurations limited to batches of at least 1, 2, 4 ... ) and keeps
-the plan whose fleet + data plane is the least (:func:`_cheapest_floor`). The planner's search is not
+the plan whose fleet + data plane is the least (:func:`reprice`). The planner's search is not
 changed: a price per batch cannot be folded into a configuration's machine price exactly (a machine's
 requests scale with the rate it carries, not with its throughput), so the choice is made here."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import planner.fleet
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from profiles.allin import DataPlaneBill, DataPlanePolicy, Workload
     from profiles.aws_prices import AwsPrices
 
-__all__ = ["AllInSpec", "AppPreview", "preview_app"]
+__all__ = ["AllInSpec", "AppPreview", "FloorPlan", "preview_app", "reprice"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,17 @@ class AllInSpec:
     frame_kb: float = 8.0
     frames_per_post: int = 1
     fold: bool = False
+
+
+@dataclass(frozen=True)
+class FloorPlan:
+    """The app planned with every module's batch at least ``min_batch`` (None: it does not plan)."""
+
+    min_batch: int
+    problem: ProblemSpec
+    plan: Plan | None
+    fleet: FleetPlan | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class AppPreview:
     data_plane: DataPlaneBill | None = None
     #: with an all-in objective: each smallest batch tried, its fleet, data plane and all-in $/h
     candidates: tuple[dict[str, Any], ...] = ()
+    #: the plans :func:`reprice` chooses among (the first: the plan without the data plane)
+    floor_plans: tuple[FloorPlan, ...] = ()
 
     @property
     def fleet_per_hour(self) -> float:
@@ -188,17 +201,10 @@ def preview_app(
         problem = app_problem(spec, planned, catalog, None, config.hop_overhead_s + config.batch_overhead_s)
     except ValueError as exc:
         raise ControlError(f"{spec.name}: {str(exc).splitlines()[0]}") from exc
-    bill = None
-    candidates: list[dict[str, Any]] = []
-    if all_in is not None and all_in.fold:  # the whole bill in the objective
-        problem, plan, fleet, bill, candidates = _cheapest_floor(
-            spec, problem, config, frame_rate, planned, all_in
-        )
+    if all_in is not None and all_in.fold:  # the whole bill in the objective: a plan per batch floor
+        floors = _floor_plans(spec, problem, config, frame_rate, planned)
     else:
-        plan, fleet = _solve(spec, problem, config, frame_rate, planned)
-        if all_in is not None:
-            workload = _workload(spec, plan, fleet, frame_rate, planned, all_in)
-            bill = data_plane_bill(all_in.policy, workload, all_in.prices)
+        floors = (FloorPlan(1, problem, *_solve(spec, problem, config, frame_rate, planned)),)
     settings = {
         "headroom": config.headroom,
         "hop_overhead_s": config.hop_overhead_s,
@@ -207,17 +213,61 @@ def preview_app(
         "policy": config.policy,
         "machine_caps": dict(config.machine_caps),
     }
-    return AppPreview(
+    base = floors[0]
+    assert base.plan is not None and base.fleet is not None  # floor 1 plans or _floor_plans raised
+    preview = AppPreview(
         spec=spec,
         frame_rate=float(frame_rate),
         planned_rate=planned,
         settings=settings,
-        problem=problem,
-        plan=plan,
-        fleet=fleet,
+        problem=base.problem,
+        plan=base.plan,
+        fleet=base.fleet,
+        floor_plans=floors,
+    )
+    return reprice(preview, all_in) if all_in is not None else preview
+
+
+def reprice(preview: AppPreview, all_in: AllInSpec) -> AppPreview:
+    """``preview`` priced all-in with ``all_in``: the plan without the data plane in the objective (the
+    first of its floor plans), or with ``all_in.fold`` the floor plan of least fleet + data plane. A
+    preview made without ``fold`` has one floor plan. No solving: the bench prices one preview several
+    ways."""
+    rows: list[dict[str, Any]] = []
+    best: tuple[float, FloorPlan, DataPlaneBill] | None = None
+    for floor in preview.floor_plans if all_in.fold else preview.floor_plans[:1]:
+        if floor.plan is None or floor.fleet is None:
+            rows.append({"min_batch": floor.min_batch, "planned": False, "why": floor.error})
+            continue
+        workload = _workload(
+            preview.spec, floor.plan, floor.fleet, preview.frame_rate, preview.planned_rate, all_in
+        )
+        bill = data_plane_bill(all_in.policy, workload, all_in.prices)
+        total = floor.fleet.billed_per_hour + bill.total_per_hour
+        rows.append(
+            {
+                "min_batch": floor.min_batch,
+                "planned": True,
+                "fleet_per_hour": round(floor.fleet.billed_per_hour, 6),
+                "data_plane_per_hour": round(bill.total_per_hour, 6),
+                "all_in_per_hour": round(total, 6),
+            }
+        )
+        if best is None or total < best[0] - 1e-9:  # ties: the smaller floor
+            best = (total, floor, bill)
+    assert best is not None  # the first floor plan always plans
+    _, chosen, bill = best
+    for row in rows:
+        row["chosen"] = row["min_batch"] == chosen.min_batch
+    assert chosen.plan is not None and chosen.fleet is not None
+    return replace(
+        preview,
+        problem=chosen.problem,
+        plan=chosen.plan,
+        fleet=chosen.fleet,
         all_in=all_in,
         data_plane=bill,
-        candidates=tuple(candidates),
+        candidates=tuple(rows) if all_in.fold else (),
     )
 
 
@@ -259,53 +309,32 @@ def _workload(
     )
 
 
-def _cheapest_floor(
-    spec: RegistrationSpec,
-    problem: ProblemSpec,
-    config: ControlConfig,
-    frame_rate: float,
-    planned: float,
-    all_in: AllInSpec,
-) -> tuple[ProblemSpec, Plan, FleetPlan, DataPlaneBill, list[dict[str, Any]]]:
-    """The plan of least fleet + data plane $/h among those with every module's batch at least ``floor``
-    (each batch size profiled; a module profiled only below a floor keeps its largest batches). Ties go
-    to the smaller floor (floor 1 is the fleet-only plan). Raises :class:`ControlError` when none plans."""
+def _floor_plans(
+    spec: RegistrationSpec, problem: ProblemSpec, config: ControlConfig, frame_rate: float, planned: float
+) -> tuple[FloorPlan, ...]:
+    """A plan per batch floor: every module's configurations limited to batches of at least 1, 2, 4 ...
+    (each batch size profiled; a module profiled only below a floor keeps its largest batches; a floor
+    that changes nothing is skipped). Floor 1 is the plain plan: its failure raises
+    :class:`ControlError`; a larger floor's failure (too large a batch for the SLO) is recorded."""
     floors = sorted({entry.batch for module in problem.modules.values() for entry in module.profile})
-    best: tuple[float, ProblemSpec, Plan, FleetPlan, DataPlaneBill] | None = None
-    tried: list[dict[str, Any]] = []
-    failure: ControlError | None = None
-    chosen = 1
+    out = [FloorPlan(1, problem, *_solve(spec, problem, config, frame_rate, planned))]
+    seen = {_profile_key(problem)}
     for floor in floors:
         limited = _with_batch_floor(problem, floor)
-        if floor > 1 and limited == problem:
+        key = _profile_key(limited)
+        if key in seen:
             continue
+        seen.add(key)
         try:
-            plan, fleet = _solve(spec, limited, config, frame_rate, planned)
-        except ControlError as exc:  # too large a batch for the SLO
-            failure = failure or exc
-            tried.append({"min_batch": floor, "planned": False})
-            continue
-        bill = data_plane_bill(
-            all_in.policy, _workload(spec, plan, fleet, frame_rate, planned, all_in), all_in.prices
-        )
-        total = fleet.billed_per_hour + bill.total_per_hour
-        tried.append(
-            {
-                "min_batch": floor,
-                "planned": True,
-                "fleet_per_hour": round(fleet.billed_per_hour, 6),
-                "data_plane_per_hour": round(bill.total_per_hour, 6),
-                "all_in_per_hour": round(total, 6),
-            }
-        )
-        if best is None or total < best[0] - 1e-9:
-            best = (total, limited, plan, fleet, bill)
-            chosen = floor
-    if best is None:
-        raise failure or ControlError(f"{spec.name}: no batch floor plans")
-    for row in tried:
-        row["chosen"] = row["min_batch"] == chosen
-    return best[1], best[2], best[3], best[4], tried
+            out.append(FloorPlan(floor, limited, *_solve(spec, limited, config, frame_rate, planned)))
+        except ControlError as exc:
+            out.append(FloorPlan(floor, limited, None, None, str(exc)))
+    return tuple(out)
+
+
+def _profile_key(problem: ProblemSpec) -> tuple[tuple[str, int], ...]:
+    """Which batches each module may use: two floors with the same key plan the same."""
+    return tuple((name, len(module.profile)) for name, module in problem.modules.items())
 
 
 def _with_batch_floor(problem: ProblemSpec, floor: int) -> ProblemSpec:
