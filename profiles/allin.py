@@ -455,11 +455,12 @@ def data_plane_bill(policy: DataPlanePolicy, w: Workload, prices: AwsPrices) -> 
     per_hour["sqs"] = prices.require("sqs", "Requests").cost(per_s.sqs) * 3600
     month = 1 / HOURS_PER_MONTH
     tasks = sum(m.rate for m in w.modules)
-    stored_gb = (
-        (tasks * policy.stored_bytes_per_task + w.frame_rate * policy.stored_bytes_per_frame)
-        * policy.retention_days
-        * 86400
-        / GB
+    # the records kept for the retention: in the results table, unless a push sink holds them (an S3
+    # object per batch is kept as long; an SQS results queue's messages cost nothing to keep)
+    kept_gb = tasks * policy.stored_bytes_per_task * policy.retention_days * 86400 / GB
+    in_table = policy.result_records == "task_items" or policy.result_sink == "dynamodb"
+    stored_gb = (kept_gb if in_table else 0.0) + w.frame_rate * policy.stored_bytes_per_frame * (
+        policy.retention_days * 86400 / GB
     )
     ddb = (
         prices.require("dynamodb", "WriteRequestUnits").cost(per_s.wcu)
@@ -469,9 +470,9 @@ def data_plane_bill(policy: DataPlanePolicy, w: Workload, prices: AwsPrices) -> 
     if policy.pitr:
         ddb += prices.require("dynamodb", "PitrGBMonths").cost(stored_gb) * month
     per_hour["dynamodb"] = ddb
-    s3_stored_gb = 0.0
+    s3_stored_gb = kept_gb if not in_table and policy.result_sink == "s3" else 0.0
     if _post_to_s3(policy, w):  # frames kept in S3 for the retention (a lifecycle rule deletes them)
-        s3_stored_gb = w.frame_rate * w.frame_bytes * policy.frame_retention_days * 86400 / GB
+        s3_stored_gb += w.frame_rate * w.frame_bytes * policy.frame_retention_days * 86400 / GB
     per_hour["s3"] = (
         prices.require("s3", "PutClassRequests").cost(per_s.s3_put)
         + prices.require("s3", "GetClassRequests").cost(per_s.s3_get)

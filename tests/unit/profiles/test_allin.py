@@ -133,3 +133,13 @@ def test_an_unknown_policy_or_a_missing_price_is_one_line() -> None:
     del doc["services"]["sqs"]
     with pytest.raises(StoreError, match=r"no price for sqs\.Requests"):
         data_plane_bill(TODAY, traffic(), AwsPrices.model_validate(doc))
+
+
+def test_a_push_sink_keeps_nothing_in_the_table() -> None:
+    push = BATCHED.with_(result_sink="sqs")
+    bill = data_plane_bill(push, traffic(per_post=10), PRICES)
+    # only the slot count is written: 0.1 WCU per frame x 1,000 frames/s x 3,600 s x 0.625 / 1e6
+    assert bill.per_hour["dynamodb"] == pytest.approx(0.1 * 1000 * 3600 * 0.625e-6)
+    # the results queue: per leaf batch of 16 a send, a receive (1 chunk each) and a delete
+    pull = data_plane_bill(BATCHED, traffic(per_post=10), PRICES).units_per_frame
+    assert bill.units_per_frame["sqs_requests"] == pytest.approx(pull["sqs_requests"] + 3 / 16 * 3.5)
