@@ -1,13 +1,14 @@
 """``skinflint bench tco``: the all-in cost of every demo app, $ per million frames itemised by service,
 for the data plane as the code is (``today``) and as issue #25 targets (``batched``, with its results
-pulled from DynamoDB or pushed to an SQS queue), beside two ways a user could serve the same models
-instead (docs/cost.md):
+pulled from DynamoDB or pushed to an SQS queue, and with the REST API + WAF option instead of the HTTP
+API), beside two ways a user could serve the same models instead (docs/cost.md):
 
 - **Triton on EC2 behind an ALB**: the same models on the same hardware at the same measured (or
   derived) throughputs, one HTTP request per frame, the DAG in one server (an ensemble: no queues, no
-  per-task storage). Low: the fleet's occupancy (fractional machines at the best configurations, perfect
-  packing); high: the packed fleet the control loop would run (whole instances). Plus the ALB's hour
-  and its LCUs (processed bytes: the frames, binary; keep-alive connections, 10 rules or fewer).
+  per-task storage). Low: each module's offered rate on its configuration of least $ per request
+  (fractional machines, no headroom, no latency bound); high: the cheapest packed fleet among the plans
+  (whole instances). Plus the ALB's hour and its LCUs (processed bytes: the frames, binary; keep-alive
+  connections, 10 rules or fewer).
 - **SageMaker real-time endpoints**: one endpoint per module (model), each on the machines the plan gives
   that module (no packing across endpoints), at the ``ml.`` instance price of the same instance type,
   plus SageMaker's data processed in (frames to the roots, a crop per child task) and out. The caller
@@ -47,7 +48,7 @@ __all__ = ["PLOT", "add_arguments", "run_command", "tco"]
 
 APPS = ("traffic", "face", "pose", "caption", "actdet")
 PLOT = "tco.png"
-DESIGNS = ("today", "batched", "batched_push", "triton_alb", "sagemaker")
+DESIGNS = ("today", "batched", "batched_push", "batched_rest_waf", "triton_alb", "sagemaker")
 ALB_FREE_RULES = 10  # rule evaluations: the first 10 rules of a request are free
 TARGET_USD_PER_M = 1.50  # issue #25: traffic, 8 KB, 10 frames per POST, 1,000 frames/s
 
@@ -158,6 +159,7 @@ def tco(
     catalog = store.load_catalog()
     lookup = profile_lookup(store)
     push = BATCHED.with_(name="batched_push", result_sink="sqs")
+    rest = BATCHED.with_(name="batched_rest_waf", api="rest", waf=True)  # the option: REST API + WAF
     rows = []
     for app in apps:
         doc = store.load_app(app).model_dump(mode="json", exclude_none=True)
@@ -183,6 +185,9 @@ def tco(
                     ),
                     "batched_push": _priced(
                         reprice(preview, AllInSpec(push, prices, kb, per_post, fold=True)), rate
+                    ),
+                    "batched_rest_waf": _priced(
+                        reprice(preview, AllInSpec(rest, prices, kb, per_post, fold=True)), rate
                     ),
                     "triton_alb": _triton(preview, rate, kb, prices),
                     "sagemaker": _sagemaker(preview, rate, kb, prices),
@@ -225,7 +230,8 @@ def render(rows: list[dict[str, Any]], plots: list[str]) -> None:
 
     console = Console(width=max(Console().width, 150))
     table = Table(title="all-in $ per million frames (fleet + data plane; Triton low-high; docs/cost.md)")
-    cols = ["app", "frames/s", "KB", "today", "batched pull", "batched push", "Triton+ALB", "SageMaker"]
+    cols = ["app", "frames/s", "KB", "today", "batched pull", "batched push", "batched REST+WAF"]
+    cols += ["Triton+ALB", "SageMaker"]
     cols += ["batched fleet", "batched data plane", "batches (batched)"]  # batches in module order
     for col in cols:
         table.add_column(
@@ -243,6 +249,7 @@ def render(rows: list[dict[str, Any]], plots: list[str]) -> None:
             f"{row['today']['per_million_frames']:.2f}",
             f"{b['per_million_frames']:.2f}",
             f"{row['batched_push']['per_million_frames']:.2f}",
+            f"{row['batched_rest_waf']['per_million_frames']:.2f}",
             f"{t['low_per_million_frames']:.2f}-{t['per_million_frames']:.2f}",
             f"{row['sagemaker']['per_million_frames']:.2f}",
             f"{b['fleet_per_million_frames']:.2f}",
