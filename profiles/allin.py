@@ -70,12 +70,18 @@ class AllInError(ValueError):
 @dataclass(frozen=True)
 class ModuleLoad:
     """One module at its planned rate: ``rate`` tasks/s, ``batch`` its (rate-weighted) planned batch
-    size, ``children`` (child module, fan-out per task)."""
+    size, ``children`` (child module, fan-out per task), ``groups`` its configurations' (batch, tasks/s)
+    summing to ``rate`` (none: all of it at ``batch``)."""
 
     name: str
     rate: float
     batch: float
     children: tuple[tuple[str, float], ...] = ()
+    groups: tuple[tuple[float, float], ...] = ()
+
+    def batches(self) -> tuple[tuple[float, float], ...]:
+        """(batch, tasks/s) of each configuration the module runs."""
+        return self.groups or ((self.batch, self.rate),)
 
 
 @dataclass(frozen=True)
@@ -450,7 +456,8 @@ def data_plane_bill(policy: DataPlanePolicy, w: Workload, prices: AwsPrices) -> 
     for m in w.modules:
         if m.rate <= 0:
             continue
-        per_s += _batch_units(policy, w, m, m.batch) * (m.rate / m.batch)
+        for batch, rate in m.batches():  # each configuration's batches: its tasks/s / its batch
+            per_s += _batch_units(policy, w, m, batch) * (rate / batch)
         per_s += _task_units(policy, w, m) * m.rate
     per_hour["sqs"] = prices.require("sqs", "Requests").cost(per_s.sqs) * 3600
     month = 1 / HOURS_PER_MONTH
@@ -538,15 +545,18 @@ def workload_from_plan(
     instances: int = 0,
 ) -> Workload:
     """A :class:`Workload` from a plan: ``modules`` maps a module to (its rate in tasks/s, its groups as
-    (batch, tasks/s on that batch)); a module's batch is the rate-weighted mean of its groups'."""
+    (batch, tasks/s on that batch, dummy load included)). Each group carries its share of the module's
+    rate (the dummy load is not traffic); a module's batch, which sizes its children's messages, is the
+    rate-weighted mean of its groups'."""
     loads = []
     for name, (rate, groups) in modules.items():
         total = sum(r for _, r in groups)
-        batch = (
-            sum(b * r for b, r in groups) / total
-            if total > 0
-            else float(max((b for b, _ in groups), default=1))
-        )
+        if total > 0:
+            shares = tuple((float(max(1, b)), rate * r / total) for b, r in groups if r > 0)
+            batch = sum(b * r for b, r in shares) / rate if rate > 0 else shares[0][0]
+        else:
+            batch = float(max((b for b, _ in groups), default=1))
+            shares = ((max(1.0, batch), rate),)
         children = tuple((dst, fan) for src, dst, fan in edges if src == name)
-        loads.append(ModuleLoad(name, rate, max(1.0, batch), children))
+        loads.append(ModuleLoad(name, rate, max(1.0, batch), children, shares))
     return Workload(frame_rate, frame_kb, frames_per_post, tuple(loads), instances)

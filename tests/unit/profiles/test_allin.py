@@ -143,3 +143,17 @@ def test_a_push_sink_keeps_nothing_in_the_table() -> None:
     # the results queue: per leaf batch of 16 a send, a receive (1 chunk each) and a delete
     pull = data_plane_bill(BATCHED, traffic(per_post=10), PRICES).units_per_frame
     assert bill.units_per_frame["sqs_requests"] == pytest.approx(pull["sqs_requests"] + 3 / 16 * 3.5)
+
+
+def test_each_configuration_carries_its_share_of_the_rate_not_the_dummy_load() -> None:
+    # groups carry 1,200 + 600 = 1,800 tasks/s (dummy load included) of a 1,500 tasks/s module
+    w = workload_from_plan(
+        {"m": (1500.0, [(16, 1200.0), (4, 600.0)])}, [], frame_rate=1500, frame_kb=8, frames_per_post=1
+    )
+    load = w.module("m")
+    assert load.groups == ((16.0, 1000.0), (4.0, 500.0))
+    assert load.batch == pytest.approx((16 * 1000 + 4 * 500) / 1500)  # 12
+    # today's deep queues: 10 messages per receive and per delete, whatever the batch; a receive of 10
+    # messages of 11,823 B is 2 chunks: per task a send 1, receive 0.2, delete 0.1
+    units = data_plane_bill(TODAY.with_(slot_updates_per_post=0.0), w, PRICES).units_per_frame
+    assert units["sqs_requests"] == pytest.approx(1 + 0.2 + 0.1)
