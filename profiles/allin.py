@@ -141,7 +141,9 @@ class DataPlanePolicy:
     front_log_bytes_per_post: float = 1500.0  # EMF metric lines + Lambda's START/END/REPORT lines
     # -- DynamoDB writes made by the front
     frame_items_per_frame: float = 0.0  # the frame item (results table), per frame
-    slot_updates_per_post: float = 0.0  # admission: one UpdateItem of the shared slot count, per root module
+    # admission's shared slot count (a conditional UpdateItem), per root module: per frame, or per POST
+    slot_updates_per_frame: float = 0.0
+    slot_updates_per_post: float = 0.0
     # -- how tasks travel
     messages: Literal["per_task", "per_batch"] = "per_task"  # a message per task, or per POST / parent batch
     child_carries: Literal["frame", "crop"] = "frame"  # the whole frame, or a crop + the parent's results
@@ -182,7 +184,9 @@ TODAY = DataPlanePolicy(
     front_ms_per_post=20.0,  # writes the frame item and sends the root messages, in parallel
     front_ms_per_frame=0.0,
     frame_items_per_frame=1.0,  # front/service.py: the frame item (root task ids)
-    slot_updates_per_post=1.0,  # front/admission.py + core/adapters/slots.py: ADD n, conditional
+    # front/admission.py _find_slot -> core/adapters/slots.py take, for each frame and root module
+    # (SKINFLINT_ADMISSION_SHARED, on in cdk/stacks/front.py)
+    slot_updates_per_frame=1.0,
     messages="per_task",
     child_carries="frame",  # workers/worker.py forwards each child with the frame inline
     task_item_wcu=1.0,  # core/adapters/results.py: one conditional PutItem per task (< 1 KB)
@@ -421,7 +425,8 @@ def _front_units(policy: DataPlanePolicy, w: Workload) -> _Units:
     """Per second: the front's DynamoDB writes, root sends and S3 puts."""
     posts = w.frame_rate / w.frames_per_post
     units = _Units(
-        wcu=w.frame_rate * policy.frame_items_per_frame + posts * policy.slot_updates_per_post * len(w.roots)
+        wcu=w.frame_rate * policy.frame_items_per_frame
+        + (w.frame_rate * policy.slot_updates_per_frame + posts * policy.slot_updates_per_post) * len(w.roots)
     )
     for root in w.roots:
         if (

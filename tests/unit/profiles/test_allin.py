@@ -155,5 +155,5 @@ def test_each_configuration_carries_its_share_of_the_rate_not_the_dummy_load() -
     assert load.batch == pytest.approx((16 * 1000 + 4 * 500) / 1500)  # 12
     # today's deep queues: 10 messages per receive and per delete, whatever the batch; a receive of 10
     # messages of 11,823 B is 2 chunks: per task a send 1, receive 0.2, delete 0.1
-    units = data_plane_bill(TODAY.with_(slot_updates_per_post=0.0), w, PRICES).units_per_frame
+    units = data_plane_bill(TODAY.with_(slot_updates_per_frame=0.0), w, PRICES).units_per_frame
     assert units["sqs_requests"] == pytest.approx(1 + 0.2 + 0.1)
