@@ -359,7 +359,17 @@ def render_all_in(console: Any, summary: dict[str, Any]) -> None:
     console.print(
         "billing units per frame: " + ", ".join(f"{k.replace('_', ' ')} {v:.3g}" for k, v in units.items())
     )
-    objective = "fleet + per-batch data plane (all-in)" if summary["objective_all_in"] else "the fleet only"
+    tried = [row for row in summary["batch_floor_candidates"] if row["planned"]]
+    if tried:
+        console.print(
+            "batch floors tried (fleet + data plane = all-in $/h): "
+            + "; ".join(
+                f">= {row['min_batch']}: {row['fleet_per_hour']:.3f} + {row['data_plane_per_hour']:.3f} = "
+                f"{row['all_in_per_hour']:.3f}{' (chosen)' if row['chosen'] else ''}"
+                for row in tried
+            )
+        )
+    objective = "fleet + data plane (all-in)" if summary["objective_all_in"] else "the fleet only"
     console.print(
         f"the plan minimises {objective}; data-plane prices: {summary['data_plane_prices']['label']} "
         "(from memory, not re-checked: profiles/aws_prices.json); docs/cost.md"
