@@ -47,6 +47,12 @@ BENCHES: tuple[Benchmark, ...] = (
         "the front's per-frame dispatch decision latency (route + task message), in process",
     ),
     Benchmark(
+        "tco",
+        "bench.tco",
+        "all-in $ per million frames of every demo app: today's data plane, the batched one, Triton+ALB, "
+        "SageMaker",
+    ),
+    Benchmark(
         "profiles",
         "bench.profiles",
         "the profiler: host noise floor, repeated profiling spread, linear fits, a full models build",

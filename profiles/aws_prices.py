@@ -34,6 +34,9 @@ class UnitPrice(BaseModel):
     what: str = ""
     #: ``service.Unit``: billed per unit of another counted unit (WAF: per API Gateway request)
     of: str | None = None
+    #: this entry's own date and source, where they differ from the table's (``as_of``, ``source``)
+    as_of: str | None = None
+    source: str | None = None
 
     @field_validator("of")
     @classmethod
@@ -68,6 +71,18 @@ class AwsPrices(BaseModel):
 
     def price(self, service: str, unit: str) -> UnitPrice | None:
         return self.services.get(service, {}).get(unit)
+
+    def require(self, service: str, unit: str) -> UnitPrice:
+        """The price of ``service.unit``; a :class:`StoreError` naming it when the table lacks it."""
+        found = self.price(service, unit)
+        if found is None:
+            raise StoreError(f"the AWS price table has no price for {service}.{unit}", f"{service}.{unit}")
+        return found
+
+    def provenance(self, service: str, unit: str) -> dict[str, str]:
+        """``{"as_of": ..., "source": ...}`` of one price: its own, else the table's."""
+        found = self.require(service, unit)
+        return {"as_of": found.as_of or self.as_of, "source": found.source or self.source}
 
     def derived(self) -> list[tuple[str, str, str, str]]:
         """(service, unit, of service, of unit) of every price billed per another counted unit."""

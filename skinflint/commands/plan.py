@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from control.preview import AppPreview
 
 PROFILE_SOURCES = ("packaged", "store")  # the profiles committed with the code; + this host's builds
+DATA_PLANE_POLICIES = ("today", "batched")  # profiles/allin.py POLICIES
+DATA_PLANE_DEFAULT = "today"  # the design as the code is
+DEFAULT_FRAMES_PER_POST = {"today": 1, "batched": 10}
+DEFAULT_FRAME_KB = 8.0
+ALL_IN = "all-in"
 
 
 def register(sub: Any) -> None:
@@ -46,16 +51,32 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--policy",
-        default="skinflint",
-        choices=list(POLICIES),
+        default=None,
         metavar="NAME",
-        help="planning policy (default skinflint; see `python -m planner solve --help`)",
+        help="for a problem file: the planning policy (default skinflint; "
+        f"{', '.join(POLICIES)}); with --rate: the data plane's design priced in the all-in bill, "
+        f"{' or '.join(DATA_PLANE_POLICIES)} (default {DATA_PLANE_DEFAULT}; docs/cost.md)",
     )
     p.add_argument(
         "--objective",
         default="billed",
-        choices=["occupancy", "billed"],
-        help="cost the plan minimises, for a problem file (default billed; an app is planned billed)",
+        choices=["occupancy", "billed", ALL_IN],
+        help="cost the plan minimises (default billed: the EC2 fleet); with --rate, all-in: the fleet "
+        "plus the data plane's per-batch requests (docs/cost.md)",
+    )
+    p.add_argument(
+        "--frame-kb",
+        type=float,
+        default=DEFAULT_FRAME_KB,
+        metavar="KB",
+        help=f"with --rate: a frame's size in KB, for the data plane's bill (default {DEFAULT_FRAME_KB:g})",
+    )
+    p.add_argument(
+        "--frames-per-post",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --rate: frames per POST, 1-10 (default 1 for the today policy, 10 for batched)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -64,6 +85,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.rate is not None:
         return run_app(args)
+    if args.objective == ALL_IN:
+        raise UsageError("--objective all-in prices the data plane at a frame rate: add --rate FRAMES_PER_S")
+    args.policy = args.policy or "skinflint"
     path = Path(args.problem)
     if not path.is_file() or _looks_like_app(path):
         raise UsageError(
@@ -161,19 +185,28 @@ def run_app(args: argparse.Namespace) -> int:
     from control.errors import ControlError
     from control.preview import preview_app
     from control.spec import parse_spec_text, profile_lookup
+    from profiles.allin import AllInError
     from profiles.errors import ProfilesError
     from profiles.store import PACKAGE_ROOT, LocalStore, default_store
 
     if not math.isfinite(args.rate) or args.rate <= 0:
         raise UsageError(f"--rate must be a number of frames/s > 0, got {args.rate:g}")
+    if args.objective == "occupancy":
+        raise UsageError("an app is planned billed (the fleet) or all-in: --objective billed or all-in")
     store = LocalStore(PACKAGE_ROOT) if args.profiles == "packaged" else default_store()
     try:
+        all_in = _all_in(args)
         config = ControlConfig.from_env()  # the planner's settings (SKINFLINT_*), as the planner reads them
         doc = _app_doc(args.problem, store, parse_spec_text)
         preview = preview_app(
-            doc, args.rate, catalog=store.load_catalog(), stored_profile=profile_lookup(store), config=config
+            doc,
+            args.rate,
+            catalog=store.load_catalog(),
+            stored_profile=profile_lookup(store),
+            config=config,
+            all_in=all_in,
         )
-    except (ControlError, ProfilesError) as exc:
+    except (ControlError, ProfilesError, AllInError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     summary = preview.summary()
     summary["profiles"] = {"source": args.profiles, "store": store.describe(), **_provenance(preview)}
@@ -182,6 +215,34 @@ def run_app(args: argparse.Namespace) -> int:
         return 0
     render_app(preview, summary)
     return 0
+
+
+def _all_in(args: argparse.Namespace) -> Any:
+    """The data plane to price (:class:`control.preview.AllInSpec`) from --policy, --frame-kb,
+    --frames-per-post and --objective; a bad value is one line (:class:`profiles.allin.AllInError`)."""
+    # CLI start-up: loaded when this command runs
+    from control.preview import AllInSpec
+    from profiles.allin import AllInError, policy_named
+    from profiles.aws_prices import load_aws_prices
+
+    name = args.policy or DATA_PLANE_DEFAULT
+    if name not in DATA_PLANE_POLICIES:
+        raise AllInError(
+            f"--policy {name}: with --rate the policy is the data plane's design, "
+            f"one of {', '.join(DATA_PLANE_POLICIES)}"
+        )
+    if not (math.isfinite(args.frame_kb) and args.frame_kb > 0):
+        raise AllInError(f"--frame-kb must be a number of KB > 0, got {args.frame_kb:g}")
+    per_post = args.frames_per_post if args.frames_per_post is not None else DEFAULT_FRAMES_PER_POST[name]
+    if not 1 <= per_post <= 10:  # noqa: PLR2004 -- the front's JSON batch form: 1-10 frames
+        raise AllInError(f"--frames-per-post must be 1 to 10 (the front's batch form), got {per_post}")
+    return AllInSpec(
+        policy=policy_named(name),
+        prices=load_aws_prices(),
+        frame_kb=float(args.frame_kb),
+        frames_per_post=per_post,
+        fold=args.objective == ALL_IN,
+    )
 
 
 def _app_doc(target: str, store: Any, parse_spec_text: Any) -> dict[str, Any]:
@@ -263,7 +324,53 @@ def render_app(preview: AppPreview, summary: dict[str, Any]) -> None:
         f"(the plans' occupancy ${summary['occupancy_per_hour']:.3f}/h)"
     )
     dates = sorted({str(price["date"]) for price in summary["price_sources"].values() if price["date"]})
+    console.print(f"fleet prices from profiles/hardware.json ({', '.join(dates) or 'undated'})")
+    if "data_plane" in summary:
+        render_all_in(console, summary)
+
+
+def render_all_in(console: Any, summary: dict[str, Any]) -> None:
+    """The data plane itemised by service, and fleet / data plane / all-in $/h and $ per million frames."""
+    # CLI start-up: loaded when this command runs
+    from rich.table import Table
+
     console.print(
-        f"{summary['cost_scope']}: API Gateway, Lambda, SQS, DynamoDB and S3 are what `skinflint report` "
-        f"adds; prices from profiles/hardware.json ({', '.join(dates) or 'undated'})"
+        f"[bold]all-in bill[/]: data plane '{summary['data_plane_policy']}', {summary['frame_kb']:g} KB "
+        f"frames, {summary['frames_per_post']} per POST, at {summary['frame_rate']:g} frames/s"
+    )
+    table = Table()
+    for col in ["item", "$/h", "$ per million frames"]:
+        table.add_column(col, justify="left" if col == "item" else "right")
+    table.add_row(
+        "EC2 fleet", f"{summary['fleet_per_hour']:.3f}", f"{summary['fleet_per_million_frames']:.3f}"
+    )
+    for service, usd in summary["data_plane"].items():
+        table.add_row(f"  {service}", f"{usd['per_hour']:.3f}", f"{usd['per_million_frames']:.3f}")
+    table.add_row(
+        "data plane",
+        f"{summary['data_plane_per_hour']:.3f}",
+        f"{summary['data_plane_per_million_frames']:.3f}",
+    )
+    table.add_row(
+        "[bold]all-in[/]", f"{summary['all_in_per_hour']:.3f}", f"{summary['all_in_per_million_frames']:.3f}"
+    )
+    console.print(table)
+    units = summary["data_plane_units_per_frame"]
+    console.print(
+        "billing units per frame: " + ", ".join(f"{k.replace('_', ' ')} {v:.3g}" for k, v in units.items())
+    )
+    tried = [row for row in summary["batch_floor_candidates"] if row["planned"]]
+    if tried:
+        console.print(
+            "batch floors tried (fleet + data plane = all-in $/h): "
+            + "; ".join(
+                f">= {row['min_batch']}: {row['fleet_per_hour']:.3f} + {row['data_plane_per_hour']:.3f} = "
+                f"{row['all_in_per_hour']:.3f}{' (chosen)' if row['chosen'] else ''}"
+                for row in tried
+            )
+        )
+    objective = "fleet + data plane (all-in)" if summary["objective_all_in"] else "the fleet only"
+    console.print(
+        f"the plan minimises {objective}; data-plane prices: {summary['data_plane_prices']['label']} "
+        "(from memory, not re-checked: profiles/aws_prices.json); docs/cost.md"
     )

@@ -28,6 +28,7 @@ def test_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) ->
         "simulator",
         "dispatch",
         "profiles",
+        "tco",
     }
     for bench in BENCHES:
         assert bench.name in out
