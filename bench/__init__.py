@@ -51,4 +51,9 @@ BENCHES: tuple[Benchmark, ...] = (
         "bench.profiles",
         "the profiler: host noise floor, repeated profiling spread, linear fits, a full models build",
     ),
+    Benchmark(
+        "gpu-derive",
+        "bench.gpu_derive",
+        "leave-one-out of the per-operator roofline derivation on the H100 figures and this host's CPU",
+    ),
 )

@@ -11,12 +11,15 @@ runtime). A model's duration at batch ``b`` is predicted from the work of each o
   matmul, recurrent, other): ``sum max(b * flops / peak, (b * act_bytes + weight_bytes) / bandwidth)``;
   ``k_c >= 1`` in practice: the inverse of the efficiency the runtime reaches on that class;
 - ``N_m``: the nodes that launch a kernel (shape-only nodes excluded), ``launch`` the cost of each;
+- the launch cost may differ by class too (``launch_c``); with ``overlap`` (an eager runtime, whose host
+  launches the next kernels while the device works) the launch sum and the roofline sum do not add up:
+  the larger counts;
 - ``fixed``: one invocation's cost that does not depend on the model (it never scales with weight bytes);
 - ``I_m``: input bytes of one request, moved over the host link (``link_gbps``).
 
 The coefficients are fitted by non-negative least squares in relative error over all anchor points,
-with the class efficiencies tied to a shared one by a small ridge (``k_c = k + delta_c``), so a class that
-no anchor exercises falls back to the shared efficiency. Everything here is arithmetic on counted and
+with each class's launch cost and efficiency drawn towards the mean of the classes by a small ridge, so
+a class that no anchor exercises gets the others' mean. Everything here is arithmetic on counted and
 measured numbers; the ONNX files are read by :func:`model_work`.
 """
 
@@ -56,19 +59,10 @@ __all__ = [
 ]
 
 OP_CLASSES = ("conv", "dwconv", "matmul", "rnn", "other")
-#: Feature columns: fixed, h2d, shared launch cost, shared inverse efficiency k, then per operator class
-#: the launch cost's and the inverse efficiency's excess over the shared ones (tied to 0 by a ridge).
-COLUMNS = (
-    "fixed",
-    "h2d",
-    "launch",
-    "k",
-    *(f"launch_{c}" for c in OP_CLASSES),
-    *(f"k_{c}" for c in OP_CLASSES),
-)
-_TIED = tuple(range(4, len(COLUMNS)))
-_LAUNCH = np.array([c == "launch" or c.startswith("launch_") for c in COLUMNS])
-_ROOF = np.array([c == "k" or c.startswith("k_") for c in COLUMNS])
+#: Feature columns: fixed, h2d, then per operator class its launch cost and its inverse efficiency k.
+COLUMNS = ("fixed", "h2d", *(f"launch_{c}" for c in OP_CLASSES), *(f"k_{c}" for c in OP_CLASSES))
+_LAUNCH = np.array([c.startswith("launch_") for c in COLUMNS])
+_ROOF = np.array([c.startswith("k_") for c in COLUMNS])
 RIDGE = 0.3  # weight of the penalty rows pulling each class's efficiency towards the shared one
 RANGE = (0.7, 1.45)  # derived/measured acceptance band of issue #27
 
@@ -235,16 +229,7 @@ def features(work: ModelWork, batch: int, spec: DeviceSpec) -> np.ndarray:
             counts[node.op_class] += 1e-5
     h2d = batch * work.input_bytes / (spec.link_gbps * 1e9)
     # fixed: 1 ms; launch: 10 us per kernel (scales keep the coefficients near 1 for the ridge)
-    return np.array(
-        [
-            1e-3,
-            h2d,
-            sum(counts.values()),
-            sum(roof.values()),
-            *(counts[c] for c in OP_CLASSES),
-            *(roof[c] for c in OP_CLASSES),
-        ]
-    )
+    return np.array([1e-3, h2d, *(counts[c] for c in OP_CLASSES), *(roof[c] for c in OP_CLASSES)])
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 500) -> np.ndarray:
@@ -289,15 +274,13 @@ class RooflineFit:
     @property
     def launch_s(self) -> dict[str, float]:
         """Launch cost of one operator of each class (seconds)."""
-        n = len(OP_CLASSES)
-        return {c: (self.coef[2] + d) * 1e-5 for c, d in zip(OP_CLASSES, self.coef[4 : 4 + n], strict=True)}
+        return {c: x * 1e-5 for c, x in zip(OP_CLASSES, np.array(self.coef)[_LAUNCH], strict=True)}
 
     def efficiency(self) -> dict[str, float]:
         """Fraction of the roofline each operator class reaches (1 / k_c)."""
-        k, n = self.coef[3], len(OP_CLASSES)
         return {
-            c: 1.0 / (k + d) if k + d > 0 else math.inf
-            for c, d in zip(OP_CLASSES, self.coef[4 + n :], strict=True)
+            c: 1.0 / k if k > 0 else math.inf
+            for c, k in zip(OP_CLASSES, np.array(self.coef)[_ROOF], strict=True)
         }
 
     def predict(self, work: ModelWork, batch: int) -> float:
@@ -306,7 +289,7 @@ class RooflineFit:
     def method(self) -> str:
         return (
             f"per-operator roofline on {self.spec.hardware} ({self.spec.runtime}), fixed "
-            f"{self.fixed_s * 1e3:.3f} ms + {self.coef[2] * 10:.2f} us (shared) per operator, fitted to "
+            f"{self.fixed_s * 1e3:.3f} ms + {np.mean(np.array(self.coef)[_LAUNCH]) * 10:.2f} us (mean) per operator, fitted to "
             f"{len(self.anchors)} anchor models (docs/profiles.md)"
         )
 
@@ -341,6 +324,17 @@ def _regimes(a: np.ndarray, coef: np.ndarray) -> np.ndarray:
     return out
 
 
+def _tie(group: np.ndarray, ridge: float) -> np.ndarray:
+    """Penalty rows ``ridge * (x_c - mean of the group)``: each class's coefficient is drawn towards the
+    mean of its group, so a class that no anchor exercises gets the others' mean."""
+    cols = np.flatnonzero(group)
+    rows = np.zeros((len(cols), len(COLUMNS)))
+    for row, col in enumerate(cols):
+        rows[row, cols] = -ridge / len(cols)
+        rows[row, col] += ridge
+    return rows
+
+
 def fit_roofline(
     spec: DeviceSpec, points: Iterable[tuple[ModelWork, int, float]], ridge: float = RIDGE
 ) -> RooflineFit:
@@ -353,10 +347,8 @@ def fit_roofline(
         raise SpecError(f"{spec.hardware}: no anchor points to fit", spec.hardware)
     a = np.array(rows)
     b = np.ones(len(rows))
-    penalty = np.zeros((len(_TIED), len(COLUMNS)))
-    for row, col in enumerate(_TIED):
-        penalty[row, col] = ridge
-    target = np.concatenate([b, np.zeros(len(_TIED))])
+    penalty = np.vstack([_tie(group, ridge) for group in (_LAUNCH, _ROOF)])
+    target = np.concatenate([b, np.zeros(len(penalty))])
     coef = nnls(np.vstack([a, penalty]), target)
     if spec.overlap:  # the max of two linear forms: refit with each point in the regime that dominates it
         for _ in range(20):

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from profiles.onnxgraph import NodeCost, load_onnx, node_costs
 from profiles.roofline import (
+    OP_CLASSES,
     DeviceSpec,
     ModelWork,
     SpecError,
@@ -76,18 +77,19 @@ def test_features_hand_arithmetic():
     work = _work("m", convs=2, others=1)
     row = features(work, 4, UNIT)
     # conv: max(4 * 1e9 / 1e12, (4 * 1e6 + 1e3) / 1e9) = max(4e-3, 4.001e-3) = 4.001e-3 each, two of them
-    # relu: (4 * 1e6) / 1e9 = 4e-3; launches: 3 kernels * 1e-5; input copy 4 * 1e4 / 16e9
+    # relu: (4 * 1e6) / 1e9 = 4e-3; launches: 2 conv + 1 other kernels * 1e-5; input copy 4 * 1e4 / 16e9
+    launch, roof = dict(zip(OP_CLASSES, row[2:7], strict=True)), dict(zip(OP_CLASSES, row[7:], strict=True))
     assert row[0] == 1e-3
     assert row[1] == pytest.approx(4 * 1e4 / 16e9)
-    assert row[2] == pytest.approx(3e-5)
-    assert row[3] == pytest.approx(2 * 4.001e-3 + 4e-3)
+    assert (launch["conv"], launch["other"], launch["matmul"]) == pytest.approx((2e-5, 1e-5, 0.0))
+    assert (roof["conv"], roof["other"]) == pytest.approx((2 * 4.001e-3, 4e-3))
 
 
 def test_wave_quantisation_pads_the_outputs_of_a_convolution():
     spec = DeviceSpec("unit", 1.0, 1e6, 16, "test-runtime", (), sm_count=10, tile_outputs=100)
     work = ModelWork("c", (NodeCost("c", "Conv", "conv", 2e6, 0.0, 0.0, 10.0),), 0.0)
     # reduction length 2e6 / (2 * 10) = 1e5; batch 3: 30 outputs pad to one wave of 10 * 100 = 1000
-    assert features(work, 3, spec)[3] == pytest.approx(2e6 / 10 * 1000 / 1e12)
+    assert features(work, 3, spec)[7] == pytest.approx(2e6 / 10 * 1000 / 1e12)  # k_conv's column
 
 
 def test_nnls_recovers_non_negative_coefficients_and_clips_negative_ones():
@@ -102,7 +104,7 @@ def test_fit_recovers_a_shared_model_and_predicts_a_held_out_one():
     # truth: fixed 0.1 ms, 20 us per kernel, every class at half its roofline (k = 2), no input copy
     def truth(work, batch):
         row = features(work, batch, UNIT)
-        return 0.1 * row[0] + 2.0 * row[2] + 2.0 * row[3]
+        return 0.1 * row[0] + 2.0 * row[2:7].sum() + 2.0 * row[7:].sum()
 
     models = [_work("a", convs=3), _work("b", convs=1, others=4), _work("c", convs=6, others=2, flops=3e8)]
     measured = {w.name: {b: truth(w, b) for b in (1, 8, 32)} for w in models}
@@ -123,7 +125,7 @@ def test_fixed_cost_does_not_scale_with_weight_bytes():
 
     def truth(work, batch):
         row = features(work, batch, h100)
-        return 0.1 * row[0] + 2.0 * row[2] + 2.0 * row[3]
+        return 0.1 * row[0] + 2.0 * row[2:7].sum() + 2.0 * row[7:].sum()
 
     anchors = [_work("a", convs=30), _work("b", convs=10, others=40), _work("c", convs=60, flops=3e8)]
     fit = fit_roofline(h100, [(w, b, truth(w, b)) for w in anchors for b in (1, 8, 32)])
@@ -138,8 +140,7 @@ def test_overlapping_runtime_takes_the_larger_of_launches_and_work():
     fit = fit_roofline(spec, [(work, 1, 1.0)])
     row = features(work, 1, spec)
     coef = np.array(fit.coef)
-    launch = row[2] * coef[2] + row[4:9] @ coef[4:9]
-    roof = row[3] * coef[3] + row[9:] @ coef[9:]
+    launch, roof = row[2:7] @ coef[2:7], row[7:] @ coef[7:]  # columns: fixed, h2d, 5 launches, 5 k
     assert fit.predict(work, 1) == pytest.approx(row[0] * coef[0] + row[1] * coef[1] + max(launch, roof))
 
 
