@@ -56,4 +56,9 @@ BENCHES: tuple[Benchmark, ...] = (
         "bench.gpu_derive",
         "leave-one-out of the per-operator roofline derivation on the H100 figures and this host's CPU",
     ),
+    Benchmark(
+        "gpu-check",
+        "bench.gpu_check",
+        "on a CUDA machine: measure the demo models, write device specs with anchors, derived vs measured",
+    ),
 )

@@ -53,7 +53,7 @@ HOST_CPU = DeviceSpec("c6i.large", 0.157, 20, 4, "onnxruntime-cpu-2-threads", ()
 
 
 def ensure_models(directory: Path, names: tuple[str, ...]) -> dict[str, Path]:
-    """The ONNX files of ``names`` in ``directory``, exported there first when missing (progress on stderr)."""
+    """The ONNX files of ``names`` in ``directory``, exported there when missing (progress on stderr)."""
     from profiles.onnxgraph import export_torch
 
     paths = {name: directory / f"{name}.onnx" for name in names}
