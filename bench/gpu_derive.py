@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.results import add_results_arguments, record
-from profiles.roofline import DeviceSpec, leave_one_out, model_work, within_summary
+from profiles.roofline import RIDGE, DeviceSpec, leave_one_out, model_work, within_summary
 from profiles.store import PACKAGE_ROOT, cache_dir
 
 if TYPE_CHECKING:
@@ -110,6 +110,22 @@ def cpu_measured(data_dir: Path) -> dict[str, dict[int, float]]:
     return out
 
 
+def write_h100_spec(directory: Path, spec: DeviceSpec, measured: Mapping[str, Mapping[int, float]]) -> Path:
+    """A spec file of the shared H100 figures, its anchors the ONNX files in ``directory``."""
+    raw = spec.as_dict() | {
+        "source": "profiles/data/gpu/h100_demo_models.json (NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, "
+        "2026-11-26; see its about)",
+        "anchors": [
+            {"model": f"{model}.onnx", "batch": batch, "duration_s": duration}
+            for model, pts in measured.items()
+            for batch, duration in pts.items()
+        ],
+    }
+    path = directory / f"h100-{spec.runtime}.json"
+    path.write_text(json.dumps(raw, indent=1) + "\n")
+    return path
+
+
 def old_method_ratios(measured: Mapping[str, Mapping[int, float]], paths: Mapping[str, Path]) -> list[float]:
     """Today's method on the same points: ResNet-50 measured here as the one anchor, scaled by FLOPs,
     activation bytes, weight bytes and operators (``profiles.derive.scaled_linear``)."""
@@ -131,6 +147,26 @@ def old_method_ratios(measured: Mapping[str, Mapping[int, float]], paths: Mappin
     return ratios
 
 
+def _cpu_provenance(data_dir: Path) -> None:
+    """Where the CPU figures came from: the load and spread each measured entry recorded."""
+    loads, spreads, dates = [], [], set()
+    for name in DEMO:
+        for entry in json.loads((data_dir / f"{name}.json").read_text()):
+            if (
+                entry.get("source") == "measured"
+                and entry.get("concurrency") == 1
+                and entry.get("threads") == 2
+            ):
+                loads.append(float(entry.get("host_load_1m", math.nan)))
+                spreads.append(float(entry.get("spread", math.nan)))
+                dates.add(str(entry.get("date")))
+    print(
+        f"CPU entries (profiles/data/<model>.json, {', '.join(sorted(dates))}): host load "
+        f"{min(loads):.2f}-{max(loads):.2f} on 2 vCPUs, "
+        f"spread p95/median {min(spreads):.2f}-{max(spreads):.2f}"
+    )
+
+
 def _table(title: str, loo: Mapping[str, Mapping[int, tuple[float, float]]]) -> list[float]:
     print(f"== {title} ==")
     print(f"  {'model':18} {'batch':>5} {'measured ms':>12} {'derived ms':>11} {'ratio':>6}")
@@ -146,7 +182,7 @@ def _table(title: str, loo: Mapping[str, Mapping[int, tuple[float, float]]]) -> 
 
 def _summary_line(name: str, summary: Mapping[str, float]) -> str:
     return (
-        f"  {name:34} {int(summary['points']):3} points, {summary['within']:6.1%} within [0.7, 1.45], "
+        f"  {name:50} {int(summary['points']):3} points, {summary['within']:6.1%} within [0.7, 1.45], "
         f"min {summary['min']:.2f}, max {summary['max']:.2f}, geomean {summary['geomean']:.2f}"
     )
 
@@ -216,6 +252,9 @@ def main(args: argparse.Namespace, page: Recording | None = None) -> int:
         ),
         "CPU, this host (onnxruntime, 2 threads)": (HOST_CPU, cpu_measured(PACKAGE_ROOT / "data")),
     }
+    for spec, measured in list(sets.values())[:2]:  # the H100 specs, next to the ONNX files they name
+        spec_path = write_h100_spec(models_dir, spec, measured)
+        print(f"spec: {spec_path} (skinflint profile derive MODEL.onnx --gpu {spec_path})", file=sys.stderr)
     results: dict[str, dict[str, dict[int, tuple[float, float]]]] = {}
     summaries: dict[str, dict[str, float]] = {}
     for name, (spec, measured) in sets.items():
@@ -234,7 +273,17 @@ def main(args: argparse.Namespace, page: Recording | None = None) -> int:
         print("== summary (targets: >= 80 % within [0.7, 1.45], min >= 0.5) ==")
         for name, summary in summaries.items():
             print(_summary_line(name, summary))
-        print(_summary_line("H100 eager, old method (ResNet-50)", old))
+        print(_summary_line("H100 eager, old method (ResNet-50 scaled)", old))
+        print(f"== sensitivity to the ridge tying the classes' coefficients (used: {RIDGE}) ==")
+        for ridge in (0.1, 1.0):
+            for name, (spec, measured) in list(sets.items())[:2]:
+                ratios = [
+                    d / m
+                    for pts in leave_one_out(spec, measured, works, ridge).values()
+                    for d, m in pts.values()
+                ]
+                print(_summary_line(f"ridge {ridge}: {name}", within_summary(ratios)))
+        _cpu_provenance(PACKAGE_ROOT / "data")
     plot_path = args.plot or Path(args.results) / f"{dt.datetime.now().astimezone().date()}-gpu-derive.png"
     if not getattr(args, "no_results", False) or args.plot:
         plot(results, plot_path)

@@ -289,7 +289,8 @@ class RooflineFit:
     def method(self) -> str:
         return (
             f"per-operator roofline on {self.spec.hardware} ({self.spec.runtime}), fixed "
-            f"{self.fixed_s * 1e3:.3f} ms + {np.mean(np.array(self.coef)[_LAUNCH]) * 10:.2f} us (mean) per operator, fitted to "
+            f"{self.fixed_s * 1e3:.3f} ms + {np.mean(np.array(self.coef)[_LAUNCH]) * 10:.2f} us (mean) "
+            "per operator, fitted to "
             f"{len(self.anchors)} anchor models (docs/profiles.md)"
         )
 
@@ -373,7 +374,10 @@ def fit_spec(spec: DeviceSpec, works: Mapping[str, ModelWork] | None = None) -> 
 
 
 def leave_one_out(
-    spec: DeviceSpec, measured: Mapping[str, Mapping[int, float]], works: Mapping[str, ModelWork]
+    spec: DeviceSpec,
+    measured: Mapping[str, Mapping[int, float]],
+    works: Mapping[str, ModelWork],
+    ridge: float = RIDGE,
 ) -> dict[str, dict[int, tuple[float, float]]]:
     """Predict each model from a fit to all the others: ``{model: {batch: (derived_s, measured_s)}}``."""
     out: dict[str, dict[int, tuple[float, float]]] = {}
@@ -384,7 +388,7 @@ def leave_one_out(
             if other != model
             for batch, duration in other_pts.items()
         ]
-        fit = fit_roofline(spec, train)
+        fit = fit_roofline(spec, train, ridge)
         out[model] = {batch: (fit.predict(works[model], batch), duration) for batch, duration in pts.items()}
     return out
 
