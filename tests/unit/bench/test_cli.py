@@ -28,6 +28,8 @@ def test_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) ->
         "simulator",
         "dispatch",
         "profiles",
+        "gpu-derive",
+        "gpu-check",
     }
     for bench in BENCHES:
         assert bench.name in out
