@@ -167,6 +167,31 @@ def _cpu_provenance(data_dir: Path) -> None:
     )
 
 
+def catalog_t4(works: Mapping[str, ModelWork]) -> None:
+    """The catalog's T4 through the roofline, anchored on what it has: NVIDIA's published ResNet-50 FP32
+    latencies (``profiles.derive.ANCHORS``), against the packaged T4 entries (the ResNet-50 scaling)."""
+    from profiles.derive import ANCHORS
+    from profiles.roofline import fit_roofline
+
+    published = ANCHORS["t4"]
+    spec = DeviceSpec("t4", 8.1, 320, 16, "nvidia-published-resnet50-fp32", (), sm_count=40)
+    fit = fit_roofline(
+        spec, [(works["resnet50"], 1, published.d1_s), (works["resnet50"], 32, published.d32_s)]
+    )
+    print(f"== catalog t4 through the roofline, one anchor model ({published.source}) ==")
+    print(
+        f"  fit: fixed {fit.fixed_s * 1e3:.2f} ms, launch {max(fit.launch_s.values()) * 1e6:.1f} us: "
+        "two points of one model leave the launch and fixed costs confounded"
+    )
+    print(f"  {'model':18} {'batch':>5} {'packaged ms':>12} {'roofline ms':>12}")
+    for name in DEMO:
+        entries = json.loads((PACKAGE_ROOT / "data" / f"{name}.json").read_text())
+        packaged = {e["batch"]: e["duration_s"] for e in entries if e["hardware"] == "t4"}
+        for batch in (b for b in BATCHES if b in packaged):
+            derived = fit.predict(works[name], batch)
+            print(f"  {name:18} {batch:5} {packaged[batch] * 1e3:12.2f} {derived * 1e3:12.2f}")
+
+
 def _table(title: str, loo: Mapping[str, Mapping[int, tuple[float, float]]]) -> list[float]:
     print(f"== {title} ==")
     print(f"  {'model':18} {'batch':>5} {'measured ms':>12} {'derived ms':>11} {'ratio':>6}")
@@ -284,6 +309,7 @@ def main(args: argparse.Namespace, page: Recording | None = None) -> int:
                 ]
                 print(_summary_line(f"ridge {ridge}: {name}", within_summary(ratios)))
         _cpu_provenance(PACKAGE_ROOT / "data")
+        catalog_t4(works)
     plot_path = args.plot or Path(args.results) / f"{dt.datetime.now().astimezone().date()}-gpu-derive.png"
     if not getattr(args, "no_results", False) or args.plot:
         plot(results, plot_path)
