@@ -165,3 +165,9 @@ def test_profile_derive_unreadable_onnx(capsys, not_onnx, tiny_spec):
 def test_profile_needs_hardware_to_measure(capsys, tiny_onnx):
     line = _one_line_error(capsys, ["profile", str(tiny_onnx)])
     assert "--hardware is required" in line
+
+
+def test_profile_derive_anchor_file_missing(capsys, tiny_onnx, tiny_spec):
+    (tiny_spec.parent / "models" / "tiny.onnx").unlink()
+    line = _one_line_error(capsys, ["profile", "derive", str(tiny_onnx), "--gpu", str(tiny_spec)])
+    assert "tiny.onnx: no such file" in line
