@@ -147,6 +147,21 @@ def old_method_ratios(measured: Mapping[str, Mapping[int, float]], paths: Mappin
     return ratios
 
 
+def _eager_repeat(data: Mapping[str, Any]) -> None:
+    """How far the H100's eager figures move between its two runs (run2: cudnn.benchmark on, no copy)."""
+    run1, run2 = data["run1"]["models"], data["run2"]["models"]
+    ratios = [
+        run2[m][f"eager_b{b}"]["median_s"] / run1[m][f"fp32_b{b}"][copy]["median_s"]
+        for m in run2
+        for b in BATCHES
+        for copy in ("compute", "with_h2d")
+    ]
+    print(
+        f"H100 eager, run2 / run1 for the same model and batch ({len(ratios)} pairs): "
+        f"{min(ratios):.2f}-{max(ratios):.2f} (the measurement's own spread, against the [0.7, 1.45] band)"
+    )
+
+
 def _cpu_provenance(data_dir: Path) -> None:
     """Where the CPU figures came from: the load and spread each measured entry recorded."""
     loads, spreads, dates = [], [], set()
@@ -308,6 +323,7 @@ def main(args: argparse.Namespace, page: Recording | None = None) -> int:
                     for d, m in pts.values()
                 ]
                 print(_summary_line(f"ridge {ridge}: {name}", within_summary(ratios)))
+        _eager_repeat(data)
         _cpu_provenance(PACKAGE_ROOT / "data")
         catalog_t4(works)
     plot_path = args.plot or Path(args.results) / f"{dt.datetime.now().astimezone().date()}-gpu-derive.png"
