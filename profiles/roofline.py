@@ -5,15 +5,16 @@ FLOP/s, memory bandwidth, memory and runtime, plus anchors (models measured at s
 runtime). A model's duration at batch ``b`` is predicted from the work of each of its ONNX nodes
 (:func:`profiles.onnxgraph.node_costs`):
 
-``d(m, b) = fixed + launch * N_m + sum_c k_c * R_c(m, b) + h2d * I_m * b / link``
+``d(m, b) = fixed + h2d * I_m * b / link + sum_c launch_c * N_c(m) + sum_c k_c * R_c(m, b)``
 
 - ``R_c(m, b)``: the roofline time of the nodes of operator class ``c`` (dense conv, depthwise conv,
-  matmul, recurrent, other): ``sum max(b * flops / peak, (b * act_bytes + weight_bytes) / bandwidth)``;
-  ``k_c >= 1`` in practice: the inverse of the efficiency the runtime reaches on that class;
-- ``N_m``: the nodes that launch a kernel (shape-only nodes excluded), ``launch`` the cost of each;
-- the launch cost may differ by class too (``launch_c``); with ``overlap`` (an eager runtime, whose host
-  launches the next kernels while the device works) the launch sum and the roofline sum do not add up:
-  the larger counts;
+  matmul, recurrent, other): ``sum max(b * flops / peak, (b * act_bytes + weight_bytes) / bandwidth)``,
+  a convolution's FLOPs padded to whole waves of ``sm_count * tile_outputs`` outputs (a small batch
+  does not fill the device); ``k_c``: the inverse of the efficiency the runtime reaches on that class;
+- ``N_c(m)``: the nodes of class ``c`` that launch a kernel (shape-only nodes and element-wise nodes
+  fused into an element-wise producer excluded), ``launch_c`` the cost of each;
+- with ``overlap`` (an eager runtime, whose host launches the next kernels while the device works) the
+  launch sum and the roofline sum do not add up: the larger counts;
 - ``fixed``: one invocation's cost that does not depend on the model (it never scales with weight bytes);
 - ``I_m``: input bytes of one request, moved over the host link (``link_gbps``).
 
@@ -63,7 +64,7 @@ OP_CLASSES = ("conv", "dwconv", "matmul", "rnn", "other")
 COLUMNS = ("fixed", "h2d", *(f"launch_{c}" for c in OP_CLASSES), *(f"k_{c}" for c in OP_CLASSES))
 _LAUNCH = np.array([c.startswith("launch_") for c in COLUMNS])
 _ROOF = np.array([c.startswith("k_") for c in COLUMNS])
-RIDGE = 0.3  # weight of the penalty rows pulling each class's efficiency towards the shared one
+RIDGE = 0.3  # weight of the penalty rows drawing each class's coefficient towards its group's mean
 RANGE = (0.7, 1.45)  # derived/measured acceptance band of issue #27
 
 
