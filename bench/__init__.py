@@ -57,4 +57,14 @@ BENCHES: tuple[Benchmark, ...] = (
         "bench.profiles",
         "the profiler: host noise floor, repeated profiling spread, linear fits, a full models build",
     ),
+    Benchmark(
+        "gpu-derive",
+        "bench.gpu_derive",
+        "leave-one-out of the per-operator roofline derivation on the H100 figures and this host's CPU",
+    ),
+    Benchmark(
+        "gpu-check",
+        "bench.gpu_check",
+        "on a CUDA machine: measure the demo models, write device specs with anchors, derived vs measured",
+    ),
 )

@@ -22,7 +22,28 @@ if TYPE_CHECKING:
     import onnx
     from torch import nn
 
-__all__ = ["GraphCost", "InputSpec", "export_torch", "graph_cost", "input_specs", "load_onnx"]
+__all__ = [
+    "ELEMENTWISE_OPS",
+    "SHAPE_OPS",
+    "GraphCost",
+    "InputSpec",
+    "NodeCost",
+    "export_torch",
+    "graph_cost",
+    "input_specs",
+    "load_onnx",
+    "node_costs",
+]
+
+#: Element-wise operators: a chain of them fed only by one another fuses into one kernel (see NodeCost).
+ELEMENTWISE_OPS = frozenset(
+    {"Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh", "Split", "Exp", "Neg", "Sqrt", "Pow",
+     "LeakyRelu", "HardSigmoid", "HardSwish", "Erf", "Where", "Cast", "Min", "Max", "Abs", "Softplus", "Gelu"}
+)  # fmt: skip
+#: Operators that only move metadata (shapes, views, constants): no kernel is launched for them.
+SHAPE_OPS = frozenset(
+    {"Constant", "ConstantOfShape", "Shape", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Size"}
+)
 
 _NUMPY_DTYPES = {1: "float32", 10: "float16", 11: "float64", 6: "int32", 7: "int64", 9: "bool", 2: "uint8"}
 
@@ -206,6 +227,86 @@ def graph_cost(model: onnx.ModelProto, specs: Sequence[InputSpec] | None = None)
         params += elements
         weight_bytes += elements * np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
     return GraphCost(flops, weight_bytes, act, len(model.graph.node), params)
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """The work of one ONNX node for one request (batch 1), for a per-operator roofline.
+
+    ``op_class``: ``conv`` (dense convolution), ``dwconv`` (grouped/depthwise), ``matmul`` (Gemm,
+    MatMul), ``rnn`` (LSTM, GRU, RNN), ``shape`` (metadata only, no kernel) or ``other`` (element-wise,
+    pooling, normalisation, concatenation...: memory-bound); ``flops`` as in :class:`GraphCost`;
+    ``act_bytes``: activation bytes read and written (scale with the batch); ``weight_bytes``: bytes of
+    the initializers it reads (once per batch); ``outputs``: elements of its first output (one request;
+    ``flops / (2 * outputs)`` is the reduction length of a Conv or MatMul); ``fused``: an element-wise
+    node all of whose activation inputs come from other element-wise nodes (or constants), so a runtime
+    that fuses element-wise chains (torch's fused LSTM cell, ORT and TensorRT fusions) launches no
+    kernel of its own for it."""
+
+    name: str
+    op_type: str
+    op_class: str
+    flops: float
+    act_bytes: float
+    weight_bytes: float
+    outputs: float = 0.0
+    fused: bool = False
+
+
+def _op_class(node: Any) -> str:
+    op = node.op_type
+    if op in SHAPE_OPS:
+        return "shape"
+    if op in ("Conv", "ConvTranspose"):
+        group = next((attr.i for attr in node.attribute if attr.name == "group"), 1)
+        return "dwconv" if group > 1 else "conv"
+    if op in ("Gemm", "MatMul"):
+        return "matmul"
+    if op in ("LSTM", "GRU", "RNN"):
+        return "rnn"
+    return "other"
+
+
+def node_costs(model: onnx.ModelProto, specs: Sequence[InputSpec] | None = None) -> list[NodeCost]:
+    """Per-node FLOPs and bytes of one request, in graph order (see :class:`NodeCost`)."""
+    from onnx import helper  # optional heavy dependency: onnx
+
+    specs = list(specs) if specs is not None else input_specs(model)
+    shapes = _shape_map(model, specs)
+    inits = {
+        init.name: (math.prod(init.dims) if init.dims else 1)
+        * np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+        for init in model.graph.initializer
+    }
+    producer = {name: node.op_type for node in model.graph.node for name in node.output}
+    out: list[NodeCost] = []
+    for node in model.graph.node:
+        feeders = [producer.get(name, "") for name in node.input if name and name not in inits]
+        feeders = [op for op in feeders if op not in SHAPE_OPS]
+        fused = (
+            node.op_type in ELEMENTWISE_OPS and bool(feeders) and all(op in ELEMENTWISE_OPS for op in feeders)
+        )
+        weights = sum(inits[name] for name in node.input if name in inits)
+        act = sum(
+            4.0 * math.prod(shapes[name])
+            for name in [*node.input, *node.output]
+            if name and name not in inits and name in shapes
+        )
+        first = shapes.get(node.output[0]) if node.output and node.output[0] else None
+        outputs = float(math.prod(first)) if first is not None else 0.0
+        out.append(
+            NodeCost(
+                node.name,
+                node.op_type,
+                _op_class(node),
+                _node_flops(node, shapes),
+                act,
+                float(weights),
+                outputs,
+                fused,
+            )
+        )
+    return out
 
 
 def export_torch(

@@ -1,5 +1,9 @@
 """``skinflint profile MODEL.onnx --hardware NAME``: measure a model over batch sizes, concurrency
-and thread counts with onnxruntime; fit Nexus's linear model (and HiTDL's L(n) over threads)."""
+and thread counts with onnxruntime; fit Nexus's linear model (and HiTDL's L(n) over threads).
+
+``skinflint profile derive MODEL.onnx --gpu SPEC.json [--batches 1,8,32] [--json]``: derive the model's
+profile on a device that is not here, from a device spec and its measured anchors (a per-operator
+roofline, ``profiles.roofline``)."""
 
 from __future__ import annotations
 
@@ -51,6 +55,16 @@ def _int_list(text: str) -> tuple[int, ...]:
     return vals
 
 
+def _batches(text: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
+    """``--batches``, checked here rather than by argparse: a bad value is one line and exit 1."""
+    if text is None:
+        return default
+    try:
+        return _int_list(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--batches: {exc}") from None
+
+
 def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     name, sep, dims = text.partition("=")
     try:
@@ -68,13 +82,22 @@ def register(sub: Any) -> None:
         help="measure an ONNX model over batch sizes and concurrency (onnxruntime)",
         description=__doc__,
     )
-    parser.add_argument("model", help="ONNX file (leading input dimension must be a dynamic batch axis)")
     parser.add_argument(
-        "--hardware", required=True, help="catalog name the entries are recorded for (e.g. c6i.large)"
+        "model",
+        help="ONNX file (leading input dimension must be a dynamic batch axis), or `derive` followed by "
+        "the ONNX file to derive a profile with --gpu SPEC.json",
+    )
+    parser.add_argument("derive_model", nargs="?", metavar="MODEL.onnx", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--hardware", help="catalog name the entries are recorded for (e.g. c6i.large); required to measure"
     )
     parser.add_argument(
-        "--batches", type=_int_list, default=(1, 2, 4, 8, 16, 32), help="default 1,2,4,8,16,32"
+        "--gpu",
+        type=Path,
+        metavar="SPEC.json",
+        help="derive: the device spec with its anchors (docs/profiles.md)",
     )
+    parser.add_argument("--batches", default=None, help="default 1,2,4,8,16,32 (derive: 1,8,32)")
     parser.add_argument("--concurrency", type=_int_list, default=(1,), help="sessions run at once, e.g. 1,2")
     parser.add_argument(
         "--threads",
@@ -158,6 +181,16 @@ def run(args: argparse.Namespace) -> int:
     from profiles.hardware import load_catalog
     from profiles.profiler import ProfileConfig, plan_series, profile_onnx
 
+    if args.model == "derive":
+        return run_derive(args)
+    if args.derive_model is not None or args.gpu is not None:
+        raise UsageError(
+            "one ONNX file to measure; to derive a profile: "
+            "skinflint profile derive MODEL.onnx --gpu SPEC.json"
+        )
+    if not args.hardware:
+        raise UsageError("--hardware is required to measure (e.g. --hardware c6i.large)")
+    args.batches = _batches(args.batches, (1, 2, 4, 8, 16, 32))
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
     catalog = load_catalog()
@@ -213,4 +246,57 @@ def run(args: argparse.Namespace) -> int:
         _print_table(summary, hitdl)
         if args.out:
             print(f"wrote {len(result.points)} entries to {args.out}")
+    return 0
+
+
+def run_derive(args: argparse.Namespace) -> int:
+    """``skinflint profile derive MODEL.onnx --gpu SPEC.json``: fit the spec's anchors, derive the model."""
+    # CLI start-up: loaded when this command runs (numpy, onnx)
+    from profiles.errors import ProfilesError
+    from profiles.roofline import derive_points, fit_spec, load_spec, model_work
+
+    if not args.derive_model:
+        raise UsageError("skinflint profile derive MODEL.onnx --gpu SPEC.json: name the ONNX file")
+    if args.gpu is None:
+        raise UsageError("skinflint profile derive needs --gpu SPEC.json (a device spec with anchors)")
+    batches = _batches(args.batches, (1, 8, 32))
+    try:
+        spec = load_spec(args.gpu)
+        work = model_work(args.derive_model)
+        fit = fit_spec(spec)
+        points = derive_points(fit, work, batches)
+    except ProfilesError as exc:
+        raise UsageError((str(exc).splitlines() or [type(exc).__name__])[0]) from exc
+    result = {
+        "model": work.name,
+        "hardware": spec.hardware,
+        "runtime": spec.runtime,
+        "spec": str(args.gpu),
+        "fit": fit.as_dict(),
+        "points": [
+            {key: point[key] for key in ("batch", "duration_s", "source", "method")} for point in points
+        ],
+        "left_out": [batch for batch in batches if batch not in {p["batch"] for p in points}],
+    }
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    # CLI start-up: loaded when this command runs
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{work.name} on {spec.hardware} ({spec.runtime}), derived")
+    for col in ("batch", "derived ms", "req/s"):
+        table.add_column(col, justify="right")
+    for point in points:
+        table.add_row(
+            str(point["batch"]),
+            f"{point['duration_s'] * 1e3:.3f}",
+            f"{point['batch'] / point['duration_s']:.0f}",
+        )
+    con = Console()
+    con.print(table)
+    con.print(f"method: {fit.method()}; worst anchor error {fit.max_rel_err:.0%}")
+    if result["left_out"]:
+        con.print(f"left out (weights + 2 x activations over 80 % of device memory): {result['left_out']}")
     return 0

@@ -29,6 +29,8 @@ def test_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) ->
         "dispatch",
         "profiles",
         "tco",
+        "gpu-derive",
+        "gpu-check",
     }
     for bench in BENCHES:
         assert bench.name in out
