@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -188,3 +189,21 @@ def test_without_a_wheelhouse_the_boot_fails_and_synth_warns(assembly: Assembly)
 
 def test_gpu_ami_warns_for_volta(assembly: Assembly) -> None:
     assert any("skinflint:gpu-ami-v100" in w for w in assembly.warnings(C.FLEET_STACK))
+
+
+def test_the_guide_quotes_this_plan(planned: dict[str, Any]) -> None:
+    """docs/deploy.md's 50,000 frames/s figures are this plan's (instances, maxima, vCPUs, limits)."""
+    from cdk.limits import QUOTAS
+
+    doc = " ".join((C.REPO_ROOT / "docs" / "deploy.md").read_text().split())
+    n = planned["instances"]
+    maxima = dict(pair.split(":") for pair in planned["cdk_context"]["max_instances"].split(","))
+    vcpus = planned["quota_vcpus"]
+    assert f"needs {n['c6i.large']} c6i.large and {n['t4']} g4dn.xlarge" in doc
+    assert f"MaxSize {maxima['c6i.large']} and {maxima['t4']}" in doc
+    assert f"{vcpus['L-1216C47A']} Standard and {vcpus['L-DB2E81BA']} G vCPUs" in doc
+    ctx = planned["cdk_context"]
+    assert f"API rate of {int(ctx['api_rate']):,} requests/s" in doc
+    assert f"{int(ctx['front_concurrency']):,} reserved front executions" in doc
+    codes = {q.code for q in QUOTAS.values()}
+    assert set(re.findall(r"L-[0-9A-F]{8}", doc)) <= codes
