@@ -58,13 +58,16 @@ class SsmWithPublicGpuAmi:
 
 
 @pytest.fixture(autouse=True)
-def _aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _aws(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
     }.items():
         monkeypatch.setenv(key, value)
+    if "moto_server" in request.fixturenames:  # a real server: no in-process mock
+        yield
+        return
     with mock_aws():
         yield
 
@@ -203,3 +206,45 @@ def test_wrong_account_and_bad_context_are_one_line(
     world["context"]["hardware"] = "a100"
     code, out = _check(world, capsys)
     assert code == 1 and "unknown hardware 'a100'" in out
+
+
+@pytest.fixture
+def moto_server() -> Iterator[str]:
+    """A moto server on a free port (its own process state: no mock_aws in these tests)."""
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def test_endpoint_points_every_client_at_a_moto_server(
+    moto_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GIVEN a bootstrapped moto server WHEN ``--endpoint`` names it (the real client factory, no
+    fakes) THEN the account, bootstrap and CPU AMI checks are answered there, and what moto does not
+    serve (Service Quotas, the DLAMI's parameter) is a FAIL line naming the call, not a traceback."""
+    url = moto_server
+    boto3.client("cloudformation", region_name=REGION, endpoint_url=url).create_stack(
+        StackName=deploy.BOOTSTRAP_STACK,
+        TemplateBody=json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}),
+    )
+    boto3.client("ssm", region_name=REGION, endpoint_url=url).put_parameter(
+        Name=deploy.BOOTSTRAP_VERSION_PARAMETER, Value="28", Type="String"
+    )
+    code = main(["deploy", "check", "--endpoint", url, "--json", "-c", "hardware=t4,c6i.large"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert code == 1
+    assert checks["account"]["status"] == "ok" and ACCOUNT in checks["account"]["detail"]
+    assert checks["bootstrap"]["status"] == "ok" and "version 28" in checks["bootstrap"]["detail"]
+    assert checks["ami cpu"]["status"] == "ok"
+    assert checks["quotas"]["status"] == "FAIL"  # moto serves no Service Quotas
+    assert checks["ami gpu"]["status"] == "FAIL" and "ParameterNotFound" in checks["ami gpu"]["detail"]
