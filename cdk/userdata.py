@@ -38,30 +38,30 @@ PROVIDER = {"gpu": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 BOOT_FAILED_MARK = "SKINFLINT_BOOT_FAILED"  # the boot log line the boot-failure metric filter counts
 
 
-def worker_boot_prelude(boot: WorkerBoot) -> list[str]:
+def worker_boot_prelude(hardware: str, region: str, asg_name: str) -> list[str]:
     """The first commands of the user data (before the archives download): strict mode, the instance
     id, and the trap that turns any failing command into a failed boot. A failed boot logs
     ``SKINFLINT_BOOT_FAILED`` to the worker log group (a metric filter and an alarm count it) and
     completes the launch lifecycle action with ABANDON, so Auto Scaling terminates the instance
     instead of billing one that serves nothing (without a completion the hook's heartbeat timeout
     abandons it too)."""
-    hook, asg, group = C.BOOT_HOOK_NAME, boot.asg_name, C.WORKER_LOG_GROUP
+    hook, asg, group = C.BOOT_HOOK_NAME, asg_name, C.WORKER_LOG_GROUP
     token = f'$(curl -sS -X PUT {_IMDS}/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")'
     return [
         "set -euo pipefail",
         "exec > >(tee -a /var/log/skinflint-boot.log) 2>&1",
-        f"export AWS_DEFAULT_REGION={boot.region}",
+        f"export AWS_DEFAULT_REGION={region}",
         f"TOKEN={token}",
         f'INSTANCE_ID=$(curl -sS -H "X-aws-ec2-metadata-token: $TOKEN" {_IMDS}/meta-data/instance-id)',
         "boot_failed() {",
         "  trap - ERR",
-        f'  echo "{BOOT_FAILED_MARK} instance=$INSTANCE_ID hardware={boot.hardware} reason=$1"',
+        f'  echo "{BOOT_FAILED_MARK} instance=$INSTANCE_ID hardware={hardware} reason=$1"',
         f"  aws logs create-log-stream --log-group-name {group}"
         ' --log-stream-name "boot/$INSTANCE_ID" || true',
         "  R=$(printf %s \"$1\" | tr -c '[:alnum:]._/=: -' _)",
         f'  aws logs put-log-events --log-group-name {group} --log-stream-name "boot/$INSTANCE_ID"'
         ' --log-events "[{\\"timestamp\\": $(date +%s000), \\"message\\":'
-        f' \\"{BOOT_FAILED_MARK} hardware={boot.hardware} reason=$R\\"}}]" || true',
+        f' \\"{BOOT_FAILED_MARK} hardware={hardware} reason=$R\\"}}]" || true',
         f"  aws autoscaling complete-lifecycle-action --lifecycle-hook-name {hook}"
         f' --auto-scaling-group-name {asg} --instance-id "$INSTANCE_ID" --lifecycle-action-result ABANDON'
         " || true",

@@ -323,19 +323,8 @@ class FleetStack(Stack):
         props = self.props
         role = self._role(hw)
         user_data = ec2.UserData.for_linux()
-        boot_head = WorkerBoot(
-            hardware=hw.name,
-            kind=hw.kind,
-            region=self.region,
-            asg_name=hw.asg_name,
-            code_zip="",
-            wheels_zip=None,
-            models_zip=None,
-            config_table="",
-            results_table="",
-            bucket="",
-        )
-        user_data.add_commands(*worker_boot_prelude(boot_head))  # before the downloads: they may fail
+        # first, before the downloads (they may fail): strict mode and the boot-failure trap
+        user_data.add_commands(*worker_boot_prelude(hw.name, self.region, hw.asg_name))
         wheels = self.wheels.get(hw.kind)
         code_zip = user_data.add_s3_download_command(
             bucket=self.code.bucket, bucket_key=self.code.s3_object_key

@@ -53,7 +53,8 @@ STUBS = {
 
 
 def _script(boot: WorkerBoot, root: Path) -> str:
-    body = "\n".join(["#!/bin/bash", *worker_boot_prelude(boot), *worker_boot_commands(boot)])
+    prelude = worker_boot_prelude(boot.hardware, boot.region, boot.asg_name)
+    body = "\n".join(["#!/bin/bash", *prelude, *worker_boot_commands(boot)])
     # the instance's paths under the temporary root
     return re.sub(r"(?<![\w/.:-])/(opt|etc|var/log|usr/local)/", lambda m: f"{root}/{m.group(1)}/", body)
 

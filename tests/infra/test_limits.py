@@ -141,6 +141,8 @@ def test_each_kind_ships_its_own_wheelhouse(scaled: Assembly) -> None:
         assert f"requirements-{kind}.txt" in text
         assert "pip install --no-index --find-links /opt/skinflint/wheels" in text
         assert "wheelhouse shipped" not in text
+        # EC2 takes at most 16 KB of user data; tokens (names, keys) resolve to < 100 bytes each
+        assert len(text.encode()) + 100 * text.count("<token>") < 16 * 1024, len(text)
     warnings = " ".join(scaled.warnings(C.FLEET_STACK))
     assert "skinflint:worker-wheels" not in warnings
 
