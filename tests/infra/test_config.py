@@ -6,11 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
 
 from cdk.config import DeployConfig, InfraConfigError, validate_instance_type
 from cdk.constants import REPO_ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.infra
 
@@ -139,3 +143,17 @@ def test_limits_default_to_a_new_account_and_follow_the_context() -> None:
     assert sized.max_instances == {"t4": 83, "c6i.large": 147}
     assert (sized.api_rate, sized.api_burst, sized.api_quota) == (75_000, 75_000, 2**31 - 1)
     assert (sized.waf_rate, sized.front_concurrency, sized.planner_concurrency) == (22_500_000, 7500, None)
+
+
+def test_synthesis_says_what_ships_and_the_limits(tmp_path: Path) -> None:
+    from cdk.app import _limits_line, _wheels_line
+    from tests.infra.test_limits import fake_wheelhouse
+
+    cfg = config(hardware="t4,c6i.large", worker_wheels=str(tmp_path / "none"), max_instances="t4:83")
+    assert _wheels_line(cfg) == (
+        "wheelhouses: cpu NOT BUILT (boots fail), gpu NOT BUILT (boots fail) (python -m cdk.deps worker)"
+    )
+    built = config(hardware="t4", worker_wheels=str(fake_wheelhouse(tmp_path / "wheels")))
+    assert _wheels_line(built).startswith("wheelhouses: gpu 5 wheels")  # the 5 stand-in wheels
+    line = _limits_line(cfg)
+    assert "max instances t4 83, c6i.large 10" in line and "front unreserved, planner unreserved" in line
