@@ -81,6 +81,8 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
             bucket=stateful.bucket,
             fleet_events=stateful.fleet_events,
             models_dir=config.models_dir,
+            max_instances=config.max_instances,
+            wheels_dir=config.wheels_dir,
         ),
         env=env,
         description="Skinflint workers: isolated VPC, endpoints, one Auto Scaling group per hardware class",
@@ -97,6 +99,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
             fleet_events=stateful.fleet_events,
             asg_names={hw.name: hw.asg_name for hw in config.hardware},
             powertools_layer_version=config.powertools_layer_version,
+            reserved_concurrency=config.planner_concurrency,
         ),
         env=env,
         description="Skinflint planner: schedule and fleet events",
@@ -111,6 +114,10 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
             results_table=stateful.results_table,
             bucket=stateful.bucket,
             reserved_concurrency=config.front_concurrency,
+            api_rate=config.api_rate,
+            api_burst=config.api_burst,
+            api_quota=config.api_quota,
+            waf_rate=config.waf_rate,
             powertools_layer_version=config.powertools_layer_version,
             planner_function_name=C.PLANNER_FUNCTION_NAME,  # by name: front -> control, never back
         ),
@@ -166,6 +173,34 @@ def _models_line(models_dir: Path | None) -> str:
     return f"models: {len(files)} shipped from {models_dir} ({size:.0f} MB before compression)"
 
 
+def _wheels_line(config: DeployConfig) -> str:
+    """Which kinds' wheelhouses ship (python -m cdk.deps worker), and which kinds would fail to boot."""
+    from cdk.deps import read_manifest
+
+    parts = []
+    for kind in sorted({hw.kind for hw in config.hardware}):
+        manifest = read_manifest(kind, config.wheels_dir)
+        wheels = manifest.get("wheels") if manifest else None
+        parts.append(
+            f"{kind} {len(wheels)} wheels" if isinstance(wheels, list) else f"{kind} NOT BUILT (boots fail)"
+        )
+    return f"wheelhouses: {', '.join(parts)} (python -m cdk.deps worker)"
+
+
+def _limits_line(config: DeployConfig) -> str:
+    from cdk import constants as C
+
+    groups = ", ".join(
+        f"{hw.name} {config.max_instances.get(hw.name, C.ASG_MAX_INSTANCES)}" for hw in config.hardware
+    )
+    front, planner = config.front_concurrency, config.planner_concurrency
+    reserved = f"front {front or 'unreserved'}, planner {planner or 'unreserved'}"
+    return (
+        f"limits: max instances {groups}; API {config.api_rate} req/s (burst {config.api_burst}, "
+        f"{config.api_quota:,}/day); WAF {config.waf_rate:,} per IP per 5 min; concurrency {reserved}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         context = _argv_context(sys.argv[1:] if argv is None else argv)
@@ -174,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     except InfraConfigError as exc:
         print(f"skinflint cdk: {exc}", file=sys.stderr)
         return 2
-    print(f"skinflint cdk: {_models_line(config.models_dir)}", file=sys.stderr)
+    for line in (_models_line(config.models_dir), _wheels_line(config), _limits_line(config)):
+        print(f"skinflint cdk: {line}", file=sys.stderr)
     app.synth()
     return 0

@@ -9,7 +9,16 @@ Context keys (``-c key=value`` or ``cdk.json``):
 - ``instance_types``: ``class:type,class:type`` (e.g. ``p100:g4dn.2xlarge``); or one key per class,
   ``<class>_instance_type`` (e.g. ``-c p100_instance_type=g4dn.2xlarge``).
 - ``spot``: ``true|false`` (default false): Spot capacity with capacity rebalancing.
-- ``front_concurrency``: reserved concurrency of the front function.
+- ``front_concurrency``, ``planner_concurrency``: reserved concurrency of the front and planner
+  functions (default: none reserved; a new account's regional limit of 10 leaves nothing to reserve,
+  since Lambda keeps 10 unreserved).
+- Limits sized for a peak (``skinflint plan APP --rate R --json`` prints them as ``cdk_context``):
+  ``max_instances`` (``class:N,class:N``: each Auto Scaling group's MaxSize, default
+  ``C.ASG_MAX_INSTANCES``), ``api_rate`` and ``api_burst`` (requests/s and requests, the stage's and
+  the usage plan's throttle), ``api_quota`` (requests per key per day), ``waf_rate`` (requests per
+  client IP per 5 minutes).
+- ``worker_wheels``: the root of the workers' wheelhouses (default ``build/worker-wheels``, which
+  ``python -m cdk.deps worker`` fills: one directory per hardware kind).
 - ``powertools_layer_version``: version of the public Powertools layer.
 - ``alarm_email``: optional address subscribed to the alarm topic.
 - ``models``: the directory of ONNX models shipped to the instances (default: the build cache of
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +59,12 @@ _GPU_PREFIXES = ("p", "g")  # NVIDIA GPU families (p2-p5, g3-g6); g4ad is AMD (r
 # Context keys the app reads (plus "<class>_instance_type" for every catalog class).
 CONTEXT_KEYS = (
     "account", "region", "hardware", "instance_types", "spot", "front_concurrency",
-    "powertools_layer_version", "alarm_email", "models",
+    "planner_concurrency", "powertools_layer_version", "alarm_email", "models", "max_instances",
+    "api_rate", "api_burst", "api_quota", "waf_rate", "worker_wheels",
 )  # fmt: skip
+# WAF's rate-based rule accepts 10 .. 2,000,000,000 requests per window (AWS WAF API reference,
+# RateBasedStatement.Limit)
+WAF_RATE_BOUNDS = (10, 2_000_000_000)
 MODELS_NONE = "none"  # -c models=none: no models shipped, every share runs emulated
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -86,7 +99,14 @@ class DeployConfig:
     region: str
     hardware: tuple[HardwareClass, ...]
     spot: bool = False
-    front_concurrency: int = C.FRONT_RESERVED_CONCURRENCY
+    front_concurrency: int | None = None  # reserved concurrent executions; None: unreserved
+    planner_concurrency: int | None = None
+    max_instances: Mapping[str, int] = field(default_factory=dict)  # class -> ASG MaxSize
+    api_rate: int = C.API_RATE_LIMIT_RPS
+    api_burst: int = C.API_BURST
+    api_quota: int = C.API_QUOTA_PER_DAY
+    waf_rate: int = C.WAF_RATE_LIMIT_PER_5MIN
+    wheels_dir: Path = C.WORKER_WHEELS_DIR  # <kind>/ wheelhouses (python -m cdk.deps worker)
     powertools_layer_version: int = C.POWERTOOLS_LAYER_VERSION
     alarm_email: str | None = None
     models_dir: Path | None = None  # ONNX models shipped to the instances; None: -c models=none
@@ -113,14 +133,25 @@ class DeployConfig:
             region=region,
             hardware=classes,
             spot=_flag(get("spot"), "spot", default=False),
-            front_concurrency=_positive_int(
-                get("front_concurrency"), "front_concurrency", C.FRONT_RESERVED_CONCURRENCY
+            front_concurrency=_optional_int(get("front_concurrency"), "front_concurrency"),
+            planner_concurrency=_optional_int(get("planner_concurrency"), "planner_concurrency"),
+            max_instances=_max_instances(get("max_instances"), names),
+            api_rate=_positive_int(get("api_rate"), "api_rate", C.API_RATE_LIMIT_RPS),
+            api_burst=_positive_int(get("api_burst"), "api_burst", C.API_BURST),
+            api_quota=_positive_int(get("api_quota"), "api_quota", C.API_QUOTA_PER_DAY),
+            waf_rate=_bounded(
+                _positive_int(get("waf_rate"), "waf_rate", C.WAF_RATE_LIMIT_PER_5MIN),
+                "waf_rate",
+                WAF_RATE_BOUNDS,
             ),
             powertools_layer_version=_positive_int(
                 get("powertools_layer_version"), "powertools_layer_version", C.POWERTOOLS_LAYER_VERSION
             ),
             alarm_email=str(get("alarm_email")) if get("alarm_email") else None,
             models_dir=models_dir(get("models")),
+            wheels_dir=Path(str(get("worker_wheels"))).expanduser()
+            if get("worker_wheels")
+            else C.WORKER_WHEELS_DIR,
         )
 
 
@@ -268,3 +299,33 @@ def _positive_int(value: Any, key: str, default: int) -> int:
     if number <= 0:
         raise InfraConfigError(f"-c {key} must be a positive integer, got {value!r}")
     return number
+
+
+def _optional_int(value: Any, key: str) -> int | None:
+    """A positive integer, or None when unset (``none`` too)."""
+    if value is None or value == "" or str(value).strip().lower() == "none":
+        return None
+    return _positive_int(value, key, 0)
+
+
+def _bounded(number: int, key: str, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    if not low <= number <= high:
+        raise InfraConfigError(f"-c {key} must be within [{low:,}, {high:,}], got {number:,}")
+    return number
+
+
+def _max_instances(value: Any, names: list[str]) -> dict[str, int]:
+    """``class:N,class:N`` -> {class: N}; every class named must be deployed (``-c hardware``)."""
+    out: dict[str, int] = {}
+    for pair in _split(value):
+        name, sep, count = pair.partition(":")
+        name = name.strip()
+        if not sep or not name:
+            raise InfraConfigError(f"-c max_instances expects class:count pairs, got {pair!r}")
+        if name not in names:
+            raise InfraConfigError(
+                f"-c max_instances names {name}, which is not deployed (-c hardware: {', '.join(names)})"
+            )
+        out[name] = _positive_int(count.strip(), f"max_instances {name}", 0)
+    return out

@@ -71,14 +71,14 @@ PLANNER_HANDLER = "functions.planner.handler"  # functions/planner.py: handler
 PLANNER_FUNCTION_NAME = "skinflint-planner"  # fixed: the front invokes it by name (no export)
 FRONT_MEMORY_MB = 1024  # MB: more memory = more CPU = shorter FastAPI cold start
 FRONT_TIMEOUT_S = 29  # s: API Gateway's integration timeout is 29-30 s
-FRONT_RESERVED_CONCURRENCY = 50  # concurrent executions; -c front_concurrency=N overrides
 PLANNER_MEMORY_MB = 1024  # MB
 PLANNER_TIMEOUT_S = 50  # s: below the 60 s epoch so two runs never overlap
 # Epochs serialise on the conditional write of control#state (a second concurrent epoch is skipped)
-# and the plan pointer flips conditionally, so concurrent invocations are safe. Room for the
-# epoch schedule, the backlog-check schedule and FLEET_EVENTS_CONCURRENCY fleet-event batches:
-# with less, fleet events are throttled while an epoch runs and, after MAX_RECEIVE_COUNT
-# throttles, land in the DLQ.
+# and the plan pointer flips conditionally, so concurrent invocations are safe. What a deployment
+# reserves with -c planner_concurrency (cdk/limits.py puts it in every plan's cdk_context): room for
+# the epoch schedule, the backlog-check schedule and FLEET_EVENTS_CONCURRENCY fleet-event batches, so
+# none throttles another. Unreserved by default (a new account's limit of 10 leaves nothing to
+# reserve); the functions then share the account's pool.
 PLANNER_RESERVED_CONCURRENCY = 4  # concurrent executions
 FLEET_EVENTS_CONCURRENCY = 2  # SQS event source maximum concurrency (2 is the minimum allowed)
 FLEET_EVENTS_BATCH = 10  # fleet-event records per invocation
@@ -117,13 +117,23 @@ ASG_NAME_PREFIX = "skinflint-workers-"  # + hardware class (dots -> dashes)
 ASG_MAX_INSTANCES = 10  # instances per hardware class; the planner sets the desired count
 ROOT_VOLUME_GIB = 100  # GiB gp3: the DLAMI needs ~75 GiB
 DRAIN_HOOK_NAME = "skinflint-drain"
+# The launch hook: an instance stays Pending:Wait until its user data completes it (CONTINUE once the
+# agent runs, ABANDON on any boot failure); one that never completes is abandoned after this many s
+# (dnf, unzip and an offline pip install of a ~300 MB wheelhouse take minutes, an estimate).
+BOOT_HOOK_NAME = "skinflint-boot"
+BOOT_HEARTBEAT_S = 1200
+BOOT_CHECK_EXIT = 3  # python -m workers.instance: the boot check failed (the instance is marked unhealthy)
+BOOT_FAILURES_METRIC = "BootFailures"  # metric filter on the worker log group (cdk/userdata.py)
 # s: lifecycle hook heartbeat timeout. A drain takes a 1 s long poll + the batch in hand + releases,
 # each share's thread joined within 60 s (workers/agent.py); systemd kills a stuck agent at
 # half this, and the agent assumes this deadline (workers/lifecycle.py LifecycleWatcher).
 DRAIN_HEARTBEAT_S = 300
 DRAIN_POLL_S = 5  # s between IMDS target-lifecycle-state reads on the instance
 WORKER_LOG_GROUP = "/skinflint/workers"
-WORKER_PYTHON = "3.11"  # python3.11 from the AL2023 repositories (project requires >= 3.11)
+# CPython of the workers' venv: the GPU AMI's own /usr/bin/python3.12 (DLAMI release notes,
+# python_location) and AL2023's python3.12 package on the CPU AMI (AL2023's system python3 stays 3.9);
+# the wheelhouses are built for it (python -m cdk.deps worker). docs/deploy.md cites both.
+WORKER_PYTHON = "3.12"
 WORKER_USER = "skinflint"
 WORKER_LOG_MAX_MB = 200  # MB: worker.log is rotated (logrotate, copytruncate) past this or daily, 3 kept
 WORKER_METRICS_RESOLUTION_S = 60  # s: the instances' metric buckets (SKINFLINT_METRICS_RESOLUTION_S)
@@ -134,13 +144,19 @@ GPU_AMI_PARAMETER = (
     "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"
 )
 CPU_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+# Instance families the GPU AMI cannot drive: it ships NVIDIA's open kernel modules, which support
+# Turing (T4) and later only, not Volta (P3: V100), Pascal or Maxwell (docs/deploy.md cites both).
+GPU_AMI_UNSUPPORTED_FAMILIES = ("p2", "p3", "p3dn", "g3", "g3s")
 FLOW_LOG_RETENTION_DAYS = 30  # days
 
 # -- dependencies (what the layer and the worker wheelhouse contain) --------------------------------
 # pyyaml: POST /v1/apps accepts YAML specs (control/spec.py parse_spec_text)
 LAMBDA_REQUIREMENTS = ("fastapi>=0.110", "mangum>=0.17", "pydantic>=2.6,<3", "numpy>=1.26", "pyyaml>=6")
 WORKER_REQUIREMENTS = ("numpy>=1.26", "pydantic>=2.6,<3", "boto3>=1.34", "pillow>=10")
-WORKER_RUNTIME = {"cpu": "onnxruntime>=1.18", "gpu": "onnxruntime-gpu>=1.18"}
+# onnxruntime-gpu < 1.27: 1.26.0's CUDA provider links libcudart.so.12/libcublas.so.12, 1.27.0's
+# libcudart.so.13 (readelf -d on the PyPI wheels); CUDA 13 dropped Volta (V100), CUDA 12 serves T4 and V100.
+# The CUDA 12 and cuDNN 9 libraries come from the GPU AMI (/usr/local/cuda-12.*), not from pip.
+WORKER_RUNTIME = {"cpu": "onnxruntime>=1.18", "gpu": "onnxruntime-gpu>=1.18,<1.27"}
 
 # -- observability ----------------------------------------------------------------------------------
 DASHBOARD_NAME = "skinflint"

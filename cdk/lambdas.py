@@ -32,7 +32,7 @@ class PythonFunctionSpec:
     code_dir: Path  # staged source packages
     memory_mb: int
     timeout_s: int
-    reserved_concurrency: int
+    reserved_concurrency: int | None  # None: unreserved (the account pool)
     description: str
     powertools_layer_version: int
     environment: dict[str, str] = field(default_factory=dict)

@@ -1,6 +1,9 @@
-"""The worker's boot script: install the code, its wheels and the ONNX models, then run the instance agent
-(``python -m workers.instance``: claims a slot of the current plan version and runs its shares)
-as a systemd service. The agent watches IMDS itself for the termination lifecycle hook and Spot
+"""The worker's boot script: install the code, its kind's wheelhouse (offline) and the ONNX models,
+check that the class's execution provider loads (and, for GPU classes, that the GPU is visible), then
+run the instance agent (``python -m workers.instance``: claims a slot of the current plan version and
+runs its shares) as a systemd service and let the instance go InService (launch lifecycle hook,
+CONTINUE). Any failing command fails the boot: ABANDON, and a ``SKINFLINT_BOOT_FAILED`` log line that
+an alarm counts. The agent watches IMDS itself for the termination lifecycle hook and Spot
 interruption notices, drains, and completes the lifecycle action. Values may be CloudFormation
 tokens (table names, bucket)."""
 
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 
 from cdk import constants as C
 
-__all__ = ["WorkerBoot", "worker_boot_commands"]
+__all__ = ["BOOT_FAILED_MARK", "PROVIDER", "WorkerBoot", "worker_boot_commands", "worker_boot_prelude"]
 
 _IMDS = "http://169.254.169.254/latest"
 
@@ -22,11 +25,50 @@ class WorkerBoot:
     region: str
     asg_name: str
     code_zip: str  # local path the code archive was downloaded to
-    wheels_zip: str | None  # local path of the wheelhouse archive, None when not built
+    wheels_zip: str | None  # local path of the kind's wheelhouse archive, None when not built
     models_zip: str | None  # local path of the models archive, None with -c models=none
     config_table: str
     results_table: str
     bucket: str
+
+
+# the execution provider a class's agent must load (workers.instance --boot-check): never a silent
+# CPU fallback on a GPU class, whose plan assumes GPU timings
+PROVIDER = {"gpu": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+BOOT_FAILED_MARK = "SKINFLINT_BOOT_FAILED"  # the boot log line the boot-failure metric filter counts
+
+
+def worker_boot_prelude(hardware: str, region: str, asg_name: str) -> list[str]:
+    """The first commands of the user data (before the archives download): strict mode, the instance
+    id, and the trap that turns any failing command into a failed boot. A failed boot logs
+    ``SKINFLINT_BOOT_FAILED`` to the worker log group (a metric filter and an alarm count it) and
+    completes the launch lifecycle action with ABANDON, so Auto Scaling terminates the instance
+    instead of billing one that serves nothing (without a completion the hook's heartbeat timeout
+    abandons it too)."""
+    hook, asg, group = C.BOOT_HOOK_NAME, asg_name, C.WORKER_LOG_GROUP
+    token = f'$(curl -sS -X PUT {_IMDS}/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")'
+    return [
+        "set -euo pipefail",
+        "exec > >(tee -a /var/log/skinflint-boot.log) 2>&1",
+        f"export AWS_DEFAULT_REGION={region}",
+        f"TOKEN={token}",
+        f'INSTANCE_ID=$(curl -sS -H "X-aws-ec2-metadata-token: $TOKEN" {_IMDS}/meta-data/instance-id)',
+        "boot_failed() {",
+        "  trap - ERR",
+        f'  echo "{BOOT_FAILED_MARK} instance=$INSTANCE_ID hardware={hardware} reason=$1"',
+        f"  aws logs create-log-stream --log-group-name {group}"
+        ' --log-stream-name "boot/$INSTANCE_ID" || true',
+        "  R=$(printf %s \"$1\" | tr -c '[:alnum:]._/=: -' _)",
+        f'  aws logs put-log-events --log-group-name {group} --log-stream-name "boot/$INSTANCE_ID"'
+        ' --log-events "[{\\"timestamp\\": $(date +%s000), \\"message\\":'
+        f' \\"{BOOT_FAILED_MARK} hardware={hardware} reason=$R\\"}}]" || true',
+        f"  aws autoscaling complete-lifecycle-action --lifecycle-hook-name {hook}"
+        f' --auto-scaling-group-name {asg} --instance-id "$INSTANCE_ID" --lifecycle-action-result ABANDON'
+        " || true",
+        "  exit 1",
+        "}",
+        "trap 'boot_failed \"line $LINENO: $BASH_COMMAND\"' ERR",
+    ]
 
 
 def _env_lines(boot: WorkerBoot) -> list[str]:
@@ -44,6 +86,7 @@ def _env_lines(boot: WorkerBoot) -> list[str]:
         # and each 5 s flush then writes one timestamp's lines instead of five
         "SKINFLINT_METRICS_RESOLUTION_S": str(C.WORKER_METRICS_RESOLUTION_S),
         "SKINFLINT_HARDWARE": boot.hardware,
+        "SKINFLINT_REQUIRE_PROVIDER": PROVIDER[boot.kind],
         "SKINFLINT_ASG_NAME": boot.asg_name,
         "SKINFLINT_DRAIN_HOOK": C.DRAIN_HOOK_NAME,
         # <model>.onnx; a share whose model file is not there runs emulated (its results say so)
@@ -55,16 +98,17 @@ def _env_lines(boot: WorkerBoot) -> list[str]:
 
 
 def worker_boot_commands(boot: WorkerBoot) -> list[str]:
-    """Shell commands appended to the launch template's user data (Amazon Linux 2023)."""
+    """Shell commands appended to the launch template's user data (Amazon Linux 2023), after the
+    prelude (``worker_boot_prelude``) and the archives' downloads."""
     py = f"python{C.WORKER_PYTHON}"
     req = f"/opt/skinflint/app/requirements-{boot.kind}.txt"
-    if boot.wheels_zip:
+    if boot.wheels_zip:  # the subnets reach no package index: the wheelhouse or nothing
         install = [
             f"unzip -q -o {boot.wheels_zip} -d /opt/skinflint/wheels",
             f"/opt/skinflint/venv/bin/pip install --no-index --find-links /opt/skinflint/wheels -r {req}",
         ]
-    else:  # no wheelhouse was built: PyPI must be reachable (it is not from the isolated subnets)
-        install = [f"/opt/skinflint/venv/bin/pip install -r {req}"]
+    else:
+        install = [f'boot_failed "no {boot.kind} wheelhouse shipped: run python -m cdk.deps worker"']
     # the archive is downloaded beside its directory (not to /tmp, a tmpfs on AL2023) and removed once
     # unpacked; a re-run of the script replaces the models (unzip -o)
     models = (
@@ -72,10 +116,22 @@ def worker_boot_commands(boot: WorkerBoot) -> list[str]:
         if boot.models_zip
         else []
     )
-    token = f'TOKEN=$(curl -sS -X PUT {_IMDS}/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 300")'
+    # GPU classes: onnxruntime-gpu's CUDA 12 provider links the AMI's CUDA 12 and cuDNN 9 libraries
+    cuda = (
+        [
+            "CUDA_HOME=$( (ls -d /usr/local/cuda-12.* 2>/dev/null || true) | sort -V | tail -n 1)",
+            '[ -n "$CUDA_HOME" ] || boot_failed "no CUDA 12 toolkit under /usr/local on this AMI"',
+            'echo "LD_LIBRARY_PATH=$CUDA_HOME/lib64:$CUDA_HOME/lib:$CUDA_HOME/targets/x86_64-linux/lib"'
+            " >> /etc/skinflint/worker.env",
+        ]
+        if boot.kind == "gpu"
+        else []
+    )
+    check = (
+        "set -a; . /etc/skinflint/worker.env; set +a; /opt/skinflint/venv/bin/python -m workers.instance"
+        f" --hardware {boot.hardware} --instance-id $INSTANCE_ID --boot-check"
+    )
     return [
-        "set -euo pipefail",
-        "exec > >(tee -a /var/log/skinflint-boot.log) 2>&1",
         f"dnf install -y {py} {py}-pip unzip amazon-cloudwatch-agent logrotate",
         f"id -u {C.WORKER_USER} >/dev/null 2>&1 || useradd --system -d /opt/skinflint {C.WORKER_USER}",
         f"install -d -m 0755 /opt/skinflint /opt/skinflint/app {C.WORKER_MODEL_DIR} /etc/skinflint",
@@ -86,9 +142,10 @@ def worker_boot_commands(boot: WorkerBoot) -> list[str]:
         *install,
         ": > /etc/skinflint/worker.env",
         *_env_lines(boot),
-        token,
-        f'INSTANCE_ID=$(curl -sS -H "X-aws-ec2-metadata-token: $TOKEN" {_IMDS}/meta-data/instance-id)',
         'echo "SKINFLINT_INSTANCE_ID=$INSTANCE_ID" >> /etc/skinflint/worker.env',
+        *cuda,
+        # the execution provider loads and (GPU) the GPU is visible, or the boot fails (ABANDON)
+        check,
         "cat > /etc/systemd/system/skinflint-worker.service <<'UNIT'",
         "[Unit]",
         "Description=Skinflint instance agent (python -m workers.instance)",
@@ -104,8 +161,10 @@ def worker_boot_commands(boot: WorkerBoot) -> list[str]:
         # SIGTERM drains (finish the batch in hand, release the rest, release the slot claim)
         "KillSignal=SIGTERM",
         f"TimeoutStopSec={C.DRAIN_HEARTBEAT_S // 2}",
-        # exit 0 after a drain (scale-in, Spot): not restarted; a crash is
+        # exit 0 after a drain (scale-in, Spot): not restarted; a crash is; a failed boot check
+        # (exit 3: the agent marked the instance unhealthy, Auto Scaling replaces it) is not
         "Restart=on-failure",
+        f"RestartPreventExitStatus={C.BOOT_CHECK_EXIT}",
         "RestartSec=15",
         "StandardOutput=append:/var/log/skinflint/worker.log",
         "StandardError=append:/var/log/skinflint/worker.log",
@@ -130,4 +189,9 @@ def worker_boot_commands(boot: WorkerBoot) -> list[str]:
         "systemctl enable --now logrotate.timer || echo 'no logrotate.timer: worker.log not rotated'",
         "systemctl daemon-reload",
         "systemctl enable --now skinflint-worker.service",
+        # booted: the instance may go InService
+        "trap - ERR",
+        f"aws autoscaling complete-lifecycle-action --lifecycle-hook-name {C.BOOT_HOOK_NAME}"
+        f' --auto-scaling-group-name {boot.asg_name} --instance-id "$INSTANCE_ID"'
+        " --lifecycle-action-result CONTINUE",
     ]

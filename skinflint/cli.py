@@ -31,6 +31,7 @@ COMMAND_MODULES: list[str] = [
     "skinflint.commands.status",
     "skinflint.commands.loadtest",
     "skinflint.commands.report",
+    "skinflint.commands.deploy",
 ]
 
 

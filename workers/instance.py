@@ -10,12 +10,16 @@ the registry is the control plane's store, read here only (the one import from `
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
+import subprocess
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from control.registration.store import AppRegistry
+from core.adapters._aws import AWS_ERRORS
 from core.adapters.blobs import BlobStore
 from core.adapters.config_items import ConfigItems
 from core.adapters.plan_store import InstanceStatus, PlanStore
@@ -36,7 +40,64 @@ from workers.lifecycle import (
 from workers.lifeline import install as install_lifeline
 from workers.shares import ModelResolver, WorkerServices
 
-__all__ = ["EMF_USAGE_EVERY_S", "build_agent", "main"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["BOOT_CHECK_EXIT", "EMF_USAGE_EVERY_S", "boot_problem", "build_agent", "main"]
+
+#: exit status of a failed boot check (systemd does not restart it: RestartPreventExitStatus)
+BOOT_CHECK_EXIT = 3
+_CUDA = "CUDAExecutionProvider"
+
+
+def boot_problem(
+    provider: str | None,
+    run: Callable[..., Any] = subprocess.run,
+    load: Callable[..., Any] = ctypes.CDLL,
+) -> str | None:
+    """Why this machine cannot serve its class, or None. ``provider`` is the onnxruntime execution
+    provider the class's plan assumes ($SKINFLINT_REQUIRE_PROVIDER; None: no check, the local stack):
+    onnxruntime must import and list it, and for CUDA a GPU must be visible (``nvidia-smi -L``) and
+    the CUDA provider's library must load with its CUDA and cuDNN libraries (otherwise onnxruntime
+    would quietly run every model on the CPU at CPU speed)."""
+    if not provider:
+        return None
+    try:
+        import onnxruntime as ort  # the boot check only: it needs the runtime the shares will use
+    except ImportError as exc:
+        return f"onnxruntime does not import: {exc}"
+    available = list(ort.get_available_providers())
+    if provider not in available:
+        return f"{provider} is not in this onnxruntime build (it has {', '.join(available) or 'none'})"
+    return _cuda_problem(ort, run, load) if provider == _CUDA else None
+
+
+def _cuda_problem(ort: Any, run: Callable[..., Any], load: Callable[..., Any]) -> str | None:
+    try:
+        smi = run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no GPU visible: nvidia-smi -L: {exc}"
+    if smi.returncode != 0 or "GPU " not in (smi.stdout or ""):
+        detail = ((smi.stderr or smi.stdout or "").strip().splitlines() or [f"exit {smi.returncode}"])[-1]
+        return f"no GPU visible: nvidia-smi -L: {detail}"
+    capi = Path(ort.__file__).parent / "capi"
+    try:  # what onnxruntime does to enable the provider: the shared bridge, then the CUDA library
+        load(str(capi / "libonnxruntime_providers_shared.so"), mode=ctypes.RTLD_GLOBAL)
+        load(str(capi / "libonnxruntime_providers_cuda.so"))
+    except OSError as exc:
+        return f"{_CUDA} does not load: {exc}"
+    return None
+
+
+def _mark_unhealthy(instance_id: str) -> None:
+    """Tell Auto Scaling to replace this instance (it serves nothing); best effort, logged."""
+    cfg = DataPlaneConfig.from_env()
+    try:
+        make_client("autoscaling", cfg, "instance").set_instance_health(
+            InstanceId=instance_id, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False
+        )
+    except AWS_ERRORS as exc:  # the check's failure is what matters; this is logged
+        print(f"instance {instance_id}: could not mark itself unhealthy: {exc}", file=sys.stderr)
 
 
 def _resolver(ddb: Any, s3: Any, cfg: Any) -> ModelResolver:
@@ -133,7 +194,28 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a processed message's delete may wait to share a DeleteMessageBatch, 0-10 "
         "(default $SKINFLINT_DELETE_LINGER_S or 1.0; 0: delete at once)",
     )
+    parser.add_argument(
+        "--boot-check",
+        action="store_true",
+        help="only check that $SKINFLINT_REQUIRE_PROVIDER loads (and a GPU is visible for CUDA); "
+        f"exit 0 or {BOOT_CHECK_EXIT}",
+    )
     return parser
+
+
+def _boot_gate(args: argparse.Namespace, name: str) -> int | None:
+    """The boot check's exit status when the agent must stop here (``--boot-check``, or a failed
+    check: no slot is claimed, and on EC2 the instance marks itself unhealthy), else None."""
+    problem = boot_problem(os.environ.get("SKINFLINT_REQUIRE_PROVIDER"))
+    if problem is not None:  # the instance cannot serve its class's plan
+        print(f"instance {name}: boot check failed ({args.hardware}): {problem}", file=sys.stderr)
+        if not args.boot_check and args.instance_id and os.environ.get("SKINFLINT_ASG_NAME"):
+            _mark_unhealthy(args.instance_id)
+        return BOOT_CHECK_EXIT
+    if args.boot_check:
+        print(f"instance {name}: boot check passed ({args.hardware})")
+        return 0
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"instance: --delete-linger-s must be within [0, 10], got {linger:g}", file=sys.stderr)
         return 2
     name = args.instance_id or "instance"
+    checked = _boot_gate(args, name)
+    return _serve(args, name) if checked is None else checked
+
+
+def _serve(args: argparse.Namespace, name: str) -> int:
+    """Run the agent until it drains (main, once the arguments and the boot check passed)."""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s %(message)s")
     try:
         agent, metrics = build_agent(args)

@@ -46,6 +46,7 @@ class ControlStackProps:
     fleet_events: sqs.IQueue
     asg_names: dict[str, str]  # hardware class -> Auto Scaling group name
     powertools_layer_version: int
+    reserved_concurrency: int | None = None  # planner function; None: unreserved (-c planner_concurrency)
 
 
 class ControlStack(Stack):
@@ -62,7 +63,7 @@ class ControlStack(Stack):
                 code_dir=props.code_dir,
                 memory_mb=C.PLANNER_MEMORY_MB,
                 timeout_s=C.PLANNER_TIMEOUT_S,
-                reserved_concurrency=C.PLANNER_RESERVED_CONCURRENCY,
+                reserved_concurrency=props.reserved_concurrency,
                 description="Skinflint planner: sessions + rates + profiles -> plans, queues, fleet size",
                 powertools_layer_version=props.powertools_layer_version,
                 # core/settings.py DataPlaneConfig and control/epoch.py ControlConfig

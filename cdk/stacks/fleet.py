@@ -11,7 +11,7 @@ completed the action, or until the hook's heartbeat timeout."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Annotations, CfnOutput, Duration, RemovalPolicy, Stack
@@ -25,16 +25,17 @@ from aws_cdk import aws_s3_assets as s3_assets
 from cdk import constants as C
 from cdk.assets import (
     MODEL_ASSET_EXCLUDE,
-    dependency_dir,
     missing_demo_models,
     model_files,
     stage_packages,
 )
+from cdk.deps import read_manifest
 from cdk.nag import acknowledge
 from cdk.policies import cdk_queue_arns, queues_arn
-from cdk.userdata import WorkerBoot, worker_boot_commands
+from cdk.userdata import BOOT_FAILED_MARK, WorkerBoot, worker_boot_commands, worker_boot_prelude
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from aws_cdk import aws_dynamodb as ddb
@@ -56,6 +57,8 @@ class FleetStackProps:
     bucket: s3.IBucket
     fleet_events: sqs.IQueue
     models_dir: Path | None = None  # ``<model>.onnx`` files shipped to every instance; None: emulated
+    max_instances: Mapping[str, int] = field(default_factory=dict)  # class -> ASG MaxSize (-c max_instances)
+    wheels_dir: Path = C.WORKER_WHEELS_DIR  # <kind>/: the wheelhouses of python -m cdk.deps worker
 
 
 class FleetStack(Stack):
@@ -87,6 +90,17 @@ class FleetStack(Stack):
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
         )
+        # a failed boot logs SKINFLINT_BOOT_FAILED (cdk/userdata.py) to this group: counted, alarmed
+        self.boot_failures = logs.MetricFilter(
+            self,
+            "BootFailures",
+            log_group=self.log_group,
+            filter_pattern=logs.FilterPattern.literal(f'"{BOOT_FAILED_MARK}"'),
+            metric_namespace=C.METRICS_NAMESPACE,
+            metric_name=C.BOOT_FAILURES_METRIC,
+            metric_value="1",
+            default_value=0,
+        )
         kinds = sorted({hw.kind for hw in props.hardware})
         requirements = {
             f"requirements-{kind}.txt": "\n".join((*C.WORKER_REQUIREMENTS, C.WORKER_RUNTIME[kind])) + "\n"
@@ -95,12 +109,20 @@ class FleetStack(Stack):
         self.code = s3_assets.Asset(
             self, "WorkerCode", path=str(stage_packages("worker", C.WORKER_PACKAGES, requirements))
         )
-        wheels = dependency_dir(C.WORKER_WHEELS_DIR, ".")
-        self.wheels = (
-            s3_assets.Asset(self, "WorkerWheels", path=str(wheels))
-            if wheels is not None and any(wheels.glob("*.whl"))
-            else None
-        )
+        # one wheelhouse per hardware kind (python -m cdk.deps worker): installed offline at boot
+        self.wheels: dict[str, s3_assets.Asset] = {}
+        for kind in kinds:
+            if read_manifest(kind, props.wheels_dir) is None:
+                Annotations.of(self).add_warning_v2(
+                    f"skinflint:worker-wheels-{kind}",
+                    f"no {kind} wheelhouse for CPython {C.WORKER_PYTHON} in {props.wheels_dir / kind}: "
+                    f"{kind} instances would fail their boot (ABANDON); run `python -m cdk.deps worker` "
+                    "before `cdk deploy`",
+                )
+                continue
+            self.wheels[kind] = s3_assets.Asset(
+                self, f"WorkerWheels-{kind}", path=str(props.wheels_dir / kind)
+            )
         self.models = self._models(props.models_dir)
         self.groups: dict[str, autoscaling.AutoScalingGroup] = {}
         for hw in props.hardware:
@@ -237,8 +259,11 @@ class FleetStack(Stack):
             ),
             # no cloudwatch:PutMetricData: the agent writes its metrics as Embedded Metric Format lines
             # to its log (SKINFLINT_METRICS_SINK=emf, cdk/userdata.py), which the Logs statement ships
+            # the drain and boot hooks' completions; a failed boot check marks its instance unhealthy
             iam.PolicyStatement(
-                sid="Drain", actions=["autoscaling:CompleteLifecycleAction"], resources=[asg]
+                sid="Lifecycle",
+                actions=["autoscaling:CompleteLifecycleAction", "autoscaling:SetInstanceHealth"],
+                resources=[asg],
             ),
             iam.PolicyStatement(
                 sid="Logs",
@@ -250,7 +275,7 @@ class FleetStack(Stack):
                 actions=["s3:GetObject"],
                 resources=[
                     asset.bucket.arn_for_objects(asset.s3_object_key)
-                    for asset in (self.code, self.wheels)
+                    for asset in (self.code, self.wheels.get(hw.kind))
                     if asset is not None
                 ],
             ),
@@ -298,12 +323,15 @@ class FleetStack(Stack):
         props = self.props
         role = self._role(hw)
         user_data = ec2.UserData.for_linux()
+        # first, before the downloads (they may fail): strict mode and the boot-failure trap
+        user_data.add_commands(*worker_boot_prelude(hw.name, self.region, hw.asg_name))
+        wheels = self.wheels.get(hw.kind)
         code_zip = user_data.add_s3_download_command(
             bucket=self.code.bucket, bucket_key=self.code.s3_object_key
         )
         wheels_zip = (
-            user_data.add_s3_download_command(bucket=self.wheels.bucket, bucket_key=self.wheels.s3_object_key)
-            if self.wheels
+            user_data.add_s3_download_command(bucket=wheels.bucket, bucket_key=wheels.s3_object_key)
+            if wheels
             else None
         )
         models_zip = (
@@ -329,6 +357,13 @@ class FleetStack(Stack):
         )
         user_data.add_commands(*worker_boot_commands(boot))
         ami = C.GPU_AMI_PARAMETER if hw.kind == "gpu" else C.CPU_AMI_PARAMETER
+        if hw.kind == "gpu" and hw.instance_type.split(".")[0] in C.GPU_AMI_UNSUPPORTED_FAMILIES:
+            Annotations.of(self).add_warning_v2(
+                f"skinflint:gpu-ami-{hw.slug}",
+                f"{hw.name} ({hw.instance_type}): the GPU AMI ({C.GPU_AMI_PARAMETER}) ships NVIDIA's open "
+                "kernel modules, which do not drive Volta (P3); its instances fail the boot check "
+                "(no GPU visible) and are abandoned. See docs/deploy.md, GPU AMIs and runtimes.",
+            )
         template = ec2.LaunchTemplate(
             self,
             f"Template-{hw.slug}",
@@ -358,7 +393,7 @@ class FleetStack(Stack):
             "vpc_subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED),
             "auto_scaling_group_name": hw.asg_name,
             "min_capacity": 0,
-            "max_capacity": C.ASG_MAX_INSTANCES,
+            "max_capacity": props.max_instances.get(hw.name, C.ASG_MAX_INSTANCES),
             "group_metrics": [
                 autoscaling.GroupMetrics(
                     autoscaling.GroupMetric.IN_SERVICE_INSTANCES,
@@ -393,6 +428,13 @@ class FleetStack(Stack):
             )
         else:
             group = autoscaling.AutoScalingGroup(self, f"Group-{hw.slug}", launch_template=template, **common)
+        group.add_lifecycle_hook(
+            "Boot",
+            lifecycle_hook_name=C.BOOT_HOOK_NAME,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+            heartbeat_timeout=Duration.seconds(C.BOOT_HEARTBEAT_S),
+            default_result=autoscaling.DefaultResult.ABANDON,
+        )
         group.add_lifecycle_hook(
             "Drain",
             lifecycle_hook_name=C.DRAIN_HOOK_NAME,

@@ -43,9 +43,13 @@ class FrontStackProps:
     config_table: ddb.ITable
     results_table: ddb.ITable
     bucket: s3.IBucket
-    reserved_concurrency: int
+    reserved_concurrency: int | None
     powertools_layer_version: int
     planner_function_name: str  # invoked (asynchronously) after an app registration
+    api_rate: int = C.API_RATE_LIMIT_RPS  # requests/s: the stage's and the usage plan's throttle
+    api_burst: int = C.API_BURST  # requests
+    api_quota: int = C.API_QUOTA_PER_DAY  # requests per key per day
+    waf_rate: int = C.WAF_RATE_LIMIT_PER_5MIN  # requests per client IP per 5 minutes
 
 
 class FrontStack(Stack):
@@ -80,8 +84,8 @@ class FrontStack(Stack):
             ),
         )
         self._grant(role, props)
-        self.api = self._api()
-        self.web_acl = self._waf()
+        self.api = self._api(props)
+        self.web_acl = self._waf(props)
         CfnOutput(
             self,
             "ApiUrl",
@@ -95,7 +99,7 @@ class FrontStack(Stack):
             description="aws apigateway get-api-key --include-value",
         )
 
-    def _api(self) -> apigw.RestApi:
+    def _api(self, props: FrontStackProps) -> apigw.RestApi:
         access_logs = logs.LogGroup(
             self, "AccessLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
@@ -123,8 +127,8 @@ class FrontStack(Stack):
                 ),  # fmt: skip
                 logging_level=apigw.MethodLoggingLevel.ERROR,
                 metrics_enabled=True,
-                throttling_rate_limit=C.API_RATE_LIMIT_RPS,
-                throttling_burst_limit=C.API_BURST,
+                throttling_rate_limit=props.api_rate,
+                throttling_burst_limit=props.api_burst,
             ),
         )
         validator = api.add_request_validator(
@@ -138,8 +142,8 @@ class FrontStack(Stack):
         plan = api.add_usage_plan(
             "Plan",
             name=C.USAGE_PLAN_NAME,
-            throttle=apigw.ThrottleSettings(rate_limit=C.API_RATE_LIMIT_RPS, burst_limit=C.API_BURST),
-            quota=apigw.QuotaSettings(limit=C.API_QUOTA_PER_DAY, period=apigw.Period.DAY),
+            throttle=apigw.ThrottleSettings(rate_limit=props.api_rate, burst_limit=props.api_burst),
+            quota=apigw.QuotaSettings(limit=props.api_quota, period=apigw.Period.DAY),
             api_stages=[apigw.UsagePlanPerApiStage(api=api, stage=api.deployment_stage)],
         )
         plan.add_api_key(self.api_key)
@@ -169,7 +173,7 @@ class FrontStack(Stack):
         )
         return api
 
-    def _waf(self) -> waf.CfnWebACL:
+    def _waf(self, props: FrontStackProps) -> waf.CfnWebACL:
         def visibility(name: str) -> waf.CfnWebACL.VisibilityConfigProperty:
             return waf.CfnWebACL.VisibilityConfigProperty(
                 cloud_watch_metrics_enabled=True, metric_name=name, sampled_requests_enabled=True
@@ -214,7 +218,7 @@ class FrontStack(Stack):
                     action=waf.CfnWebACL.RuleActionProperty(block={}),
                     statement=waf.CfnWebACL.StatementProperty(
                         rate_based_statement=waf.CfnWebACL.RateBasedStatementProperty(
-                            limit=C.WAF_RATE_LIMIT_PER_5MIN, aggregate_key_type="IP"
+                            limit=props.waf_rate, aggregate_key_type="IP"
                         )
                     ),
                     visibility_config=visibility("PerIpRate"),

@@ -251,6 +251,24 @@ class ObservabilityStack(Stack):
                 treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             ),
         )
+        # a worker boot failed (cdk/userdata.py logs it, the fleet stack's metric filter counts it): its
+        # instance was abandoned, and Auto Scaling will keep launching and abandoning until fixed
+        self._alarm(
+            "boot",
+            cw.Metric(
+                namespace=NS, metric_name=C.BOOT_FAILURES_METRIC, statistic="Sum", period=Duration.minutes(5)
+            ).create_alarm(
+                self,
+                "BootFailures",
+                alarm_description="A worker instance failed its boot (no wheelhouse, no GPU, execution "
+                "provider not loaded, ...) and was abandoned: see boot/<instance> in "
+                f"{C.WORKER_LOG_GROUP}",
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            ),
+        )
         # every epoch emits 0 or 1; no data means the planner is not running (or fails before it
         # can plan: a bad environment, an unreadable catalog)
         self._alarm(

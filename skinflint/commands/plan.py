@@ -210,6 +210,7 @@ def run_app(args: argparse.Namespace) -> int:
         raise UsageError(str(exc).splitlines()[0]) from None
     summary = preview.summary()
     summary["profiles"] = {"source": args.profiles, "store": store.describe(), **_provenance(preview)}
+    summary.update(_deployment(summary))
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -243,6 +244,20 @@ def _all_in(args: argparse.Namespace) -> Any:
         frames_per_post=per_post,
         fold=args.objective == ALL_IN,
     )
+
+
+def _deployment(summary: dict[str, Any]) -> dict[str, Any]:
+    """The ``-c`` values a deployment for this peak needs (``cdk_context``, cdk/limits.py) and the
+    vCPUs each EC2 quota must allow for it (``quota_vcpus``, Service Quotas code -> vCPUs)."""
+    # CLI start-up: loaded when this command runs
+    from cdk.config import load_catalog
+    from cdk.limits import deployment_context, vcpu_needs
+
+    instances = summary["instances"]
+    return {
+        "cdk_context": deployment_context(summary["frame_rate"], instances),
+        "quota_vcpus": vcpu_needs(instances, load_catalog()),
+    }
 
 
 def _app_doc(target: str, store: Any, parse_spec_text: Any) -> dict[str, Any]:
@@ -323,6 +338,10 @@ def render_app(preview: AppPreview, summary: dict[str, Any]) -> None:
         f"fleet ${summary['fleet_per_hour']:.3f}/h "
         f"(the plans' occupancy ${summary['occupancy_per_hour']:.3f}/h)"
     )
+    context = " ".join(f"-c {key}={value}" for key, value in summary["cdk_context"].items())
+    console.print(f"deploy for this peak (cdk/limits.py): {context}", soft_wrap=True)
+    quotas = ", ".join(f"{code} >= {vcpus} vCPUs" for code, vcpus in summary["quota_vcpus"].items())
+    console.print(f"EC2 On-Demand quotas at those maxima: {quotas or 'none'}")
     dates = sorted({str(price["date"]) for price in summary["price_sources"].values() if price["date"]})
     console.print(f"fleet prices from profiles/hardware.json ({', '.join(dates) or 'undated'})")
     if "data_plane" in summary:

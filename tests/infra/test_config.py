@@ -6,11 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
 
 from cdk.config import DeployConfig, InfraConfigError, validate_instance_type
 from cdk.constants import REPO_ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.infra
 
@@ -80,6 +84,12 @@ def test_gpu_instance_types_accepted(itype: str) -> None:
         ({"instance_types": "p100"}, "class:type"),
         ({"spot": "maybe"}, "spot must be true or false"),
         ({"front_concurrency": "0"}, "positive integer"),
+        ({"planner_concurrency": "-4"}, "positive integer"),
+        ({"max_instances": "t4"}, "class:count"),
+        ({"max_instances": "t4:0"}, "positive integer"),
+        ({"max_instances": "p100:5", "hardware": "t4"}, "p100, which is not deployed"),
+        ({"waf_rate": "5"}, r"within \[10, 2,000,000,000\]"),
+        ({"api_rate": "fast"}, "api_rate must be a positive integer"),
         ({"account": "12345"}, "12-digit"),
         ({"t4_instance_type": "c6i.large", "hardware": "t4"}, "GPU class"),
     ],
@@ -111,3 +121,39 @@ def test_app_py_exits_2_with_one_line_for_p100() -> None:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("skinflint cdk: hardware p100 has no EC2 instance type")
+
+
+def test_limits_default_to_a_new_account_and_follow_the_context() -> None:
+    from cdk import constants as C
+
+    default = config(hardware="t4,c6i.large")
+    # nothing reserved: a new account's 10 concurrent executions leave none to reserve
+    assert default.front_concurrency is None and default.planner_concurrency is None
+    assert default.max_instances == {} and default.api_rate == C.API_RATE_LIMIT_RPS
+    sized = config(
+        hardware="t4,c6i.large",
+        max_instances="t4:83, c6i.large:147",
+        api_rate="75000",
+        api_burst="75000",
+        api_quota="2147483647",
+        waf_rate="22500000",
+        front_concurrency="7500",
+        planner_concurrency="none",
+    )
+    assert sized.max_instances == {"t4": 83, "c6i.large": 147}
+    assert (sized.api_rate, sized.api_burst, sized.api_quota) == (75_000, 75_000, 2**31 - 1)
+    assert (sized.waf_rate, sized.front_concurrency, sized.planner_concurrency) == (22_500_000, 7500, None)
+
+
+def test_synthesis_says_what_ships_and_the_limits(tmp_path: Path) -> None:
+    from cdk.app import _limits_line, _wheels_line
+    from tests.infra.test_limits import fake_wheelhouse
+
+    cfg = config(hardware="t4,c6i.large", worker_wheels=str(tmp_path / "none"), max_instances="t4:83")
+    assert _wheels_line(cfg) == (
+        "wheelhouses: cpu NOT BUILT (boots fail), gpu NOT BUILT (boots fail) (python -m cdk.deps worker)"
+    )
+    built = config(hardware="t4", worker_wheels=str(fake_wheelhouse(tmp_path / "wheels")))
+    assert _wheels_line(built).startswith("wheelhouses: gpu 5 wheels")  # the 5 stand-in wheels
+    line = _limits_line(cfg)
+    assert "max instances t4 83, c6i.large 10" in line and "front unreserved, planner unreserved" in line

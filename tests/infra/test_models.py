@@ -95,7 +95,8 @@ def test_boot_script_downloads_unpacks_and_points_the_agent_at_the_models(assemb
         unzip = lines.index(f"unzip -q -o {archive} -d {C.WORKER_MODEL_DIR}")
         removed = lines.index(f"rm -f {archive}")
         start = lines.index("systemctl enable --now skinflint-worker.service")
-        assert download < strict < mkdir < unzip < removed < start, hw
+        # strict mode first: a failed download fails the boot (ABANDON), as any other command does
+        assert strict < download < mkdir < unzip < removed < start, hw
         env = dict(re.findall(r"echo '([A-Z_]+)=([^']*)' >> /etc/skinflint/worker.env", ud))
         assert env["SKINFLINT_MODEL_DIR"] == C.WORKER_MODEL_DIR, hw
     # the agent reads that variable (workers/instance.py _resolver)

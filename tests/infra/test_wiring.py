@@ -99,7 +99,8 @@ WORKER_ACTIONS = {
     "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver)
     "s3:PutObject",  # outputs/ (worker.py)
     # no cloudwatch:PutMetricData: metrics as EMF lines in the agent's log (cdk/userdata.py)
-    "autoscaling:CompleteLifecycleAction",  # workers/lifecycle.py
+    "autoscaling:CompleteLifecycleAction",  # workers/lifecycle.py; the boot hook (cdk/userdata.py)
+    "autoscaling:SetInstanceHealth",  # workers/instance.py: a failed boot check marks itself unhealthy
     "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams",  # the CloudWatch agent
 }  # fmt: skip
 _WORKER_INFRA = {"logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"}
@@ -319,7 +320,7 @@ def test_worker_roles_are_alike_but_for_their_group(assembly: Assembly) -> None:
     drained = set()
     for lid in roles:
         assert _actions(_allowed(doc, lid)) == WORKER_ACTIONS, lid
-        (drain,) = [s for s in _allowed(doc, lid) if s.get("Sid") == "Drain"]
+        (drain,) = [s for s in _allowed(doc, lid) if s.get("Sid") == "Lifecycle"]
         drained.add(drain["Resource"].rsplit("/", 1)[-1])  # each role completes its own group's hook
     assert drained == groups
 
@@ -484,6 +485,10 @@ def test_dashboard_and_alarms_read_metrics_the_code_emits(assembly: Assembly) ->
     doc = assembly.template(C.OBSERVABILITY_STACK)
     observed = _observed_metrics(doc)
     emitted = _emitted()
+    # metrics CloudWatch Logs extracts with the fleet stack's metric filters (a failed boot's log line)
+    for mf in resources(assembly.template(C.FLEET_STACK), "AWS::Logs::MetricFilter").values():
+        for mt in mf["Properties"]["MetricTransformations"]:
+            emitted[mt["MetricName"]] = mf["Properties"]["FilterPattern"]
     required = {
         C.SLO_ATTAINMENT_METRIC, C.INSTANCE_SECONDS_METRIC, C.PLANNING_FAILURES_METRIC, "BatchFill",
         "Drops", "FramesDropped", "FrontRejected", "EndToEndLatencyMs", "BilledCostPerHour",
@@ -600,7 +605,8 @@ def test_drain_fits_the_lifecycle_hook(assembly: Assembly) -> None:
     from workers.lifecycle import LifecycleWatcher
 
     hooks = resources(assembly.template(C.FLEET_STACK), "AWS::AutoScaling::LifecycleHook")
-    assert {h["Properties"]["HeartbeatTimeout"] for h in hooks.values()} == {C.DRAIN_HEARTBEAT_S}
+    drains = [h for h in hooks.values() if h["Properties"]["LifecycleHookName"] == C.DRAIN_HOOK_NAME]
+    assert {h["Properties"]["HeartbeatTimeout"] for h in drains} == {C.DRAIN_HEARTBEAT_S}
     # the agent assumes the same deadline for a scale-in notice
     assert inspect.signature(LifecycleWatcher).parameters["hook_timeout_s"].default == C.DRAIN_HEARTBEAT_S
     (stop,) = re.findall(r"TimeoutStopSec=(\d+)", _user_data(assembly))
