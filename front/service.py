@@ -11,7 +11,6 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from io import BytesIO
 from typing import TYPE_CHECKING, NoReturn
 
 from core.adapters.results import FrameRecord
@@ -20,6 +19,7 @@ from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
 from front.admission import Shed
 from front.errors import RequestRejectedError
+from front.images import IMAGE_TYPES, LimitsConfig, check_image
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FrontService"]
 
-IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}
 _KEY_TTL_S = 10.0  # s an API key found known is trusted without reading it again
 _POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
 _REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: anything else cannot exist (and never hits DynamoDB)
@@ -44,26 +43,6 @@ _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 log = logging.getLogger("skinflint.front")
-
-
-def check_image(data: bytes, content_type: str) -> None:
-    """Decode the image fully (a truncated JPEG passes a header check); raise
-    :class:`~front.errors.RequestRejectedError`."""
-    # cold start: Pillow loads on the first image upload (tests/unit/functions/test_lean_imports.py)
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(BytesIO(data)) as img:
-            fmt = img.format
-            img.load()
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise RequestRejectedError(
-            422, "undecodable_image", f"the body is not a decodable {content_type}: {exc}"
-        ) from exc
-    if fmt != IMAGE_TYPES[content_type]:
-        raise RequestRejectedError(
-            422, "undecodable_image", f"content type says {content_type} but the image is {fmt}"
-        )
 
 
 @dataclass
@@ -77,6 +56,7 @@ class FrontService:
     plans: PlanStore  # versioned plans: dispatch on the version serving now (docs/control.md)
     clock: Callable[[], float] = time.time
     admission: Admission | None = None  # load shedding (front/admission.py); None: admit all
+    image_limits: LimitsConfig = field(default_factory=LimitsConfig)  # per app (front/images.py)
     _keys: dict[str, float] = field(default_factory=dict)
     _pointer: tuple[float, Manifest | None] = (0.0, None)
     _by_version: dict[tuple[str, int], Router] = field(default_factory=dict)
@@ -181,6 +161,7 @@ class FrontService:
         """Validate every frame first (all or nothing), admit them (load shedding), then store,
         record and enqueue them."""
         router = self.router(app)
+        limits = self.image_limits.for_app(app)
         for data, content_type in frames:
             if content_type not in IMAGE_TYPES:
                 self.reject(415, "unsupported_media_type", f"{content_type!r} is not image/jpeg or image/png")
@@ -189,7 +170,7 @@ class FrontService:
                     413, "too_large", f"a frame is {len(data)} bytes, limit {self.config.max_body_bytes}"
                 )
             try:
-                check_image(data, content_type)
+                check_image(data, content_type, limits)
             except RequestRejectedError as rej:
                 self.reject(rej.status, rej.error, rej.reason)
         now = self.clock()

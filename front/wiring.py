@@ -12,6 +12,7 @@ from core.clients import make_client, make_metrics
 from core.errors import ConfigError
 from core.settings import DataPlaneConfig
 from front.admission import Admission, AdmissionConfig
+from front.images import LimitsConfig
 from front.service import FrontService
 
 __all__ = ["EMF_USAGE_EVERY_S", "service_from_config"]
@@ -36,6 +37,10 @@ def service_from_config(
         except ValueError as exc:  # a bad setting: 503 with this one line in the log, no traceback
             raise ConfigError(str(exc), key="environment") from None
     cfg = config
+    try:
+        image_limits = LimitsConfig.from_env()
+    except ValueError as exc:  # a bad setting: 503 with this one line in the log
+        raise ConfigError(str(exc), key="SKINFLINT_FRONT_IMAGE_LIMITS") from None
     ddb = make_client("dynamodb", cfg, "front")
     emf = cfg.metrics_sink == "emf" if emf is None else emf
     metrics = make_metrics(cfg, "front", emf=emf, collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
@@ -50,6 +55,7 @@ def service_from_config(
         metrics=metrics,
         admission=_admission(ddb, cfg.results_table),
         plans=PlanStore(ddb, cfg.config_table),
+        image_limits=image_limits,
     )
 
 
