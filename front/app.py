@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import math
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ from core.errors import DataPlaneError
 from core.schema import ErrorOut, FramesAccepted, FramesIn, ResultOut
 from core.settings import usage_metering_from_env
 from front.admin import AdminService, add_admin_routes, admin_from_config
+from front.bodies import parse_json, read_capped
 from front.errors import RequestRejectedError
 from front.service import FrontService
 
@@ -151,9 +151,10 @@ def create_app(
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > svc.config.max_body_bytes:
             svc.reject(413, "too_large", f"body of {declared} bytes exceeds {svc.config.max_body_bytes}")
-        body = await request.body()
-        if len(body) > svc.config.max_body_bytes:
-            svc.reject(413, "too_large", f"body of {len(body)} bytes exceeds {svc.config.max_body_bytes}")
+        try:  # streamed under the cap: a chunked body is never buffered past it
+            body = await read_capped(request.stream(), svc.config.max_body_bytes)
+        except RequestRejectedError as rej:
+            svc.reject(rej.status, rej.error, rej.reason)
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         frames = _frames_from_json(svc, body) if ctype == "application/json" else [(body, ctype)]
         if ctype != "application/json" and not body:
@@ -183,10 +184,9 @@ def _meter_requests(app: FastAPI) -> None:
 
 def _frames_from_json(svc: FrontService, body: bytes) -> list[tuple[bytes, str]]:
     try:
-        parsed = FramesIn.model_validate(json.loads(body))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        svc.reject(400, "malformed_json", f"the body is not JSON: {exc}")
-        raise
+        parsed = FramesIn.model_validate(parse_json(body))
+    except RequestRejectedError as rej:
+        svc.reject(rej.status, rej.error, rej.reason)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
