@@ -28,6 +28,7 @@ backstop that reports such frames as dropped instead of late.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import threading
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 _PRUNE_EVERY = 256  # admissions between two prunes of the slot counters and idle key buckets
+_MOST_SCAN = 512  # windows of one schedule period looked at for the largest batch a request can get
 _KEY_IDLE_S = 300.0  # s: a key's bucket unused this long is forgotten (it would be full again)
 
 
@@ -62,6 +64,9 @@ class AdmissionConfig:
     enabled: bool = True
     key_rate_per_s: float = 100.0  # frames/s per API key and front instance; 0 turns the check off
     key_burst: float = 200.0  # frames a key may send at once
+    # per key (its SHA-256 hex digest, as the config table stores it, or a prefix of >= 12 digits):
+    # (frames/s, burst) in place of the two above
+    key_limits: dict[str, tuple[float, float]] = field(default_factory=dict)
     rate_headroom: float = 0.1  # admit up to the planned frame rate x (1 + headroom)
     burst_s: float = 1.0  # s: how far ahead of the planned pace a frame may be admitted (GCRA tolerance)
     max_spill_slots: int = 64  # windows looked at after the arrival slot
@@ -91,17 +96,53 @@ class AdmissionConfig:
             margin_s=num("MARGIN_S", defaults.margin_s),
             shared_slots=environ.get("SKINFLINT_ADMISSION_SHARED", "off").lower()
             in ("1", "on", "true", "yes"),
+            key_limits=_key_limits(environ.get("SKINFLINT_ADMISSION_KEY_LIMITS", "")),
         )
+
+    def key_limit(self, digest: str) -> tuple[float, float]:
+        """(frames/s, burst) of the key whose SHA-256 hex digest is ``digest``."""
+        for prefix, limit in self.key_limits.items():
+            if digest.startswith(prefix):
+                return limit
+        return self.key_rate_per_s, self.key_burst
+
+
+def _key_limits(raw: str) -> dict[str, tuple[float, float]]:
+    """``SKINFLINT_ADMISSION_KEY_LIMITS``: JSON ``{"<sha-256 hex digest of the key, or a prefix of
+    >= 12 digits>": {"rate": frames/s, "burst": frames}}`` (``printf %s KEY | sha256sum``); a
+    missing burst is twice the rate; a rate of 0 leaves the key unlimited."""
+    if not raw.strip():
+        return {}
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise ValueError("SKINFLINT_ADMISSION_KEY_LIMITS must be a JSON object of key digest -> limits")
+    out: dict[str, tuple[float, float]] = {}
+    for digest, limit in doc.items():
+        prefix = str(digest).lower()
+        if len(prefix) < 12 or len(prefix) > 64 or any(c not in "0123456789abcdef" for c in prefix):
+            raise ValueError(
+                f"SKINFLINT_ADMISSION_KEY_LIMITS: {digest!r} is not a SHA-256 hex digest (>= 12 digits)"
+            )
+        if not isinstance(limit, dict) or "rate" not in limit or set(limit) - {"rate", "burst"}:
+            raise ValueError(f"SKINFLINT_ADMISSION_KEY_LIMITS[{digest!r}]: give rate (and burst)")
+        rate = float(limit["rate"])
+        burst = float(limit.get("burst", 2 * rate))
+        if not (math.isfinite(rate) and math.isfinite(burst)) or rate < 0 or (rate > 0 and burst < 1):
+            raise ValueError(f"SKINFLINT_ADMISSION_KEY_LIMITS[{digest!r}]: rate >= 0 and burst >= 1")
+        out[prefix] = (rate, burst)
+    return out
 
 
 @dataclass(frozen=True)
 class Shed:
-    """A refusal: HTTP ``status`` (429 or 503), ``error`` code, ``reason``, and when to retry."""
+    """A refusal: HTTP ``status`` (429 or 503), ``error`` code, ``reason``, and when to retry
+    (None: never, as sent: ``batch_too_large``, whose ``max_frames`` says how many frames fit)."""
 
     status: int
     error: str
     reason: str
-    retry_after_s: float
+    retry_after_s: float | None
+    max_frames: int | None = None
 
 
 @dataclass(frozen=True)
@@ -137,9 +178,6 @@ class TokenBucket:
         if count > self.burst:
             return math.inf
         return (count - self.tokens) / self.rate
-
-    def give_back(self, count: float) -> None:
-        self.tokens = min(self.burst, self.tokens + count)
 
 
 class Gcra:
@@ -196,8 +234,24 @@ class _AppState:
     tail_s: dict[str, float]  # planned worst case of the modules below a module (longest path)
     backlog_limit: dict[tuple[str, int], int]  # (module, group) -> queue depth beyond which it is skipped
     caps: dict[str, list[int]]  # root module -> frames each window of its period may take
+    most: dict[str, int] = field(default_factory=dict)  # root module -> frames one request can ever get
     slots: dict[tuple[str, int], int] = field(default_factory=dict)  # (module, batch id) -> frames
     slot_end: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
+def _bound(sched: Any, st: _AppState, module: str, route: Route) -> float:
+    """When the batch of ``route``'s window is done at the latest, and everything below it: window
+    end + the window's steady-state queue wait + batch duration + the hop that delivers it + the
+    downstream modules' planned worst case."""
+    group = sched.groups[route.group]
+    wait = sched.window_wait_s(route.batch_id)
+    return float(route.window_end + wait + group.duration_s + group.overhead_s + st.tail_s[module])
+
+
+def _cap(sched: Any, st: _AppState, module: str, route: Route) -> int:
+    """Frames ``route``'s window may take: the plan's cap for it, else its batch."""
+    caps = st.caps.get(module)
+    return int(caps[route.batch_id % len(caps)] if caps else sched.groups[route.group].batch)
 
 
 def _module_wcl(router: Router, module: str) -> float:
@@ -328,7 +382,6 @@ class Admission:
         if st.gcra is not None:
             wait, new_tat = st.gcra.check(n_frames, now)
             if wait > 0:
-                self._refund_key(api_key, n_frames)
                 return Shed(
                     503,
                     "over_planned_rate",
@@ -338,20 +391,28 @@ class Admission:
                 )
         out = self._reserve(router, st, n_frames, now, stale)
         if isinstance(out, Shed):
-            self._refund_key(api_key, n_frames)
+            if out.error == "slot_full" and n_frames > 1:
+                return self._batch_shed(router, st, n_frames, out)
             return out
         if st.gcra is not None and new_tat is not None:
             st.gcra.commit(new_tat)
         return out
 
     def _take_key(self, api_key: str | None, n_frames: int, now: float) -> Shed | None:
+        """The key's own limit, before anything app-wide: frames over it are 429 and never reach the
+        app's limiter. What a key takes is not given back when the app refuses the frames: a key
+        that floods past the app's capacity runs out of tokens (429, which the control loop does
+        not count as demand) instead of holding the app's capacity from every other key."""
         cfg = self.config
-        if not api_key or cfg.key_rate_per_s <= 0:
+        if not api_key:
             return None
-        digest = hashlib.sha256(api_key.encode()).hexdigest()[:32]
-        bucket = self._keys.get(digest)
+        digest = hashlib.sha256(api_key.encode()).hexdigest()
+        bucket = self._keys.get(digest[:32])
         if bucket is None:
-            bucket = self._keys[digest] = TokenBucket(cfg.key_rate_per_s, cfg.key_burst, now)
+            rate, burst = cfg.key_limit(digest)
+            if rate <= 0:
+                return None
+            bucket = self._keys[digest[:32]] = TokenBucket(rate, burst, now)
         wait = bucket.take(n_frames, now)
         if wait == 0:
             return None
@@ -360,21 +421,14 @@ class Admission:
                 429,
                 "rate_limited",
                 f"{n_frames} frames in one request exceed this key's burst of {bucket.burst:g}",
-                1.0 / cfg.key_rate_per_s,
+                1.0 / bucket.rate,
             )
         return Shed(
             429,
             "rate_limited",
-            f"this API key is limited to {cfg.key_rate_per_s:g} frames/s (burst {bucket.burst:g})",
+            f"this API key is limited to {bucket.rate:g} frames/s (burst {bucket.burst:g})",
             wait,
         )
-
-    def _refund_key(self, api_key: str | None, n_frames: int) -> None:
-        if not api_key or self.config.key_rate_per_s <= 0:
-            return
-        bucket = self._keys.get(hashlib.sha256(api_key.encode()).hexdigest()[:32])
-        if bucket is not None:
-            bucket.give_back(n_frames)
 
     def _reserve(
         self, router: Router, st: _AppState, n_frames: int, now: float, stale: list[str] | None
@@ -422,13 +476,9 @@ class Admission:
         for hop in range(self.config.max_spill_slots + 1):
             route = router.route(module, at)
             first_end = min(first_end, route.window_end)
-            group = sched.groups[route.group]
-            wait = sched.window_wait_s(route.batch_id)
-            bound = route.window_end + wait + group.duration_s + group.overhead_s + st.tail_s[module]
-            if bound > deadline:
+            if _bound(sched, st, module, route) > deadline:
                 break
-            caps = st.caps.get(module)
-            cap = caps[route.batch_id % len(caps)] if caps else group.batch
+            cap = _cap(sched, st, module, route)
             if st.slots.get((module, route.batch_id), 0) >= cap:
                 full += 1
             elif self._backlogged(route.queue_url, st.backlog_limit[(module, route.group)], now, stale):
@@ -466,6 +516,50 @@ class Admission:
             f"every batch slot of {module} that can meet the deadline is full ({full} looked at)",
             max(first_end - now, 0.01),
         )
+
+    def _batch_shed(self, router: Router, st: _AppState, n_frames: int, full: Shed) -> Shed:
+        """A batch refused for full slots: if more frames than any request can ever get (the windows
+        within the SLO of the emptiest moment of the schedule), say so and how many fit, with no
+        retry time (a retry would be refused the same way for ever); else the ``full`` refusal."""
+        dep = router.deployment
+        most = min(self._most_frames(router, st, module) for module in dep.roots)
+        if n_frames <= most:
+            return full
+        return Shed(
+            503,
+            "batch_too_large",
+            f"{dep.app}'s plan can never take {n_frames} frames in one request: the batch windows "
+            f"that meet its {dep.slo_s:g} s SLO hold at most {most}; send at most {most} per request",
+            None,
+            max_frames=most,
+        )
+
+    def _most_frames(self, router: Router, st: _AppState, module: str) -> int:
+        """The most frames one request can get at ``module`` with every slot empty: the caps of the
+        windows a frame arriving at the end of a window may reach, at the best such moment of one
+        schedule period (cached per deployment)."""
+        if module in st.most:
+            return st.most[module]
+        sched = router.schedule(module)
+        slo = router.deployment.slo_s - self.config.margin_s
+        start = at = router.deployment.origin_s + 1.0
+        period = float(getattr(sched, "period_s", 0.0) or 0.0)
+        best = 0
+        for _ in range(_MOST_SCAN):
+            arrival = router.route(module, at).window_end - 1e-6  # latest arrival in this window
+            total, probe = 0, arrival
+            for _hop in range(self.config.max_spill_slots + 1):
+                route = router.route(module, probe)
+                if _bound(sched, st, module, route) > arrival + slo:
+                    break
+                total += _cap(sched, st, module, route)
+                probe = route.window_end + 1e-6
+            best = max(best, total)
+            at = arrival + 2e-6
+            if at - start >= period:
+                break
+        st.most[module] = best
+        return best
 
     def _backlogged(self, url: str, limit: int, now: float, stale: list[str] | None) -> bool:
         """From the cached depth (no I/O under the lock); a stale one is put on ``stale`` for this

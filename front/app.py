@@ -92,7 +92,7 @@ def create_app(
 
     @app.exception_handler(RequestRejectedError)
     async def _rejected(_: Request, exc: RequestRejectedError) -> JSONResponse:
-        content: dict[str, object] = {"error": exc.error, "reason": exc.reason}
+        content: dict[str, object] = {"error": exc.error, "reason": exc.reason, **exc.details}
         headers = None
         if exc.retry_after_s is not None:
             content["retry_after_s"] = round(exc.retry_after_s, 3)

@@ -229,8 +229,11 @@ class FrontService:
         self.metrics.put("AdmissionMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
         if isinstance(decision, Shed):
             self.metrics.put("FrontRejected", n_frames, App=app, Reason=decision.error)
+            details: dict[str, object] | None = (
+                {"max_frames": decision.max_frames} if decision.max_frames is not None else None
+            )
             raise RequestRejectedError(
-                decision.status, decision.error, decision.reason, decision.retry_after_s
+                decision.status, decision.error, decision.reason, decision.retry_after_s, details
             )
         if decision.spilled:
             self.metrics.put("SlotSpills", decision.spilled, App=app)
