@@ -10,10 +10,11 @@ import math
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader
 from pydantic import ValidationError
 
 from core.adapters.usage import HttpUsage, meter
@@ -41,9 +42,17 @@ _SHED: dict[int | str, dict[str, object]] = {
 }
 
 
-def _authed(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> FrontService:
+#: the OpenAPI document declares it (components.securitySchemes) on every route that needs it, so a
+#: client generated from the document sends it
+API_KEY = APIKeyHeader(name="x-api-key", auto_error=False, description="the API key of the front")
+
+
+async def _authed(
+    request: Request, x_api_key: Annotated[str | None, Security(API_KEY)] = None
+) -> FrontService:
     svc: FrontService = request.app.state.service()
-    svc.authenticate(x_api_key)
+    if not svc.key_trusted(x_api_key):  # a read of the config table: on a thread
+        await run_in_threadpool(svc.authenticate, x_api_key)
     request.state.api_key = x_api_key
     return svc
 
@@ -120,7 +129,7 @@ def create_app(
         )
 
     @app.get("/healthz", tags=["ops"])
-    def healthz() -> dict[str, bool]:
+    async def healthz() -> dict[str, bool]:  # on the event loop: no thread, however busy the pool
         return {"ok": True}
 
     @app.get("/v1/apps", tags=["apps"], responses=_ERRORS)
@@ -161,10 +170,21 @@ def create_app(
             svc.reject(400, "empty_body", "the body is empty")
         return await run_in_threadpool(svc.accept, app_name, frames, getattr(request.state, "api_key", None))
 
-    @app.get("/v1/requests/{request_id}", response_model=ResultOut, tags=["results"], responses=_ERRORS)
-    def get_request(request_id: str, svc: Svc, wait: Annotated[float, Query(ge=0, le=20)] = 0.0) -> ResultOut:
-        """The frame's status and, once done, every module's result. ``?wait=S`` long-polls up to S s."""
-        return svc.result(request_id, wait)
+    @app.get(
+        "/v1/requests/{request_id}",
+        response_model=ResultOut,
+        tags=["results"],
+        responses={
+            **_ERRORS,
+            429: {"model": ErrorOut, "description": "too many long polls open (Retry-After)"},
+        },
+    )
+    async def get_request(
+        request_id: str, request: Request, svc: Svc, wait: Annotated[float, Query(ge=0, le=20)] = 0.0
+    ) -> ResultOut:
+        """The frame's status and, once done, every module's result. ``?wait=S`` long-polls up to
+        S s (no thread is held while waiting; a key may hold a few dozen such polls per front)."""
+        return await svc.wait_result(request_id, wait, getattr(request.state, "api_key", None))
 
     add_admin_routes(app, admin_factory or (lambda: admin_from_config(service().config)))
     return app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from core.adapters.blobs import BlobStore
 from core.adapters.config_store import ConfigStore
 from core.adapters.plan_store import PlanStore
@@ -39,8 +41,9 @@ def service_from_config(
     cfg = config
     try:
         image_limits = LimitsConfig.from_env()
+        waiters = _positive_int("SKINFLINT_FRONT_MAX_WAITERS", 32)
     except ValueError as exc:  # a bad setting: 503 with this one line in the log
-        raise ConfigError(str(exc), key="SKINFLINT_FRONT_IMAGE_LIMITS") from None
+        raise ConfigError(str(exc), key="SKINFLINT_FRONT_*") from None
     ddb = make_client("dynamodb", cfg, "front")
     emf = cfg.metrics_sink == "emf" if emf is None else emf
     metrics = make_metrics(cfg, "front", emf=emf, collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
@@ -56,7 +59,16 @@ def service_from_config(
         admission=_admission(ddb, cfg.results_table),
         plans=PlanStore(ddb, cfg.config_table),
         image_limits=image_limits,
+        max_waiters_per_key=waiters,
     )
+
+
+def _positive_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    value = int(raw) if raw else default
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {raw!r}")
+    return value
 
 
 def _admission(ddb: object, results_table: str) -> Admission:
