@@ -24,6 +24,7 @@ from core.settings import usage_metering_from_env
 from front.admin import AdminService, add_admin_routes, admin_from_config
 from front.bodies import parse_json, read_capped
 from front.errors import RequestRejectedError
+from front.hygiene import DOCS_MODES, AllowOptions, SecurityHeaders, docs_mode, install_openapi
 from front.service import FrontService
 
 if TYPE_CHECKING:
@@ -34,17 +35,25 @@ __all__ = ["create_app"]
 log = logging.getLogger("skinflint.front")
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 415, 422)
+    **{code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 415, 422)},
+    503: {"model": ErrorOut, "description": "a backend call failed (Retry-After)"},
 }
 _SHED: dict[int | str, dict[str, object]] = {
     429: {"model": ErrorOut, "description": "per-key rate limit (Retry-After)"},
-    503: {"model": ErrorOut, "description": "shed: the plan cannot meet the deadline now (Retry-After)"},
+    503: {
+        "model": ErrorOut,
+        "description": "shed: the plan cannot meet the deadline now (Retry-After); a backend call failed "
+        "(Retry-After); or batch_too_large: more frames than the plan can ever take in one request "
+        "(max_frames, no Retry-After)",
+    },
 }
 
 
 #: the OpenAPI document declares it (components.securitySchemes) on every route that needs it, so a
 #: client generated from the document sends it
-API_KEY = APIKeyHeader(name="x-api-key", auto_error=False, description="the API key of the front")
+API_KEY = APIKeyHeader(
+    name="x-api-key", scheme_name="ApiKey", auto_error=False, description="the API key of the front"
+)
 
 
 async def _authed(
@@ -76,11 +85,14 @@ def create_app(
     service_factory: Callable[[], FrontService],
     admin_factory: Callable[[], AdminService] | None = None,
     warm: bool = False,
+    docs: str | None = None,
 ) -> FastAPI:
     """``service_factory`` is called once, on the first request that needs it (lean cold start);
     ``admin_factory`` likewise for the admin routes (default: built from the front's config).
     ``warm``: build the service at startup and warm every deployed app's path
-    (:meth:`FrontService.warm`) before serving (a long-running front; the Lambda stays lazy)."""
+    (:meth:`FrontService.warm`) before serving (a long-running front; the Lambda stays lazy).
+    ``docs``: ``/docs``, ``/redoc`` and ``/openapi.json`` behind the API key (``key``), open
+    (``public``) or absent (``off``); default ``SKINFLINT_FRONT_DOCS``, else ``key``."""
     holder: dict[str, FrontService] = {}
 
     def service() -> FrontService:
@@ -88,12 +100,19 @@ def create_app(
             holder["svc"] = service_factory()
         return holder["svc"]
 
+    mode = docs if docs in DOCS_MODES else docs_mode()
     app = FastAPI(
         title="Skinflint front API",
         version="1",
         description="Send video frames to a deployed app; read each frame's results.",
         lifespan=_warming(service) if warm else None,
+        docs_url="/docs" if mode == "public" else None,
+        redoc_url="/redoc" if mode == "public" else None,
+        openapi_url="/openapi.json" if mode == "public" else None,
     )
+    install_openapi(app, mode, Depends(_authed))
+    app.add_middleware(AllowOptions, routes=lambda: app.routes)
+    app.add_middleware(SecurityHeaders)
 
     app.state.service = service
     app.state.service_holder = holder
@@ -115,6 +134,20 @@ def create_app(
         return JSONResponse(
             status_code=503,
             content={"error": "unavailable", "reason": "a backend call failed; retry", "retry_after_s": 1},
+            headers={"Retry-After": "1"},
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # a bug: logged with its traceback; the client gets the one documented 5xx, never a trace
+        log.error("unexpected error: %r", exc, exc_info=exc)
+        return JSONResponse(
+            status_code=503,
+            content={
+                "error": "unavailable",
+                "reason": "the front could not answer; retry",
+                "retry_after_s": 1,
+            },
             headers={"Retry-After": "1"},
         )
 

@@ -129,5 +129,5 @@ def service(
     )
 
 
-def client(svc: FrontService, **kw: Any) -> TestClient:
-    return TestClient(create_app(lambda: svc, **kw))
+def client(svc: FrontService, raise_server_exceptions: bool = True, **kw: Any) -> TestClient:
+    return TestClient(create_app(lambda: svc, **kw), raise_server_exceptions=raise_server_exceptions)
