@@ -19,7 +19,9 @@ RID = "0" * 32
 
 
 def _queued(svc, rid: str = RID) -> None:
-    svc.results.frames[rid] = ResultOut(request_id=rid, app="traffic", status="queued", accepted_at=0, deadline=1)
+    svc.results.frames[rid] = ResultOut(
+        request_id=rid, app="traffic", status="queued", accepted_at=0, deadline=1
+    )
 
 
 def test_the_poll_backs_off_to_one_read_a_second():
@@ -68,7 +70,9 @@ def test_a_hundred_long_polls_hold_no_thread_and_healthz_stays_fast():
     assert codes == [200] * 100
     lat.sort()
     p99 = lat[int(0.99 * (len(lat) - 1))]
-    print(f"\n/healthz with 100 open long polls: p50 {lat[len(lat) // 2] * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms")
+    print(
+        f"\n/healthz with 100 open long polls: p50 {lat[len(lat) // 2] * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms"
+    )
     assert p99 <= 0.1
     # no thread per poll: the reads share the default executor's few threads
     assert peak <= 20
