@@ -5,7 +5,9 @@ The front is stateless (a Lambda function; any number of instances), so the deci
 what every instance can compute alone -- the deployment's dispatch schedule -- plus cheap state
 local to the instance. Checks, in order (docs/loadtest.md has the reasoning and the measurements):
 
-1. **per API key** (429 ``rate_limited``): a token bucket per key (frames/s and a burst);
+1. **per API key** (429 ``rate_limited``): a token bucket per key (frames/s and a burst, per key
+   with ``key_limits``), before anything app-wide; what a key took is not given back when a later
+   check refuses the frames, so a flooding key exhausts its own bucket, not the app's capacity;
 2. **planned rate** (503 ``over_planned_rate``): a GCRA (virtual scheduling) limiter at the app's
    planned frame rate plus a headroom, capped at the rate the plan's machines sustain
    (min over modules of schedule rate / requests per frame), with a burst tolerance in seconds;
@@ -20,7 +22,9 @@ local to the instance. Checks, in order (docs/loadtest.md has the reasoning and 
    A machine whose queue holds more than it can run within the SLO (visible + in flight, read with
    ``GetQueueAttributes`` at most once per ``queue_check_s``) is skipped.
 
-A JSON batch of frames is admitted whole or not at all. Everything here is mechanism over the plan:
+A JSON batch of frames is admitted whole or not at all; one of more frames than any request can
+ever get (the windows within the SLO at the best moment of the schedule) is 503 ``batch_too_large``
+with how many fit and no retry time. Everything here is mechanism over the plan:
 no shared counter, so N instances can each fill a slot -- the worker's early drop (Nexus) is the
 backstop that reports such frames as dropped instead of late.
 """
