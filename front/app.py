@@ -38,6 +38,11 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     **{code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 415, 422)},
     503: {"model": ErrorOut, "description": "a backend call failed (Retry-After)"},
 }
+_READ_LIMITED: dict[str, object] = {
+    "model": ErrorOut,
+    "description": "per-key read rate (rate_limited) or too many long polls open (too_many_waiters), "
+    "with Retry-After",
+}
 _SHED: dict[int | str, dict[str, object]] = {
     429: {"model": ErrorOut, "description": "per-key rate limit (Retry-After)"},
     503: {
@@ -165,8 +170,9 @@ def create_app(
     async def healthz() -> dict[str, bool]:  # on the event loop: no thread, however busy the pool
         return {"ok": True}
 
-    @app.get("/v1/apps", tags=["apps"], responses=_ERRORS)
-    def list_apps(svc: Svc) -> dict[str, list[dict[str, object]]]:
+    @app.get("/v1/apps", tags=["apps"], responses={**_ERRORS, 429: _READ_LIMITED})
+    def list_apps(request: Request, svc: Svc) -> dict[str, list[dict[str, object]]]:
+        svc.take_read(getattr(request.state, "api_key", None))
         return {"apps": svc.list_apps()}
 
     @app.post(

@@ -18,7 +18,7 @@ from core.adapters.results import FrameRecord
 from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
-from front.admission import Shed
+from front.admission import Shed, TokenBucket
 from front.errors import RequestRejectedError
 from front.images import IMAGE_TYPES, LimitsConfig, check_image
 
@@ -64,6 +64,11 @@ class FrontService:
     admission: Admission | None = None  # load shedding (front/admission.py); None: admit all
     image_limits: LimitsConfig = field(default_factory=LimitsConfig)  # per app (front/images.py)
     max_waiters_per_key: int = 32  # open long polls (?wait) per API key on this instance; then 429
+    # GETs (results, apps) per API key and s on this instance (0: no limit, the default: the load
+    # test's result collection reads hundreds a second with one key; API Gateway's usage plan
+    # throttles every method per key in a deployment)
+    read_rate_per_s: float = 0.0
+    read_burst: float = 100.0
     _keys: dict[str, float] = field(default_factory=dict)
     _bad_keys: dict[str, float] = field(default_factory=dict)  # unknown key -> refused until
     _pointer: tuple[float, Manifest | None] = (0.0, None)
@@ -71,6 +76,7 @@ class FrontService:
     _io: list[ThreadPoolExecutor] = field(default_factory=list)  # started on first use
     _io_lock: threading.Lock = field(default_factory=threading.Lock)
     _waiters: dict[str, int] = field(default_factory=dict)  # API key -> its open long polls
+    _reads: dict[str, TokenBucket] = field(default_factory=dict)  # API key -> its GET bucket
 
     def _io_pool(self) -> ThreadPoolExecutor:
         with self._io_lock:
@@ -158,6 +164,26 @@ class FrontService:
         except Exception as exc:  # noqa: BLE001 - best effort: what is not warm stays lazy
             log.warning("warm-up stopped early: %s", exc)
         return warmed
+
+    def take_read(self, api_key: str | None) -> None:
+        """A GET of ``api_key``: 429 ``rate_limited`` past ``read_rate_per_s`` (burst ``read_burst``).
+        Only authenticated keys get here, so the buckets are as many as the known keys in use."""
+        if self.read_rate_per_s <= 0 or not api_key:
+            return
+        now = self.clock()
+        with self._io_lock:
+            bucket = self._reads.get(api_key)
+            if bucket is None:
+                bucket = self._reads[api_key] = TokenBucket(self.read_rate_per_s, self.read_burst, now)
+            wait = bucket.take(1, now)
+        if wait > 0:
+            self.metrics.put("FrontRejected", 1, Reason="rate_limited")
+            raise RequestRejectedError(
+                429,
+                "rate_limited",
+                f"this API key is limited to {self.read_rate_per_s:g} reads/s (burst {self.read_burst:g})",
+                wait,
+            )
 
     def list_apps(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
@@ -296,6 +322,7 @@ class FrontService:
         (:func:`_poll_delays`: at most about one read a second after the first few). A key may have
         ``max_waiters_per_key`` long polls open on this instance; beyond, 429 ``too_many_waiters``."""
         self._check_request_id(request_id)
+        self.take_read(api_key)
         wait_s = max(0.0, min(wait_s, MAX_WAIT_S))
         if wait_s <= 0:
             return await asyncio.to_thread(self._read_result, request_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 from core.adapters.blobs import BlobStore
@@ -42,6 +43,8 @@ def service_from_config(
     try:
         image_limits = LimitsConfig.from_env()
         waiters = _positive_int("SKINFLINT_FRONT_MAX_WAITERS", 32)
+        read_rate = _number("SKINFLINT_FRONT_KEY_READ_RATE", 0.0)
+        read_burst = _number("SKINFLINT_FRONT_KEY_READ_BURST", max(1.0, 2 * read_rate))
     except ValueError as exc:  # a bad setting: 503 with this one line in the log
         raise ConfigError(str(exc), key="SKINFLINT_FRONT_*") from None
     ddb = make_client("dynamodb", cfg, "front")
@@ -60,7 +63,17 @@ def service_from_config(
         plans=PlanStore(ddb, cfg.config_table),
         image_limits=image_limits,
         max_waiters_per_key=waiters,
+        read_rate_per_s=read_rate,
+        read_burst=max(1.0, read_burst),
     )
+
+
+def _number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    value = float(raw) if raw else default
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a number >= 0, not {raw!r}")
+    return value
 
 
 def _positive_int(name: str, default: int) -> int:

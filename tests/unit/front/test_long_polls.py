@@ -13,7 +13,7 @@ import pytest
 from core.schema import ResultOut
 from front.app import create_app
 from front.service import _poll_delays
-from tests.unit.front.fakes import service
+from tests.unit.front.fakes import client, service
 
 RID = "0" * 32
 
@@ -97,3 +97,18 @@ def test_a_done_result_ends_the_poll_at_once():
     assert asyncio.run(svc.wait_result(RID, 20.0, "key-a")).status == "done"
     assert time.perf_counter() - t0 < 1.0
     assert svc.results.reads == 1
+
+
+def test_reads_are_rate_limited_per_key():
+    # GIVEN 2 reads/s with a burst of 3 for each key, on a fixed clock
+    svc = service(read_rate_per_s=2.0, read_burst=3.0)
+    _queued(svc)
+    c = client(svc)
+    codes = [c.get(f"/v1/requests/{RID}", headers={"x-api-key": "key-a"}).status_code for _ in range(4)]
+    codes.append(c.get("/v1/apps", headers={"x-api-key": "key-a"}).status_code)
+    assert codes == [200, 200, 200, 429, 429]
+    r = c.get("/v1/apps", headers={"x-api-key": "key-a"})
+    assert r.json()["error"] == "rate_limited" and r.headers["retry-after"] == "1"
+    assert c.get("/v1/apps", headers={"x-api-key": "key-b"}).status_code == 200  # another key is not limited
+    svc.clock.now += 0.5  # one token back
+    assert c.get("/v1/apps", headers={"x-api-key": "key-a"}).status_code == 200
