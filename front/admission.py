@@ -8,10 +8,12 @@ local to the instance. Checks, in order (docs/loadtest.md has the reasoning and 
 1. **per API key** (429 ``rate_limited``): a token bucket per key (frames/s and a burst, per key
    with ``key_limits``), before anything app-wide; what a key took is not given back when a later
    check refuses the frames, so a flooding key exhausts its own bucket, not the app's capacity;
-2. **planned rate** (503 ``over_planned_rate``): a GCRA (virtual scheduling) limiter at the app's
+2. **fair share** (503 ``over_planned_rate``): while several keys send to an app, each may use
+   what the others' offered rates leave of the admitted rate, and at least its max-min share;
+3. **planned rate** (503 ``over_planned_rate``): a GCRA (virtual scheduling) limiter at the app's
    planned frame rate plus a headroom, capped at the rate the plan's machines sustain
    (min over modules of schedule rate / requests per frame), with a burst tolerance in seconds;
-3. **batch slots** (503 ``slot_full`` / ``queue_backlog`` / ``deadline``): TC dispatch gives a
+4. **batch slots** (503 ``slot_full`` / ``queue_backlog`` / ``deadline``): TC dispatch gives a
    frame arriving at ``t`` the slot ``slot_at(t)``, one batch of one machine that holds at most
    ``b`` requests, and for a dispatch-aware plan at most what the plan's realisation assumed the
    window holds (``planner.dispatch.root_window_caps``: the children were sized for the bursts of
@@ -58,6 +60,11 @@ __all__ = [
 
 _PRUNE_EVERY = 256  # admissions between two prunes of the slot counters and idle key buckets
 _MOST_SCAN = 512  # windows of one schedule period looked at for the largest batch a request can get
+_SHARE_TAU_S = 2.0  # s: time constant of a key's offered-rate estimate (fair share)
+_SHARE_ACTIVE_S = 5.0  # s: a key that sent frames to the app this recently shares its admitted rate
+_SHARE_SLACK = (
+    0.1  # a key's share is this much under what the others leave it (the app's limiter keeps slack)
+)
 _KEY_IDLE_S = 300.0  # s: a key's bucket unused this long is forgotten (it would be full again)
 
 
@@ -229,6 +236,30 @@ def requests_per_frame(dep: Deployment) -> dict[str, float]:
 
 
 @dataclass
+class _KeyShare:
+    """One key's use of one app: its offered rate (frames past its own bucket, an estimate decaying
+    with ``_SHARE_TAU_S``), since when it sends (``first``) and the pace of its share."""
+
+    first: float
+    offered: float = 0.0
+    updated: float = -math.inf
+    tat: float = -math.inf
+
+    def estimate(self, now: float) -> float:
+        return self.offered * math.exp(-max(0.0, now - self.updated) / _SHARE_TAU_S)
+
+    def claim(self, now: float, fair: float) -> float:
+        """What the key holds of the others' rate: its offered rate up to the fair share, and the
+        fair share while its estimate is young (a newcomer is not starved while it builds up)."""
+        young = now - self.first < _SHARE_TAU_S
+        return min(max(self.estimate(now), fair if young else 0.0), fair)
+
+    def offer(self, frames: int, now: float) -> None:
+        self.offered = self.estimate(now) + frames / _SHARE_TAU_S
+        self.updated = now
+
+
+@dataclass
 class _AppState:
     """What admission derives once per deployment version: the limiter and the per-module bounds."""
 
@@ -307,6 +338,7 @@ class Admission:
         self._lock = threading.Lock()
         self._apps: dict[str, _AppState] = {}
         self._keys: dict[str, TokenBucket] = {}
+        self._shares: dict[str, dict[str, _KeyShare]] = {}  # app -> key digest -> its use of the app
         self._depths: dict[str, tuple[float, int | None]] = {}  # queue url -> (read at, depth)
         self._refreshing: set[str] = set()  # queue urls whose depth a request is reading now
         self._calls = 0
@@ -378,10 +410,14 @@ class Admission:
         self._calls += 1
         if self._calls % _PRUNE_EVERY == 0:
             self._prune(now)
-        shed = self._take_key(api_key, n_frames, now)
+        digest = hashlib.sha256(api_key.encode()).hexdigest() if api_key else None
+        shed = self._take_key(digest, n_frames, now)
         if shed is not None:
             return shed
         st = self._state(router)
+        share = self._fair_share(dep.app, digest, st.rate, n_frames, now) if st.gcra is not None else None
+        if isinstance(share, Shed):
+            return share
         new_tat = None
         if st.gcra is not None:
             wait, new_tat = st.gcra.check(n_frames, now)
@@ -400,17 +436,52 @@ class Admission:
             return out
         if st.gcra is not None and new_tat is not None:
             st.gcra.commit(new_tat)
+        if share is not None:
+            key_share, rate = share
+            key_share.tat = max(key_share.tat, now) + n_frames / rate
         return out
 
-    def _take_key(self, api_key: str | None, n_frames: int, now: float) -> Shed | None:
+    def _fair_share(
+        self, app: str, digest: str | None, rate: float, n_frames: int, now: float
+    ) -> tuple[_KeyShare, float] | Shed | None:
+        """Max-min sharing of the app's admitted ``rate`` between the keys sending to it now: each
+        other key claims its offered rate up to ``rate / keys``, this key may use what they leave
+        (less ``_SHARE_SLACK``, so the app's limiter keeps room for the others' jitter) and at least
+        ``rate / keys``, paced like the app's limiter. Alone, a key has the whole rate. A
+        refusal is 503 ``over_planned_rate`` (within the key's own limit, so it counts as demand).
+        Returns the key's share and its rate to pace on admission, or None without a key."""
+        if digest is None:
+            return None
+        shares = self._shares.setdefault(app, {})
+        mine = shares.get(digest)
+        if mine is None:
+            mine = shares[digest] = _KeyShare(first=now)
+        mine.offer(n_frames, now)
+        active = [s for s in shares.values() if now - s.updated <= _SHARE_ACTIVE_S]
+        if len(active) <= 1:
+            return mine, rate
+        fair = rate / len(active)
+        others = sum(s.claim(now, fair) for s in active if s is not mine)
+        allowed = max(fair, (rate - others) * (1.0 - _SHARE_SLACK))
+        ahead = max(mine.tat, now) - now
+        if ahead > self.config.burst_s + 1e-12:
+            return Shed(
+                503,
+                "over_planned_rate",
+                f"{app} is shared by {len(active)} API keys now: this key's share is {allowed:.3g} of the "
+                f"{rate:.3g} frames/s admitted",
+                ahead - self.config.burst_s,
+            )
+        return mine, allowed
+
+    def _take_key(self, digest: str | None, n_frames: int, now: float) -> Shed | None:
         """The key's own limit, before anything app-wide: frames over it are 429 and never reach the
         app's limiter. What a key takes is not given back when the app refuses the frames: a key
         that floods past the app's capacity runs out of tokens (429, which the control loop does
         not count as demand) instead of holding the app's capacity from every other key."""
         cfg = self.config
-        if not api_key:
+        if digest is None:
             return None
-        digest = hashlib.sha256(api_key.encode()).hexdigest()
         bucket = self._keys.get(digest[:32])
         if bucket is None:
             rate, burst = cfg.key_limit(digest)
@@ -597,6 +668,9 @@ class Admission:
         idle = [digest for digest, bucket in self._keys.items() if now - bucket.last_take > _KEY_IDLE_S]
         for digest in idle:
             del self._keys[digest]
+        for shares in self._shares.values():
+            for digest in [d for d, share in shares.items() if now - share.updated > _KEY_IDLE_S]:
+                del shares[digest]
 
     # -- introspection (tests, /metrics) ---------------------------------------------------------
     def admitted_rate(self, app: str) -> float | None:

@@ -510,3 +510,26 @@ def test_a_batch_that_fits_at_another_moment_is_slot_full_with_a_retry_time():
     adm = admission(burst_s=10.0)
     out = adm.admit(router, 3, router.route("detector", ORIGIN + 10.0).window_end - 0.24)  # early: 1 window
     assert isinstance(out, Shed) and out.error == "slot_full" and out.retry_after_s
+
+
+@pytest.mark.parametrize(("polite_fps", "joins_at_s"), [(1.0, 0.0), (2.0, 0.0), (2.0, 10.0)])
+def test_with_the_default_limits_a_flood_takes_only_what_the_other_keys_leave(polite_fps, joins_at_s):
+    # GIVEN an app admitting 4 x 1.1 = 4.4 frames/s and the default key limit (100/s, far above it)
+    # WHEN one key sends 600 frames/s for 30 s and another polite_fps (from joins_at_s on: into a
+    # running flood), within the max-min fair share of 4.4 / 2 = 2.2 frames/s
+    dep = deployment(frame_rate=4.0)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=1.0)
+    got = sent = flood_in = 0
+    t0 = ORIGIN + 5.0
+    step = round(600 / polite_fps)
+    for k in range(600 * 30):
+        now = t0 + k / 600
+        flood_in += isinstance(adm.admit(router, 1, now, api_key="flood"), Admitted)
+        if k % step == 0 and now - t0 >= joins_at_s:
+            sent += 1
+            got += isinstance(adm.admit(router, 1, now + 1e-4, api_key="polite"), Admitted)
+    # THEN the polite key keeps >= 95 % of its frames; the flood gets no more than the app's rate
+    # less what the polite key got (4.4 x 30 s + the 1 s burst)
+    assert got >= 0.95 * sent, (got, sent)
+    assert flood_in + got <= 4.4 * 30 + 6
