@@ -12,9 +12,10 @@ import json
 import os
 import re
 import struct
+import zlib
 from dataclasses import dataclass, field
 from io import BytesIO
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from front.errors import RequestRejectedError
 
@@ -168,6 +169,8 @@ def check_image(data: bytes, content_type: str, limits: ImageLimits | None = Non
             422, "undecodable_image", f"the body is not a decodable {content_type}: no image header found"
         )
     _check_size(*size, lim)
+    if fmt == "PNG" and _png_streamed(data):
+        return  # every byte inflated and checked in 1 MB pieces: no image buffer (48 MB at 16 MP)
     # cold start: Pillow loads on the first image upload (tests/unit/functions/test_lean_imports.py)
     from PIL import Image, UnidentifiedImageError
 
@@ -190,6 +193,64 @@ def check_image(data: bytes, content_type: str, limits: ImageLimits | None = Non
         raise RequestRejectedError(
             422, "undecodable_image", f"the body is not a decodable {content_type}: {_clean(str(exc))}"
         ) from exc
+
+
+_PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}  # colour type
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_INFLATE_PIECE = 1 << 20  # bytes of pixel data inflated at a time
+
+
+def _png_streamed(data: bytes) -> bool:
+    """True when a non-interlaced PNG checks out as Pillow's decoder would take it, without its
+    image buffer: every chunk whole up to IEND, the CRC of every chunk but the image data's, a valid
+    header, the image data inflated in 1 MB pieces up to every row its header promises, each row
+    with a known filter type. False for anything else (interlaced, a palette image without its
+    palette, anything broken): Pillow then decodes it under the same cap and says what is wrong,
+    so this is never stricter than Pillow."""
+    pos, colour, inflate, total, stride, expected = 8, -1, zlib.decompressobj(), 0, 0, 0
+    has_palette = in_data = False
+    while pos + 12 <= len(data) and total >= 0:  # total < 0: broken image data
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        whole = pos + 12 + length <= len(data)
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IEND" or not whole:
+            return whole and in_data and total >= expected > 0
+        if kind == b"IDAT":
+            if colour < 0 or (colour == 3 and not has_palette):
+                return False
+            in_data = True
+            total = _inflate_rows(inflate, body, total, stride, expected) if total < expected else total
+        elif struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] != zlib.crc32(kind + body):
+            return False
+        elif kind == b"IHDR":
+            width, height, depth, colour, _comp, _filter, interlace = struct.unpack(">IIBBBBB", body[:13])
+            if depth not in _PNG_DEPTHS.get(colour, ()) or length != 13 or interlace:
+                return False
+            stride = 1 + (width * depth * _PNG_CHANNELS[colour] + 7) // 8
+            expected = height * stride
+        elif kind == b"PLTE":
+            has_palette = True
+        pos += 12 + length
+    return False  # no IEND, or broken image data
+
+
+def _inflate_rows(inflate: Any, chunk: bytes, total: int, stride: int, expected: int) -> int:
+    """Inflate ``chunk`` in ``_INFLATE_PIECE`` pieces, checking each row's filter byte, until every
+    row is there; the bytes of rows seen so far, or -1 when the data is broken."""
+    pending = chunk
+    while pending and total < expected:
+        try:
+            out = inflate.decompress(pending, _INFLATE_PIECE)
+        except zlib.error:
+            return -1
+        pending = inflate.unconsumed_tail
+        first = (-total) % stride
+        if any(byte > 4 for byte in out[first : expected - total : stride]):
+            return -1
+        total += len(out)
+        if inflate.eof:
+            break
+    return total
 
 
 def _check_size(width: int, height: int, lim: ImageLimits) -> None:

@@ -136,3 +136,81 @@ def test_limits_per_app_from_the_environment():
         LimitsConfig.from_env({"SKINFLINT_FRONT_IMAGE_LIMITS": '{"a": {"width": 3}}'})
     with pytest.raises(ValueError, match="positive"):
         LimitsConfig.from_env({"SKINFLINT_FRONT_MAX_WIDTH": "0"})
+
+
+# -- PNG checked while inflating, without an image buffer ----------------------------------------------
+
+
+def _pngs() -> list[bytes]:
+    import random
+
+    rng = random.Random(1)
+    out = []
+    for mode in ("1", "L", "LA", "P", "RGB", "RGBA", "I;16"):
+        for size in ((1, 1), (7, 3), (33, 17)):
+            im = Image.new("RGB", size)
+            im.putdata(
+                [
+                    (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+                    for _ in range(size[0] * size[1])
+                ]
+            )
+            im = im.convert("I").convert("I;16") if mode == "I;16" else im.convert(mode)
+            for kw in ({}, {"optimize": True}, {"compress_level": 0}):
+                buf = io.BytesIO()
+                im.save(buf, format="PNG", **kw)
+                out.append(buf.getvalue())
+    return out
+
+
+def test_every_valid_png_is_checked_without_pillow(monkeypatch):
+    from front.images import _png_streamed
+
+    pngs = _pngs()
+    assert all(_png_streamed(p) for p in pngs)
+    monkeypatch.setattr(Image, "open", lambda *_a, **_k: (_ for _ in ()).throw(AssertionError("decoded")))
+    for p in pngs:
+        check_image(p, "image/png")
+
+
+def test_a_png_the_stream_check_takes_is_one_pillow_decodes():
+    # GIVEN 5,000 mutations of valid PNGs (truncated, bytes overwritten, bytes inserted)
+    import random
+
+    from front.images import _png_streamed
+
+    rng = random.Random(7)
+    pngs = _pngs()
+    taken = 0
+    for _ in range(5_000):
+        d = bytearray(rng.choice(pngs))
+        op = rng.random()
+        if op < 0.3:
+            d = d[: rng.randrange(8, len(d))]
+        elif op < 0.8:
+            for _ in range(rng.randrange(1, 4)):
+                d[rng.randrange(8, len(d))] = rng.randrange(256)
+        else:
+            at = rng.randrange(8, len(d))
+            d[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 20)))
+        # THEN whatever the stream check takes, Pillow decodes (what it does not take, Pillow judges)
+        if _png_streamed(bytes(d)):
+            taken += 1
+            with Image.open(io.BytesIO(bytes(d)), formats=["PNG"]) as im:
+                im.load()
+    assert taken > 20  # the check did take some mutated files (pixel bytes changed, CRC-free data)
+
+
+def test_a_16_megapixel_png_is_checked_in_a_few_megabytes():
+    import tracemalloc
+
+    big = Image.new("RGB", (4096, 4096), (1, 2, 3))
+    buf = io.BytesIO()
+    big.save(buf, format="PNG")
+    data = buf.getvalue()
+    del big
+    tracemalloc.start()
+    check_image(data, "image/png")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 * 2**20  # the decoded image would be 4096 x 4096 x 3 = 48 MiB
