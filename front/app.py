@@ -1,5 +1,6 @@
 """The front API's routes (FastAPI). Thin: read the HTTP request, call :class:`FrontService`,
-serialise. OpenAPI at ``/docs``. Every route but ``/healthz`` needs the ``x-api-key`` header."""
+serialise. OpenAPI at ``/docs`` (behind the key unless ``SKINFLINT_FRONT_DOCS=public``). Every
+route but ``/healthz`` needs the ``x-api-key`` header."""
 
 from __future__ import annotations
 
