@@ -156,7 +156,9 @@ def add_admin_routes(app: FastAPI, factory: Callable[[], AdminService]) -> None:
             "requestBody": {
                 "content": {"application/json": {"schema": {"type": "object"}}, "application/yaml": {}},
                 "required": True,
-            }
+            },
+            # both keys (front/hygiene.py): API Gateway checks x-api-key, the route x-admin-key
+            "security": [{"ApiKey": [], "AdminKey": []}],
         },
     )
     async def register_app(

@@ -5,11 +5,15 @@ The front is stateless (a Lambda function; any number of instances), so the deci
 what every instance can compute alone -- the deployment's dispatch schedule -- plus cheap state
 local to the instance. Checks, in order (docs/loadtest.md has the reasoning and the measurements):
 
-1. **per API key** (429 ``rate_limited``): a token bucket per key (frames/s and a burst);
-2. **planned rate** (503 ``over_planned_rate``): a GCRA (virtual scheduling) limiter at the app's
+1. **per API key** (429 ``rate_limited``): a token bucket per key (frames/s and a burst, per key
+   with ``key_limits``), before anything app-wide; what a key took is not given back when a later
+   check refuses the frames, so a flooding key exhausts its own bucket, not the app's capacity;
+2. **fair share** (503 ``over_planned_rate``): while several keys send to an app, each may use
+   what the others' offered rates leave of the admitted rate, and at least its max-min share;
+3. **planned rate** (503 ``over_planned_rate``): a GCRA (virtual scheduling) limiter at the app's
    planned frame rate plus a headroom, capped at the rate the plan's machines sustain
    (min over modules of schedule rate / requests per frame), with a burst tolerance in seconds;
-3. **batch slots** (503 ``slot_full`` / ``queue_backlog`` / ``deadline``): TC dispatch gives a
+4. **batch slots** (503 ``slot_full`` / ``queue_backlog`` / ``deadline``): TC dispatch gives a
    frame arriving at ``t`` the slot ``slot_at(t)``, one batch of one machine that holds at most
    ``b`` requests, and for a dispatch-aware plan at most what the plan's realisation assumed the
    window holds (``planner.dispatch.root_window_caps``: the children were sized for the bursts of
@@ -20,7 +24,9 @@ local to the instance. Checks, in order (docs/loadtest.md has the reasoning and 
    A machine whose queue holds more than it can run within the SLO (visible + in flight, read with
    ``GetQueueAttributes`` at most once per ``queue_check_s``) is skipped.
 
-A JSON batch of frames is admitted whole or not at all. Everything here is mechanism over the plan:
+A JSON batch of frames is admitted whole or not at all; one of more frames than any request can
+ever get (the windows within the SLO at the best moment of the schedule) is 503 ``batch_too_large``
+with how many fit and no retry time. Everything here is mechanism over the plan:
 no shared counter, so N instances can each fill a slot -- the worker's early drop (Nexus) is the
 backstop that reports such frames as dropped instead of late.
 """
@@ -28,6 +34,7 @@ backstop that reports such frames as dropped instead of late.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import threading
@@ -52,6 +59,12 @@ __all__ = [
 ]
 
 _PRUNE_EVERY = 256  # admissions between two prunes of the slot counters and idle key buckets
+_MOST_SCAN = 512  # windows of one schedule period looked at for the largest batch a request can get
+_SHARE_TAU_S = 2.0  # s: time constant of a key's offered-rate estimate (fair share)
+_SHARE_ACTIVE_S = 5.0  # s: a key that sent frames to the app this recently shares its admitted rate
+_SHARE_SLACK = (
+    0.1  # a key's share is this much under what the others leave it (the app's limiter keeps slack)
+)
 _KEY_IDLE_S = 300.0  # s: a key's bucket unused this long is forgotten (it would be full again)
 
 
@@ -62,6 +75,9 @@ class AdmissionConfig:
     enabled: bool = True
     key_rate_per_s: float = 100.0  # frames/s per API key and front instance; 0 turns the check off
     key_burst: float = 200.0  # frames a key may send at once
+    # per key (its SHA-256 hex digest, as the config table stores it, or a prefix of >= 12 digits):
+    # (frames/s, burst) in place of the two above
+    key_limits: dict[str, tuple[float, float]] = field(default_factory=dict)
     rate_headroom: float = 0.1  # admit up to the planned frame rate x (1 + headroom)
     burst_s: float = 1.0  # s: how far ahead of the planned pace a frame may be admitted (GCRA tolerance)
     max_spill_slots: int = 64  # windows looked at after the arrival slot
@@ -91,17 +107,53 @@ class AdmissionConfig:
             margin_s=num("MARGIN_S", defaults.margin_s),
             shared_slots=environ.get("SKINFLINT_ADMISSION_SHARED", "off").lower()
             in ("1", "on", "true", "yes"),
+            key_limits=_key_limits(environ.get("SKINFLINT_ADMISSION_KEY_LIMITS", "")),
         )
+
+    def key_limit(self, digest: str) -> tuple[float, float]:
+        """(frames/s, burst) of the key whose SHA-256 hex digest is ``digest``."""
+        for prefix, limit in self.key_limits.items():
+            if digest.startswith(prefix):
+                return limit
+        return self.key_rate_per_s, self.key_burst
+
+
+def _key_limits(raw: str) -> dict[str, tuple[float, float]]:
+    """``SKINFLINT_ADMISSION_KEY_LIMITS``: JSON ``{"<sha-256 hex digest of the key, or a prefix of
+    >= 12 digits>": {"rate": frames/s, "burst": frames}}`` (``printf %s KEY | sha256sum``); a
+    missing burst is twice the rate; a rate of 0 leaves the key unlimited."""
+    if not raw.strip():
+        return {}
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise ValueError("SKINFLINT_ADMISSION_KEY_LIMITS must be a JSON object of key digest -> limits")
+    out: dict[str, tuple[float, float]] = {}
+    for digest, limit in doc.items():
+        prefix = str(digest).lower()
+        if len(prefix) < 12 or len(prefix) > 64 or any(c not in "0123456789abcdef" for c in prefix):
+            raise ValueError(
+                f"SKINFLINT_ADMISSION_KEY_LIMITS: {digest!r} is not a SHA-256 hex digest (>= 12 digits)"
+            )
+        if not isinstance(limit, dict) or "rate" not in limit or set(limit) - {"rate", "burst"}:
+            raise ValueError(f"SKINFLINT_ADMISSION_KEY_LIMITS[{digest!r}]: give rate (and burst)")
+        rate = float(limit["rate"])
+        burst = float(limit.get("burst", 2 * rate))
+        if not (math.isfinite(rate) and math.isfinite(burst)) or rate < 0 or (rate > 0 and burst < 1):
+            raise ValueError(f"SKINFLINT_ADMISSION_KEY_LIMITS[{digest!r}]: rate >= 0 and burst >= 1")
+        out[prefix] = (rate, burst)
+    return out
 
 
 @dataclass(frozen=True)
 class Shed:
-    """A refusal: HTTP ``status`` (429 or 503), ``error`` code, ``reason``, and when to retry."""
+    """A refusal: HTTP ``status`` (429 or 503), ``error`` code, ``reason``, and when to retry
+    (None: never, as sent: ``batch_too_large``, whose ``max_frames`` says how many frames fit)."""
 
     status: int
     error: str
     reason: str
-    retry_after_s: float
+    retry_after_s: float | None
+    max_frames: int | None = None
 
 
 @dataclass(frozen=True)
@@ -137,9 +189,6 @@ class TokenBucket:
         if count > self.burst:
             return math.inf
         return (count - self.tokens) / self.rate
-
-    def give_back(self, count: float) -> None:
-        self.tokens = min(self.burst, self.tokens + count)
 
 
 class Gcra:
@@ -187,6 +236,30 @@ def requests_per_frame(dep: Deployment) -> dict[str, float]:
 
 
 @dataclass
+class _KeyShare:
+    """One key's use of one app: its offered rate (frames past its own bucket, an estimate decaying
+    with ``_SHARE_TAU_S``), since when it sends (``first``) and the pace of its share."""
+
+    first: float
+    offered: float = 0.0
+    updated: float = -math.inf
+    tat: float = -math.inf
+
+    def estimate(self, now: float) -> float:
+        return self.offered * math.exp(-max(0.0, now - self.updated) / _SHARE_TAU_S)
+
+    def claim(self, now: float, fair: float) -> float:
+        """What the key holds of the others' rate: its offered rate up to the fair share, and the
+        fair share while its estimate is young (a newcomer is not starved while it builds up)."""
+        young = now - self.first < _SHARE_TAU_S
+        return min(max(self.estimate(now), fair if young else 0.0), fair)
+
+    def offer(self, frames: int, now: float) -> None:
+        self.offered = self.estimate(now) + frames / _SHARE_TAU_S
+        self.updated = now
+
+
+@dataclass
 class _AppState:
     """What admission derives once per deployment version: the limiter and the per-module bounds."""
 
@@ -196,8 +269,24 @@ class _AppState:
     tail_s: dict[str, float]  # planned worst case of the modules below a module (longest path)
     backlog_limit: dict[tuple[str, int], int]  # (module, group) -> queue depth beyond which it is skipped
     caps: dict[str, list[int]]  # root module -> frames each window of its period may take
+    most: dict[str, int] = field(default_factory=dict)  # root module -> frames one request can ever get
     slots: dict[tuple[str, int], int] = field(default_factory=dict)  # (module, batch id) -> frames
     slot_end: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
+def _bound(sched: Any, st: _AppState, module: str, route: Route) -> float:
+    """When the batch of ``route``'s window is done at the latest, and everything below it: window
+    end + the window's steady-state queue wait + batch duration + the hop that delivers it + the
+    downstream modules' planned worst case."""
+    group = sched.groups[route.group]
+    wait = sched.window_wait_s(route.batch_id)
+    return float(route.window_end + wait + group.duration_s + group.overhead_s + st.tail_s[module])
+
+
+def _cap(sched: Any, st: _AppState, module: str, route: Route) -> int:
+    """Frames ``route``'s window may take: the plan's cap for it, else its batch."""
+    caps = st.caps.get(module)
+    return int(caps[route.batch_id % len(caps)] if caps else sched.groups[route.group].batch)
 
 
 def _module_wcl(router: Router, module: str) -> float:
@@ -249,6 +338,7 @@ class Admission:
         self._lock = threading.Lock()
         self._apps: dict[str, _AppState] = {}
         self._keys: dict[str, TokenBucket] = {}
+        self._shares: dict[str, dict[str, _KeyShare]] = {}  # app -> key digest -> its use of the app
         self._depths: dict[str, tuple[float, int | None]] = {}  # queue url -> (read at, depth)
         self._refreshing: set[str] = set()  # queue urls whose depth a request is reading now
         self._calls = 0
@@ -320,15 +410,18 @@ class Admission:
         self._calls += 1
         if self._calls % _PRUNE_EVERY == 0:
             self._prune(now)
-        shed = self._take_key(api_key, n_frames, now)
+        digest = hashlib.sha256(api_key.encode()).hexdigest() if api_key else None
+        shed = self._take_key(digest, n_frames, now)
         if shed is not None:
             return shed
         st = self._state(router)
+        share = self._fair_share(dep.app, digest, st.rate, n_frames, now) if st.gcra is not None else None
+        if isinstance(share, Shed):
+            return share
         new_tat = None
         if st.gcra is not None:
             wait, new_tat = st.gcra.check(n_frames, now)
             if wait > 0:
-                self._refund_key(api_key, n_frames)
                 return Shed(
                     503,
                     "over_planned_rate",
@@ -338,20 +431,63 @@ class Admission:
                 )
         out = self._reserve(router, st, n_frames, now, stale)
         if isinstance(out, Shed):
-            self._refund_key(api_key, n_frames)
+            if out.error == "slot_full" and n_frames > 1:
+                return self._batch_shed(router, st, n_frames, out)
             return out
         if st.gcra is not None and new_tat is not None:
             st.gcra.commit(new_tat)
+        if share is not None:
+            key_share, rate = share
+            key_share.tat = max(key_share.tat, now) + n_frames / rate
         return out
 
-    def _take_key(self, api_key: str | None, n_frames: int, now: float) -> Shed | None:
-        cfg = self.config
-        if not api_key or cfg.key_rate_per_s <= 0:
+    def _fair_share(
+        self, app: str, digest: str | None, rate: float, n_frames: int, now: float
+    ) -> tuple[_KeyShare, float] | Shed | None:
+        """Max-min sharing of the app's admitted ``rate`` between the keys sending to it now: each
+        other key claims its offered rate up to ``rate / keys``, this key may use what they leave
+        (less ``_SHARE_SLACK``, so the app's limiter keeps room for the others' jitter) and at least
+        ``rate / keys``, paced like the app's limiter. Alone, a key has the whole rate. A
+        refusal is 503 ``over_planned_rate`` (within the key's own limit, so it counts as demand).
+        Returns the key's share and its rate to pace on admission, or None without a key."""
+        if digest is None:
             return None
-        digest = hashlib.sha256(api_key.encode()).hexdigest()[:32]
-        bucket = self._keys.get(digest)
+        shares = self._shares.setdefault(app, {})
+        mine = shares.get(digest)
+        if mine is None:
+            mine = shares[digest] = _KeyShare(first=now)
+        mine.offer(n_frames, now)
+        active = [s for s in shares.values() if now - s.updated <= _SHARE_ACTIVE_S]
+        if len(active) <= 1:
+            return mine, rate
+        fair = rate / len(active)
+        others = sum(s.claim(now, fair) for s in active if s is not mine)
+        allowed = max(fair, (rate - others) * (1.0 - _SHARE_SLACK))
+        ahead = max(mine.tat, now) - now
+        if ahead > self.config.burst_s + 1e-12:
+            return Shed(
+                503,
+                "over_planned_rate",
+                f"{app} is shared by {len(active)} API keys now: this key's share is {allowed:.3g} of the "
+                f"{rate:.3g} frames/s admitted",
+                ahead - self.config.burst_s,
+            )
+        return mine, allowed
+
+    def _take_key(self, digest: str | None, n_frames: int, now: float) -> Shed | None:
+        """The key's own limit, before anything app-wide: frames over it are 429 and never reach the
+        app's limiter. What a key takes is not given back when the app refuses the frames: a key
+        that floods past the app's capacity runs out of tokens (429, which the control loop does
+        not count as demand) instead of holding the app's capacity from every other key."""
+        cfg = self.config
+        if digest is None:
+            return None
+        bucket = self._keys.get(digest[:32])
         if bucket is None:
-            bucket = self._keys[digest] = TokenBucket(cfg.key_rate_per_s, cfg.key_burst, now)
+            rate, burst = cfg.key_limit(digest)
+            if rate <= 0:
+                return None
+            bucket = self._keys[digest[:32]] = TokenBucket(rate, burst, now)
         wait = bucket.take(n_frames, now)
         if wait == 0:
             return None
@@ -360,21 +496,14 @@ class Admission:
                 429,
                 "rate_limited",
                 f"{n_frames} frames in one request exceed this key's burst of {bucket.burst:g}",
-                1.0 / cfg.key_rate_per_s,
+                1.0 / bucket.rate,
             )
         return Shed(
             429,
             "rate_limited",
-            f"this API key is limited to {cfg.key_rate_per_s:g} frames/s (burst {bucket.burst:g})",
+            f"this API key is limited to {bucket.rate:g} frames/s (burst {bucket.burst:g})",
             wait,
         )
-
-    def _refund_key(self, api_key: str | None, n_frames: int) -> None:
-        if not api_key or self.config.key_rate_per_s <= 0:
-            return
-        bucket = self._keys.get(hashlib.sha256(api_key.encode()).hexdigest()[:32])
-        if bucket is not None:
-            bucket.give_back(n_frames)
 
     def _reserve(
         self, router: Router, st: _AppState, n_frames: int, now: float, stale: list[str] | None
@@ -422,13 +551,9 @@ class Admission:
         for hop in range(self.config.max_spill_slots + 1):
             route = router.route(module, at)
             first_end = min(first_end, route.window_end)
-            group = sched.groups[route.group]
-            wait = sched.window_wait_s(route.batch_id)
-            bound = route.window_end + wait + group.duration_s + group.overhead_s + st.tail_s[module]
-            if bound > deadline:
+            if _bound(sched, st, module, route) > deadline:
                 break
-            caps = st.caps.get(module)
-            cap = caps[route.batch_id % len(caps)] if caps else group.batch
+            cap = _cap(sched, st, module, route)
             if st.slots.get((module, route.batch_id), 0) >= cap:
                 full += 1
             elif self._backlogged(route.queue_url, st.backlog_limit[(module, route.group)], now, stale):
@@ -467,6 +592,50 @@ class Admission:
             max(first_end - now, 0.01),
         )
 
+    def _batch_shed(self, router: Router, st: _AppState, n_frames: int, full: Shed) -> Shed:
+        """A batch refused for full slots: if more frames than any request can ever get (the windows
+        within the SLO of the emptiest moment of the schedule), say so and how many fit, with no
+        retry time (a retry would be refused the same way for ever); else the ``full`` refusal."""
+        dep = router.deployment
+        most = min(self._most_frames(router, st, module) for module in dep.roots)
+        if n_frames <= most:
+            return full
+        return Shed(
+            503,
+            "batch_too_large",
+            f"{dep.app}'s plan can never take {n_frames} frames in one request: the batch windows "
+            f"that meet its {dep.slo_s:g} s SLO hold at most {most}; send at most {most} per request",
+            None,
+            max_frames=most,
+        )
+
+    def _most_frames(self, router: Router, st: _AppState, module: str) -> int:
+        """The most frames one request can get at ``module`` with every slot empty: the caps of the
+        windows a frame arriving at the end of a window may reach, at the best such moment of one
+        schedule period (cached per deployment)."""
+        if module in st.most:
+            return st.most[module]
+        sched = router.schedule(module)
+        slo = router.deployment.slo_s - self.config.margin_s
+        start = at = router.deployment.origin_s + 1.0
+        period = float(getattr(sched, "period_s", 0.0) or 0.0)
+        best = 0
+        for _ in range(_MOST_SCAN):
+            arrival = router.route(module, at).window_end - 1e-6  # latest arrival in this window
+            total, probe = 0, arrival
+            for _hop in range(self.config.max_spill_slots + 1):
+                route = router.route(module, probe)
+                if _bound(sched, st, module, route) > arrival + slo:
+                    break
+                total += _cap(sched, st, module, route)
+                probe = route.window_end + 1e-6
+            best = max(best, total)
+            at = arrival + 2e-6
+            if at - start >= period:
+                break
+        st.most[module] = best
+        return best
+
     def _backlogged(self, url: str, limit: int, now: float, stale: list[str] | None) -> bool:
         """From the cached depth (no I/O under the lock); a stale one is put on ``stale`` for this
         request to re-read after the decision, unless another request is reading it already."""
@@ -499,6 +668,9 @@ class Admission:
         idle = [digest for digest, bucket in self._keys.items() if now - bucket.last_take > _KEY_IDLE_S]
         for digest in idle:
             del self._keys[digest]
+        for shares in self._shares.values():
+            for digest in [d for d, share in shares.items() if now - share.updated > _KEY_IDLE_S]:
+                del shares[digest]
 
     # -- introspection (tests, /metrics) ---------------------------------------------------------
     def admitted_rate(self, app: str) -> float | None:

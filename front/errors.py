@@ -14,9 +14,17 @@ class FrontError(DataPlaneError):
 class RequestRejectedError(FrontError):
     """A request the front refuses: HTTP ``status``, a short ``error`` code and a ``reason``."""
 
-    def __init__(self, status: int, error: str, reason: str, retry_after_s: float | None = None):
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        reason: str,
+        retry_after_s: float | None = None,
+        details: dict[str, object] | None = None,
+    ):
         super().__init__(reason)
         self.status = status
         self.error = error
         self.reason = reason
         self.retry_after_s = retry_after_s  # load shedding (429/503): when a retry may succeed
+        self.details = details or {}  # more fields of the JSON answer (``max_frames``)

@@ -3,6 +3,7 @@ and enqueue; read results. Adapters are injected; the FastAPI routes only transl
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import re
@@ -11,18 +12,18 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from io import BytesIO
 from typing import TYPE_CHECKING, NoReturn
 
 from core.adapters.results import FrameRecord
 from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
-from front.admission import Shed
+from front.admission import Shed, TokenBucket
 from front.errors import RequestRejectedError
+from front.images import IMAGE_TYPES, LimitsConfig, check_image
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from core.adapters.blobs import BlobStore
     from core.adapters.config_store import ConfigStore
@@ -36,34 +37,18 @@ if TYPE_CHECKING:
 
 __all__ = ["FrontService"]
 
-IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}
+MAX_WAIT_S = 20.0  # s: the longest long poll (?wait)
+_POLL_FIRST_S = 0.1  # s between the first two reads of a long poll
+_POLL_MAX_S = 1.0  # s between two reads at most
 _KEY_TTL_S = 10.0  # s an API key found known is trusted without reading it again
+_BAD_KEY_TTL_S = 5.0  # s an API key found unknown is refused without reading it again
+_BAD_KEYS_KEPT = 4096  # unknown keys remembered at most
 _POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
 _REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: anything else cannot exist (and never hits DynamoDB)
 _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 log = logging.getLogger("skinflint.front")
-
-
-def check_image(data: bytes, content_type: str) -> None:
-    """Decode the image fully (a truncated JPEG passes a header check); raise
-    :class:`~front.errors.RequestRejectedError`."""
-    # cold start: Pillow loads on the first image upload (tests/unit/functions/test_lean_imports.py)
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(BytesIO(data)) as img:
-            fmt = img.format
-            img.load()
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise RequestRejectedError(
-            422, "undecodable_image", f"the body is not a decodable {content_type}: {exc}"
-        ) from exc
-    if fmt != IMAGE_TYPES[content_type]:
-        raise RequestRejectedError(
-            422, "undecodable_image", f"content type says {content_type} but the image is {fmt}"
-        )
 
 
 @dataclass
@@ -77,11 +62,21 @@ class FrontService:
     plans: PlanStore  # versioned plans: dispatch on the version serving now (docs/control.md)
     clock: Callable[[], float] = time.time
     admission: Admission | None = None  # load shedding (front/admission.py); None: admit all
+    image_limits: LimitsConfig = field(default_factory=LimitsConfig)  # per app (front/images.py)
+    max_waiters_per_key: int = 32  # open long polls (?wait) per API key on this instance; then 429
+    # GETs (results, apps) per API key and s on this instance (0: no limit, the default: the load
+    # test's result collection reads hundreds a second with one key; API Gateway's usage plan
+    # throttles every method per key in a deployment)
+    read_rate_per_s: float = 0.0
+    read_burst: float = 100.0
     _keys: dict[str, float] = field(default_factory=dict)
+    _bad_keys: dict[str, float] = field(default_factory=dict)  # unknown key -> refused until
     _pointer: tuple[float, Manifest | None] = (0.0, None)
     _by_version: dict[tuple[str, int], Router] = field(default_factory=dict)
     _io: list[ThreadPoolExecutor] = field(default_factory=list)  # started on first use
     _io_lock: threading.Lock = field(default_factory=threading.Lock)
+    _waiters: dict[str, int] = field(default_factory=dict)  # API key -> its open long polls
+    _reads: dict[str, TokenBucket] = field(default_factory=dict)  # API key -> its GET bucket
 
     def _io_pool(self) -> ThreadPoolExecutor:
         with self._io_lock:
@@ -90,14 +85,31 @@ class FrontService:
             return self._io[0]
 
     # -- auth and config ---------------------------------------------------------------------------
+    def key_trusted(self, key: str | None) -> bool:
+        """The key was found known within ``_KEY_TTL_S``: :meth:`authenticate` would not read it."""
+        return bool(key) and self._keys.get(key or "", 0.0) > self.clock()
+
     def authenticate(self, key: str | None) -> None:
+        """401 without a key, 403 for an unknown one. A known key is trusted for ``_KEY_TTL_S``, an
+        unknown one refused for ``_BAD_KEY_TTL_S`` without reading it again (a client retrying a
+        wrong key, or sending random ones, costs no DynamoDB read per request)."""
         if not key:
             self.reject(401, "missing_api_key", "send the API key in the x-api-key header")
         now = self.clock()
         if self._keys.get(key, 0.0) > now:
             return
-        if not self.store.api_key_known(key):
+        if self._bad_keys.get(key, 0.0) > now:
             self.reject(403, "wrong_api_key", "the API key is not known")
+        if not self.store.api_key_known(key):
+            with self._io_lock:
+                if len(self._bad_keys) >= _BAD_KEYS_KEPT:  # bounded: random keys cannot grow it
+                    for stale in [k for k, until in self._bad_keys.items() if until <= now] or list(
+                        self._bad_keys
+                    ):
+                        del self._bad_keys[stale]
+                self._bad_keys[key] = now + _BAD_KEY_TTL_S
+            self.reject(403, "wrong_api_key", "the API key is not known")
+        self._bad_keys.pop(key, None)
         self._keys[key] = now + _KEY_TTL_S
 
     def router(self, app: str) -> Router:
@@ -153,6 +165,26 @@ class FrontService:
             log.warning("warm-up stopped early: %s", exc)
         return warmed
 
+    def take_read(self, api_key: str | None) -> None:
+        """A GET of ``api_key``: 429 ``rate_limited`` past ``read_rate_per_s`` (burst ``read_burst``).
+        Only authenticated keys get here, so the buckets are as many as the known keys in use."""
+        if self.read_rate_per_s <= 0 or not api_key:
+            return
+        now = self.clock()
+        with self._io_lock:
+            bucket = self._reads.get(api_key)
+            if bucket is None:
+                bucket = self._reads[api_key] = TokenBucket(self.read_rate_per_s, self.read_burst, now)
+            wait = bucket.take(1, now)
+        if wait > 0:
+            self.metrics.put("FrontRejected", 1, Reason="rate_limited")
+            raise RequestRejectedError(
+                429,
+                "rate_limited",
+                f"this API key is limited to {self.read_rate_per_s:g} reads/s (burst {self.read_burst:g})",
+                wait,
+            )
+
     def list_apps(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         manifest = self._manifest(self.clock())
@@ -181,6 +213,7 @@ class FrontService:
         """Validate every frame first (all or nothing), admit them (load shedding), then store,
         record and enqueue them."""
         router = self.router(app)
+        limits = self.image_limits.for_app(app)
         for data, content_type in frames:
             if content_type not in IMAGE_TYPES:
                 self.reject(415, "unsupported_media_type", f"{content_type!r} is not image/jpeg or image/png")
@@ -189,7 +222,7 @@ class FrontService:
                     413, "too_large", f"a frame is {len(data)} bytes, limit {self.config.max_body_bytes}"
                 )
             try:
-                check_image(data, content_type)
+                check_image(data, content_type, limits)
             except RequestRejectedError as rej:
                 self.reject(rej.status, rej.error, rej.reason)
         now = self.clock()
@@ -248,8 +281,11 @@ class FrontService:
         self.metrics.put("AdmissionMs", (time.perf_counter() - t0) * 1e3, "Milliseconds", App=app)
         if isinstance(decision, Shed):
             self.metrics.put("FrontRejected", n_frames, App=app, Reason=decision.error)
+            details: dict[str, object] | None = (
+                {"max_frames": decision.max_frames} if decision.max_frames is not None else None
+            )
             raise RequestRejectedError(
-                decision.status, decision.error, decision.reason, decision.retry_after_s
+                decision.status, decision.error, decision.reason, decision.retry_after_s, details
             )
         if decision.spilled:
             self.metrics.put("SlotSpills", decision.spilled, App=app)
@@ -268,15 +304,75 @@ class FrontService:
 
     # -- results -----------------------------------------------------------------------------------
     def result(self, request_id: str, wait_s: float = 0.0) -> ResultOut:
+        """The request's result; with ``wait_s``, blocking this thread until it is done or the
+        wait is over (the HTTP route uses :meth:`wait_result`, which holds no thread)."""
+        self._check_request_id(request_id)
+        end = time.monotonic() + max(0.0, min(wait_s, MAX_WAIT_S))
+        for delay in _poll_delays():
+            out = self._read_result(request_id)
+            left = end - time.monotonic()
+            if out.status != "queued" or left <= 0:
+                return out
+            time.sleep(min(delay, left))
+        raise AssertionError("unreachable")  # pragma: no cover - _poll_delays is endless
+
+    async def wait_result(self, request_id: str, wait_s: float, api_key: str | None = None) -> ResultOut:
+        """The request's result, long-polled up to ``wait_s`` without holding a thread: the reads
+        run on the default executor, the waits between them are ``asyncio.sleep`` with a backoff
+        (:func:`_poll_delays`: at most about one read a second after the first few). A key may have
+        ``max_waiters_per_key`` long polls open on this instance; beyond, 429 ``too_many_waiters``."""
+        self._check_request_id(request_id)
+        self.take_read(api_key)
+        wait_s = max(0.0, min(wait_s, MAX_WAIT_S))
+        if wait_s <= 0:
+            return await asyncio.to_thread(self._read_result, request_id)
+        who = api_key or ""
+        with self._io_lock:
+            if self._waiters.get(who, 0) >= self.max_waiters_per_key:
+                over = True
+            else:
+                over = False
+                self._waiters[who] = self._waiters.get(who, 0) + 1
+        if over:
+            self.metrics.put("FrontRejected", 1, Reason="too_many_waiters")
+            raise RequestRejectedError(
+                429,
+                "too_many_waiters",
+                f"this API key has {self.max_waiters_per_key} long polls open here; wait for one to end "
+                "or poll without ?wait",
+                1.0,
+            )
+        try:
+            end = time.monotonic() + wait_s
+            for delay in _poll_delays():
+                out = await asyncio.to_thread(self._read_result, request_id)
+                left = end - time.monotonic()
+                if out.status != "queued" or left <= 0:
+                    return out
+                await asyncio.sleep(min(delay, left))
+            raise AssertionError("unreachable")  # pragma: no cover - _poll_delays is endless
+        finally:
+            with self._io_lock:
+                self._waiters[who] -= 1
+                if not self._waiters[who]:
+                    del self._waiters[who]
+
+    def _check_request_id(self, request_id: str) -> None:
         append_keys(request_id=request_id[:140])
         if not _REQUEST_ID.fullmatch(request_id):
             self.reject(404, "unknown_request", f"no request {request_id[:140]!r}")
-        end = self.clock() + max(0.0, min(wait_s, 20.0))
-        while True:
-            out = self.results.get_request(request_id)
-            if out is None:
-                self.reject(404, "unknown_request", f"no request {request_id!r}")
-            assert out is not None
-            if out.status != "queued" or self.clock() >= end:
-                return out
-            time.sleep(0.05)
+
+    def _read_result(self, request_id: str) -> ResultOut:
+        out = self.results.get_request(request_id)
+        if out is None:
+            self.reject(404, "unknown_request", f"no request {request_id!r}")
+        return out
+
+
+def _poll_delays() -> Iterator[float]:
+    """s between two reads of a long poll: 0.1 s, growing by half each time up to 1 s (a result
+    done soon is seen soon; a long wait costs about one DynamoDB read a second)."""
+    delay = _POLL_FIRST_S
+    while True:
+        yield delay
+        delay = min(delay * 1.5, _POLL_MAX_S)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import os
+
 from core.adapters.blobs import BlobStore
 from core.adapters.config_store import ConfigStore
 from core.adapters.plan_store import PlanStore
@@ -12,6 +15,7 @@ from core.clients import make_client, make_metrics
 from core.errors import ConfigError
 from core.settings import DataPlaneConfig
 from front.admission import Admission, AdmissionConfig
+from front.images import LimitsConfig
 from front.service import FrontService
 
 __all__ = ["EMF_USAGE_EVERY_S", "service_from_config"]
@@ -36,6 +40,13 @@ def service_from_config(
         except ValueError as exc:  # a bad setting: 503 with this one line in the log, no traceback
             raise ConfigError(str(exc), key="environment") from None
     cfg = config
+    try:
+        image_limits = LimitsConfig.from_env()
+        waiters = _positive_int("SKINFLINT_FRONT_MAX_WAITERS", 32)
+        read_rate = _number("SKINFLINT_FRONT_KEY_READ_RATE", 0.0)
+        read_burst = _number("SKINFLINT_FRONT_KEY_READ_BURST", max(1.0, 2 * read_rate))
+    except ValueError as exc:  # a bad setting: 503 with this one line in the log
+        raise ConfigError(str(exc), key="SKINFLINT_FRONT_*") from None
     ddb = make_client("dynamodb", cfg, "front")
     emf = cfg.metrics_sink == "emf" if emf is None else emf
     metrics = make_metrics(cfg, "front", emf=emf, collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
@@ -50,7 +61,27 @@ def service_from_config(
         metrics=metrics,
         admission=_admission(ddb, cfg.results_table),
         plans=PlanStore(ddb, cfg.config_table),
+        image_limits=image_limits,
+        max_waiters_per_key=waiters,
+        read_rate_per_s=read_rate,
+        read_burst=max(1.0, read_burst),
     )
+
+
+def _number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    value = float(raw) if raw else default
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a number >= 0, not {raw!r}")
+    return value
+
+
+def _positive_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    value = int(raw) if raw else default
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {raw!r}")
+    return value
 
 
 def _admission(ddb: object, results_table: str) -> Admission:

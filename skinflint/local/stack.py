@@ -373,7 +373,7 @@ class LocalStack:
                 "uvicorn",
                 [
                     "skinflint.local.front:app", "--host", "127.0.0.1", "--port", str(front_port),
-                    "--log-level", "warning", "--no-access-log",
+                    "--log-level", "warning", "--no-access-log", "--no-server-header",
                 ],
             ),
             {**self._env(cfg), "SKINFLINT_METRICS_SINK": "emf", "SKINFLINT_EMF_FILE": str(emf_file)},

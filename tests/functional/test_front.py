@@ -47,9 +47,10 @@ def test_healthz_needs_no_key(client):
 
 
 def test_openapi_lists_the_routes(client):
-    paths = client.get("/openapi.json").json()["paths"]
+    paths = client.get("/openapi.json", headers=AUTH).json()["paths"]
     assert {"/v1/apps/{app_name}/frames", "/v1/requests/{request_id}", "/v1/apps", "/healthz"} <= set(paths)
-    assert client.get("/docs").status_code == 200
+    assert client.get("/docs", headers=AUTH).status_code == 200
+    assert client.get("/openapi.json").status_code == 401  # behind the key (SKINFLINT_FRONT_DOCS=key)
 
 
 @pytest.mark.parametrize(

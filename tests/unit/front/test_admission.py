@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -418,3 +419,117 @@ def test_a_refused_batch_gives_back_what_it_counted() -> None:
     here = router.route("detector", now).batch_id
     assert slots.released == [("detector", here), ("detector", here)]
     assert slots.counts[("detector", here)] == 0
+
+
+# --------------------------------------------------------------------------- per-key limits, batches
+
+
+def _digest(key: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def test_each_key_has_its_own_limit_from_the_environment():
+    cfg = AdmissionConfig.from_env(
+        {
+            "SKINFLINT_ADMISSION_KEY_RATE": "50",
+            "SKINFLINT_ADMISSION_KEY_LIMITS": json.dumps(
+                {_digest("flood")[:12]: {"rate": 1, "burst": 2}, _digest("vip"): {"rate": 0}}
+            ),
+        }
+    )
+    assert cfg.key_limit(_digest("flood")) == (1.0, 2.0)
+    assert cfg.key_limit(_digest("vip")) == (0.0, 0.0)  # rate 0: no limit for that key
+    assert cfg.key_limit(_digest("other")) == (50.0, AdmissionConfig().key_burst)
+    for bad in ('{"abc": {"rate": 1}}', '{"' + "a" * 12 + '": {"burst": 1}}', "[1]"):
+        with pytest.raises(ValueError, match="SKINFLINT_ADMISSION_KEY_LIMITS"):
+            AdmissionConfig.from_env({"SKINFLINT_ADMISSION_KEY_LIMITS": bad})
+
+
+def test_frames_the_app_refuses_are_not_given_back_to_the_key():
+    # GIVEN an app admitting 4 x 1.1 = 4.4 frames/s (burst 1 s -> 5 at once) and a key of 10/s, burst 10
+    dep = deployment(frame_rate=4.0)
+    router = Router.for_deployment(dep)
+    adm = admission(key_rate_per_s=10.0, key_burst=10.0, burst_s=1.0)
+    now = ORIGIN + 5.0
+    # WHEN the key sends 30 frames at once
+    outs = [adm.admit(router, 1, now, api_key="flood") for _ in range(30)]
+    errors = [o.error if isinstance(o, Shed) else "ok" for o in outs]
+    # THEN the app takes what it admits, the refused ones spend the key's tokens: after its burst of
+    # 10 it is 429 (not counted as demand by the control loop), not 503 for ever
+    assert errors[:10].count("ok") >= 2 and set(errors[:10]) <= {"ok", "over_planned_rate", "slot_full"}
+    assert errors[10:] == ["rate_limited"] * 20
+
+
+def test_a_second_key_keeps_its_frames_during_a_one_key_flood():
+    # GIVEN an app admitting 4.4 frames/s; the flooding key is limited to 1 frame/s (burst 2), the
+    # other to the default. WHEN one key sends 600 frames/s for 30 s and the other 3 frames/s
+    dep = deployment(frame_rate=4.0)
+    router = Router.for_deployment(dep)
+    adm = Admission(
+        AdmissionConfig(key_limits={_digest("flood"): (1.0, 2.0)}, burst_s=1.0),
+    )
+    good = sent = 0
+    counted = 0  # what the control loop reads as demand from the flood: admitted + shed for capacity
+    t0 = ORIGIN + 5.0
+    for k in range(600 * 30):
+        now = t0 + k / 600
+        out = adm.admit(router, 1, now, api_key="flood")
+        counted += isinstance(out, Admitted) or out.error != "rate_limited"
+        if k % 200 == 0:  # 3 frames/s
+            sent += 1
+            good += isinstance(adm.admit(router, 1, now + 1e-4, api_key="polite"), Admitted)
+    # THEN the polite key keeps >= 95 % (here all) of its frames, and the flood counts for at most
+    # its quota: 1 frame/s x 30 s + a burst of 2 = 32
+    assert sent == 90 and good >= 0.95 * sent
+    assert counted <= 32
+
+
+@pytest.mark.parametrize(("n", "error"), [(4, None), (5, "batch_too_large"), (10, "batch_too_large")])
+def test_a_batch_larger_than_any_request_can_get_says_how_many_fit_and_never_to_retry(n, error):
+    # slo 0.6 s: a frame arriving at the end of a window reaches it and the next (0.25 + 0.1 + 0.217
+    # = 0.567 <= 0.6), 2 frames each: at most 4 frames per request, ever
+    dep = deployment(slo_s=0.6)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=10.0)
+    here = router.route("detector", ORIGIN + 10.0)
+    late = here.window_end - 0.01  # the best moment
+    out = adm.admit(router, n, late)
+    if error is None:
+        assert isinstance(out, Admitted) and len(out.routes) == n
+        return
+    assert isinstance(out, Shed)
+    assert (out.status, out.error, out.max_frames, out.retry_after_s) == (503, error, 4, None)
+    assert "at most 4" in out.reason
+
+
+def test_a_batch_that_fits_at_another_moment_is_slot_full_with_a_retry_time():
+    dep = deployment(slo_s=0.6)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=10.0)
+    out = adm.admit(router, 3, router.route("detector", ORIGIN + 10.0).window_end - 0.24)  # early: 1 window
+    assert isinstance(out, Shed) and out.error == "slot_full" and out.retry_after_s
+
+
+@pytest.mark.parametrize(("polite_fps", "joins_at_s"), [(1.0, 0.0), (2.0, 0.0), (2.0, 10.0)])
+def test_with_the_default_limits_a_flood_takes_only_what_the_other_keys_leave(polite_fps, joins_at_s):
+    # GIVEN an app admitting 4 x 1.1 = 4.4 frames/s and the default key limit (100/s, far above it)
+    # WHEN one key sends 600 frames/s for 30 s and another polite_fps (from joins_at_s on: into a
+    # running flood), within the max-min fair share of 4.4 / 2 = 2.2 frames/s
+    dep = deployment(frame_rate=4.0)
+    router = Router.for_deployment(dep)
+    adm = admission(burst_s=1.0)
+    got = sent = flood_in = 0
+    t0 = ORIGIN + 5.0
+    step = round(600 / polite_fps)
+    for k in range(600 * 30):
+        now = t0 + k / 600
+        flood_in += isinstance(adm.admit(router, 1, now, api_key="flood"), Admitted)
+        if k % step == 0 and now - t0 >= joins_at_s:
+            sent += 1
+            got += isinstance(adm.admit(router, 1, now + 1e-4, api_key="polite"), Admitted)
+    # THEN the polite key keeps >= 95 % of its frames; the flood gets no more than the app's rate
+    # less what the polite key got (4.4 x 30 s + the 1 s burst)
+    assert got >= 0.95 * sent, (got, sent)
+    assert flood_in + got <= 4.4 * 30 + 6
