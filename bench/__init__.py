@@ -53,6 +53,11 @@ BENCHES: tuple[Benchmark, ...] = (
         "SageMaker",
     ),
     Benchmark(
+        "abuse",
+        "bench.abuse",
+        "hostile traffic against a local stack: bad bodies, bombs, batches, long polls, a one-key flood",
+    ),
+    Benchmark(
         "profiles",
         "bench.profiles",
         "the profiler: host noise floor, repeated profiling spread, linear fits, a full models build",

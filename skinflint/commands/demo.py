@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skinflint.commands.up import add_stack_arguments, make_stack, stack_retention
+from skinflint.commands.up import add_stack_arguments, stack_retention
 from skinflint.errors import UsageError
+from skinflint.local.launch import make_stack
 
 if TYPE_CHECKING:
     import argparse

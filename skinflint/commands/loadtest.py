@@ -407,7 +407,8 @@ def _run_local(
 ) -> tuple[int, dict[str, Path], str, dict[str, Any] | None]:
     # CLI start-up: loaded when this command runs
     from core.errors import DataPlaneError
-    from skinflint.commands.up import DEFAULT_EPOCH_S, _log_to_stderr, make_stack, stack_retention
+    from skinflint.commands.up import _log_to_stderr, stack_retention
+    from skinflint.local.launch import DEFAULT_EPOCH_S, make_stack
     from skinflint.local.stack import StackError
 
     log = _log_to_stderr(args.json)

@@ -17,18 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from skinflint.commands.report import parse_duration
 from skinflint.errors import UsageError
+from skinflint.local.launch import DEFAULT_EPOCH_S, DEFAULT_RETENTION_S, make_stack
 
 if TYPE_CHECKING:
     import argparse
 
-    from skinflint.local.stack import LocalStack, StackInfo
+    from skinflint.local.stack import StackInfo
 
 DEFAULT_APP = "traffic"
 DEFAULT_RATE = 4.0  # frames/s: what this 2-core machine drains with room to spare
-DEFAULT_EPOCH_S = 10.0  # s between local planning epochs (the minimum a deployment allows)
-# s the local stack keeps a frame's items and the metric data points past a run (moto holds them in
-# memory: about 110 KB per traffic frame, 0.4 GB an hour at 4 frames/s); a run's results are read after it
-DEFAULT_RETENTION_S = 3600.0
 RETENTION_MARGIN_S = 600.0  # s a --retention must exceed the run by (results are collected after it)
 
 
@@ -79,35 +76,6 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def ensure_models(apps: list[str], log: Any) -> None:
-    """Build and profile the apps' models on first use (cached under ``$SKINFLINT_CACHE``)."""
-    # CLI start-up: loaded when this command runs
-    from profiles.build import CPU_MODELS, BuildConfig, build, models_for_apps
-    from profiles.errors import ProfilesError
-    from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, cache_dir
-
-    cache = cache_dir()
-    store = LayeredStore([LocalStore(cache), LocalStore(PACKAGE_ROOT)])
-    try:
-        models = models_for_apps(store, apps)
-    except ProfilesError as exc:
-        raise UsageError(str(exc)) from exc
-    missing = [
-        model
-        for model in models
-        if model not in store.list_models()
-        or (model not in CPU_MODELS and not (cache / "models" / f"{model}.onnx").is_file())
-    ]
-    if not missing:
-        return
-    log(f"building and profiling {', '.join(missing)} (first run only; cached in {cache})")
-    (cache / "models").mkdir(parents=True, exist_ok=True)
-    try:
-        build(store, cache / "models", apps, BuildConfig())
-    except ProfilesError as exc:
-        raise UsageError(f"models build failed: {exc}") from exc
-
-
 def stack_retention(given: float | None, run_s: float = 0.0) -> float:
     """The local stack's retention (``--retention``), at least ``RETENTION_MARGIN_S`` past a run of
     ``run_s`` seconds (its frames' results are read after it); by default the run plus one hour."""
@@ -122,48 +90,6 @@ def stack_retention(given: float | None, run_s: float = 0.0) -> float:
     if given > 365 * 86_400:
         raise UsageError(f"--retention must be at most 365 days, got {given:g} s")
     return given
-
-
-def make_stack(
-    apps: list[str],
-    rate: float,
-    slo: float | None,
-    log: Any,
-    log_dir: str | None,
-    epoch_s: float = DEFAULT_EPOCH_S,
-    retention_s: float = DEFAULT_RETENTION_S,
-) -> LocalStack:
-    # CLI start-up: loaded when this command runs
-    from skinflint.local.planning import plan_local
-    from skinflint.local.stack import LocalStack, StackConfig
-
-    if rate <= 0:
-        raise UsageError(f"--rate must be positive, got {rate:g}")
-    if not 2 <= epoch_s <= 3600:
-        raise UsageError(f"--epoch must be between 2 and 3600 seconds, got {epoch_s:g}")
-    if slo is not None and slo <= 0:
-        raise UsageError(f"--slo must be positive, got {slo:g}")
-    # CLI start-up: loaded when this command runs
-    from profiles.store import default_store
-
-    known = default_store().list_apps()
-    unknown = [app for app in apps if app not in known]
-    if unknown:
-        raise UsageError(f"unknown app {', '.join(unknown)} (known: {', '.join(known)})")
-    ensure_models(apps, log)
-
-    def plan_fn(app: str, overhead_s: float) -> Any:
-        # CLI start-up: loaded when this command runs
-        from planner.errors import PlannerError
-        from profiles.errors import ProfilesError
-
-        try:
-            return plan_local(app, rate, overhead_s, slo_s=slo)
-        except (PlannerError, ProfilesError) as exc:
-            raise UsageError(f"cannot plan {app} at {rate:g} frames/s on this machine: {exc}") from exc
-
-    config = StackConfig(epoch_s=epoch_s, retention_s=retention_s)
-    return LocalStack(apps, plan_fn, log=log, log_dir=log_dir, config=config)
 
 
 def _log_to_stderr(quiet: bool) -> Any:

@@ -629,6 +629,20 @@ class LocalStack:
             self._log(f"moto server: no freeze ({exc})")
 
     # -- stopping ------------------------------------------------------------------------------------
+    def pid(self, name: str) -> int:
+        """The process id of the stack's process ``name`` (``moto``, ``front``, an agent's name)."""
+        for proc_name, proc, _ in self._procs:
+            if proc_name == name:
+                return int(proc.pid)
+        raise StackError(f"no process {name!r} in the local stack")
+
+    def add_api_key(self, key: str, note: str) -> None:
+        """Register another API key with the front (its SHA-256 digest in the config table)."""
+        if self.info is None:
+            raise StackError("the local stack is not started")
+        cfg = DataPlaneConfig(endpoint_url=self.info.endpoint_url)
+        ConfigStore(make_client("dynamodb", cfg), cfg.config_table).put_api_key(key, note)
+
     def stop(self, timeout_s: float = 8.0) -> None:
         """Stop the epoch timer; drain every instance (SIGTERM); SIGTERM the front, then moto;
         SIGKILL what is still alive after ``timeout_s``."""

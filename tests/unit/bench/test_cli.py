@@ -29,6 +29,7 @@ def test_bench_help_lists_every_benchmark(capsys: pytest.CaptureFixture[str]) ->
         "dispatch",
         "profiles",
         "tco",
+        "abuse",
         "gpu-derive",
         "gpu-check",
     }
