@@ -46,6 +46,7 @@ from core.adapters.queues import queue_gone
 from core.errors import DataPlaneError, QueueError
 from core.routing import Router
 from workers.lifecycle import DrainNotice, LifecycleError
+from workers.runtimes import ProviderError
 from workers.shares import RuntimeCache, ShareRunner, WorkerServices, assignment_for, runner_key
 from workers.worker import Device, Worker
 
@@ -125,6 +126,9 @@ class InstanceAgent:
     retire_grace_s: float = 2.0
     retire_quiet_s: float = 1.0
     clock: Callable[[], float] = time.time
+    # called with a plan version before a claim while this instance holds no slot (workers.onsite:
+    # the provider check and the on-instance profiling); a ProviderError refuses every claim
+    before_claim: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         self.device = Device()
@@ -141,6 +145,7 @@ class InstanceAgent:
         self._lost: dict[str, dict[str, Any]] = {}  # share -> version, queue, when its queue vanished
         self._wake = threading.Event()
         self.drain_report: DrainReport | None = None
+        self.refused: str | None = None  # why this instance serves nothing (a ProviderError)
 
     # -- control ---------------------------------------------------------------------------------
     def request_drain(self, notice: DrainNotice) -> None:
@@ -164,9 +169,10 @@ class InstanceAgent:
         adopted = False
         if manifest is not None and not self.draining:
             new = manifest.version != self.version
-            if new or (self.slot is None and now >= self._next_claim):
-                self._adopt(manifest, now)
-                adopted = new
+            if self.refused is None and (new or (self.slot is None and now >= self._next_claim)):
+                if self._prepare_claim(manifest):
+                    self._adopt(manifest, now)
+                    adopted = new
             self._reschedule(manifest, now)
         self._activate(now)
         self._reap_lost(now)
@@ -198,6 +204,22 @@ class InstanceAgent:
         return self.drain(self._notice)
 
     # -- adopting a version ----------------------------------------------------------------------
+    def _prepare_claim(self, manifest: Any) -> bool:
+        """The ``before_claim`` hook while no slot is held; False when it refused (claim nothing)."""
+        if self.before_claim is None or self.slot is not None:
+            return True
+        try:
+            self.before_claim(int(manifest.version))
+        except ProviderError as exc:
+            self.refused = str(exc)
+            self.state = "refused"
+            log.error("refusing to serve %s: %s; no slot will be claimed", self.hardware, exc)
+            self._safe_heartbeat(self.clock())
+            return False
+        except DataPlaneError as exc:  # the plan could not be read: the claim goes on as without the hook
+            log.warning("before the claim of v%s: %s", manifest.version, exc)
+        return True
+
     def _router(self, app: str, version: int) -> Router:
         key = (app, version)
         if key not in self._routers:
@@ -529,6 +551,8 @@ class InstanceAgent:
             "device_busy_s": round(self.device.busy_s, 3),
             "models_loaded": self.runtimes.loads,
         }
+        if self.refused is not None:
+            info["refused"] = self.refused
         if self.drain_report is not None:
             info["drain"] = self.drain_report.as_dict()
         return info

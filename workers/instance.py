@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import sys
+from functools import partial
 from typing import Any
 
 from control.registration.store import AppRegistry
@@ -24,7 +25,10 @@ from core.adapters.results import ResultStore
 from core.clients import make_client, make_metrics
 from core.errors import DataPlaneError
 from core.settings import DataPlaneConfig, delete_linger_from_env
-from profiles.store import cache_dir, default_store
+from profiles.errors import ProfilesError
+from profiles.hardware import gpu_hardware
+from profiles.s3store import S3Store
+from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, cache_dir, default_store
 from workers.agent import InstanceAgent
 from workers.lifecycle import (
     AutoScalingCompleter,
@@ -34,7 +38,9 @@ from workers.lifecycle import (
     install_signal_handlers,
 )
 from workers.lifeline import install as install_lifeline
-from workers.shares import ModelResolver, WorkerServices
+from workers.onsite import BeforeClaim, instance_info, nvidia_driver
+from workers.runtimes import device_name, make_runtime
+from workers.shares import ModelResolver, RuntimeCache, WorkerServices
 
 __all__ = ["EMF_USAGE_EVERY_S", "build_agent", "main"]
 
@@ -63,6 +69,49 @@ def _resolver(ddb: Any, s3: Any, cfg: Any) -> ModelResolver:
     return ModelResolver(spec_of, profile_of, model_dir)
 
 
+#: S3 prefix of the shared profile store (``control.service.PROFILES_PREFIX``: the planner reads it)
+PROFILES_PREFIX = "profiles"
+
+
+def _before_claim(
+    args: argparse.Namespace, plans: PlanStore, s3: Any, bucket: str, resolver: ModelResolver
+) -> tuple[RuntimeCache, BeforeClaim | None]:
+    """The runtime cache (the CUDA provider on a GPU class) and the hook run before a claim:
+    the provider check and the on-instance profiling into the shared profile store
+    (``--onsite-profiles``; workers/onsite.py)."""
+    store = LayeredStore([S3Store(s3, bucket, PROFILES_PREFIX), LocalStore(PACKAGE_ROOT)])
+    try:
+        catalog = store.load_catalog()
+    except ProfilesError as exc:
+        logging.getLogger("skinflint.instance").warning("hardware catalog not read: %s", exc)
+        catalog = default_store().load_catalog()
+    gpu = args.hardware in gpu_hardware(catalog)
+    runtimes = RuntimeCache(make=partial(make_runtime, gpu=gpu))
+    if args.onsite_profiles == "off" and not gpu:
+        return runtimes, None
+    spec = catalog.get(args.hardware)
+    info = instance_info(
+        (spec.instance_type if spec is not None else None) or args.hardware,
+        gpu,
+        device_name(gpu),
+        nvidia_driver() if gpu else os.uname().release,
+    )
+    hook = BeforeClaim(
+        hardware=args.hardware,
+        instance_id=args.instance_id or "",
+        fleet=plans.fleet,
+        deployment=plans.deployment,
+        resolve=resolver,
+        runtimes=runtimes,
+        instance=info,
+        store=None if args.onsite_profiles == "off" else store,
+        gpu=gpu,
+        require_onsite=args.onsite_profiles == "all",
+        budget_s=args.onsite_budget_s,
+    )
+    return runtimes, hook
+
+
 #: s between the usage meter's counts in an EMF agent's lines (``EmfMetrics.collect_every_s``)
 EMF_USAGE_EVERY_S = 60.0
 
@@ -78,6 +127,10 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     # agent closes its metrics when it stops: nothing counted is left behind)
     emf = cfg.metrics_sink == "emf"
     metrics = make_metrics(cfg, "instance", collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
+    resolver = _resolver(ddb, s3, cfg)
+    runtimes, before_claim = _before_claim(args, plans, s3, cfg.bucket, resolver)
+    if before_claim is not None:
+        before_claim.instance_id = instance_id
     completer = None
     asg, hook = os.environ.get("SKINFLINT_ASG_NAME"), os.environ.get("SKINFLINT_DRAIN_HOOK")
     if asg and hook:
@@ -94,7 +147,9 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
             output_inline_limit_bytes=cfg.output_inline_limit_bytes,
             delete_linger_s=args.delete_linger_s,
         ),
-        resolve=_resolver(ddb, s3, cfg),
+        resolve=resolver,
+        runtimes=runtimes,
+        before_claim=before_claim,
         heartbeat=lambda info: plans.put_instance(InstanceStatus.model_validate(info)),
         complete_lifecycle=completer,
         watcher=None
@@ -132,6 +187,16 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds a processed message's delete may wait to share a DeleteMessageBatch, 0-10 "
         "(default $SKINFLINT_DELETE_LINGER_S or 1.0; 0: delete at once)",
+    )
+    parser.add_argument(
+        "--onsite-profiles",
+        choices=("derived", "all", "off"),
+        default="derived",
+        help="before the first claim, measure the models planned on this class that have only derived "
+        "entries (derived), or no entry measured on an instance of the class (all), or none (off)",
+    )
+    parser.add_argument(
+        "--onsite-budget-s", type=float, default=120.0, help="seconds the on-instance sweep may start models"
     )
     return parser
 
