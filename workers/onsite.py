@@ -12,7 +12,7 @@ version's packed fleet, takes the shares of every slot of its hardware class, an
    as its worker will (the CUDA provider or :class:`~workers.runtimes.ProviderError`, which the agent
    answers by claiming nothing); the loaded models stay cached for the claim;
 2. :func:`planned_points` then :func:`profiles.onsite.measure_on_instance`: the planned batches (and
-   their neighbours among the class's profiled batches, so the next plan can move), with the
+   the powers of two either side of each, so the next plan can move a step), with the
    ``(concurrency, threads)`` the worker serves with, within ``budget_s``; progress is logged; the
    entries go to the shared profile store with the instance's provenance.
 
@@ -32,7 +32,7 @@ from profiles.onsite import InstanceInfo, OnsiteReport, measure_on_instance
 from workers.shares import assignment_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from core.schema import Deployment
     from planner.packing import FleetPlan, Share
@@ -88,15 +88,13 @@ def planned_points(
     return out
 
 
-def _with_neighbours(planned: set[int], known: Sequence[int]) -> list[int]:
-    """The planned batches and, for each, the next smaller and next larger batch the class was
-    profiled at (so a re-plan can move by one step on measured entries)."""
+def _with_neighbours(planned: set[int]) -> list[int]:
+    """The planned batches and, for each, the next power of two below and above it (the batch grid
+    profiles are built on: 1, 2, 4, ...), so a re-plan can move one step on measured entries."""
     out = set(planned)
-    ordered = sorted(set(known))
     for batch in planned:
-        below = [b for b in ordered if b < batch]
-        above = [b for b in ordered if b > batch]
-        out.update(([below[-1]] if below else []) + ([above[0]] if above else []))
+        below = 1 << ((batch - 1).bit_length() - 1) if batch > 1 else 0
+        out.update(b for b in (below, 1 << batch.bit_length()) if b >= 1)
     return sorted(out)
 
 
@@ -178,9 +176,7 @@ class BeforeClaim:
                 budget_s=self.budget_s,
                 use_gpu=self.gpu,
                 series={model: sorted(points.series[model]) for model in todo},
-                per_model_batches={
-                    model: _with_neighbours(points.batches[model], self._known(model)) for model in todo
-                },
+                per_model_batches={model: _with_neighbours(points.batches[model]) for model in todo},
                 require_onsite=self.require_onsite,
                 log=self.log,
             )
@@ -189,14 +185,6 @@ class BeforeClaim:
             return
         self._measured.update(todo)
         self.reports.append(report)
-
-    def _known(self, model: str) -> list[int]:
-        assert self.store is not None
-        try:
-            entries = self.store.load_profile_dicts(model)
-        except StoreError:
-            return []
-        return [int(e["batch"]) for e in entries if e.get("hardware") == self.hardware and "batch" in e]
 
 
 def instance_info(

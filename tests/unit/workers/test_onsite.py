@@ -134,9 +134,7 @@ def _deployment(plan: Plan) -> Deployment:
 def _fleet(plan: Plan) -> FleetPlan:
     shares = plan_shares("traffic", plan)
     return FleetPlan(
-        instances=[
-            Instance(slot=f"{s.hardware}/0", hardware=s.hardware, shares=[s]) for s in shares
-        ],
+        instances=[Instance(slot=f"{s.hardware}/0", hardware=s.hardware, shares=[s]) for s in shares],
         prices={"c6i.large": 0.085, "t4": 0.526},
         occupancy_per_hour=1.0,
         dedicated_per_hour=1.0,
@@ -161,15 +159,16 @@ def test_planned_points_are_the_real_models_of_the_class_with_the_settings_they_
 
 
 @pytest.mark.parametrize(
-    ("planned", "known", "want"),
+    ("planned", "want"),
     [
-        ({4}, [1, 2, 4, 8, 16], [2, 4, 8]),  # one step either side of the planned batch
-        ({1}, [1, 2, 4], [1, 2]),  # nothing below 1
-        ({3}, [], [3]),  # no profile on the class: the planned batch alone
+        ({4}, [2, 4, 8]),  # one power of two either side of the planned batch
+        ({1}, [1, 2]),  # nothing below 1
+        ({3}, [2, 3, 4]),  # a batch off the grid: the grid points around it
+        ({2, 8}, [1, 2, 4, 8, 16]),
     ],
 )
-def test_the_sweep_covers_the_planned_batches_and_their_neighbours(planned, known, want):
-    assert _with_neighbours(planned, known) == want
+def test_the_sweep_covers_the_planned_batches_and_their_neighbours(planned, want):
+    assert _with_neighbours(planned) == want
 
 
 CPU = InstanceInfo("c6i.large", "cpu test", "6.1", "onnxruntime 1.x", CPU_PROVIDER)
@@ -183,7 +182,9 @@ class _Calls:
 def _hook(store: Any, calls: _Calls, **kw: Any) -> BeforeClaim:
     plan = _plan()
 
-    def measure(store_: Any, models: dict[str, str], hardware: str, batches: list[int], info: Any, **opts: Any):
+    def measure(
+        store_: Any, models: dict[str, str], hardware: str, batches: list[int], info: Any, **opts: Any
+    ):
         calls.measured.append({"models": models, "hardware": hardware, "batches": batches, **opts})
         return measure_on_instance(store_, models, hardware, batches, info, **opts, profile=_fake_profile)
 
