@@ -2,6 +2,11 @@
 
 It applies the planner's decisions; it decides nothing itself.
 
+0. **Before a claim** (while it holds no slot): the ``before_claim`` hook (:mod:`workers.onsite`)
+   checks that a GPU class runs on the provider it asks for and measures the models planned on its
+   class that are not measured there yet. A :class:`~workers.runtimes.ProviderError` refuses every
+   claim: the heartbeat says ``refused`` and why.
+
 1. **Claim**: reads the current plan version (the pointer, every ``poll_s``), claims a slot of the
    version's packed fleet for its hardware (a conditional write in the plan store; the slot it
    served before is preferred) and runs every share of the slot: one :class:`~workers.worker.
