@@ -1,7 +1,8 @@
 """Model runtimes: onnxruntime (its CPU execution provider on a CPU class, its CUDA provider on a GPU
 class) and an emulated runtime that sleeps the profile's duration and labels every result
 ``"emulated": true`` (GPU classes on a machine without a GPU). :func:`make_runtime` picks one from an
-assignment. Every result says which provider and device produced it.
+assignment. Every real result says which provider and device produced it (an emulated one says it
+is emulated, and on which class).
 
 A GPU class is served through the CUDA provider or not at all: :class:`OnnxRuntime` asks for that
 provider alone and checks, once the session is made, that it is the one running;
@@ -118,13 +119,7 @@ class EmulatedRuntime:
 
     def run(self, inputs: list[Any]) -> list[dict[str, Any]]:
         self._sleep(self.duration_s)
-        label = {
-            "emulated": True,
-            "hardware": self.hardware,
-            "provider": "emulated",
-            "device": f"none ({self.hardware} emulated)",
-        }
-        return [dict(label) for _ in inputs]
+        return [{"emulated": True, "hardware": self.hardware} for _ in inputs]
 
 
 class OnnxRuntime:
