@@ -223,6 +223,8 @@ class InstanceAgent:
             return False
         except DataPlaneError as exc:  # the plan could not be read: the claim goes on as without the hook
             log.warning("before the claim of v%s: %s", manifest.version, exc)
+        except Exception:  # a bug, a model that does not load: claim as without the hook (it fails there)
+            log.exception("before the claim of v%s", manifest.version)
         return True
 
     def _router(self, app: str, version: int) -> Router:

@@ -157,10 +157,10 @@ class BeforeClaim:
         if fleet is None:
             return
         points = planned_points(fleet, self.hardware, lambda app: self.deployment(version, app), self.resolve)
+        self._done.add(version)  # once, whatever happens below (a failure is not retried every poll)
         if self.gpu and points.paths:
             loaded = check_providers(points, self.runtimes, self.instance_id)
             self.log(f"{self.hardware}: {len(loaded)} model(s) load on {self.instance.provider}")
-        self._done.add(version)
         todo = {model: path for model, path in points.paths.items() if model not in self._measured}
         if self.store is None or not todo:
             return

@@ -329,3 +329,22 @@ def test_an_agent_claims_after_its_hook_ran():
     )
     agent.step()
     assert seen == [3] and plans.claims == 1 and agent.state == "idle"
+
+
+def test_a_hook_that_fails_otherwise_does_not_stop_the_claim():
+    plans = _Plans()
+
+    def broken(_version: int) -> None:
+        raise RuntimeError("a bug")
+
+    agent = InstanceAgent(
+        instance_id="i-1",
+        hardware="c6i.large",
+        plans=plans,
+        services=WorkerServices(queues=None, results=None, blobs=None, metrics=_Metrics()),  # type: ignore[arg-type]
+        resolve=_resolve,
+        before_claim=broken,
+        clock=lambda: 100.0,
+    )
+    agent.step()
+    assert plans.claims == 1 and agent.refused is None
