@@ -42,7 +42,7 @@ from workers.onsite import BeforeClaim, instance_info, nvidia_driver
 from workers.runtimes import device_name, make_runtime
 from workers.shares import ModelResolver, RuntimeCache, WorkerServices
 
-__all__ = ["EMF_USAGE_EVERY_S", "build_agent", "main"]
+__all__ = ["EMF_USAGE_EVERY_S", "PROFILES_PREFIX", "build_agent", "main"]
 
 
 def _resolver(ddb: Any, s3: Any, cfg: Any) -> ModelResolver:
@@ -74,7 +74,12 @@ PROFILES_PREFIX = "profiles"
 
 
 def _before_claim(
-    args: argparse.Namespace, plans: PlanStore, s3: Any, bucket: str, resolver: ModelResolver
+    args: argparse.Namespace,
+    instance_id: str,
+    plans: PlanStore,
+    s3: Any,
+    bucket: str,
+    resolver: ModelResolver,
 ) -> tuple[RuntimeCache, BeforeClaim | None]:
     """The runtime cache (the CUDA provider on a GPU class) and the hook run before a claim:
     the provider check and the on-instance profiling into the shared profile store
@@ -98,7 +103,7 @@ def _before_claim(
     )
     hook = BeforeClaim(
         hardware=args.hardware,
-        instance_id=args.instance_id or "",
+        instance_id=instance_id,
         fleet=plans.fleet,
         deployment=plans.deployment,
         resolve=resolver,
@@ -128,9 +133,7 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     emf = cfg.metrics_sink == "emf"
     metrics = make_metrics(cfg, "instance", collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
     resolver = _resolver(ddb, s3, cfg)
-    runtimes, before_claim = _before_claim(args, plans, s3, cfg.bucket, resolver)
-    if before_claim is not None:
-        before_claim.instance_id = instance_id
+    runtimes, before_claim = _before_claim(args, instance_id, plans, s3, cfg.bucket, resolver)
     completer = None
     asg, hook = os.environ.get("SKINFLINT_ASG_NAME"), os.environ.get("SKINFLINT_DRAIN_HOOK")
     if asg and hook:
