@@ -63,6 +63,7 @@ from control.planning import (
     repack,
     scale_target,
 )
+from control.problems import DERIVED_MARGIN, plan_sources, prefer_measured
 from control.queues import create_module_queues, ensure_app_dlq
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
@@ -132,6 +133,8 @@ class EpochSummary:
     # apps whose shed_target no reserve meets at the rate of their last review (until it is met again)
     unmet_shed_targets: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # app -> model -> hardware classes planned from entries measured on an instance (workers/onsite.py)
+    measured_on_instance: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -157,6 +160,9 @@ class Controller:
     sleep: Callable[[float], None] = time.sleep
     overruns: ServiceOverruns | None = None  # the workers' ServiceOverrunMs (None: no calibration)
     hop_delays: HopDelays | None = None  # the workers' HopDelayBucket (None: every hop the default)
+    # model -> its entries in the shared profile store, where instances write what they measured
+    # (workers/onsite.py); None: the registrations' profiles alone
+    stored_profile: Callable[[str], list[dict[str, Any]]] | None = None
     # what the epoch's reserve review reads: the registered apps and the hardware planned on
     _review: tuple[Mapping[str, tuple[AppRecord, RegistrationSpec]], list[str] | None] | None = field(
         default=None, init=False, repr=False
@@ -335,6 +341,7 @@ class Controller:
         cur_fleet = self.plans.fleet(current.version) if current else None
         registered = self.registry.load_all()
         apps = effective_specs(registered, state)  # with the reserves chosen again (reserves.py)
+        apps = self._prefer_measured(apps, summary)
         requested = self.registry.replan_requested()
         available = self._available(now, state, previous_at, summary)
         self._review = (registered, available)
@@ -393,7 +400,11 @@ class Controller:
         with ThreadPoolExecutor(max_workers=self.config.queue_workers) as pool:  # CreateQueue dominates
             deployments = list(pool.map(deploy, sorted(planned.plans)))
         meta = {
-            app: {"revision": apps[app][0].revision, "changed": changes[app].changed_modules}
+            app: {
+                "revision": apps[app][0].revision,
+                "changed": changes[app].changed_modules,
+                "profile_sources": plan_sources(apps[app][1], planned.plans[app]),
+            }
             for app in planned.plans
         }
         why = publish_reason(summary.reason, requested, summary.changed, summary.removed)
@@ -413,6 +424,7 @@ class Controller:
                     "failed": planned.failed,
                     "excluded_hardware": summary.excluded_hardware,
                     "activate_by": activate_by,
+                    "derived_margin": DERIVED_MARGIN,
                 },
             )
         except VersionConflictError as exc:
@@ -434,6 +446,28 @@ class Controller:
         return manifest
 
     # -- inputs ----------------------------------------------------------------------------------
+    def _prefer_measured(
+        self, apps: Mapping[str, tuple[AppRecord, RegistrationSpec]], summary: EpochSummary
+    ) -> dict[str, tuple[AppRecord, RegistrationSpec]]:
+        """Each app's profiles with the entries instances measured on their class in place of the
+        registered ones for that class (:func:`control.problems.prefer_measured`). A store that
+        cannot be read is a warning: the registered profiles are planned."""
+        out = dict(apps)
+        if self.stored_profile is None:
+            return out
+        stored: dict[str, list[dict[str, Any]]] = {}
+        for model in sorted({model for _, spec in apps.values() for model in spec.profiles}):
+            try:
+                stored[model] = self.stored_profile(model)
+            except Exception as exc:  # noqa: BLE001 - a profile not read keeps the registered one
+                summary.warnings.append(f"profile store: {model} not read ({type(exc).__name__}: {exc})")
+        for app, (record, spec) in apps.items():
+            profiles, replaced = prefer_measured(spec.profiles, stored)
+            if replaced:
+                out[app] = (record, spec.model_copy(update={"profiles": profiles}))
+                summary.measured_on_instance[app] = replaced
+        return out
+
     def _available(
         self, now: float, state: ControlState, previous_at: float | None, summary: EpochSummary
     ) -> list[str] | None:

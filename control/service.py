@@ -35,6 +35,7 @@ from core.adapters.usage import report_to
 from core.clients import make_client
 from core.errors import DataPlaneError, MetricsError
 from profiles.errors import ProfilesError
+from profiles.onsite import stored_entries
 from profiles.s3store import S3Store
 from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, ProfileStore, cache_dir
 
@@ -121,6 +122,7 @@ def build_controller(
         rates=ObservedRates(cw, data.metrics_namespace),
         overruns=ServiceOverruns(cw, data.metrics_namespace),
         hop_delays=HopDelays(cw, data.metrics_namespace),
+        stored_profile=stored_entries(profile_store(s3, data.bucket)),  # measured on instances (#27)
         groups=FleetGroups(client("autoscaling"), control.asg_names),
         queues=QueueAdmin(sqs),
         depth=TaskQueues(sqs).depth,

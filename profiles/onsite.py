@@ -11,12 +11,12 @@ runtime other than onnxruntime) can replace it. Entries of other hardware classe
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from profiles.errors import StoreError
-from profiles.profiler import ProfileConfig, profile_onnx
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +31,9 @@ __all__ = [
     "OnsiteReport",
     "derived_only",
     "measure_on_instance",
+    "onsite_entries",
     "profile_source",
+    "stored_entries",
 ]
 
 ONSITE_NOTE = "measured on instance"
@@ -75,16 +77,53 @@ def _entries(store: ProfileStore, model: str) -> list[dict[str, Any]]:
         return []
 
 
-def derived_only(store: ProfileStore, models: Sequence[str], hardware: str) -> list[str]:
-    """The models with no measured entry for ``hardware`` (only derived ones, or none at all)."""
+def _counts(entry: Mapping[str, Any], hardware: str, require_onsite: bool) -> bool:
+    """Whether ``entry`` exempts ``hardware`` from measuring: measured there (with ``require_onsite``:
+    measured on an instance of that class, not on a development host that stood in for it)."""
+    if entry.get("hardware") != hardware or entry.get("source") != "measured":
+        return False
+    return not require_onsite or entry.get("note") == ONSITE_NOTE
+
+
+def derived_only(
+    store: ProfileStore, models: Sequence[str], hardware: str, *, require_onsite: bool = False
+) -> list[str]:
+    """The models with no measured entry for ``hardware`` (only derived ones, or none at all); with
+    ``require_onsite``, those with no entry measured on an instance of ``hardware``."""
     return [
         model
         for model in models
-        if not any(
-            entry.get("hardware") == hardware and entry.get("source") == "measured"
-            for entry in _entries(store, model)
-        )
+        if not any(_counts(entry, hardware, require_onsite) for entry in _entries(store, model))
     ]
+
+
+def stored_entries(store: ProfileStore) -> Callable[[str], list[dict[str, Any]]]:
+    """``model -> entries`` over ``store`` for the control loop: ``[]`` for a model the store does not
+    hold; a store that cannot be read raises :class:`~profiles.errors.StoreError`."""
+
+    def lookup(model: str) -> list[dict[str, Any]]:
+        key = f"data/{model}.json"
+        raw = store._get(key)  # noqa: SLF001 - the store's own hook: None is absent, not unreadable
+        if raw is None:
+            return []
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise StoreError(f"{key}: not JSON ({exc})", key) from exc
+        if not isinstance(doc, list):
+            raise StoreError(f"{key}: expected a list of profile entries", key)
+        return doc
+
+    return lookup
+
+
+def onsite_entries(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Hardware class -> the entries of ``entries`` measured on an instance of that class."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        if entry.get("source") == "measured" and entry.get("note") == ONSITE_NOTE:
+            out.setdefault(str(entry.get("hardware")), []).append(dict(entry))
+    return out
 
 
 def profile_source(entries: Sequence[Mapping[str, Any]], hardware: str) -> str:
@@ -98,6 +137,13 @@ def profile_source(entries: Sequence[Mapping[str, Any]], hardware: str) -> str:
     return "derived" if here else "none"
 
 
+def _ticker(log: Callable[[str], None], name: str) -> Callable[[str], None]:
+    def tick(label: str) -> None:
+        log(f"    {name} {label}")
+
+    return tick
+
+
 def measure_on_instance(
     store: ProfileStore,
     models: Mapping[str, str | Path],
@@ -108,7 +154,10 @@ def measure_on_instance(
     runs: int = 20,
     budget_s: float = 120.0,
     use_gpu: bool = False,
-    profile: Callable[..., ProfileResult] = profile_onnx,
+    series: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+    per_model_batches: Mapping[str, Sequence[int]] | None = None,
+    require_onsite: bool = False,
+    profile: Callable[..., ProfileResult] | None = None,
     clock: Callable[[], float] = time.monotonic,
     log: Callable[[str], None] = print,
     date: str = "",
@@ -116,24 +165,36 @@ def measure_on_instance(
     """Measure each model of ``models`` (name -> ONNX file) that has only derived entries on
     ``hardware``, at ``batches``, and replace its ``hardware`` entries in the store with the measured
     ones (``source: measured``, ``note: measured on instance``, the instance's provenance). The sweep
-    stops starting new models once ``budget_s`` has passed; a model that fails is logged and skipped."""
+    stops starting new models once ``budget_s`` has passed; a model that fails is logged and skipped.
+
+    ``series`` (model -> ``(concurrency, threads)`` pairs: the settings its worker serves with) and
+    ``per_model_batches`` (model -> batches, else ``batches``) narrow the sweep to what is planned;
+    ``require_onsite`` also measures models whose ``hardware`` entries were measured elsewhere (a
+    development host standing in for the class), not on an instance of it."""
+    # the profiler (numpy, onnx) loads here: the control loop imports this module for the labels
+    from profiles.profiler import ProfileConfig, profile_onnx
+
+    run_profile: Callable[..., ProfileResult] = profile or profile_onnx
     date = date or dt.datetime.now(dt.UTC).date().isoformat()
     report = OnsiteReport()
     began = clock()
-    todo = derived_only(store, list(models), hardware)
-    log(f"on-instance profiling: {len(todo)} of {len(models)} models have only derived entries on {hardware}")
+    todo = derived_only(store, list(models), hardware, require_onsite=require_onsite)
+    what = "no entry measured on an instance" if require_onsite else "only derived entries"
+    log(f"on-instance profiling: {len(todo)} of {len(models)} models have {what} on {hardware}")
     for i, name in enumerate(todo, 1):
         spent = clock() - began
         if spent > budget_s:
             report.skipped[name] = f"time budget of {budget_s:.0f} s spent ({spent:.0f} s)"
             log(f"  {name}: skipped, {report.skipped[name]}")
             continue
-        log(f"  [{i}/{len(todo)}] {name}: batches {','.join(map(str, batches))} on {instance.device}")
-        cfg = ProfileConfig(hardware, tuple(batches), (1,), runs=runs, use_gpu=use_gpu)
+        sweep = tuple(sorted(set((per_model_batches or {}).get(name) or batches)))
+        pairs = list((series or {}).get(name) or [])
+        how = f", (concurrency, threads) {pairs}" if pairs else ""
+        log(f"  [{i}/{len(todo)}] {name}: batches {','.join(map(str, sweep))}{how} on {instance.device}")
+        cfg = ProfileConfig(hardware, sweep, (1,), runs=runs, use_gpu=use_gpu)
+        more: dict[str, Any] = {"series": pairs} if pairs else {}
         try:
-            result = profile(
-                models[name], cfg, name=name, progress=lambda label, n=name: log(f"    {n} {label}")
-            )
+            result = run_profile(models[name], cfg, name=name, progress=_ticker(log, name), **more)
         except Exception as exc:  # a model that cannot be measured keeps its derived entries
             report.skipped[name] = f"{type(exc).__name__}: {str(exc)[:120]}"
             log(f"  {name}: not measured ({report.skipped[name]})")

@@ -2,6 +2,11 @@
 
 It applies the planner's decisions; it decides nothing itself.
 
+0. **Before a claim** (while it holds no slot): the ``before_claim`` hook (:mod:`workers.onsite`)
+   checks that a GPU class runs on the provider it asks for and measures the models planned on its
+   class that are not measured there yet. A :class:`~workers.runtimes.ProviderError` refuses every
+   claim: the heartbeat says ``refused`` and why.
+
 1. **Claim**: reads the current plan version (the pointer, every ``poll_s``), claims a slot of the
    version's packed fleet for its hardware (a conditional write in the plan store; the slot it
    served before is preferred) and runs every share of the slot: one :class:`~workers.worker.
@@ -46,6 +51,7 @@ from core.adapters.queues import queue_gone
 from core.errors import DataPlaneError, QueueError
 from core.routing import Router
 from workers.lifecycle import DrainNotice, LifecycleError
+from workers.runtimes import ProviderError
 from workers.shares import RuntimeCache, ShareRunner, WorkerServices, assignment_for, runner_key
 from workers.worker import Device, Worker
 
@@ -125,6 +131,9 @@ class InstanceAgent:
     retire_grace_s: float = 2.0
     retire_quiet_s: float = 1.0
     clock: Callable[[], float] = time.time
+    # called with a plan version before a claim while this instance holds no slot (workers.onsite:
+    # the provider check and the on-instance profiling); a ProviderError refuses every claim
+    before_claim: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         self.device = Device()
@@ -141,6 +150,7 @@ class InstanceAgent:
         self._lost: dict[str, dict[str, Any]] = {}  # share -> version, queue, when its queue vanished
         self._wake = threading.Event()
         self.drain_report: DrainReport | None = None
+        self.refused: str | None = None  # why this instance serves nothing (a ProviderError)
 
     # -- control ---------------------------------------------------------------------------------
     def request_drain(self, notice: DrainNotice) -> None:
@@ -164,9 +174,10 @@ class InstanceAgent:
         adopted = False
         if manifest is not None and not self.draining:
             new = manifest.version != self.version
-            if new or (self.slot is None and now >= self._next_claim):
-                self._adopt(manifest, now)
-                adopted = new
+            if self.refused is None and (new or (self.slot is None and now >= self._next_claim)):
+                if self._prepare_claim(manifest):
+                    self._adopt(manifest, now)
+                    adopted = new
             self._reschedule(manifest, now)
         self._activate(now)
         self._reap_lost(now)
@@ -198,6 +209,24 @@ class InstanceAgent:
         return self.drain(self._notice)
 
     # -- adopting a version ----------------------------------------------------------------------
+    def _prepare_claim(self, manifest: Any) -> bool:
+        """The ``before_claim`` hook while no slot is held; False when it refused (claim nothing)."""
+        if self.before_claim is None or self.slot is not None:
+            return True
+        try:
+            self.before_claim(int(manifest.version))
+        except ProviderError as exc:
+            self.refused = str(exc)
+            self.state = "refused"
+            log.error("refusing to serve %s: %s; no slot will be claimed", self.hardware, exc)
+            self._safe_heartbeat(self.clock())
+            return False
+        except DataPlaneError as exc:  # the plan could not be read: the claim goes on as without the hook
+            log.warning("before the claim of v%s: %s", manifest.version, exc)
+        except Exception:  # a bug, a model that does not load: claim as without the hook (it fails there)
+            log.exception("before the claim of v%s", manifest.version)
+        return True
+
     def _router(self, app: str, version: int) -> Router:
         key = (app, version)
         if key not in self._routers:
@@ -529,6 +558,8 @@ class InstanceAgent:
             "device_busy_s": round(self.device.busy_s, 3),
             "models_loaded": self.runtimes.loads,
         }
+        if self.refused is not None:
+            info["refused"] = self.refused
         if self.drain_report is not None:
             info["drain"] = self.drain_report.as_dict()
         return info

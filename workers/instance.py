@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,10 @@ from core.adapters.results import ResultStore
 from core.clients import make_client, make_metrics
 from core.errors import DataPlaneError
 from core.settings import DataPlaneConfig, delete_linger_from_env
-from profiles.store import cache_dir, default_store
+from profiles.errors import ProfilesError
+from profiles.hardware import gpu_hardware
+from profiles.s3store import S3Store
+from profiles.store import PACKAGE_ROOT, LayeredStore, LocalStore, cache_dir, default_store
 from workers.agent import InstanceAgent
 from workers.lifecycle import (
     AutoScalingCompleter,
@@ -38,12 +42,14 @@ from workers.lifecycle import (
     install_signal_handlers,
 )
 from workers.lifeline import install as install_lifeline
-from workers.shares import ModelResolver, WorkerServices
+from workers.onsite import BeforeClaim, instance_info, nvidia_driver
+from workers.runtimes import device_name, make_runtime
+from workers.shares import ModelResolver, RuntimeCache, WorkerServices
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["BOOT_CHECK_EXIT", "EMF_USAGE_EVERY_S", "boot_problem", "build_agent", "main"]
+__all__ = ["BOOT_CHECK_EXIT", "EMF_USAGE_EVERY_S", "PROFILES_PREFIX", "boot_problem", "build_agent", "main"]
 
 #: exit status of a failed boot check (systemd does not restart it: RestartPreventExitStatus)
 BOOT_CHECK_EXIT = 3
@@ -124,6 +130,54 @@ def _resolver(ddb: Any, s3: Any, cfg: Any) -> ModelResolver:
     return ModelResolver(spec_of, profile_of, model_dir)
 
 
+#: S3 prefix of the shared profile store (``control.service.PROFILES_PREFIX``: the planner reads it)
+PROFILES_PREFIX = "profiles"
+
+
+def _before_claim(
+    args: argparse.Namespace,
+    instance_id: str,
+    plans: PlanStore,
+    s3: Any,
+    bucket: str,
+    resolver: ModelResolver,
+) -> tuple[RuntimeCache, BeforeClaim | None]:
+    """The runtime cache (the CUDA provider on a GPU class) and the hook run before a claim:
+    the provider check and the on-instance profiling into the shared profile store
+    (``--onsite-profiles``; workers/onsite.py)."""
+    store = LayeredStore([S3Store(s3, bucket, PROFILES_PREFIX), LocalStore(PACKAGE_ROOT)])
+    try:
+        catalog = store.load_catalog()
+    except ProfilesError as exc:
+        logging.getLogger("skinflint.instance").warning("hardware catalog not read: %s", exc)
+        catalog = default_store().load_catalog()
+    gpu = args.hardware in gpu_hardware(catalog)
+    runtimes = RuntimeCache(make=partial(make_runtime, gpu=gpu))
+    if args.onsite_profiles == "off" and not gpu:
+        return runtimes, None
+    spec = catalog.get(args.hardware)
+    info = instance_info(
+        (spec.instance_type if spec is not None else None) or args.hardware,
+        gpu,
+        device_name(gpu),
+        nvidia_driver() if gpu else os.uname().release,
+    )
+    hook = BeforeClaim(
+        hardware=args.hardware,
+        instance_id=instance_id,
+        fleet=plans.fleet,
+        deployment=plans.deployment,
+        resolve=resolver,
+        runtimes=runtimes,
+        instance=info,
+        store=None if args.onsite_profiles == "off" else store,
+        gpu=gpu,
+        require_onsite=args.onsite_profiles == "all",
+        budget_s=args.onsite_budget_s,
+    )
+    return runtimes, hook
+
+
 #: s between the usage meter's counts in an EMF agent's lines (``EmfMetrics.collect_every_s``)
 EMF_USAGE_EVERY_S = 60.0
 
@@ -139,6 +193,8 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     # agent closes its metrics when it stops: nothing counted is left behind)
     emf = cfg.metrics_sink == "emf"
     metrics = make_metrics(cfg, "instance", collect_every_s=EMF_USAGE_EVERY_S if emf else 0.0)
+    resolver = _resolver(ddb, s3, cfg)
+    runtimes, before_claim = _before_claim(args, instance_id, plans, s3, cfg.bucket, resolver)
     completer = None
     asg, hook = os.environ.get("SKINFLINT_ASG_NAME"), os.environ.get("SKINFLINT_DRAIN_HOOK")
     if asg and hook:
@@ -155,7 +211,9 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
             output_inline_limit_bytes=cfg.output_inline_limit_bytes,
             delete_linger_s=args.delete_linger_s,
         ),
-        resolve=_resolver(ddb, s3, cfg),
+        resolve=resolver,
+        runtimes=runtimes,
+        before_claim=before_claim,
         heartbeat=lambda info: plans.put_instance(InstanceStatus.model_validate(info)),
         complete_lifecycle=completer,
         watcher=None
@@ -199,6 +257,16 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only check that $SKINFLINT_REQUIRE_PROVIDER loads (and a GPU is visible for CUDA); "
         f"exit 0 or {BOOT_CHECK_EXIT}",
+    )
+    parser.add_argument(
+        "--onsite-profiles",
+        choices=("derived", "all", "off"),
+        default="derived",
+        help="before the first claim, measure the models planned on this class that have only derived "
+        "entries (derived), or no entry measured on an instance of the class (all), or none (off)",
+    )
+    parser.add_argument(
+        "--onsite-budget-s", type=float, default=120.0, help="seconds the on-instance sweep may start models"
     )
     return parser
 

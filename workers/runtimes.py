@@ -1,9 +1,18 @@
-"""Model runtimes: onnxruntime (CPU here, CUDA when the machine has it) and an emulated runtime
-that sleeps the profile's duration and labels every result ``"emulated": true`` (GPU classes on a
-machine without a GPU). :func:`make_runtime` picks one from an assignment."""
+"""Model runtimes: onnxruntime (its CPU execution provider on a CPU class, its CUDA provider on a GPU
+class) and an emulated runtime that sleeps the profile's duration and labels every result
+``"emulated": true`` (GPU classes on a machine without a GPU). :func:`make_runtime` picks one from an
+assignment. Every real result says which provider and device produced it (an emulated one says it
+is emulated, and on which class).
+
+A GPU class is served through the CUDA provider or not at all: :class:`OnnxRuntime` asks for that
+provider alone and checks, once the session is made, that it is the one running;
+otherwise it raises :class:`ProviderError` (onnxruntime would silently run the model on the CPU), and
+the instance agent claims no slot (``workers.onsite.check_providers``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from io import BytesIO
 from typing import TYPE_CHECKING, Any, Protocol
@@ -13,7 +22,59 @@ if TYPE_CHECKING:
 
     from core.schema import Assignment
 
-__all__ = ["EmulatedRuntime", "OnnxRuntime", "Runtime", "decode_frame", "make_runtime"]
+from workers.errors import WorkerError
+
+__all__ = [
+    "CPU_PROVIDER",
+    "CUDA_PROVIDER",
+    "EmulatedRuntime",
+    "OnnxRuntime",
+    "ProviderError",
+    "Runtime",
+    "decode_frame",
+    "device_name",
+    "make_runtime",
+]
+
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+class ProviderError(WorkerError):
+    """The execution provider a runtime asked for is not the one running (or not installed): the
+    instance must not serve with it. Carries what was asked for, what runs and what is installed."""
+
+    def __init__(self, wanted: str, running: list[str], available: list[str]):
+        self.wanted, self.running, self.available = wanted, list(running), list(available)
+        super().__init__(
+            f"onnxruntime runs {', '.join(running) or 'nothing'} where {wanted} was asked for "
+            f"(installed: {', '.join(available) or 'none'})"
+        )
+
+
+def device_name(gpu: bool, device_id: int = 0) -> str:
+    """What results name as their device: ``cuda:<id> <GPU name>`` (nvidia-smi's, when it answers)
+    or ``cpu <CPU model>`` (``/proc/cpuinfo``)."""
+    if gpu:
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", f"--id={device_id}", "--query-gpu=name", "--format=csv,noheader"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        return f"cuda:{device_id} {out}".strip()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return f"cpu {line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
+    except OSError:
+        pass
+    return f"cpu ({os.cpu_count()} CPUs)"
 
 
 class Runtime(Protocol):
@@ -63,23 +124,46 @@ class EmulatedRuntime:
 
 class OnnxRuntime:
     """A real ONNX model. The first input is the image batch (NCHW or NHWC, float32); each row of
-    the first output is summarised as its arg-max and max."""
+    the first output is summarised as its arg-max and max, with the provider and device that ran it.
+
+    ``gpu``: the hardware class is a GPU: the session gets the CUDA provider alone (device
+    ``device_id``), and :class:`ProviderError` is raised when it is not installed or not the provider
+    the session runs; otherwise the CPU provider alone. ``ort`` replaces the onnxruntime module (tests
+    check the selection and the refusal with a fake)."""
 
     emulated = False
 
-    def __init__(self, model_path: str, threads: int = 1):
-        import onnxruntime as ort  # the heaviest import of a worker: only when a real model loads
+    def __init__(
+        self,
+        model_path: str,
+        threads: int = 1,
+        *,
+        gpu: bool = False,
+        device_id: int = 0,
+        device: str | None = None,
+        ort: Any = None,
+    ):
+        if ort is None:
+            import onnxruntime  # the heaviest import of a worker: only when a real model loads
+
+            ort = onnxruntime
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        providers = [
-            provider
-            for provider in ("CUDAExecutionProvider", "CPUExecutionProvider")
-            if provider in ort.get_available_providers()
-        ]
+        wanted = CUDA_PROVIDER if gpu else CPU_PROVIDER
+        available = list(ort.get_available_providers())
+        if wanted not in available:
+            raise ProviderError(wanted, [], available)
+        providers: list[Any] = [(CUDA_PROVIDER, {"device_id": device_id})] if gpu else [CPU_PROVIDER]
         self.session = ort.InferenceSession(model_path, sess_options=opts, providers=providers)
-        self.provider = self.session.get_providers()[0]
+        running = list(self.session.get_providers())
+        # onnxruntime falls back to the CPU provider when CUDA cannot start (a driver or library
+        # mismatch) and only logs it: what the session runs first is what serves
+        if not running or running[0] != wanted:
+            raise ProviderError(wanted, running, available)
+        self.provider = wanted
+        self.device = device if device is not None else device_name(gpu, device_id)
         inp = self.session.get_inputs()[0]
         self.input_name = inp.name
         dims = [dim if isinstance(dim, int) and dim > 0 else None for dim in inp.shape[1:]]
@@ -128,15 +212,21 @@ class OnnxRuntime:
         rows = np.asarray(out).reshape(len(inputs), -1)
         labels = rows.argmax(axis=1)
         return [
-            {"label": int(lbl), "score": round(float(row[lbl]), 5), "provider": self.provider}
+            {
+                "label": int(lbl),
+                "score": round(float(row[lbl]), 5),
+                "provider": self.provider,
+                "device": self.device,
+            }
             for lbl, row in zip(labels, rows, strict=True)
         ]
 
 
-def make_runtime(assignment: Assignment, warm_up: bool = True) -> Runtime:
-    """The assignment's runtime; a real model is warmed up at the assignment's batch size first."""
+def make_runtime(assignment: Assignment, warm_up: bool = True, *, gpu: bool = False) -> Runtime:
+    """The assignment's runtime; a real model is warmed up at the assignment's batch size first.
+    ``gpu``: the assignment's hardware class is a GPU (the CUDA provider or :class:`ProviderError`)."""
     if assignment.runtime == "onnx" and assignment.model_path:
-        rt = OnnxRuntime(assignment.model_path, threads=assignment.threads)
+        rt = OnnxRuntime(assignment.model_path, threads=assignment.threads, gpu=gpu)
         if warm_up:
             rt.warm_up(assignment.batch)
         return rt

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import secrets
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -271,8 +272,14 @@ def run_show(args: argparse.Namespace) -> int:
     record, spec = got
     with aws_errors(f"cannot read the control state for {args.name}"):
         choice = _reserve_in_force(cfg, record)
+    with aws_errors(f"cannot read the profile store for {args.name}"):
+        sources = _profile_sources(cfg, spec)
     if args.json:
-        doc = {"record": record.model_dump(), "spec": spec.model_dump(mode="json")}
+        doc = {
+            "record": record.model_dump(),
+            "spec": spec.model_dump(mode="json"),
+            "profile_sources": sources,
+        }
         print(json.dumps(doc | ({"reserve_in_force": choice} if choice else {}), indent=1))
         return 0
     print(f"{spec.name} revision {record.revision} (s3 key {record.s3_key}, sha256 {record.sha256[:12]}...)")
@@ -287,11 +294,36 @@ def run_show(args: argparse.Namespace) -> int:
             + ("" if choice["met"] else ", shed_target not met")
         )
     for name, mod in spec.modules.items():
-        hw = sorted({entry.hardware for entry in spec.profiles.get(mod.model, [])})
-        print(f"  module {name}: model {mod.model} ({mod.kind}), profiled on {', '.join(hw)}")
+        hw = ", ".join(f"{h} ({source})" for h, source in sources.get(name, {}).items())
+        print(f"  module {name}: model {mod.model} ({mod.kind}), profiled on {hw}")
     for src, dst, fan in spec.edges:
         print(f"  edge {src} -> {dst} (fan-out {fan:g})")
     return 0
+
+
+def _profile_sources(cfg: DataPlaneConfig, spec: Any) -> dict[str, dict[str, str]]:
+    """Module -> hardware class -> what the next epoch plans it from: the registered profile, or the
+    entries an instance of the class measured (the shared profile store; control/epoch.py)."""
+    # CLI start-up: loaded when this command runs
+    from control.problems import prefer_measured
+    from control.service import profile_store
+    from profiles.errors import ProfilesError
+    from profiles.onsite import profile_source, stored_entries
+
+    _, s3 = _clients(cfg)
+    lookup = stored_entries(profile_store(s3, cfg.bucket))
+    stored: dict[str, list[dict[str, Any]]] = {}
+    for model in spec.profiles:
+        try:
+            stored[model] = lookup(model)
+        except ProfilesError as exc:  # an unreadable stored profile: the registered one is what plans
+            print(f"profile store: {exc}", file=sys.stderr)
+    profiles, _ = prefer_measured(spec.profiles, stored)
+    out: dict[str, dict[str, str]] = {}
+    for name, mod in spec.modules.items():
+        entries = [{**e.model_dump(), **(e.model_extra or {})} for e in profiles.get(mod.model, [])]
+        out[name] = {hw: profile_source(entries, hw) for hw in sorted({str(e["hardware"]) for e in entries})}
+    return out
 
 
 def run_remove(args: argparse.Namespace) -> int:

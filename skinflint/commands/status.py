@@ -2,8 +2,9 @@
 
 Shows the current plan version (and the one the front serves while a new one is activating), per
 app the planned frame rate against the rate observed over the last ``--window`` seconds
-(CloudWatch ``FramesAccepted``) and the admission reserve the control loop chose again for its
-``shed_target`` (control/reserves.py), if it did, instances per hardware type (planned,
+(CloudWatch ``FramesAccepted``), what each module's planned figures rest on (its profile source per
+hardware class: measured on instance, measured, derived) and the admission reserve the control loop
+chose again for its ``shed_target`` (control/reserves.py), if it did, instances per hardware type (planned,
 the Auto Scaling group's desired and in-service counts, instances heartbeating), the billed and
 occupancy cost per hour, and the last epoch's outcome. ``--json`` for programs; ``--endpoint`` for a
 local stack.
@@ -80,6 +81,12 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
             for app, entry in sorted(cur.apps.items())
         },
     )
+    for app, entry in cur.apps.items():  # what the plan's figures rest on (control/epoch.py, #27)
+        sources = (entry.model_extra or {}).get("profile_sources")
+        if sources:
+            out["apps"][app]["profile_sources"] = sources
+    if (cur.model_extra or {}).get("derived_margin") is not None:
+        out["derived_margin"] = cur.model_extra["derived_margin"]  # type: ignore[index]
     for app, choice in state.reserves.items():  # reserves the control loop chose again (reserves.py)
         if app in out["apps"]:
             out["apps"][app]["reserve"] = choice.model_dump(include={"reserve", "rate", "shed", "met"})
@@ -145,6 +152,7 @@ def render(doc: dict[str, Any]) -> None:
             )
         apps.add_row(*row)
     console.print(apps)
+    _sources(console, doc)
     hw = Table(title="instances")
     for col in ("hardware", "planned", "group desired", "in service", "heartbeating"):
         hw.add_column(col, justify="left" if col == "hardware" else "right")
@@ -166,6 +174,28 @@ def render(doc: dict[str, Any]) -> None:
         )
     )
     _last(console, doc)
+
+
+def _sources(console: Any, doc: dict[str, Any]) -> None:
+    """Per app and module: the profile source of each hardware class its plan uses."""
+    from rich.table import Table  # CLI start-up: as in render
+
+    rows = [
+        (app, module, hw, source)
+        for app, figures in doc["apps"].items()
+        for module, per_hw in (figures.get("profile_sources") or {}).items()
+        for hw, source in per_hw.items()
+    ]
+    if not rows:
+        return
+    margin = doc.get("derived_margin")
+    note = f" (derived figures planned x{1 + margin:g})" if margin else ""
+    table = Table(title=f"profile sources{note}")
+    for col in ("app", "module", "hardware", "source"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def _last(console: Any, doc: dict[str, Any]) -> None:

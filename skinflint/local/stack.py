@@ -149,6 +149,11 @@ class StackConfig:
     # s a request's items and the metric data points are kept (results' expires_at, moto's sweep): moto
     # holds everything in memory, about 110 KB per traffic frame, so a long run needs a bound
     retention_s: float = 3600.0
+    # before its first claim an instance measures the models planned on its class (workers/onsite.py):
+    # "all" here, so the real CPU class, whose profiles were measured by `models build` on this host
+    # rather than on an instance, is measured on its instance too (issue #27); "off" to skip
+    onsite_profiles: str = "all"
+    onsite_budget_s: float = 30.0  # s the sweep may start models in (it runs before the first claim)
 
 
 @dataclass
@@ -391,6 +396,8 @@ class LocalStack:
                 "--recheck-s", str(config.epoch_s),
                 "--retire-grace-s", str(config.retire_grace_s),
                 "--lifecycle-poll-s", str(config.lifecycle_poll_s),
+                "--onsite-profiles", config.onsite_profiles,
+                "--onsite-budget-s", str(config.onsite_budget_s),
             ],
             emf=True,
         )  # fmt: skip

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from profiles.onsite import ONSITE_NOTE, InstanceInfo, derived_only, measure_on_instance, profile_source
+from profiles.errors import StoreError
+from profiles.onsite import (
+    ONSITE_NOTE,
+    InstanceInfo,
+    derived_only,
+    measure_on_instance,
+    onsite_entries,
+    profile_source,
+    stored_entries,
+)
 from profiles.store import LocalStore
 
 T4 = InstanceInfo("g4dn.xlarge", "NVIDIA T4", "550.54", "onnxruntime 1.31.1", "CUDAExecutionProvider")
@@ -111,3 +120,35 @@ def test_with_the_real_profiler_on_this_cpu(tmp_path, tiny_onnx):
     assert [e["batch"] for e in entries] == [1, 2]
     assert all(e["note"] == ONSITE_NOTE and e["duration_s"] < 0.5 for e in entries)
     assert len(store.load_profile("tiny")) == 2  # the planner reads them
+
+
+def test_the_sweep_takes_each_models_batches_and_serving_settings(store):
+    calls = []
+
+    def fake_profile(path, cfg, name, progress, series=None):
+        calls.append((name, cfg.batches, series))
+        return _FakeResult(cfg.batches)
+
+    measure_on_instance(
+        store, {"det": "det.onnx"}, "t4", (1,), T4, per_model_batches={"det": [8, 4, 8]},
+        series={"det": [(1, 2)]}, profile=fake_profile, log=lambda _l: None,
+    )  # fmt: skip
+    assert calls == [("det", (4, 8), [(1, 2)])]
+
+
+def test_require_onsite_measures_a_class_measured_elsewhere(store):
+    # cls has a measured t4 entry, but not one measured on a t4 instance
+    assert derived_only(store, ["cls"], "t4") == []
+    assert derived_only(store, ["cls"], "t4", require_onsite=True) == ["cls"]
+
+
+def test_stored_entries_are_empty_for_an_absent_model_and_the_control_loop_reads_them(store, tmp_path):
+    lookup = stored_entries(store)
+    assert lookup("nothing") == []
+    assert [e["hardware"] for e in lookup("det")] == ["t4", "c6i.large"]
+    (tmp_path / "data" / "bad.json").write_text("{}")
+    with pytest.raises(StoreError):
+        lookup("bad")
+    assert onsite_entries([_entry("t4", 1, 0.01, "measured") | {"note": ONSITE_NOTE}]) == {
+        "t4": [_entry("t4", 1, 0.01, "measured") | {"note": ONSITE_NOTE}]
+    }
