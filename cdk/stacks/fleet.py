@@ -31,7 +31,7 @@ from cdk.assets import (
 )
 from cdk.deps import read_manifest
 from cdk.nag import acknowledge
-from cdk.policies import cdk_queue_arns, queues_arn
+from cdk.policies import cdk_queue_arns, list_bucket_statement, queues_arn
 from cdk.userdata import BOOT_FAILED_MARK, WorkerBoot, worker_boot_commands, worker_boot_prelude
 
 if TYPE_CHECKING:
@@ -257,6 +257,14 @@ class FleetStack(Stack):
                 actions=["s3:PutObject"],
                 resources=[C.frames_bucket_arn(part, account, region, f"{C.OUTPUTS_PREFIX}*")],
             ),
+            # the profile store: an instance measures the models planned on its class before it claims
+            # (workers/onsite.py) and writes them there for the planner's next epoch
+            iam.PolicyStatement(
+                sid="ProfilesMeasured",
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[C.frames_bucket_arn(part, account, region, f"{C.PROFILES_PREFIX}*")],
+            ),
+            list_bucket_statement(part, account, region),
             # no cloudwatch:PutMetricData: the agent writes its metrics as Embedded Metric Format lines
             # to its log (SKINFLINT_METRICS_SINK=emf, cdk/userdata.py), which the Logs statement ships
             # the drain and boot hooks' completions; a failed boot check marks its instance unhealthy
@@ -314,6 +322,11 @@ class FleetStack(Stack):
             ),
             f"Resource::{C.frames_bucket_arn(part, account, region, C.OUTPUTS_PREFIX)}*": (
                 "Workers write task outputs too large for DynamoDB; object keys are request ids."
+            ),
+            f"Resource::{C.frames_bucket_arn(part, account, region, C.PROFILES_PREFIX)}*": (
+                "An instance measures the models planned on its class before it claims a slot and "
+                "writes them to the profile store, profiles/data/<model>.json (workers/onsite.py); it "
+                "reads the catalog override profiles/hardware.json."
             ),
         }
         for finding, reason in reasons.items():
