@@ -21,7 +21,8 @@
    served needs), through hysteresis;
 7. the admission reserve of every app with a ``shed_target`` whose rate moved past the review band
    chosen again for the next epoch (:mod:`control.reserves`), within its own time budget;
-8. garbage collection of old versions, drained queues and dead instances' claims.
+8. garbage collection of old versions, drained queues and dead instances' claims; the messages of
+   a superseded queue nothing consumes any more are moved to the current version (control/rehome.py).
 
 Every epoch first checks the activation of a version still waiting for its slots.
 
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
     from core.adapters.metrics import Metrics
     from core.adapters.plan_store import Manifest, PlanStore
     from core.adapters.queue_admin import QueueAdmin
+    from core.adapters.queues import TaskQueues
     from core.adapters.rates import HopDelays, ObservedRates, ServiceOverruns
     from core.schema import Deployment
     from planner.models import HardwareSpec, Plan, ProblemSpec
@@ -157,6 +159,7 @@ class Controller:
     sleep: Callable[[float], None] = time.sleep
     overruns: ServiceOverruns | None = None  # the workers' ServiceOverrunMs (None: no calibration)
     hop_delays: HopDelays | None = None  # the workers' HopDelayBucket (None: every hop the default)
+    tasks: TaskQueues | None = None  # the data plane's queues: GC moves stranded messages (None: not)
     # what the epoch's reserve review reads: the registered apps and the hardware planned on
     _review: tuple[Mapping[str, tuple[AppRecord, RegistrationSpec]], list[str] | None] | None = field(
         default=None, init=False, repr=False
@@ -709,6 +712,7 @@ class Controller:
                     queue_prefix=self.config.queue_prefix,
                     keep_previous_s=max(self.config.epoch_s, self.config.activate_lead_s),
                 ),
+                tasks=self.tasks,
             )
         except Exception as exc:  # noqa: BLE001 - GC is best effort; the next epoch retries
             summary.warnings.append(f"gc: {type(exc).__name__}: {exc}")
@@ -722,6 +726,8 @@ class Controller:
         metrics.put("PlanVersionPublished", 1 if summary.status == "published" else 0)
         metrics.put("CarriedApps", len(summary.carried))  # on a plan to solve again (solve budget)
         metrics.put("EpochMs", summary.timings_ms.get("total", 0.0), "Milliseconds")
+        # messages found in a superseded queue nothing consumed, moved to the current version (gc)
+        metrics.put("StrandedMessagesMoved", int(summary.gc.get("moved", 0)))
         metrics.put("BilledCostPerHour", summary.billed_per_hour, "None")
         metrics.put("OccupancyCostPerHour", summary.occupancy_per_hour, "None")
         for hw, count in summary.counts.items():

@@ -124,6 +124,7 @@ def build_controller(
         groups=FleetGroups(client("autoscaling"), control.asg_names),
         queues=QueueAdmin(sqs),
         depth=TaskQueues(sqs).depth,
+        tasks=TaskQueues(sqs),
         metrics=report_to(CloudWatchMetrics(cw, data.metrics_namespace), "control"),
         catalog=load_catalog(s3, data.bucket),
         clock=clock,
