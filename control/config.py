@@ -52,6 +52,8 @@ class ControlConfig:
     rate_lag_s: float = 5.0
     unavailable_s: float = 600.0  # s a hardware type is left out after a failed launch
     stale_s: float = 180.0  # s: an instance whose heartbeat is older is gone
+    # s past a frame's deadline before the sweeper accounts for it (control/sweeper.py); 0: no sweep
+    sweep_grace_s: float = 120.0
     emulated_hardware: tuple[str, ...] = ()  # local stack: GPU classes emulated from profiles
     dlq_arn: str | None = None  # shared DLQ of the task queues (None: one DLQ per app)
     queue_prefix: str = "skinflint-"
@@ -140,6 +142,7 @@ class ControlConfig:
                 rate_lag_s=float(e.get("SKINFLINT_RATE_LAG_S", d.rate_lag_s)),
                 unavailable_s=float(e.get("SKINFLINT_UNAVAILABLE_S", d.unavailable_s)),
                 stale_s=float(e.get("SKINFLINT_INSTANCE_STALE_S", d.stale_s)),
+                sweep_grace_s=float(e.get("SKINFLINT_SWEEP_GRACE_S", d.sweep_grace_s)),
                 emulated_hardware=tuple(
                     h for h in (e.get("SKINFLINT_EMULATED_HARDWARE") or "").split(",") if h
                 ),

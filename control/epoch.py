@@ -68,6 +68,7 @@ from control.queues import create_module_queues, ensure_app_dlq
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
 from control.state import ControlState, EpochTakenError
+from control.sweeper import SweepConfig, sweep
 from core.adapters.autoscaling import AutoScalingError
 from core.adapters.plan_store import VersionConflictError
 from core.adapters.rates import RateWindow
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
     from core.adapters.queue_admin import QueueAdmin
     from core.adapters.queues import TaskQueues
     from core.adapters.rates import HopDelays, ObservedRates, ServiceOverruns
+    from core.adapters.results import ResultStore
     from core.schema import Deployment
     from planner.models import HardwareSpec, Plan, ProblemSpec
     from planner.packing import FleetPlan
@@ -119,6 +121,7 @@ class EpochSummary:
     timings_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     gc: dict[str, Any] = field(default_factory=dict)
+    sweep: dict[str, Any] = field(default_factory=dict)  # the stranded-frame sweep (control/sweeper.py)
     activation: dict[str, Any] = field(default_factory=dict)  # control.activation.ActivationCheck
     corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
     # app -> module -> the hop it is planned with: hop_s, source (default | kept | measured), samples
@@ -160,6 +163,7 @@ class Controller:
     overruns: ServiceOverruns | None = None  # the workers' ServiceOverrunMs (None: no calibration)
     hop_delays: HopDelays | None = None  # the workers' HopDelayBucket (None: every hop the default)
     tasks: TaskQueues | None = None  # the data plane's queues: GC moves stranded messages (None: not)
+    results: ResultStore | None = None  # the results table: stranded frames are swept (None: not)
     # what the epoch's reserve review reads: the registered apps and the hardware planned on
     _review: tuple[Mapping[str, tuple[AppRecord, RegistrationSpec]], list[str] | None] | None = field(
         default=None, init=False, repr=False
@@ -194,6 +198,7 @@ class Controller:
         if summary.status == "published" and self.config.activate_wait_s > 0:
             self._await_activation(summary)
         self._collect(now, summary)
+        self._sweep(now, state, summary)
         summary.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
         state.last = summary.as_json() | {"at": now}
         try:
@@ -718,6 +723,27 @@ class Controller:
             summary.warnings.append(f"gc: {type(exc).__name__}: {exc}")
             return
         summary.gc = report.as_json()
+
+    def _sweep(self, now: float, state: ControlState, summary: EpochSummary) -> None:
+        """Account for the frames past their deadline (control/sweeper.py); the cursor is saved
+        with the state."""
+        if self.results is None or self.config.sweep_grace_s <= 0:
+            return
+        t0 = time.perf_counter()
+        try:
+            report = sweep(
+                self.results,
+                self.metrics,
+                state.sweep_bucket,
+                now,
+                SweepConfig(grace_s=self.config.sweep_grace_s),
+            )
+        except Exception as exc:  # noqa: BLE001 - best effort like GC; the next epoch sweeps again
+            summary.warnings.append(f"sweep: {type(exc).__name__}: {exc}")
+            return
+        state.sweep_bucket = report.next_bucket
+        summary.sweep = report.as_json()
+        summary.timings_ms["sweep"] = round((time.perf_counter() - t0) * 1e3, 2)
 
     def _emit(self, summary: EpochSummary) -> None:
         metrics = self.metrics

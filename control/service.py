@@ -31,6 +31,7 @@ from core.adapters.plan_store import InstanceStatus, PlanStore
 from core.adapters.queue_admin import QueueAdmin
 from core.adapters.queues import TaskQueues
 from core.adapters.rates import HopDelays, ObservedRates, ServiceOverruns
+from core.adapters.results import ResultStore
 from core.adapters.usage import report_to
 from core.clients import make_client
 from core.errors import DataPlaneError, MetricsError
@@ -125,6 +126,7 @@ def build_controller(
         queues=QueueAdmin(sqs),
         depth=TaskQueues(sqs).depth,
         tasks=TaskQueues(sqs),
+        results=ResultStore(ddb, data.results_table, data.results_retention_s),
         metrics=report_to(CloudWatchMetrics(cw, data.metrics_namespace), "control"),
         catalog=load_catalog(s3, data.bucket),
         clock=clock,
