@@ -64,7 +64,7 @@ from control.planning import (
     repack,
     scale_target,
 )
-from control.queues import create_module_queues, ensure_app_dlq
+from control.queues import create_module_queues, ensure_app_dlq, visibility_timeout_for
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
 from control.state import ControlState, EpochTakenError
@@ -392,7 +392,7 @@ class Controller:
                 changes[app],
                 version=version,
                 now=now,
-                make_queues=self._queue_factory(app, version),
+                make_queues=self._queue_factory(app, version, apps[app][1].slo_s),
                 emulated=emulated[app],
                 overhead_s=self.config.hop_overhead_s,
                 corrections=state.corrections.get(app),
@@ -614,7 +614,7 @@ class Controller:
         used = {group.hardware for mp in plan.modules.values() for group in mp.groups}
         return sorted(used & set(self.config.emulated_hardware))
 
-    def _queue_factory(self, app: str, version: int) -> Callable[[str, Any], dict[str, str]]:
+    def _queue_factory(self, app: str, version: int, slo_s: float) -> Callable[[str, Any], dict[str, str]]:
         dlq_arn: list[str] = [self.config.dlq_arn] if self.config.dlq_arn else []
 
         def make(module: str, module_plan: Any) -> dict[str, str]:
@@ -628,7 +628,13 @@ class Controller:
                 dlq_arn=dlq_arn[0],
                 version=version,
                 prefix=self.config.queue_prefix,
-                visibility_timeout_s=self.config.visibility_timeout_s,
+                visibility_timeout_s=visibility_timeout_for(
+                    slo_s,
+                    module_plan,
+                    self.config.delete_linger_s,
+                    self.config.min_visibility_s,
+                    self.config.visibility_timeout_s,
+                ),
             )
 
         return make

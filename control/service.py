@@ -119,7 +119,7 @@ def build_controller(
         plans=PlanStore(ddb, data.config_table),
         registry=registry,
         states=states,
-        rates=ObservedRates(cw, data.metrics_namespace),
+        rates=ObservedRates(cw, data.metrics_namespace, shed_cap=control.shed_demand_cap),
         overruns=ServiceOverruns(cw, data.metrics_namespace),
         hop_delays=HopDelays(cw, data.metrics_namespace),
         groups=FleetGroups(client("autoscaling"), control.asg_names),
