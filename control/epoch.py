@@ -749,6 +749,8 @@ class Controller:
             return
         state.sweep_bucket = report.next_bucket
         summary.sweep = report.as_json()
+        if report.error:
+            summary.warnings.append(f"sweep: {report.error}")
         summary.timings_ms["sweep"] = round((time.perf_counter() - t0) * 1e3, 2)
 
     def _emit(self, summary: EpochSummary) -> None:

@@ -8,18 +8,20 @@ deadline index (``core.adapters.results``, one Query per shard), the ``outcome``
 claim a worker writes when it emits the frame's outcome), and for a frame without one it walks the
 frame's task tree:
 
-- finished (every reachable task recorded): its outcome had not been settled (a worker's check
+- finished (every reachable task recorded): its outcome had not been emitted (a worker's check
   was lost); the sweeper claims and emits it, as the worker would have;
 - not finished: its missing tasks' messages were lost or stranded. Each missing task is recorded
   ``dropped`` with ``reason: "stranded"`` by the same conditional write a worker uses (a worker
   that processes the message later finds it recorded: a duplicate, nothing overwritten), which
-  makes the frame read ``dropped``; then its outcome is claimed and settled (``FramesDropped``).
+  makes the frame read ``dropped``; then its outcome is claimed and emitted (``FramesDropped``).
 
 The invariant ``accepted = answered + dropped-with-reason + in flight`` is then checked for the
 swept minutes, whose frames are no longer in flight: ``FramesUnaccounted`` (no dimension) counts
 the swept frames that are neither answered nor dropped after the sweep (a write that failed, a
 frame item missing). It must stay 0; the observability stack alarms on it. ``FramesStranded``
-(App) counts the frames the sweeper recorded dropped.
+(App) counts the frames the sweeper recorded dropped; ``SweepErrors`` is 1 for a sweep that stopped
+on a read error (then ``FramesUnaccounted`` is emitted only if a minute was swept: a sweep that
+cannot read never reports 0).
 
 Idempotent: a minute swept twice (a state write lost, two planners) finds every frame's outcome
 claimed; the drop records and the claim are conditional writes.
@@ -71,6 +73,7 @@ class SweepReport:
     settled: int = 0  # frames without an outcome item this sweep settled (a lost check, or stranded)
     unaccounted: list[str] = field(default_factory=list)  # request ids neither answered nor dropped
     next_bucket: int | None = None  # the first minute the next sweep reads
+    error: str | None = None  # why the sweep stopped early (the rest: the next epoch)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +84,7 @@ class SweepReport:
             "stranded": self.stranded,
             "settled": self.settled,
             "unaccounted": len(self.unaccounted),
+            **({"error": self.error} if self.error else {}),
         }
 
 
@@ -160,6 +164,7 @@ def sweep(
                 claimed.update(results.outcome_status([frame.request_id for frame in frames[i : i + 100]]))
         except DataPlaneError as exc:  # this minute again next epoch
             log.warning("sweep of minute %d stopped: %s", bucket, exc)
+            report.error = f"minute {bucket}: {exc}"
             break
         for frame in frames:
             status = claimed.get(frame.request_id)
@@ -190,7 +195,10 @@ def sweep(
             len(report.unaccounted),
             ", ".join(report.unaccounted[:10]),
         )
-    metrics.put("FramesUnaccounted", len(report.unaccounted))
+    # a sweep that could not read says so (SweepErrors) rather than report nothing unaccounted
+    metrics.put("SweepErrors", 1 if report.error else 0)
+    if report.buckets:
+        metrics.put("FramesUnaccounted", len(report.unaccounted))
     metrics.put("FramesSwept", report.accepted)
     for app, count in sorted(stranded_by_app.items()):
         metrics.put("FramesStranded", count, App=app)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from control.rehome import _share_queue
-from control.sweeper import SweepConfig, _stranded_record, due_buckets
+from control.sweeper import SweepConfig, _stranded_record, due_buckets, sweep
 
 
 @pytest.mark.parametrize(
@@ -67,3 +67,21 @@ def test_a_heartbeat_share_names_its_queue(name, version, url):
     assert _share_queue(store, name, version, cache) == url
     _share_queue(store, name, version, cache)
     assert store.reads <= 1  # one read per (version, app)
+
+
+class _Unreadable:
+    retention_s = 86_400.0
+
+    def due_frames(self, bucket):
+        from core.errors import ResultStoreError
+
+        raise ResultStoreError("AccessDenied")
+
+
+def test_a_sweep_that_cannot_read_reports_an_error_never_zero_unaccounted():
+    from core.adapters.metrics import MemoryMetrics
+
+    metrics = MemoryMetrics()
+    report = sweep(_Unreadable(), metrics, 5, 600.0, SweepConfig(grace_s=120.0))
+    assert report.error and report.buckets == [] and report.next_bucket == 5  # the cursor stays
+    assert metrics.total("SweepErrors") == 1 and metrics.values("FramesUnaccounted") == []
