@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from control.errors import ControlError
 from control.hops import HopSettings
+from core.adapters.rates import DEFAULT_SHED_CAP
 from core.settings import DEFAULT_DELETE_LINGER_S, delete_linger_from_env
 
 if TYPE_CHECKING:
@@ -52,10 +53,18 @@ class ControlConfig:
     rate_lag_s: float = 5.0
     unavailable_s: float = 600.0  # s a hardware type is left out after a failed launch
     stale_s: float = 180.0  # s: an instance whose heartbeat is older is gone
+    # frames the front shed count as demand up to this many times those accepted (core/adapters/rates.py
+    # ObservedRates; 0: plan from admitted frames alone): a flood of refused requests cannot raise the plan
+    shed_demand_cap: float = DEFAULT_SHED_CAP
+    # s past a frame's deadline before the sweeper accounts for it (control/sweeper.py); 0: no sweep
+    sweep_grace_s: float = 120.0
     emulated_hardware: tuple[str, ...] = ()  # local stack: GPU classes emulated from profiles
     dlq_arn: str | None = None  # shared DLQ of the task queues (None: one DLQ per app)
     queue_prefix: str = "skinflint-"
-    visibility_timeout_s: int = 30
+    visibility_timeout_s: int = 30  # s: the longest a task queue's visibility timeout is
+    # s: the shortest; each module's is its SLO + 2 x its longest batch + the delete linger + 5 s
+    # (control/queues.py visibility_timeout_for): a dead worker's messages return that much sooner
+    min_visibility_s: int = 10
     queue_workers: int = 1  # apps whose queues are created in parallel (moto's SQS is not thread-safe)
     policy: str = "skinflint"
     child_headroom: float = 0.0  # extra planned rate of child modules (planner.robust, docs/dispatch.md)
@@ -140,11 +149,15 @@ class ControlConfig:
                 rate_lag_s=float(e.get("SKINFLINT_RATE_LAG_S", d.rate_lag_s)),
                 unavailable_s=float(e.get("SKINFLINT_UNAVAILABLE_S", d.unavailable_s)),
                 stale_s=float(e.get("SKINFLINT_INSTANCE_STALE_S", d.stale_s)),
+                sweep_grace_s=float(e.get("SKINFLINT_SWEEP_GRACE_S", d.sweep_grace_s)),
+                shed_demand_cap=float(e.get("SKINFLINT_SHED_DEMAND_CAP", d.shed_demand_cap)),
                 emulated_hardware=tuple(
                     h for h in (e.get("SKINFLINT_EMULATED_HARDWARE") or "").split(",") if h
                 ),
                 dlq_arn=e.get("SKINFLINT_TASKS_DLQ_ARN") or None,
                 queue_prefix=e.get("SKINFLINT_QUEUE_PREFIX", d.queue_prefix),
+                visibility_timeout_s=int(e.get("SKINFLINT_VISIBILITY_TIMEOUT_S", d.visibility_timeout_s)),
+                min_visibility_s=int(e.get("SKINFLINT_MIN_VISIBILITY_S", d.min_visibility_s)),
                 queue_workers=max(1, int(e.get("SKINFLINT_QUEUE_WORKERS", d.queue_workers))),
                 child_headroom=float(e.get("SKINFLINT_CHILD_HEADROOM", d.child_headroom)),
                 machine_caps={

@@ -21,7 +21,8 @@
    served needs), through hysteresis;
 7. the admission reserve of every app with a ``shed_target`` whose rate moved past the review band
    chosen again for the next epoch (:mod:`control.reserves`), within its own time budget;
-8. garbage collection of old versions, drained queues and dead instances' claims.
+8. garbage collection of old versions, drained queues and dead instances' claims; the messages of
+   a superseded queue nothing consumes any more are moved to the current version (control/rehome.py).
 
 Every epoch first checks the activation of a version still waiting for its slots.
 
@@ -64,10 +65,11 @@ from control.planning import (
     scale_target,
 )
 from control.problems import DERIVED_MARGIN, plan_sources, prefer_measured
-from control.queues import create_module_queues, ensure_app_dlq
+from control.queues import create_module_queues, ensure_app_dlq, visibility_timeout_for
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
 from control.state import ControlState, EpochTakenError
+from control.sweeper import SweepConfig, sweep
 from core.adapters.autoscaling import AutoScalingError
 from core.adapters.plan_store import VersionConflictError
 from core.adapters.rates import RateWindow
@@ -84,7 +86,9 @@ if TYPE_CHECKING:
     from core.adapters.metrics import Metrics
     from core.adapters.plan_store import Manifest, PlanStore
     from core.adapters.queue_admin import QueueAdmin
+    from core.adapters.queues import TaskQueues
     from core.adapters.rates import HopDelays, ObservedRates, ServiceOverruns
+    from core.adapters.results import ResultStore
     from core.schema import Deployment
     from planner.models import HardwareSpec, Plan, ProblemSpec
     from planner.packing import FleetPlan
@@ -118,6 +122,7 @@ class EpochSummary:
     timings_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     gc: dict[str, Any] = field(default_factory=dict)
+    sweep: dict[str, Any] = field(default_factory=dict)  # the stranded-frame sweep (control/sweeper.py)
     activation: dict[str, Any] = field(default_factory=dict)  # control.activation.ActivationCheck
     corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
     # app -> module -> the hop it is planned with: hop_s, source (default | kept | measured), samples
@@ -163,6 +168,8 @@ class Controller:
     # model -> its entries in the shared profile store, where instances write what they measured
     # (workers/onsite.py); None: the registrations' profiles alone
     stored_profile: Callable[[str], list[dict[str, Any]]] | None = None
+    tasks: TaskQueues | None = None  # the data plane's queues: GC moves stranded messages (None: not)
+    results: ResultStore | None = None  # the results table: stranded frames are swept (None: not)
     # what the epoch's reserve review reads: the registered apps and the hardware planned on
     _review: tuple[Mapping[str, tuple[AppRecord, RegistrationSpec]], list[str] | None] | None = field(
         default=None, init=False, repr=False
@@ -197,6 +204,7 @@ class Controller:
         if summary.status == "published" and self.config.activate_wait_s > 0:
             self._await_activation(summary)
         self._collect(now, summary)
+        self._sweep(now, state, summary)
         summary.timings_ms["total"] = round((time.perf_counter() - t0) * 1e3, 2)
         state.last = summary.as_json() | {"at": now}
         try:
@@ -391,7 +399,7 @@ class Controller:
                 changes[app],
                 version=version,
                 now=now,
-                make_queues=self._queue_factory(app, version),
+                make_queues=self._queue_factory(app, version, apps[app][1].slo_s),
                 emulated=emulated[app],
                 overhead_s=self.config.hop_overhead_s,
                 corrections=state.corrections.get(app),
@@ -640,7 +648,7 @@ class Controller:
         used = {group.hardware for mp in plan.modules.values() for group in mp.groups}
         return sorted(used & set(self.config.emulated_hardware))
 
-    def _queue_factory(self, app: str, version: int) -> Callable[[str, Any], dict[str, str]]:
+    def _queue_factory(self, app: str, version: int, slo_s: float) -> Callable[[str, Any], dict[str, str]]:
         dlq_arn: list[str] = [self.config.dlq_arn] if self.config.dlq_arn else []
 
         def make(module: str, module_plan: Any) -> dict[str, str]:
@@ -654,7 +662,13 @@ class Controller:
                 dlq_arn=dlq_arn[0],
                 version=version,
                 prefix=self.config.queue_prefix,
-                visibility_timeout_s=self.config.visibility_timeout_s,
+                visibility_timeout_s=visibility_timeout_for(
+                    slo_s,
+                    module_plan,
+                    self.config.delete_linger_s,
+                    self.config.min_visibility_s,
+                    self.config.visibility_timeout_s,
+                ),
             )
 
         return make
@@ -743,11 +757,35 @@ class Controller:
                     queue_prefix=self.config.queue_prefix,
                     keep_previous_s=max(self.config.epoch_s, self.config.activate_lead_s),
                 ),
+                tasks=self.tasks,
             )
         except Exception as exc:  # noqa: BLE001 - GC is best effort; the next epoch retries
             summary.warnings.append(f"gc: {type(exc).__name__}: {exc}")
             return
         summary.gc = report.as_json()
+
+    def _sweep(self, now: float, state: ControlState, summary: EpochSummary) -> None:
+        """Account for the frames past their deadline (control/sweeper.py); the cursor is saved
+        with the state."""
+        if self.results is None or self.config.sweep_grace_s <= 0:
+            return
+        t0 = time.perf_counter()
+        try:
+            report = sweep(
+                self.results,
+                self.metrics,
+                state.sweep_bucket,
+                now,
+                SweepConfig(grace_s=self.config.sweep_grace_s),
+            )
+        except Exception as exc:  # noqa: BLE001 - best effort like GC; the next epoch sweeps again
+            summary.warnings.append(f"sweep: {type(exc).__name__}: {exc}")
+            return
+        state.sweep_bucket = report.next_bucket
+        summary.sweep = report.as_json()
+        if report.error:
+            summary.warnings.append(f"sweep: {report.error}")
+        summary.timings_ms["sweep"] = round((time.perf_counter() - t0) * 1e3, 2)
 
     def _emit(self, summary: EpochSummary) -> None:
         metrics = self.metrics
@@ -756,6 +794,8 @@ class Controller:
         metrics.put("PlanVersionPublished", 1 if summary.status == "published" else 0)
         metrics.put("CarriedApps", len(summary.carried))  # on a plan to solve again (solve budget)
         metrics.put("EpochMs", summary.timings_ms.get("total", 0.0), "Milliseconds")
+        # messages found in a superseded queue nothing consumed, moved to the current version (gc)
+        metrics.put("StrandedMessagesMoved", int(summary.gc.get("moved", 0)))
         metrics.put("BilledCostPerHour", summary.billed_per_hour, "None")
         metrics.put("OccupancyCostPerHour", summary.occupancy_per_hour, "None")
         for hw, count in summary.counts.items():

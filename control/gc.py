@@ -6,7 +6,10 @@ versions its heartbeat lists: during a version change an instance still drains t
 superseded version after it adopted the new one), and while it is
 newer than the current one (a writer may be publishing it; older than ``orphan_s`` it is an
 orphan). Any other version is deleted once the queues only it references are empty (deleted
-first); a queue still holding messages keeps its version for the next epoch. A claim of an
+first); a queue still holding messages keeps its version for the next epoch. A queue of an older
+version that the current one does not reference and that no live instance consumes (no heartbeat
+lists a share on it) has its messages moved to the current version's queues
+(:mod:`control.rehome`): nothing is left waiting for a consumer that will never come. A claim of an
 instance whose heartbeat is older than ``stale_s`` (or that never sent one) is released so a
 replacement can take the slot.
 """
@@ -18,14 +21,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from control.queues import as_queue_admin
+from control.rehome import consumed_queues, move_stranded
 from core.adapters.queues import queue_gone
 from core.errors import QueueError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from core.adapters.plan_store import Manifest, PlanStore
+    from core.adapters.plan_store import InstanceStatus, Manifest, PlanStore
     from core.adapters.queue_admin import QueueAdmin
+    from core.adapters.queues import TaskQueues
 
 __all__ = ["GcConfig", "GcReport", "collect", "release_dead_claims", "sweep_orphan_queues"]
 
@@ -36,6 +41,7 @@ class GcConfig:
     keep_previous_s: float = 60.0  # s after activation the previous version is kept at least
     orphan_s: float = 600.0  # s: a version newer than current and older than this is an orphan
     queue_prefix: str = "skinflint-"
+    max_moves: int = 100  # stranded messages moved to the current version per pass (the rest: next)
 
 
 @dataclass
@@ -45,9 +51,15 @@ class GcReport:
     waiting_queues: list[str] = field(default_factory=list)  # not empty yet: version kept
     released: list[str] = field(default_factory=list)  # "slot:instance" claims released
     kept: list[int] = field(default_factory=list)
+    moved: int = 0  # stranded messages moved to the current version's queues
+    unmovable: int = 0  # stranded messages of a module the current version does not plan
+    stranded_queues: list[str] = field(default_factory=list)  # queues something was moved from
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "moved": self.moved,
+            "unmovable": self.unmovable,
+            "stranded_queues": len(self.stranded_queues),
             "deleted_versions": self.deleted_versions,
             "deleted_queues": len(self.deleted_queues),
             "waiting_queues": len(self.waiting_queues),
@@ -56,15 +68,25 @@ class GcReport:
         }
 
 
-def _kept(store: PlanStore, cur: Manifest, versions: list[int], now: float, cfg: GcConfig) -> set[int]:
-    keep = {cur.version}
-    if cur.previous is not None and now < cur.activate_at + cfg.keep_previous_s:
-        keep.add(cur.previous)
-    live = [
+def _live(store: PlanStore, now: float, cfg: GcConfig) -> list[InstanceStatus]:
+    return [
         status
         for status in store.instances().values()
         if status.at >= now - cfg.stale_s and status.state != "gone"
     ]
+
+
+def _kept(
+    store: PlanStore,
+    cur: Manifest,
+    versions: list[int],
+    now: float,
+    cfg: GcConfig,
+    live: list[InstanceStatus],
+) -> set[int]:
+    keep = {cur.version}
+    if cur.previous is not None and now < cur.activate_at + cfg.keep_previous_s:
+        keep.add(cur.previous)
     keep |= {version for status in live for version in status.served_versions()}
     for version in versions:
         if version > cur.version:
@@ -93,6 +115,33 @@ def _queues(store: PlanStore, version: int) -> set[str]:
     }
 
 
+def _move_stranded(
+    store: PlanStore,
+    tasks: TaskQueues,
+    depth: Callable[[str], int],
+    cur: Manifest,
+    versions: list[int],
+    live: list[InstanceStatus],
+    now: float,
+    cfg: GcConfig,
+    report: GcReport,
+) -> None:
+    """Move what waits in the queues of older versions that nothing consumes (:mod:`control.rehome`)."""
+    by_version = {version: _queues(store, version) for version in versions}
+    current = set().union(*(urls for version, urls in by_version.items() if version >= cur.version))
+    consumed = consumed_queues(store, live, by_version)
+    stranded = sorted(
+        {url for version, urls in by_version.items() if version < cur.version for url in urls}
+        - current
+        - consumed
+    )
+    stranded = [url for url in stranded if (_depth(depth, url) or 0) > 0]
+    if not stranded:
+        return
+    moved = move_stranded(tasks, stranded, store.deployments(cur.version), now, cfg.max_moves)
+    report.moved, report.unmovable, report.stranded_queues = moved.moved, moved.unmovable, moved.queues
+
+
 def release_dead_claims(store: PlanStore, version: int, now: float, cfg: GcConfig) -> list[str]:
     beats = store.instances()
     out: list[str] = []
@@ -111,9 +160,11 @@ def collect(
     depth: Callable[[str], int],
     now: float,
     cfg: GcConfig | None = None,
+    tasks: TaskQueues | None = None,
 ) -> GcReport:
     """One GC pass (the planner runs it at the end of every epoch). ``queues``: the adapter (or an
-    SQS client, :func:`control.queues.as_queue_admin`)."""
+    SQS client, :func:`control.queues.as_queue_admin`); ``tasks``: the data plane's queues, to
+    move stranded messages with (None: nothing is moved)."""
     queues = as_queue_admin(queues)
     cfg = cfg or GcConfig()
     report = GcReport()
@@ -122,8 +173,11 @@ def collect(
         return report
     report.released = release_dead_claims(store, cur.version, now, cfg)
     versions = store.versions()
-    keep = _kept(store, cur, versions, now, cfg)
+    live = _live(store, now, cfg)
+    keep = _kept(store, cur, versions, now, cfg, live)
     report.kept = sorted(keep)
+    if tasks is not None and now >= cur.activate_at:
+        _move_stranded(store, tasks, depth, cur, versions, live, now, cfg, report)
     live_queues: set[str] = set()
     for version in keep:
         live_queues |= _queues(store, version)

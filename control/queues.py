@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from core.adapters.queue_admin import QueueAdmin
@@ -30,6 +31,7 @@ __all__ = [
     "as_queue_admin",
     "ensure_app_dlq",
     "queue_name",
+    "visibility_timeout_for",
 ]
 
 DEFAULT_PREFIX = "skinflint-"  # cdk/constants.py QUEUE_NAME_PREFIX (the IAM policies' scope)
@@ -68,6 +70,24 @@ def ensure_app_dlq(queues: QueueAdmin | Any, app: str, prefix: str = DEFAULT_PRE
     except QueueError as exc:
         raise ConfigError(f"cannot create the dead-letter queue of {app}: {exc}") from exc
     return url, arn
+
+
+def visibility_timeout_for(
+    slo_s: float, module_plan: ModulePlan, linger_s: float, floor_s: int, cap_s: int
+) -> int:
+    """A module's queues' visibility timeout (s): how long a received message stays invisible.
+
+    A worker holds a message at most until its frame's deadline (``slo_s`` after acceptance: a
+    request that can no longer meet it is dropped early, and a batch starts only if it can finish
+    by then), plus the delete linger; twice the longest planned batch and 5 s of margin cover a
+    batch that overruns its profile. Longer is waste: when a worker dies, what it held is invisible
+    until the timeout ends, and the front's admission counts those messages as backlog meanwhile
+    (issue #28: 30 s of ``queue_backlog`` refusals after a CPU agent crash whose replacement
+    answered within 6 s). A failed batch is also retried after it. Between ``floor_s`` and
+    ``cap_s`` (``ControlConfig.min_visibility_s`` and ``visibility_timeout_s``)."""
+    longest = max((group.duration_s for group in module_plan.groups), default=0.0)
+    hold = slo_s + 2.0 * longest + linger_s + 5.0
+    return int(min(cap_s, max(floor_s, math.ceil(hold))))
 
 
 def create_module_queues(

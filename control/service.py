@@ -31,6 +31,7 @@ from core.adapters.plan_store import InstanceStatus, PlanStore
 from core.adapters.queue_admin import QueueAdmin
 from core.adapters.queues import TaskQueues
 from core.adapters.rates import HopDelays, ObservedRates, ServiceOverruns
+from core.adapters.results import ResultStore
 from core.adapters.usage import report_to
 from core.clients import make_client
 from core.errors import DataPlaneError, MetricsError
@@ -119,13 +120,15 @@ def build_controller(
         plans=PlanStore(ddb, data.config_table),
         registry=registry,
         states=states,
-        rates=ObservedRates(cw, data.metrics_namespace),
+        rates=ObservedRates(cw, data.metrics_namespace, shed_cap=control.shed_demand_cap),
         overruns=ServiceOverruns(cw, data.metrics_namespace),
         hop_delays=HopDelays(cw, data.metrics_namespace),
         stored_profile=stored_entries(profile_store(s3, data.bucket)),  # measured on instances (#27)
         groups=FleetGroups(client("autoscaling"), control.asg_names),
         queues=QueueAdmin(sqs),
         depth=TaskQueues(sqs).depth,
+        tasks=TaskQueues(sqs),
+        results=ResultStore(ddb, data.results_table, data.results_retention_s),
         metrics=report_to(CloudWatchMetrics(cw, data.metrics_namespace), "control"),
         catalog=load_catalog(s3, data.bucket),
         clock=clock,

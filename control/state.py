@@ -1,9 +1,9 @@
 """The control loop's own state between epochs (the planner Lambda keeps no memory): epoch number
 and time, observed-rate history per app, the hysteresis state, hardware that could not be had, the
-backlog corrections waiting for the next epoch, the admission reserves chosen again for apps whose
-rate moved away from the one their ``shed_target`` was met at, and the last epoch's summary
-(``skinflint status`` shows it). One item, ``control#state``, written
-with a condition on the epoch number read, so two planners never run one epoch twice."""
+backlog corrections waiting for the next epoch, the sweeper's cursor, the admission reserves chosen
+again for apps whose rate moved away from the one their ``shed_target`` was met at, and the last
+epoch's summary (``skinflint status`` shows it). One item, ``control#state``, written with a
+condition on the epoch number read, so two planners never run one epoch twice."""
 
 from __future__ import annotations
 
@@ -57,6 +57,8 @@ class ControlState(BaseModel):
     reserves: dict[str, ReserveChoice] = Field(default_factory=dict)  # app -> reserve chosen again
     # measured hops (control/hops.py): app -> module -> s (a module not here is planned with the default)
     hops: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # the stranded-frame sweeper (control/sweeper.py): the first deadline minute not swept yet
+    sweep_bucket: int | None = None
 
 
 class StateStore:

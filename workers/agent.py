@@ -17,7 +17,9 @@ It applies the planner's decisions; it decides nothing itself.
 2. **Version change**: a new version is claimed at once (same slot when possible). A share whose
    queue and configuration are unchanged keeps its worker (no reload); a new share's model is
    loaded and its worker started BEFORE anything old stops. From ``activate_at`` every worker
-   forwards children with the new version's routing; an old share is served until the new
+   forwards children with the new version's routing (also a retiring share of an app the new
+   version gives this instance no share of: its children must reach served queues); an old share
+   is served until the new
    version is active, ``retire_grace_s`` has passed and its queue is empty, then stopped. Nothing
    is deleted unprocessed: a stopping worker finishes its batch in hand and releases the rest.
    A share whose queue was deleted under it (the worker logs it and stops) is accounted for, not
@@ -350,14 +352,33 @@ class InstanceAgent:
                     runner.worker.retarget(pending.routers[runner.share.app])
                     runner.version = pending.version
             for runner in self._runners:
-                if runner.retiring and runner.share.app in pending.routers:
-                    runner.worker.forward_with(pending.routers[runner.share.app])
+                if runner.retiring:
+                    router = self._forward_router(runner.share.app, pending)
+                    if router is not None:
+                        runner.worker.forward_with(router)
             log.info("v%d active", pending.version)
             self._prune_routers()
         if activated and not self._pending:
             for runner in self._runners:
                 if runner.retiring:
                     runner.retire_after = now + self.retire_grace_s
+
+    def _forward_router(self, app: str, pending: _Pending) -> Router | None:
+        """The routing a retiring share of ``app`` forwards with once ``pending`` is active: the
+        version's, also when this instance serves no share of the app in it (no slot, or a slot of
+        other apps). Without it the share's children would go to the superseded version's queues,
+        whose consumers retire once empty (issue #28). None when the version does not deploy the
+        app (its children keep the old routing; the collector moves what nothing consumes)."""
+        router = pending.routers.get(app)
+        if router is not None:
+            return router
+        try:
+            return self._router(app, pending.version)
+        except DataPlaneError as exc:
+            log.warning(
+                "v%d: no routing for %s (%s): old shares keep forwarding as before", pending.version, app, exc
+            )
+            return None
 
     def _retire(self, now: float) -> None:
         """Stop old shares that are done: new version active, grace passed, nothing buffered or

@@ -11,7 +11,7 @@
   ``ShedTargetUnmet``, ``EpochMs``, ``PlannedInstances``) and the front function.
 
 Alarms (DLQ depth, queue age, SLO attainment, planning failures, plans carried for long, shed targets
-no reserve meets, front errors) notify an encrypted SNS topic."""
+no reserve meets, frames unaccounted for, front errors) notify an encrypted SNS topic."""
 
 from __future__ import annotations
 
@@ -305,6 +305,24 @@ class ObservabilityStack(Stack):
             f"For {C.SHED_TARGET_ALARM_MINUTES} minutes an app's shed_target has not been met by any "
             "admission reserve at its current rate: its front sheds more than the target; register it "
             "with a longer SLO or a larger shed_target",
+        )
+        # the stranded-frame sweeper (control/sweeper.py) emits every epoch how many frames past their
+        # deadline are neither answered nor dropped with a reason: the "nothing lost" invariant
+        self._alarm(
+            "unaccounted",
+            cw.Metric(
+                namespace=NS, metric_name="FramesUnaccounted", statistic="Maximum", period=Duration.minutes(5)
+            ).create_alarm(
+                self,
+                "FramesUnaccounted",
+                alarm_description="Accepted frames past their deadline are neither answered nor dropped "
+                "with a reason (accepted = answered + dropped + in flight does not hold): the sweeper's "
+                "log names them",
+                threshold=0,
+                evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            ),
         )
         self._alarm(
             "front_errors",

@@ -15,7 +15,7 @@ from core.hops import BOUNDS_MS, BUCKET_METRIC
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-__all__ = ["SHED_REASONS", "HopDelays", "ObservedRates", "RateWindow", "ServiceOverruns"]
+__all__ = ["DEFAULT_SHED_CAP", "SHED_REASONS", "HopDelays", "ObservedRates", "RateWindow", "ServiceOverruns"]
 
 _MAX_QUERIES = 500  # GetMetricData's limit per call
 #: FrontRejected reasons that mean "no planned capacity for this frame" (front/admission.py)
@@ -96,11 +96,25 @@ def _epoch_s(stamp: Any) -> float:
     return stamp.timestamp() if isinstance(stamp, dt.datetime) else float(stamp)
 
 
+#: Shed frames count as demand up to this many times the frames accepted in the same window (the
+#: default of ``ObservedRates.shed_cap``; ``SKINFLINT_SHED_DEMAND_CAP``): see :class:`ObservedRates`.
+DEFAULT_SHED_CAP = 1.5
+
+
 class ObservedRates:
     """Demand per app: frames accepted (``FramesAccepted``) plus frames the front shed for lack of
     planned capacity (``FrontRejected`` with one of ``shed_reasons``): a front that sheds at the
     planned rate would otherwise never show the planner that more is needed. A client that retries
-    a shed frame is counted twice; the planner's headroom absorbs that."""
+    a shed frame is counted twice; the planner's headroom absorbs that.
+
+    Refusals are not demand the plan must serve: a flood of requests the front refuses (one key
+    sending 600 requests/s against a plan for 5 frames/s, issue #28) took the planned rate from 4.5 to
+    445 frames/s within an epoch. So the shed frames counted are at most ``shed_cap`` times the
+    frames accepted in the window: a real ramp is still seen (3 x the load with 25 accepted and 35
+    shed reads 60 frames/s), but refusals can raise one epoch's observed rate to at most
+    ``1 + shed_cap`` times what was admitted. ``shed_cap = 0`` plans from admitted frames alone
+    (a ramp beyond the admission cap is then found only through the planner's headroom, about 10 %
+    an epoch). Per-key refusals (``rate_limited``, 429) are never counted."""
 
     def __init__(
         self,
@@ -109,12 +123,16 @@ class ObservedRates:
         metric: str = "FramesAccepted",
         shed_metric: str = "FrontRejected",
         shed_reasons: tuple[str, ...] = SHED_REASONS,
+        shed_cap: float | None = DEFAULT_SHED_CAP,
     ):
+        if shed_cap is not None and not shed_cap >= 0:
+            raise ValueError(f"shed_cap must be >= 0 or None, got {shed_cap!r}")
         self._cw = client
         self.namespace = namespace
         self.metric = metric
         self.shed_metric = shed_metric
         self.shed_reasons = shed_reasons
+        self.shed_cap = shed_cap  # None: every shed frame counts (before issue #28)
 
     def _series(self, apps: list[str]) -> list[tuple[str, str, list[dict[str, str]]]]:
         out = [(app, self.metric, [{"Name": "App", "Value": app}]) for app in apps]
@@ -136,22 +154,29 @@ class ObservedRates:
         before it had none, the app's first frames are in the window and its first period is
         likely partial (frames began somewhere inside it): the rate over the window under-counts."""
         names = sorted(set(apps))
-        total = dict.fromkeys(names, 0.0)
+        accepted = dict.fromkeys(names, 0.0)
+        shed = dict.fromkeys(names, 0.0)
         first: dict[str, float | None] = dict.fromkeys(names)
         series = self._series(names)
         wider = RateWindow(window.end, window.seconds + window.period_s, window.period_s)
         for index, stamps, values in _metric_points(
             self._cw, self.namespace, [(metric, dims) for _, metric, dims in series], "Sum", wider
         ):
-            app = series[index][0]
-            total[app] += sum(
+            app, metric, _ = series[index]
+            into = accepted if metric == self.metric else shed
+            into[app] += sum(
                 value for stamp, value in zip(stamps, values, strict=True) if stamp >= window.start
             )
             seen = [stamp for stamp, value in zip(stamps, values, strict=True) if value > 0]
             if seen:
                 cur = first[app]
                 first[app] = min(seen) if cur is None else min(cur, *seen)
-        return {app: (total[app] / window.seconds, first[app]) for app in names}
+        return {app: (self.demand(accepted[app], shed[app]) / window.seconds, first[app]) for app in names}
+
+    def demand(self, accepted: float, shed: float) -> float:
+        """Frames demanded: the accepted ones and the shed ones up to ``shed_cap`` x accepted."""
+        counted = shed if self.shed_cap is None else min(shed, self.shed_cap * accepted)
+        return accepted + counted
 
 
 class ServiceOverruns:

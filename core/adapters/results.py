@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +35,54 @@ from core.errors import ResultStoreError
 from core.schema import ResultOut, TaskOut
 from core.settings import DEFAULT_RESULTS_RETENTION_DAYS
 
-__all__ = ["EXPIRES_AT", "FrameRecord", "ResultStore", "TaskRecord", "expires_at", "read_items"]
+__all__ = [
+    "DUE_BUCKET_S",
+    "DUE_SHARDS",
+    "EXPIRES_AT",
+    "DueFrame",
+    "FrameRecord",
+    "ResultStore",
+    "TaskRecord",
+    "due_bucket",
+    "due_key",
+    "expires_at",
+    "read_items",
+]
 
 _FRAME_SK = "frame"
 #: the results table's TTL attribute (cdk/constants.py RESULTS_TTL_ATTRIBUTE): epoch seconds
 EXPIRES_AT = "expires_at"
+
+
+#: The deadline index (read by the stranded-frame sweeper, control/sweeper.py): one small item per
+#: frame, ``pk = due#<deadline minute>#<shard>``, ``sk = <request id>``, written with the frame item
+#: in the same BatchWriteItem. A minute's frames are read back with one Query per shard, so finding
+#: the frames whose deadline passed costs reads in proportion to those frames, never a Scan.
+DUE_BUCKET_S = 60  # s of deadlines per index partition
+DUE_SHARDS = 4  # partitions per minute: spreads the index writes (1,000 writes/s per partition key)
+_DUE_PREFIX = "due#"
+
+
+def due_bucket(deadline: float) -> int:
+    """The index bucket (minute number since the epoch) of a deadline."""
+    return int(deadline // DUE_BUCKET_S)
+
+
+def due_key(bucket: int, shard: int) -> str:
+    return f"{_DUE_PREFIX}{bucket}#{shard}"
+
+
+def _shard(request_id: str) -> int:
+    return zlib.crc32(request_id.encode()) % DUE_SHARDS
+
+
+@dataclass(frozen=True)
+class DueFrame:
+    """A frame of the deadline index."""
+
+    request_id: str
+    app: str
+    deadline: float
 
 
 def expires_at(written_at: float, retention_s: float) -> int:
@@ -109,6 +153,18 @@ class ResultStore:
             )
             for frame in frames
         ]
+        items += [
+            to_item(
+                {
+                    "pk": due_key(due_bucket(frame.deadline), _shard(frame.request_id)),
+                    "sk": frame.request_id,
+                    "app": frame.app,
+                    "deadline": frame.deadline,
+                    EXPIRES_AT: expiry,
+                }
+            )
+            for frame in frames
+        ]
         try:
             for i in range(0, len(items), 25):
                 left: dict[str, Any] = {
@@ -124,6 +180,60 @@ class ResultStore:
                     raise ResultStoreError("DynamoDB left frame records unprocessed after 6 tries")
         except AWS_ERRORS as exc:
             raise ResultStoreError(f"cannot create {len(items)} frame record(s): {exc}") from exc
+
+    # -- the stranded-frame sweeper ------------------------------------------------------------------
+    def due_frames(self, bucket: int) -> list[DueFrame]:
+        """The frames whose deadline falls in ``bucket`` (:func:`due_bucket`): one Query per shard
+        (each page up to 1 MB, about 10,000 index items), eventually consistent (the items were
+        written a minute or more before)."""
+        out: list[DueFrame] = []
+        for shard in range(DUE_SHARDS):
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "KeyConditionExpression": "pk = :pk",
+                "ExpressionAttributeValues": {":pk": {"S": due_key(bucket, shard)}},
+            }
+            while True:
+                try:
+                    page = self._ddb.query(**kwargs)
+                except AWS_ERRORS as exc:
+                    raise ResultStoreError(f"cannot read the deadline index {bucket}#{shard}: {exc}") from exc
+                for item in page.get("Items", []):
+                    doc = from_item(item)
+                    out.append(DueFrame(str(doc["sk"]), str(doc.get("app", "")), float(doc["deadline"])))
+                if not page.get("LastEvaluatedKey"):
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return out
+
+    def frame_tree(
+        self, request_id: str
+    ) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]], list[str]]:
+        """The frame item, its recorded reachable tasks and the ids of the reachable tasks not
+        recorded (what keeps it ``queued``), read by key level by level as :meth:`get_request`."""
+        frame = self._read_items([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
+        if frame is None:
+            return None, {}, []
+        tasks: dict[str, dict[str, Any]] = {}
+        missing: list[str] = []
+        level = _split(frame.get("roots"))
+        while level:
+            got = self._read_items([(request_id, f"task#{task}") for task in level])
+            found = {sk.removeprefix("task#"): item for (_, sk), item in got.items()}
+            missing += [task for task in level if task not in found]
+            tasks.update(found)
+            level = [
+                child
+                for item in found.values()
+                for child in _split(item.get("children"))
+                if child not in tasks
+            ]
+        return frame, tasks, missing
+
+    def outcome_status(self, request_ids: list[str]) -> dict[str, str]:
+        """request id -> the status its claimed ``outcome`` item records, for those that have one."""
+        got = self._read_items([(rid, "outcome") for rid in request_ids])
+        return {pk: str(item.get("status", "")) for (pk, _), item in got.items()}
 
     # -- workers -----------------------------------------------------------------------------------
     def record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
