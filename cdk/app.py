@@ -94,6 +94,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
         ControlStackProps(
             code_dir=code_dir,
             config_table=stateful.config_table,
+            results_table=stateful.results_table,
             bucket=stateful.bucket,
             tasks_dlq=stateful.tasks_dlq,
             fleet_events=stateful.fleet_events,

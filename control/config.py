@@ -42,6 +42,10 @@ class ControlConfig:
     # s: the worker's own latency-only time per batch besides the delivery: its batch-closing grace
     # (workers.worker.Worker.grace_s); added to every module's hop, the default or a measured one
     batch_overhead_s: float = 0.0
+    # fraction a derived profile entry (source "derived": no measurement of that model on that class
+    # yet) is planned longer by, until an instance measures it (docs/profiles.md); 0.5 = 1 / 0.66, the
+    # worst derived/measured ratio of the roofline derivation's leave-one-out on CUDA-graph points
+    derived_margin: float = 0.5
     measure_hops: bool = True  # plan each module with the p99 of its measured deliveries (HopDelayBucket)
     hop_floor_s: float = 0.02  # s: the least hop a measurement plans
     hop_min_samples: int = 100  # deliveries in the rate window before a module's p99 is used
@@ -109,6 +113,8 @@ class ControlConfig:
                 f"hop_floor_s and hop_band_s must be finite seconds >= 0, got {self.hop_floor_s}, "
                 f"{self.hop_band_s}"
             )
+        if not 0 <= self.derived_margin <= 10:  # noqa: PLR2004 -- 10 = derived entries planned 11x
+            raise ValueError(f"derived_margin must be a fraction in [0, 10], got {self.derived_margin}")
         if self.hop_min_samples < 1:
             raise ValueError(f"hop_min_samples must be >= 1, got {self.hop_min_samples}")
         if not 0 <= self.reserve_review_s < float("inf"):
@@ -140,6 +146,7 @@ class ControlConfig:
                 heartbeat_fresh_s=float(e.get("SKINFLINT_HEARTBEAT_FRESH_S", d.heartbeat_fresh_s)),
                 hop_overhead_s=float(e.get("SKINFLINT_HOP_OVERHEAD_S", d.hop_overhead_s)),
                 batch_overhead_s=float(e.get("SKINFLINT_BATCH_OVERHEAD_S", d.batch_overhead_s)),
+                derived_margin=float(e.get("SKINFLINT_DERIVED_MARGIN", d.derived_margin)),
                 measure_hops=(e.get("SKINFLINT_MEASURE_HOPS", "1").strip().lower() in ("1", "true", "yes")),
                 hop_floor_s=float(e.get("SKINFLINT_HOP_FLOOR_S", d.hop_floor_s)),
                 hop_min_samples=int(e.get("SKINFLINT_HOP_MIN_SAMPLES", d.hop_min_samples)),

@@ -64,7 +64,7 @@ from control.planning import (
     repack,
     scale_target,
 )
-from control.problems import DERIVED_MARGIN, plan_sources, prefer_measured
+from control.problems import plan_sources, prefer_measured
 from control.queues import create_module_queues, ensure_app_dlq, visibility_timeout_for
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
@@ -432,7 +432,7 @@ class Controller:
                     "failed": planned.failed,
                     "excluded_hardware": summary.excluded_hardware,
                     "activate_by": activate_by,
-                    "derived_margin": DERIVED_MARGIN,
+                    "derived_margin": self.config.derived_margin,
                 },
             )
         except VersionConflictError as exc:

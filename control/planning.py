@@ -140,6 +140,7 @@ def plan_inputs(
                 hops={
                     module: hop + config.batch_overhead_s for module, hop in state.hops.get(name, {}).items()
                 },
+                derived_margin=config.derived_margin,
             )
         except ValueError as exc:
             out.failed[name] = str(exc).splitlines()[0]

@@ -198,7 +198,14 @@ def preview_app(
     )
     planned = first_plan_rate(spec, config.headroom)
     try:
-        problem = app_problem(spec, planned, catalog, None, config.hop_overhead_s + config.batch_overhead_s)
+        problem = app_problem(
+            spec,
+            planned,
+            catalog,
+            None,
+            config.hop_overhead_s + config.batch_overhead_s,
+            derived_margin=config.derived_margin,
+        )
     except ValueError as exc:
         raise ControlError(f"{spec.name}: {str(exc).splitlines()[0]}") from exc
     if all_in is not None and all_in.fold:  # the whole bill in the objective: a plan per batch floor

@@ -41,13 +41,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from core.adapters.due_index import DueIndex
 from core.adapters.outcomes import FrameOutcomes
 from core.adapters.results import DUE_BUCKET_S, TaskRecord
 from core.errors import DataPlaneError
 
 if TYPE_CHECKING:
+    from core.adapters.due_index import DueFrame
     from core.adapters.metrics import Metrics
-    from core.adapters.results import DueFrame, ResultStore
+    from core.adapters.results import ResultStore
 
 __all__ = ["STRANDED", "SweepConfig", "SweepReport", "sweep"]
 
@@ -145,20 +147,23 @@ def sweep(
     cursor: int | None,
     now: float | None = None,
     cfg: SweepConfig | None = None,
+    index: Any = None,
 ) -> SweepReport:
     """Sweep the due minutes from ``cursor`` (the first not swept yet; None: ``lookback_buckets``
-    back). ``report.next_bucket`` is the cursor to keep. Emits the accounting metrics."""
+    back). ``report.next_bucket`` is the cursor to keep. Emits the accounting metrics. ``index``: what
+    lists a minute's frames (default the results table's deadline index, :class:`DueIndex`)."""
     cfg = cfg or SweepConfig()
     now = time.time() if now is None else now
     report = SweepReport(next_bucket=cursor)
     client, table = getattr(results, "_ddb", None), getattr(results, "_table", None)
     outcomes = FrameOutcomes(client, str(table), metrics, retention_s=results.retention_s)
+    index = index or DueIndex(client, str(table))  # the same table's deadline index
     stranded_by_app: dict[str, int] = {}
     for bucket in due_buckets(cursor, now, cfg):
         if report.accepted >= cfg.max_frames:
             break
         try:
-            frames = results.due_frames(bucket)
+            frames = index.due_frames(bucket)
             claimed: dict[str, str] = {}
             for i in range(0, len(frames), 100):
                 claimed.update(results.outcome_status([frame.request_id for frame in frames[i : i + 100]]))

@@ -41,6 +41,7 @@ BACKLOG_EVENT = {"source": "skinflint.backlog", "detail-type": "Backlog check"}
 class ControlStackProps:
     code_dir: Path
     config_table: ddb.ITable
+    results_table: ddb.ITable  # the stranded-frame sweep (control/sweeper.py)
     bucket: s3.IBucket
     tasks_dlq: sqs.IQueue
     fleet_events: sqs.IQueue
@@ -70,6 +71,7 @@ class ControlStack(Stack):
                 # (from_env); the fleet events arrive as the invocation's Records, not by URL
                 environment={
                     "SKINFLINT_CONFIG_TABLE": props.config_table.table_name,
+                    "SKINFLINT_RESULTS_TABLE": props.results_table.table_name,
                     "SKINFLINT_BUCKET": props.bucket.bucket_name,
                     "SKINFLINT_METRICS_NAMESPACE": C.METRICS_NAMESPACE,
                     "SKINFLINT_TASKS_DLQ_ARN": props.tasks_dlq.queue_arn,
@@ -150,6 +152,20 @@ class ControlStack(Stack):
                     "dynamodb:Scan",
                 ],  # fmt: skip
                 resources=[props.config_table.table_arn],
+            ),
+            # the stranded-frame sweep: the deadline index (Query), frames' task trees and outcomes
+            # (BatchGetItem), a stranded task recorded dropped and the outcome claimed (PutItem)
+            iam.PolicyStatement(
+                sid="ResultsSweep",
+                actions=["dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem"],
+                resources=[props.results_table.table_arn],
+            ),
+            # GC moves the messages of a superseded version's queue nothing consumes to the current
+            # version's queues (control/rehome.py): receive, send, then delete
+            iam.PolicyStatement(
+                sid="StrandedMessages",
+                actions=["sqs:ReceiveMessage", "sqs:SendMessage", "sqs:DeleteMessage"],
+                resources=[queues],
             ),
             # registered app specs; the catalog override and shared profiles (profile store)
             iam.PolicyStatement(

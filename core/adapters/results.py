@@ -39,7 +39,6 @@ __all__ = [
     "DUE_BUCKET_S",
     "DUE_SHARDS",
     "EXPIRES_AT",
-    "DueFrame",
     "FrameRecord",
     "ResultStore",
     "TaskRecord",
@@ -74,15 +73,6 @@ def due_key(bucket: int, shard: int) -> str:
 
 def _shard(request_id: str) -> int:
     return zlib.crc32(request_id.encode()) % DUE_SHARDS
-
-
-@dataclass(frozen=True)
-class DueFrame:
-    """A frame of the deadline index."""
-
-    request_id: str
-    app: str
-    deadline: float
 
 
 def expires_at(written_at: float, retention_s: float) -> int:
@@ -181,31 +171,7 @@ class ResultStore:
         except AWS_ERRORS as exc:
             raise ResultStoreError(f"cannot create {len(items)} frame record(s): {exc}") from exc
 
-    # -- the stranded-frame sweeper ------------------------------------------------------------------
-    def due_frames(self, bucket: int) -> list[DueFrame]:
-        """The frames whose deadline falls in ``bucket`` (:func:`due_bucket`): one Query per shard
-        (each page up to 1 MB, about 10,000 index items), eventually consistent (the items were
-        written a minute or more before)."""
-        out: list[DueFrame] = []
-        for shard in range(DUE_SHARDS):
-            kwargs: dict[str, Any] = {
-                "TableName": self._table,
-                "KeyConditionExpression": "pk = :pk",
-                "ExpressionAttributeValues": {":pk": {"S": due_key(bucket, shard)}},
-            }
-            while True:
-                try:
-                    page = self._ddb.query(**kwargs)
-                except AWS_ERRORS as exc:
-                    raise ResultStoreError(f"cannot read the deadline index {bucket}#{shard}: {exc}") from exc
-                for item in page.get("Items", []):
-                    doc = from_item(item)
-                    out.append(DueFrame(str(doc["sk"]), str(doc.get("app", "")), float(doc["deadline"])))
-                if not page.get("LastEvaluatedKey"):
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return out
-
+    # -- the stranded-frame sweeper (the deadline index itself: core/adapters/due_index.py) ----------
     def frame_tree(
         self, request_id: str
     ) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]], list[str]]:

@@ -73,8 +73,11 @@ PLANNER_ACTIONS = _OWN_LOGS | {
     "autoscaling:SetDesiredCapacity",
     "cloudwatch:GetMetricData",  # adapters/rates.py
     "cloudwatch:PutMetricData",  # adapters/metrics.py
-    # the fleet-events SQS event source (Lambda polls on the function's behalf)
+    # the fleet-events SQS event source (Lambda polls on the function's behalf); ReceiveMessage and
+    # DeleteMessage also on the task queues, with SendMessage: gc.py moves stranded messages (rehome.py)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl",
+    "sqs:SendMessage",
+    "dynamodb:Query",  # the stranded-frame sweep's deadline index (adapters/due_index.py)
 }  # fmt: skip
 # CreateQueue with tags= needs TagQueue too (control/queues.py create_module_queues)
 _TAG_ON_CREATE = {"sqs:TagQueue"}
@@ -96,8 +99,9 @@ WORKER_ACTIONS = {
     "dynamodb:DeleteItem",  # plan_store.py release (conditional)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage",
     "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires
-    "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver)
-    "s3:PutObject",  # outputs/ (worker.py)
+    "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver), profiles/ (onsite.py)
+    "s3:PutObject",  # outputs/ (worker.py), profiles/data/ (onsite.py: measured on the instance)
+    "s3:ListBucket",  # profiles/ (profiles/s3store.py, the on-instance sweep's store)
     # no cloudwatch:PutMetricData: metrics as EMF lines in the agent's log (cdk/userdata.py)
     "autoscaling:CompleteLifecycleAction",  # workers/lifecycle.py; the boot hook (cdk/userdata.py)
     "autoscaling:SetInstanceHealth",  # workers/instance.py: a failed boot check marks itself unhealthy
@@ -195,11 +199,13 @@ TABLE_OF_MODULE = {
     "core/adapters/results.py": "results",  # frame records, task records, read_items
     "core/adapters/outcomes.py": "results",  # frame outcomes (read back with results.read_items)
     "core/adapters/slots.py": "results",  # admission's shared batch-slot counts (front)
+    "core/adapters/due_index.py": "results",  # the frames' deadline index (the planner's sweep)
 }
 TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
     "planner": {
-        "config": {a for a in PLANNER_ACTIONS if a.startswith("dynamodb:")},
-        "results": set(),
+        "config": {a for a in PLANNER_ACTIONS if a.startswith("dynamodb:") and a != "dynamodb:Query"},
+        # the stranded-frame sweep (control/sweeper.py): index, task trees and outcomes, stranded records
+        "results": {"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem"},
     },
     "front": {
         "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan", "dynamodb:PutItem",
@@ -215,11 +221,14 @@ TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
 # Operations a module in the role's import closure names on a table but the role never reaches there,
 # each with the code path that does reach it. Exact: an entry that stops applying fails the test too.
 NOT_REACHED = {
-    "planner": {},
+    "planner": {
+        ("results", "dynamodb:BatchWriteItem"): "results.py create_frames: the front's frame records",
+    },
     "front": {
         ("config", "dynamodb:BatchWriteItem"): "plan_store.py publish/GC: the planner",
         ("config", "dynamodb:DeleteItem"): "plan_store.py claims and GC, registry.py remove: planner, CLI",
         ("results", "dynamodb:PutItem"): "results.py put_task: the workers' task records",
+        ("results", "dynamodb:Query"): "due_index.py: the planner's stranded-frame sweep",
     },
     "worker": {
         ("config", "dynamodb:Scan"): "config_store.py/registry.py listings: front, planner, CLI",
@@ -326,10 +335,15 @@ def test_worker_roles_are_alike_but_for_their_group(assembly: Assembly) -> None:
 
 
 def test_event_source_actions_only_on_the_fleet_events_queue(assembly: Assembly) -> None:
+    """The planner receives and deletes on the fleet events queue (its event source) and, to move a
+    superseded version's stranded messages (control/rehome.py), on the task queues only."""
     for st in _allowed(assembly.template(C.CONTROL_STACK), "PlannerRole"):
         acts = set(st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
         if acts & {"sqs:ReceiveMessage", "sqs:DeleteMessage"}:
-            assert "FleetEvents" in json.dumps(st["Resource"]), st
+            where = json.dumps(st["Resource"])
+            assert "FleetEvents" in where or (
+                st.get("Sid") == "StrandedMessages" and f":{C.QUEUE_NAME_PREFIX}*" in where
+            ), st
 
 
 def test_config_writes_are_limited_to_the_writers_keys() -> None:

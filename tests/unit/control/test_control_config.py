@@ -36,8 +36,17 @@ def test_defaults_and_environment() -> None:
         {"SKINFLINT_BACKLOG_MAX_BOOST": "0.05"},  # below the 10 % minimum step
         {"SKINFLINT_BACKLOG_MAX_BOOST": "lots"},
         {"SKINFLINT_RATE_LAG_S": "-1"},
+        {"SKINFLINT_DERIVED_MARGIN": "-0.5"},
+        {"SKINFLINT_DERIVED_MARGIN": "nan"},
     ],
 )
 def test_bad_settings_are_one_line_errors(env: dict[str, str]) -> None:
     with pytest.raises(ControlError, match="bad planner setting"):
         ControlConfig.from_env(env)
+
+
+def test_the_derived_margin_is_a_setting_the_first_plan_uses() -> None:
+    # 0.5 by default (1 / 0.66, the roofline leave-one-out's worst CUDA-graph ratio); 0 plans derived
+    # entries at face value
+    assert ControlConfig.from_env({}).derived_margin == 0.5
+    assert ControlConfig.from_env({"SKINFLINT_DERIVED_MARGIN": "0"}).derived_margin == 0.0

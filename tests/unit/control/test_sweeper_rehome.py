@@ -82,6 +82,6 @@ def test_a_sweep_that_cannot_read_reports_an_error_never_zero_unaccounted():
     from core.adapters.metrics import MemoryMetrics
 
     metrics = MemoryMetrics()
-    report = sweep(_Unreadable(), metrics, 5, 600.0, SweepConfig(grace_s=120.0))
+    report = sweep(_Unreadable(), metrics, 5, 600.0, SweepConfig(grace_s=120.0), index=_Unreadable())
     assert report.error and report.buckets == [] and report.next_bucket == 5  # the cursor stays
     assert metrics.total("SweepErrors") == 1 and metrics.values("FramesUnaccounted") == []
