@@ -12,7 +12,7 @@ loop plans afterwards:
 - a JSON batch of 5 and of 10 frames on the idle stack: admitted, or a 503 that says how many fit
   (``max_frames``) instead of an endless ``Retry-After``;
 - 100 concurrent long polls (``GET /v1/requests/{id}?wait=5``) while ``/healthz`` is timed: its p99;
-- one key flooding ``POST /frames`` while a second key sends at the app's planned rate: the second
+- one key flooding ``POST /frames`` while a second key sends at half the app's planned rate: the second
   key's accepted share, the flood's 429s, and the rate the control loop plans before and after;
 - API hygiene: security headers, no server banner, ``OPTIONS`` ``Allow``, the OpenAPI behind the key.
 
@@ -230,34 +230,44 @@ def _long_polls(run: _Run, polls: int) -> None:
             while not stop.is_set():
                 answer = own.get(f"{run.url}/v1/requests/{rid}?wait=5", headers={"x-api-key": run.key})
                 statuses.append(answer.status_code)
+                # a client that follows the API: Retry-After on a 429 (too many waiters for the key),
+                # and a finished frame polled again a second later, not at once
+                stop.wait(float(answer.headers.get("retry-after", "1")))
 
-    timings: list[float] = []
-    with ThreadPoolExecutor(max_workers=polls) as pool:
-        for _ in range(polls):
-            pool.submit(poll)
-        time.sleep(1.0)
-        end = time.time() + 8.0
+    def probe(seconds: float) -> float:
+        timings: list[float] = []
+        end = time.time() + seconds
         while time.time() < end:
             t0 = time.perf_counter()
             run.client.get(f"{run.url}/healthz")
             timings.append(time.perf_counter() - t0)
             time.sleep(0.05)
+        timings.sort()
+        return timings[min(len(timings) - 1, int(0.99 * len(timings)))]
+
+    idle = probe(5.0)  # the same probe with no polls: what this host gives anyway
+    with ThreadPoolExecutor(max_workers=polls) as pool:
+        for _ in range(polls):
+            pool.submit(poll)
+        time.sleep(1.0)
+        p99 = probe(8.0)
         stop.set()
-    timings.sort()
-    p99 = timings[min(len(timings) - 1, int(0.99 * len(timings)))]
     codes = ", ".join(f"{code} x{statuses.count(code)}" for code in sorted(set(statuses)))
     run.cases.append(
         Case(
-            f"{polls} concurrent long polls",
+            f"{polls} concurrent long polls (the pollers run in this process)",
             "/healthz p99 <= 100 ms, no 5xx",
-            f"p99 {p99 * 1e3:.0f} ms ({len(timings)} probes); polls: {codes}",
+            f"p99 {p99 * 1e3:.0f} ms (without the polls {idle * 1e3:.0f} ms); polls: {codes}",
             p99 <= 0.1 and not any(code >= 500 for code in statuses),
         )
     )
 
 
 def _flood(run: _Run, second_key: str, rate: float, seconds: float, planned: Callable[[], float]) -> None:
+    """Eight threads of one key as fast as the front answers; the second key at half the app's rate
+    (within its fair share of two keys)."""
     before = planned()
+    polite_rate = rate / 2
     frame = _frame(1)
     counts: dict[str, dict[int, int]] = {"flood": {}, "polite": {}}
     lock = threading.Lock()
@@ -279,7 +289,7 @@ def _flood(run: _Run, second_key: str, rate: float, seconds: float, planned: Cal
                 time.sleep(max(0.0, every_s - (time.time() - t0)))
 
     threads = [threading.Thread(target=sender, args=("flood", run.key, 0.0)) for _ in range(8)]
-    threads.append(threading.Thread(target=sender, args=("polite", second_key, 1.0 / rate)))
+    threads.append(threading.Thread(target=sender, args=("polite", second_key, 1.0 / polite_rate)))
     for thread in threads:
         thread.start()
     time.sleep(seconds)
@@ -293,7 +303,7 @@ def _flood(run: _Run, second_key: str, rate: float, seconds: float, planned: Cal
     run.cases.append(
         Case(
             f"one key flooding ({sum(flood.values())} requests in {seconds:g} s), a second at "
-            f"{rate:g} frames/s",
+            f"{polite_rate:g} frames/s",
             "second key >= 95 % accepted, the flood gets 429s",
             f"second key {100 * kept:.1f} % of {sent}; flood: "
             + ", ".join(f"{code} x{n}" for code, n in sorted(flood.items())),
