@@ -26,14 +26,14 @@ class CountingDdb:
         self.writes[kw["Key"]["pk"]["S"]] += 1  # a refused condition is billed as a write too
         values = kw["ExpressionAttributeValues"]
         have = self.n.get(pk)
-        if ":cap" in values:  # take: ADD n 1 if n < cap
-            if have is not None and have >= int(values[":cap"]["N"]):
+        if ":room" in values:  # take: ADD n k if n <= cap - k
+            if have is not None and have > int(values[":room"]["N"]):
                 raise ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "UpdateItem")
-            self.n[pk] = (have or 0) + 1
-        else:  # release: ADD n -1 if n > 0
-            if not have:
+            self.n[pk] = (have or 0) + int(values[":count"]["N"])
+        else:  # release: ADD n -k if n >= k
+            if have is None or have < int(values[":count"]["N"]):
                 raise ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "UpdateItem")
-            self.n[pk] = have - 1
+            self.n[pk] = have + int(values[":minus"]["N"])
 
 
 def test_consecutive_windows_are_distinct_partition_keys() -> None:
@@ -63,3 +63,35 @@ def test_three_fronts_at_twice_the_planned_rate_spread_their_writes_over_the_win
     # the price of counting optimistically: a window another front filled costs a refused write
     # (billed); here 3 writes per admitted frame (1 + a refusal by each of the 2 other fronts)
     assert admitted <= sum(ddb.writes.values()) <= 3 * admitted
+
+
+def test_a_json_batch_is_counted_with_one_write_per_window() -> None:
+    # GIVEN batch-4 windows (no dispatch figure: the batch is the cap) and one shared counter
+    router = Router.for_deployment(deployment(det_batch=4, slo_s=1.5))
+    ddb = CountingDdb()
+    front = Admission(AdmissionConfig(burst_s=10.0, shared_slots=True), SlotCounter(ddb, "t"))
+    now = ORIGIN + 10.0 + 1e-4
+    here = router.route("detector", now).batch_id
+    # WHEN a JSON batch of 6 frames arrives: 4 fit the arrival window, 2 spill into the next
+    out = front.admit(router, 6, now)
+    assert isinstance(out, Admitted)
+    assert [r["detector"].batch_id for r in out.routes] == [here] * 4 + [here + 1] * 2
+    # THEN two writes in all (one per window), each window counted to what it took
+    assert sum(ddb.writes.values()) == 2
+    assert sorted(ddb.n.values()) == [2, 4]
+
+
+def test_a_batch_that_does_not_fit_together_falls_back_to_one_frame_and_gives_back_all() -> None:
+    # GIVEN another front put 3 frames in the arrival window (cap 4)
+    router = Router.for_deployment(deployment(det_batch=4, slo_s=1.5))
+    ddb = CountingDdb()
+    now = ORIGIN + 10.0 + 1e-4
+    here = router.route("detector", now).batch_id
+    SlotCounter(ddb, "t").take("traffic", 1, "detector", here, 4, 0.0, count=3)
+    front = Admission(AdmissionConfig(burst_s=10.0, shared_slots=True), SlotCounter(ddb, "t"))
+    # WHEN a batch of 2 arrives: 2 do not fit (3 + 2 > 4), one does (a second write), the next window
+    # takes the other
+    out = front.admit(router, 2, now)
+    assert isinstance(out, Admitted)
+    assert [r["detector"].batch_id for r in out.routes] == [here, here + 1]
+    assert ddb.n[slot_key("traffic", 1, "detector", here)["pk"]["S"] + "|n"] == 4
