@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: demo test lint install clean synth lambda-deps worker-deps
+.PHONY: demo test lint install clean synth lambda-deps worker-deps checkov
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,21 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy planner core front control functions workers skinflint profiles cdk loadtest bench
 	$(BIN)/lint-imports
+	$(MAKE) checkov
+
+## checkov on the synthesized templates (findings acknowledged with reasons in cdk/checkov.py). In a
+## venv of its own: checkov pins boto3/botocore 1.35, packaging 23.2 and networkx 2.6, below the
+## project's, so it is no dev dependency.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov==$(CHECKOV_VERSION)'
+	touch $@
+
+checkov: $(STAMP) $(CHECKOV_VENV)/.installed
+	$(BIN)/python app.py
+	$(CHECKOV_VENV)/bin/checkov -d cdk.out --framework cloudformation --skip-download --quiet --compact
 
 ## Lint, type-check and run every test (what .ci/run calls).
 test: lint
@@ -44,4 +59,4 @@ worker-deps: $(STAMP)
 	$(BIN)/python -m cdk.deps worker
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache cdk.out
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache cdk.out

@@ -52,6 +52,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
     # aws_cdk starts jsii (a Node.js process, seconds): only once the context is known to be deployable
     from aws_cdk import App, Environment, Tags
 
+    from cdk.checkov import skip_checkov_findings  # aws_cdk (above)
     from cdk.nag import enable_aws_solutions_checks  # aws_cdk (above)
     from cdk.stacks import (  # aws_cdk (above)
         ControlStack,
@@ -143,6 +144,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
         description="Skinflint dashboard and alarms",
     ).add_stack_dependency(fleet, "the dashboard reads the fleet's group metrics")
     Tags.of(app).add("project", "skinflint")
+    skip_checkov_findings(app)
     if nag:
         enable_aws_solutions_checks(app)
     return app

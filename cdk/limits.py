@@ -17,7 +17,15 @@ from cdk import constants as C
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["QUOTAS", "LIMIT_HEADROOM", "Quota", "deployment_context", "quota_for", "vcpu_needs"]
+__all__ = [
+    "LIMIT_HEADROOM",
+    "QUOTAS",
+    "Quota",
+    "deployment_context",
+    "quota_for",
+    "table_units",
+    "vcpu_needs",
+]
 
 # x the planned peak: the limits must never be what sheds a planned frame. A judgement: bursts
 # above the forecast's own headroom, and a plan change's new instances booting before the old drain.
@@ -102,4 +110,84 @@ def deployment_context(frame_rate: float, instances: Mapping[str, int]) -> dict[
         "waf_rate": str(min(2_000_000_000, max(C.WAF_RATE_LIMIT_PER_5MIN, math.ceil(peak * WAF_WINDOW_S)))),
         "front_concurrency": str(math.ceil(peak * FRONT_REQUEST_S)),
         "planner_concurrency": str(C.PLANNER_RESERVED_CONCURRENCY),
+    }
+
+
+# -- DynamoDB throughput at the peak ------------------------------------------------------------------
+# DynamoDB's documented quotas ("Service, account, and table quotas in Amazon DynamoDB"): an on-demand
+# table starts at 40,000 read and 40,000 write request units per second (table-level throughput,
+# adjustable in Service Quotas), and one partition serves at most 3,000 read and 1,000 write units/s.
+DDB_TABLE_READ_UNITS = 40_000
+DDB_TABLE_WRITE_UNITS = 40_000
+DDB_PARTITION_READ_UNITS = 3_000
+DDB_PARTITION_WRITE_UNITS = 1_000
+# What the code reads and writes per process and second, not per frame (the same figures as the
+# code's constants; tests/unit/cdk/test_table_units.py checks them):
+FRONT_POINTER_CHECK_S = 1.0  # front/service.py _POINTER_TTL_S: one hint read (1 read unit) per check
+FRONT_KEY_TTL_S = 10.0  # front/service.py _KEY_TTL_S: one API-key read per instance and key
+AGENT_POLL_S = 1.0  # workers/agent.py poll_s: each instance reads the pointer (<= 4 KB: 1 read unit)
+AGENT_REPORT_S = 5.0  # workers/agent.py report_s: each instance writes its heartbeat (1 write unit)
+POINTER_HINTS = 16  # core/adapters/plan_store.py HINTS: the front's checks spread over these keys
+
+
+def table_units(
+    frame_rate: float,
+    units_per_frame: Mapping[str, float],
+    instances: Mapping[str, int],
+    front_instances: int,
+    roots: int,
+) -> dict[str, Any]:
+    """Read and write units per second each table needs at ``frame_rate`` frames/s (on-demand request
+    units): the results table's from the data plane's units per frame (``units_per_frame``: the
+    ``data_plane_units_per_frame`` of ``skinflint plan``, profiles/allin.py, which counts the code's
+    requests per frame and per task), the config table's from the processes that poll it
+    (``front_instances`` front executions, ``instances`` EC2 instances), and the busiest key of each
+    kind against a partition's limits."""
+    machines = sum(instances.values())
+    results = {
+        "read": round(frame_rate * units_per_frame["dynamodb_read_units"]),
+        "write": round(frame_rate * units_per_frame["dynamodb_write_units"]),
+    }
+    config = {
+        "read": round(front_instances / FRONT_POINTER_CHECK_S + front_instances / FRONT_KEY_TTL_S)
+        + round(machines / AGENT_POLL_S),
+        "write": round(machines / AGENT_REPORT_S),
+    }
+    hottest = {
+        # each front execution checks one hint a second; the hints share the checks
+        "plan#current#h<i> reads": math.ceil(front_instances / FRONT_POINTER_CHECK_S / POINTER_HINTS),
+        # the instance agents read the pointer itself
+        "plan#current reads": math.ceil(machines / AGENT_POLL_S),
+    }
+    over = [
+        f"{table} {kind}"
+        for table, units in (("results", results), ("config", config))
+        for kind, limit in (("read", DDB_TABLE_READ_UNITS), ("write", DDB_TABLE_WRITE_UNITS))
+        if units[kind] > limit
+    ]
+    return {
+        "frame_rate": frame_rate,
+        "results": results,
+        "config": config,
+        "per_frame": {
+            "results_read": units_per_frame["dynamodb_read_units"],
+            "results_write": units_per_frame["dynamodb_write_units"],
+            "slot_count_writes": float(roots),
+        },
+        "front_instances": front_instances,
+        "instances": machines,
+        "hottest_key_units_per_s": hottest,
+        "partition_limits": {"read": DDB_PARTITION_READ_UNITS, "write": DDB_PARTITION_WRITE_UNITS},
+        "table_defaults": {"read": DDB_TABLE_READ_UNITS, "write": DDB_TABLE_WRITE_UNITS},
+        "over_table_defaults": over,
+        "sources": (
+            "results: frame rate x data_plane_units_per_frame (profiles/allin.py, the code's requests "
+            "per frame and task; its read units match a measured run); config: front executions "
+            "(cdk_context front_concurrency) and instances x the code's polling periods (cdk/limits.py); "
+            "limits: DynamoDB's service quotas page"
+        ),
+        "not_counted": (
+            "clients' result reads (GET /v1/requests/{id}: 1 + tasks items each), and slot-count writes "
+            "refused because another front filled the window (one per front and full window tried)"
+        ),
     }

@@ -40,13 +40,14 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import planner.fleet
 from control.activation import ActivationCheck, apply_activation, decide_activation, slot_readiness
 from control.backlog import BacklogSummary, emit_backlog, late_modules, read_backlog, record_corrections
 from control.calibration import correction_keys, forget_apps, learn_corrections
+from control.capacity import GrowthLimit, growth_limits, launch_refusal, machine_caps
 from control.config import ControlConfig
 from control.deployments import AppChange, app_change, build_deployment, changed_apps
 from control.errors import ControlError
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     from control.registration.store import AppRecord, AppRegistry
     from control.spec import RegistrationSpec
     from control.state import StateStore
-    from core.adapters.autoscaling import FleetGroups
+    from core.adapters.autoscaling import FleetGroups, GroupState
     from core.adapters.metrics import Metrics
     from core.adapters.plan_store import Manifest, PlanStore
     from core.adapters.queue_admin import QueueAdmin
@@ -117,6 +118,7 @@ class EpochSummary:
     desired: dict[str, int] = field(default_factory=dict)
     scaled: dict[str, list[int]] = field(default_factory=dict)  # hardware -> [from, to]
     excluded_hardware: dict[str, str] = field(default_factory=dict)
+    limited_hardware: dict[str, str] = field(default_factory=dict)  # hardware -> why it cannot grow
     billed_per_hour: float = 0.0
     occupancy_per_hour: float = 0.0
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -174,6 +176,8 @@ class Controller:
     _review: tuple[Mapping[str, tuple[AppRecord, RegistrationSpec]], list[str] | None] | None = field(
         default=None, init=False, repr=False
     )
+    # hardware -> its growth limit this epoch (control/capacity.py), from the groups' states
+    _growth: dict[str, GrowthLimit] = field(default_factory=dict, init=False, repr=False)
 
     # -- the epoch ---------------------------------------------------------------------------------
     def run_epoch(self, reason: str = "schedule") -> EpochSummary:
@@ -485,10 +489,14 @@ class Controller:
             return None
         since = previous_at if previous_at is not None else now - self.config.epoch_s
         states = self.groups.states()
+        limits = self._growth_limits(states, summary)
         out: list[str] = []
         for hw in sorted(self.config.asg_names):
             if hw not in states:
                 summary.excluded_hardware[hw] = f"no Auto Scaling group {self.config.asg_names[hw]!r}"
+                continue
+            if hw in limits and limits[hw].most == 0:
+                summary.excluded_hardware[hw] = limits[hw].why
                 continue
             if state.unavailable.get(hw, 0.0) <= now:
                 try:
@@ -498,7 +506,7 @@ class Controller:
                     summary.warnings.append(str(exc))
                 if failures:
                     state.unavailable[hw] = now + self.config.unavailable_s
-                    state.unavailable_why[hw] = failures[0]
+                    state.unavailable_why[hw] = launch_refusal(failures[0])
             if state.unavailable.get(hw, 0.0) > now:
                 summary.excluded_hardware[hw] = (
                     f"launch failed ({state.unavailable_why.get(hw, '?')}); "
@@ -540,7 +548,7 @@ class Controller:
             {app: apps[app][0] for app in problems if app not in cur_deps or app in requested}, summary
         )
         result = self._plan_fleet(problems, cur_fleet, cur_deps, seeds, exclude=set())
-        over = over_caps(result.plans, self.config.machine_caps)
+        over = over_caps(result.plans, machine_caps(self.config.machine_caps, self._growth))
         if over:  # a held or grown plan (not solved this epoch) uses more than a cap allows
             result = self._plan_fleet(problems, cur_fleet, cur_deps, seeds, exclude=over)
         summary.seeded = sorted(result.seeded)
@@ -556,6 +564,22 @@ class Controller:
                 plans[app], rates[app] = dep.plan, dep.frame_rate
         rates = {app: rates[app] for app in plans}
         return Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
+
+    def _growth_limits(
+        self, states: Mapping[str, GroupState], summary: EpochSummary
+    ) -> dict[str, GrowthLimit]:
+        """The classes that cannot grow (control/capacity.py), kept for this epoch's solve and said in
+        the summary."""
+        self._growth = growth_limits(states)
+        summary.limited_hardware = {hw: limit.why for hw, limit in self._growth.items() if limit.most > 0}
+        return self._growth
+
+    def _solve_config(self) -> ControlConfig:
+        """The configuration the epoch solves with: the machine caps lowered for the classes that
+        cannot grow."""
+        if not self._growth:
+            return self.config
+        return replace(self.config, machine_caps=machine_caps(self.config.machine_caps, self._growth))
 
     def _plan_fleet(
         self,
@@ -575,7 +599,7 @@ class Controller:
             },
             seeds={app: seed for app, seed in seeds.items() if app not in exclude},
             policy=self.config.policy,
-            solver=dispatch_solver(self.config),
+            solver=dispatch_solver(self._solve_config()),
             solve_budget_s=self.config.solve_budget_s,
         )
 

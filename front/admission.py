@@ -84,7 +84,8 @@ class AdmissionConfig:
     queue_check_s: float = 1.0  # s between depth reads of one queue; 0 turns the backlog check off
     margin_s: float = 0.0  # s kept in reserve when comparing a slot's bound with the deadline
     # count the frames of each window in DynamoDB too (core/adapters/slots.py), so every front
-    # instance sees them: the cap holds across Lambda instances, at one conditional write per frame
+    # instance sees them: the cap holds across Lambda instances, at one conditional write per request
+    # and window (per frame for single-frame requests)
     shared_slots: bool = False
 
     @classmethod
@@ -511,39 +512,58 @@ class Admission:
         dep = router.deployment
         deadline = now + dep.slo_s - self.config.margin_s
         taken: list[tuple[str, int]] = []
-        shared: list[tuple[str, int]] = []  # windows counted in the shared counter for this request
+        # places the shared counter counted for this request, per window (one write per window: the
+        # places of the request's later frames are counted with its first, ``held`` until they come)
+        counted_here: dict[tuple[str, int], int] = {}
+        held: dict[tuple[str, int], int] = {}
         routes: list[dict[str, Route]] = []
         spilled = errors = 0
-        for _ in range(n_frames):
+        for index in range(n_frames):
             frame: dict[str, Route] = {}
             for module in dep.roots:
-                found = self._find_slot(router, st, module, now, deadline, stale)
+                found = self._find_slot(
+                    router, st, module, now, deadline, stale, n_frames - index, (counted_here, held)
+                )
                 if isinstance(found, Shed):
                     for slot_key in taken:  # all or nothing
                         st.slots[slot_key] -= 1
-                    if self.slots is not None:
-                        for shared_module, bid in shared:
-                            self.slots.release(dep.app, dep.version, shared_module, bid)
+                    self._give_back(dep, counted_here)
                     return found
                 route, hops, counted = found
                 slot_key = (module, route.batch_id)
                 st.slots[slot_key] = st.slots.get(slot_key, 0) + 1
                 st.slot_end[slot_key] = route.window_end
                 taken.append(slot_key)
-                if counted is True:
-                    shared.append(slot_key)
                 errors += counted is None
                 frame[module] = route
                 spilled += hops > 0
             routes.append(frame)
+        self._give_back(dep, {key: n for key, n in held.items() if n > 0})  # none in practice
         return Admitted(routes, spilled, errors)
 
+    def _give_back(self, dep: Deployment, places: dict[tuple[str, int], int]) -> None:
+        """Release ``places`` (window -> frames) in the shared counter: one write per window."""
+        if self.slots is None:
+            return
+        for (module, batch_id), count in places.items():
+            if count > 0:
+                self.slots.release(dep.app, dep.version, module, batch_id, count)
+
     def _find_slot(
-        self, router: Router, st: _AppState, module: str, now: float, deadline: float, stale: list[str] | None
+        self,
+        router: Router,
+        st: _AppState,
+        module: str,
+        now: float,
+        deadline: float,
+        stale: list[str] | None,
+        left: int = 1,
+        shared: tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]] | None = None,
     ) -> tuple[Route, int, bool | None] | Shed:
         """The first window from ``now`` on that can meet ``deadline`` and has room: (its route, the
         windows passed over, whether the shared counter counted the frame: True, False when there is
-        none, None when it could not answer), or why none."""
+        none, None when it could not answer), or why none. ``left``: this request's frames still to
+        place (this one included); ``shared``: the request's (counted, held) places per window."""
         sched = router.schedule(module)
         full = backlogged = 0
         at = now
@@ -561,8 +581,7 @@ class Admission:
             else:
                 if self.slots is None:
                     return route, hop, False
-                dep = router.deployment
-                got = self.slots.take(dep.app, dep.version, module, route.batch_id, cap, route.window_end)
+                got = self._take_shared(router, st, module, route, cap, left, shared)
                 if got is not False:
                     return route, hop, got
                 # other front instances filled it: full here too, no second call for this window
@@ -591,6 +610,36 @@ class Admission:
             f"every batch slot of {module} that can meet the deadline is full ({full} looked at)",
             max(first_end - now, 0.01),
         )
+
+    def _take_shared(
+        self,
+        router: Router,
+        st: _AppState,
+        module: str,
+        route: Route,
+        cap: int,
+        left: int,
+        shared: tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]] | None,
+    ) -> bool | None:
+        """Count one frame in ``route``'s window in the shared counter: from the places this request
+        holds there, else with one write for as many of the request's ``left`` frames as the window
+        has room for here (one frame if they do not fit together)."""
+        assert self.slots is not None
+        counted, held = shared if shared is not None else ({}, {})
+        key = (module, route.batch_id)
+        if held.get(key, 0) > 0:
+            held[key] -= 1
+            return True
+        dep = router.deployment
+        want = max(1, min(left, cap - st.slots.get(key, 0)))
+        got = self.slots.take(dep.app, dep.version, module, route.batch_id, cap, route.window_end, want)
+        if got is False and want > 1:
+            want = 1
+            got = self.slots.take(dep.app, dep.version, module, route.batch_id, cap, route.window_end)
+        if got is True:
+            counted[key] = counted.get(key, 0) + want
+            held[key] = want - 1
+        return got
 
     def _batch_shed(self, router: Router, st: _AppState, n_frames: int, full: Shed) -> Shed:
         """A batch refused for full slots: if more frames than any request can ever get (the windows

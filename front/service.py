@@ -122,9 +122,10 @@ class FrontService:
         return self._versioned_router(app, manifest.serving(now))
 
     def _manifest(self, now: float) -> Manifest | None:
-        """The plan pointer's manifest, read at most once per ``_POINTER_TTL_S``."""
+        """The plan pointer's manifest, checked at most once per ``_POINTER_TTL_S`` through one of its
+        hints (``PlanStore.current_hinted``: one small read, the pointer itself only on a change)."""
         if self._pointer[0] <= now:
-            self._pointer = (now + _POINTER_TTL_S, self.plans.current())
+            self._pointer = (now + _POINTER_TTL_S, self.plans.current_hinted())
         return self._pointer[1]
 
     def _versioned_router(self, app: str, version: int) -> Router:

@@ -23,6 +23,21 @@ Documents larger than :data:`INLINE_LIMIT` bytes (a 100-app fleet plan) are spli
 (``<key>#p<i>``, binary) under a head item that carries their count and the SHA-256 of the whole;
 a reader checks the checksum. DynamoDB's item limit is 400 KB.
 
+**Readers that poll** (every front instance, every second: the activation notice is 3 s) do not
+read the pointer itself: at 50,000 frames/s thousands of front instances would make it a hot key
+(3,000 read units per second per partition) and read the whole manifest each time. Every pointer
+write is framed by :data:`HINTS` small *hint* items (``plan#current#h<i>``, the SHA-256 of the
+pointer's document): before the write, every hint is set to the new document's checksum without the
+document (*pending*: "the pointer may be changing to this"); after it succeeds, each hint still
+pending on that checksum is given the document too when it is at most :data:`HINT_DOC_BYTES`
+(*settled*, a conditional write: a later writer's pending hint wins). A reader
+(:meth:`PlanStore.current_hinted`) reads one hint (its own, chosen at random: the reads spread over
+:data:`HINTS` keys) with one consistent read of one read unit; a settled hint is the pointer; a
+pending one whose checksum is the manifest the reader already holds means no change; anything else
+(pending, missing, failed) sends it to the pointer itself. A hint only ever carries a document after
+the pointer held it, and every writer makes the hints pending before it writes, so a settled hint
+never names a superseded pointer (a writer reads the pointer before its pending write).
+
 Instances report what they serve with :meth:`PlanStore.put_instance` (``instance#<id>``: every
 version whose shares they still run, :class:`InstanceStatus`); the control loop's garbage collector
 deletes a version once no live instance serves it.
@@ -31,6 +46,7 @@ deletes a version once no live instance serves it.
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +65,8 @@ if TYPE_CHECKING:
     from planner.packing import Instance
 
 __all__ = [
+    "HINTS",
+    "HINT_DOC_BYTES",
     "INLINE_LIMIT",
     "AppEntry",
     "Claim",
@@ -57,12 +75,17 @@ __all__ = [
     "PlanStore",
     "PlanStoreError",
     "VersionConflictError",
+    "hint_key",
     "slot_content",
 ]
 
 INLINE_LIMIT = 300_000  # bytes of a document stored in its head item; larger ones are split in parts
 POINTER = "plan#current"
 SEQUENCE = "plan#seq"
+HINTS = 16  # hint items of the pointer (plan#current#h00..15): polling readers spread over them
+# bytes: a pointer document this small rides in its settled hints (with the key and checksum, one
+# read unit of 4 KB); a larger one leaves them pending and a reader reads the pointer once per change
+HINT_DOC_BYTES = 3_800
 _PREFIX = "plan#v"
 _WRITERS = 8  # parallel PutItem calls when writing a version
 
@@ -173,6 +196,11 @@ def _vkey(version: int, *parts: str) -> str:
     return f"{_PREFIX}{version:08d}#" + "#".join(parts)
 
 
+def hint_key(shard: int) -> str:
+    """The key of the pointer's hint ``shard`` (0 to :data:`HINTS` - 1)."""
+    return f"{POINTER}#h{shard:02d}"
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -184,9 +212,12 @@ def _load_fleet(text: str) -> FleetPlan:
 class PlanStore:
     """Versioned plans on the config table (``pk`` string key). Thread-safe (boto3 clients are)."""
 
-    def __init__(self, client: Any, table: str):
+    def __init__(self, client: Any, table: str, hint_shard: int | None = None):
         self._ddb = client
         self._table = table
+        # the hint this reader polls (current_hinted): at random, so readers spread over the HINTS keys
+        self._hint_shard = (random.randrange(HINTS) if hint_shard is None else hint_shard) % HINTS  # noqa: S311
+        self._seen: tuple[str, Manifest] | None = None  # the pointer document's checksum and manifest
 
     # -- low-level items ------------------------------------------------------------------------
     def _get(self, pk: str) -> dict[str, Any] | None:
@@ -288,6 +319,67 @@ class PlanStore:
         """The manifest the pointer names (one consistent read), or None before the first publish."""
         item = self._get(POINTER)
         return Manifest.model_validate_json(item["doc"]["S"]) if item else None
+
+    def current_hinted(self) -> Manifest | None:
+        """The manifest the pointer names, for a reader that polls it (the module doc, "Readers that
+        poll"): one consistent read of this reader's hint, and a read of the pointer only when the
+        hint does not settle it (a change, a pending or missing hint)."""
+        hint = self._get(hint_key(self._hint_shard))
+        seen = self._seen
+        if hint is not None:
+            sha = str(hint["sha256"]["S"])
+            if seen is not None and seen[0] == sha:
+                return seen[1]
+            if "doc" in hint and _sha(str(hint["doc"]["S"]).encode()) == sha:
+                manifest = Manifest.model_validate_json(hint["doc"]["S"])
+                self._seen = (sha, manifest)
+                return manifest
+        item = self._get(POINTER)
+        if item is None:
+            self._seen = None
+            return None
+        doc = str(item["doc"]["S"])
+        manifest = Manifest.model_validate_json(doc)
+        self._seen = (_sha(doc.encode()), manifest)
+        return manifest
+
+    def _hints_pending(self, doc: str) -> None:
+        """Before a pointer write: every hint says the pointer may be changing to ``doc`` (its
+        checksum only). A failure raises before the pointer is written."""
+        sha = _sha(doc.encode())
+        items = [{"pk": {"S": hint_key(i)}, "sha256": {"S": sha}} for i in range(HINTS)]
+        puts = [{"PutRequest": {"Item": item}} for item in items]
+        left: dict[str, Any] = {self._table: puts}
+        for attempt in range(8):
+            try:
+                left = self._ddb.batch_write_item(RequestItems=left).get("UnprocessedItems") or {}
+            except AWS_ERRORS as exc:
+                raise PlanStoreError(f"cannot write the plan pointer's hints: {exc}", key=POINTER) from exc
+            if not left:
+                return
+            time.sleep(0.02 * 2**attempt)
+        raise PlanStoreError("DynamoDB left plan pointer hints unwritten after 8 tries", key=POINTER)
+
+    def _hints_settle(self, doc: str) -> None:
+        """After the pointer was written with ``doc``: each hint still pending on it carries it
+        (a small document only; best effort: a pending hint sends readers to the pointer)."""
+        if len(doc.encode()) > HINT_DOC_BYTES:
+            return
+        sha = _sha(doc.encode())
+
+        def settle(shard: int) -> None:
+            try:
+                self._ddb.put_item(
+                    TableName=self._table,
+                    Item={"pk": {"S": hint_key(shard)}, "sha256": {"S": sha}, "doc": {"S": doc}},
+                    ConditionExpression="sha256 = :s",
+                    ExpressionAttributeValues={":s": {"S": sha}},
+                )
+            except AWS_ERRORS:
+                pass  # another writer's pending hint (it wins), or unreachable: readers read the pointer
+
+        with ThreadPoolExecutor(max_workers=_WRITERS) as pool:
+            list(pool.map(settle, range(HINTS)))
 
     def manifest(self, version: int) -> Manifest | None:
         doc = self._read_doc(_vkey(version, "manifest"))
@@ -422,6 +514,7 @@ class PlanStore:
                 "ExpressionAttributeValues": {":e": {"N": str(expected)}},
             }
         )
+        self._hints_pending(manifest_doc)
         try:
             self._ddb.put_item(
                 TableName=self._table,
@@ -437,6 +530,7 @@ class PlanStore:
             except PlanStoreError:
                 pass  # GC removes the orphan later
             raise VersionConflictError(expected, now.version if now else None) from exc
+        self._hints_settle(manifest_doc)
 
     def set_activation(self, expected: Manifest, activate_at: float, **fields: Any) -> Manifest:
         """Rewrite the current version's activation: ``activate_at`` (never later than the one
@@ -460,6 +554,7 @@ class PlanStore:
             raise VersionConflictError(expected.version, expected.version)  # another check rewrote it
         updated = expected.model_copy(update={"activate_at": activate_at, **fields})
         doc = updated.model_dump_json()
+        self._hints_pending(doc)
         try:
             self._ddb.put_item(
                 TableName=self._table,
@@ -472,6 +567,7 @@ class PlanStore:
                 raise PlanStoreError(f"cannot rewrite the plan pointer: {exc}", key=POINTER) from exc
             now = self.current()
             raise VersionConflictError(expected.version, now.version if now else None) from exc
+        self._hints_settle(doc)
         self._rewrite_manifest_item(expected.version, doc)
         return updated
 

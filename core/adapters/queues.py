@@ -1,5 +1,14 @@
-"""SQS: send task messages in batches of 10 (several queues' batches in parallel), long-poll, delete,
-release (visibility 0)."""
+"""SQS: send task messages in batches of at most 10 messages and :data:`SQS_BATCH_LIMIT_BYTES` bytes
+(several queues' batches in parallel), long-poll, delete, release (visibility 0).
+
+SQS refuses a ``SendMessageBatch`` whose messages together exceed the queue's maximum message size
+(``BatchRequestTooLong``): 256 KiB until August 2025, up to 1 MiB since, and 256 KiB on a queue whose
+``MaximumMessageSize`` says so. A frame's message carries up to ``SKINFLINT_INLINE_LIMIT_BYTES``
+(200 KiB) of base64 inline, and a parent's children carry its payload, so ten children of one
+frame are about 2 MB: batches are split by bytes as well as by count, at the lowest limit any queue
+may have (256 KiB). SQS bills each 64 KiB of a request as one request, so a split costs about
+nothing; the requests go in parallel. Larger frames never ride inline (the front stores them in S3
+and the message carries the key)."""
 
 from __future__ import annotations
 
@@ -16,7 +25,15 @@ if TYPE_CHECKING:
 
     from core.schema import TaskMessage
 
-__all__ = ["GONE_CODES", "Received", "TaskQueues", "queue_gone"]
+__all__ = [
+    "GONE_CODES",
+    "SQS_BATCH_LIMIT_BYTES",
+    "SQS_BATCH_MESSAGES",
+    "Received",
+    "TaskQueues",
+    "batches",
+    "queue_gone",
+]
 
 #: SQS's error codes for a queue that does not exist (the query protocol's and moto's legacy code,
 #: the JSON protocol's exception name)
@@ -41,11 +58,32 @@ class Received:
 
 #: threads a :class:`TaskQueues` sends on in parallel (its own pool, started on first use)
 SEND_THREADS = 4
+#: bytes of message bodies in one SendMessageBatch: SQS's limit on a queue created before August 2025
+#: or with MaximumMessageSize 262,144 (newer queues allow 1 MiB; the lowest limit is the safe one)
+SQS_BATCH_LIMIT_BYTES = 256 * 1024
+SQS_BATCH_MESSAGES = 10  # messages in one SendMessageBatch (SQS's limit)
+
+
+def batches(bodies: list[str], limit_bytes: int = SQS_BATCH_LIMIT_BYTES) -> list[list[int]]:
+    """Indices of ``bodies`` in consecutive groups of at most :data:`SQS_BATCH_MESSAGES` whose UTF-8
+    sizes add up to at most ``limit_bytes``, in order; a body larger than the limit goes alone (SQS
+    judges it against the queue's own limit)."""
+    out: list[list[int]] = []
+    size = 0
+    for index, body in enumerate(bodies):
+        n = len(body.encode())
+        if not out or len(out[-1]) >= SQS_BATCH_MESSAGES or size + n > limit_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(index)
+        size += n
+    return out
 
 
 class TaskQueues:
-    def __init__(self, client: Any):
+    def __init__(self, client: Any, batch_limit_bytes: int = SQS_BATCH_LIMIT_BYTES):
         self._sqs = client
+        self.batch_limit_bytes = batch_limit_bytes
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -53,13 +91,18 @@ class TaskQueues:
         self.send_many({queue_url: messages})
 
     def send_many(self, by_queue: Mapping[str, list[TaskMessage]]) -> None:
-        """Send every queue's messages, one ``SendMessageBatch`` per 10. With more than one
+        """Send every queue's messages, one ``SendMessageBatch`` per 10 messages or
+        :attr:`batch_limit_bytes` bytes, whichever comes first (:func:`batches`). With more than one
         request they go in parallel: a message's delivery does not wait for the round trips of
         the requests before it (a parent's children on two queues, a burst of more than ten).
         Raises the first failure (:class:`QueueError`) once every request has returned; the
         messages of the requests that succeeded were sent (a retry sends them again: at least
         once, as a redelivered parent does)."""
-        calls = [(url, msgs[i : i + 10]) for url, msgs in by_queue.items() for i in range(0, len(msgs), 10)]
+        calls: list[tuple[str, list[str]]] = []
+        for url, msgs in by_queue.items():
+            bodies = [message.model_dump_json(exclude_none=True) for message in msgs]
+            groups = batches(bodies, self.batch_limit_bytes)
+            calls.extend((url, [bodies[i] for i in group]) for group in groups)
         if len(calls) <= 1:
             for url, chunk in calls:
                 self._send_batch(url, chunk)
@@ -85,11 +128,8 @@ class TaskQueues:
                 self._pool = ThreadPoolExecutor(max_workers=SEND_THREADS, thread_name_prefix="sqs-send")
             return self._pool
 
-    def _send_batch(self, queue_url: str, messages: list[TaskMessage]) -> None:
-        entries = [
-            {"Id": str(index), "MessageBody": message.model_dump_json(exclude_none=True)}
-            for index, message in enumerate(messages)
-        ]
+    def _send_batch(self, queue_url: str, bodies: list[str]) -> None:
+        entries = [{"Id": str(index), "MessageBody": body} for index, body in enumerate(bodies)]
         try:
             out = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
         except AWS_ERRORS as exc:

@@ -210,7 +210,8 @@ def run_app(args: argparse.Namespace) -> int:
         raise UsageError(str(exc).splitlines()[0]) from None
     summary = preview.summary()
     summary["profiles"] = {"source": args.profiles, "store": store.describe(), **_provenance(preview)}
-    summary.update(_deployment(summary))
+    children = {child for _, child in preview.problem.edges}
+    summary.update(_deployment(summary, roots=sum(m not in children for m in preview.problem.modules)))
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -246,17 +247,27 @@ def _all_in(args: argparse.Namespace) -> Any:
     )
 
 
-def _deployment(summary: dict[str, Any]) -> dict[str, Any]:
-    """The ``-c`` values a deployment for this peak needs (``cdk_context``, cdk/limits.py) and the
-    vCPUs each EC2 quota must allow for it (``quota_vcpus``, Service Quotas code -> vCPUs)."""
+def _deployment(summary: dict[str, Any], roots: int) -> dict[str, Any]:
+    """The ``-c`` values a deployment for this peak needs (``cdk_context``, cdk/limits.py), the
+    vCPUs each EC2 quota must allow for it (``quota_vcpus``, Service Quotas code -> vCPUs) and the
+    DynamoDB units per second its tables need (``table_units_per_s``; ``roots``: the app's root
+    modules, each a shared slot-count write per frame)."""
     # CLI start-up: loaded when this command runs
     from cdk.config import load_catalog
-    from cdk.limits import deployment_context, vcpu_needs
+    from cdk.limits import deployment_context, table_units, vcpu_needs
 
     instances = summary["instances"]
+    context = deployment_context(summary["frame_rate"], instances)
     return {
-        "cdk_context": deployment_context(summary["frame_rate"], instances),
+        "cdk_context": context,
         "quota_vcpus": vcpu_needs(instances, load_catalog()),
+        "table_units_per_s": table_units(
+            summary["frame_rate"],
+            summary["data_plane_units_per_frame"],
+            instances,
+            int(context["front_concurrency"]),
+            roots=roots,
+        ),
     }
 
 
@@ -342,6 +353,14 @@ def render_app(preview: AppPreview, summary: dict[str, Any]) -> None:
     console.print(f"deploy for this peak (cdk/limits.py): {context}", soft_wrap=True)
     quotas = ", ".join(f"{code} >= {vcpus} vCPUs" for code, vcpus in summary["quota_vcpus"].items())
     console.print(f"EC2 On-Demand quotas at those maxima: {quotas or 'none'}")
+    units = summary["table_units_per_s"]
+    over = ", ".join(units["over_table_defaults"]) or "none"
+    console.print(
+        f"DynamoDB at this peak (units/s): results {units['results']['read']:,} read, "
+        f"{units['results']['write']:,} write; config {units['config']['read']:,} read, "
+        f"{units['config']['write']:,} write; over the 40,000 per-table defaults: {over}",
+        soft_wrap=True,
+    )
     dates = sorted({str(price["date"]) for price in summary["price_sources"].values() if price["date"]})
     console.print(f"fleet prices from profiles/hardware.json ({', '.join(dates) or 'undated'})")
     if "data_plane" in summary:

@@ -209,8 +209,15 @@ def _last(console: Any, doc: dict[str, Any]) -> None:
         bits.append(f"error {last['error']}")
     if last.get("failed_apps"):
         bits.append("failed apps " + ", ".join(f"{app} ({why})" for app, why in last["failed_apps"].items()))
-    if last.get("excluded_hardware"):
-        bits.append("left out " + ", ".join(last["excluded_hardware"]))
+    if last.get("excluded_hardware"):  # unavailable: a failed launch (a quota), no group, MaxSize 0
+        bits.append(
+            "unavailable (left out): "
+            + ", ".join(f"{hw} ({why})" for hw, why in last["excluded_hardware"].items())
+        )
+    if last.get("limited_hardware"):  # at the group's MaxSize: planned with no more than it has
+        bits.append(
+            "no new capacity: " + ", ".join(f"{hw} ({why})" for hw, why in last["limited_hardware"].items())
+        )
     if last.get("carried"):  # plans kept over a problem change (new prices), or quick: to be solved again
         bits.append(f"{len(last['carried'])} app(s) on a carried plan: " + ", ".join(last["carried"]))
     if last.get("quick"):

@@ -249,7 +249,9 @@ def test_the_deployed_front_counts_each_window_in_dynamodb(stack, monkeypatch):
     items = stack.ddb.scan(TableName=stack.cfg.results_table)["Items"]
     slots = [i for i in items if i["pk"]["S"].startswith("slot#")]
     assert len(slots) == 1 and slots[0]["n"] == {"N": "1"}
-    assert slots[0]["pk"]["S"] == f"slot#{stack.deployment.app}#v{stack.deployment.version}#detector"
+    prefix = f"slot#{stack.deployment.app}#v{stack.deployment.version}#detector#"
+    assert slots[0]["pk"]["S"].startswith(prefix) and slots[0]["pk"]["S"][len(prefix) :].isdigit()
+    assert slots[0]["sk"]["S"] == "n"  # one partition key per window: no hot key
 
 
 def test_the_lambda_front_writes_its_metrics_as_emf_lines_and_the_planner_reads_them(

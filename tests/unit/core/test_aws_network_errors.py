@@ -37,12 +37,14 @@ from core.adapters.config_store import ConfigStore
 from core.adapters.metrics import CloudWatchMetrics, MemoryMetrics
 from core.adapters.outcomes import FrameOutcomes
 from core.adapters.plan_store import (
+    HINTS,
     POINTER,
     InstanceStatus,
     Manifest,
     PlanStore,
     PlanStoreError,
     VersionConflictError,
+    hint_key,
 )
 from core.adapters.queues import TaskQueues, queue_gone
 from core.adapters.rates import ObservedRates, RateWindow
@@ -497,7 +499,15 @@ def test_an_activation_rewritten_is_not_reported_failed_when_its_manifest_item_c
             return {"Item": pointer}
         raise error  # the manifest item: unreachable
 
-    ddb = FakeClient(error, {"get_item": get_item, "put_item": {}})
+    puts: list[str] = []
+
+    def put_item(**kw: Any) -> Any:
+        puts.append(kw["Item"]["pk"]["S"])
+        return {}
+
+    ddb = FakeClient(error, {"get_item": get_item, "put_item": put_item, "batch_write_item": {}})
     updated = PlanStore(ddb, TABLE).set_activation(manifest, 50.0, activation="ready")
     assert updated.activate_at == 50.0 and updated.activation == "ready"
-    assert ddb.calls.count("put_item") == 1  # the pointer only
+    assert ddb.calls.count("batch_write_item") == 1  # the hints, pending, before the pointer
+    assert [pk for pk in puts if not pk.startswith(f"{POINTER}#h")] == [POINTER]  # the pointer only
+    assert sorted(pk for pk in puts if pk != POINTER) == [hint_key(i) for i in range(HINTS)]  # settled

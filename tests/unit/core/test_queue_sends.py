@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from core.adapters.queues import TaskQueues
+from core.adapters.queues import SQS_BATCH_LIMIT_BYTES, TaskQueues, batches
 from core.errors import QueueError
 from core.schema import Payload, TaskMessage
 
@@ -78,3 +78,32 @@ def test_a_failed_request_is_raised_after_the_others_were_sent() -> None:
     with pytest.raises(QueueError, match="cannot send to q-bad"):
         TaskQueues(sqs).send_many({"q-bad": [message(1)], "q-good": [message(2)], "q-also": [message(3)]})
     assert sorted(q for q, _, _ in sqs.calls) == ["q-also", "q-bad", "q-good"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "limit", "groups"),
+    [
+        # 12 small bodies: 10 + 2 (SQS's count limit)
+        ([1] * 12, 100, [list(range(10)), [10, 11]]),
+        # 60 + 30 = 90 <= 100, + 30 = 120 > 100: a new batch at the third
+        ([60, 30, 30, 70], 100, [[0, 1], [2, 3]]),
+        # a body over the limit goes alone (SQS judges it against the queue's own limit)
+        ([10, 150, 10], 100, [[0], [1], [2]]),
+        # exactly at the limit fits
+        ([50, 50, 1], 100, [[0, 1], [2]]),
+    ],
+)
+def test_batches_split_by_count_and_bytes(sizes: list[int], limit: int, groups: list[list[int]]) -> None:
+    assert batches(["x" * n for n in sizes], limit) == groups
+
+
+def test_inline_frames_children_are_sent_in_batches_within_the_byte_limit() -> None:
+    # seven children of a frame carrying 200 KiB of base64 inline: 7 x ~205 KiB = 1.4 MiB, over SQS's
+    # batch limit in one request; 256 KiB per request -> one child per request, seven requests
+    sqs = SlowSqs(0.0)
+    big = message(1).model_copy(
+        update={"payload": Payload(content_type="image/jpeg", size=150_000, inline_b64="A" * 200 * 1024)}
+    )
+    TaskQueues(sqs).send("q", [big] * 7)
+    assert [len(ids) for _, ids, _ in sqs.calls] == [1] * 7
+    assert SQS_BATCH_LIMIT_BYTES == 256 * 1024

@@ -97,6 +97,9 @@ class FakePlans:
     def current(self) -> FakeManifest:
         return FakeManifest({self.dep.app: {}}, self.dep.version)
 
+    def current_hinted(self) -> FakeManifest:
+        return self.current()
+
     def deployment(self, version: int, app: str) -> Deployment | None:
         return self.dep if (version, app) == (self.dep.version, self.dep.app) else None
 

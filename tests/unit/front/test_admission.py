@@ -346,23 +346,23 @@ class FakeSlots:
         self.counts: dict[tuple[str, int], int] = {}
         self.answer = answer
         self.calls: list[tuple[str, int, int]] = []
-        self.released: list[tuple[str, int]] = []
+        self.released: list[tuple[str, int, int]] = []
 
     def take(
-        self, app: str, version: int, module: str, batch_id: int, cap: int, window_end: float
+        self, app: str, version: int, module: str, batch_id: int, cap: int, window_end: float, count: int = 1
     ) -> bool | None:
         self.calls.append((module, batch_id, cap))
         if self.answer is None:
             return None
         n = self.counts.get((module, batch_id), 0)
-        if n >= cap:
+        if n + count > cap:
             return False
-        self.counts[(module, batch_id)] = n + 1
+        self.counts[(module, batch_id)] = n + count
         return True
 
-    def release(self, app: str, version: int, module: str, batch_id: int) -> None:
-        self.released.append((module, batch_id))
-        self.counts[(module, batch_id)] -= 1
+    def release(self, app: str, version: int, module: str, batch_id: int, count: int = 1) -> None:
+        self.released.append((module, batch_id, count))
+        self.counts[(module, batch_id)] -= count
 
 
 def test_a_window_other_fronts_filled_spills_the_frame_and_is_not_asked_again() -> None:
@@ -417,7 +417,9 @@ def test_a_refused_batch_gives_back_what_it_counted() -> None:
     out = adm.admit(router, 3, now)
     assert isinstance(out, Shed) and out.error == "slot_full"
     here = router.route("detector", now).batch_id
-    assert slots.released == [("detector", here), ("detector", here)]
+    # the 2 places were counted with one write (the batch's first frame) and given back with one
+    assert slots.calls == [("detector", here, 2)]
+    assert slots.released == [("detector", here, 2)]
     assert slots.counts[("detector", here)] == 0
 
 
