@@ -509,6 +509,9 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
     assert doc["apps"]["cams"] == {
         "planned": pytest.approx(out.rates["cams"]["planned"], abs=1e-3),
         "observed": 12.0,
+        # each module's profile source on its planned class: this app's entries are derived (no
+        # instance has measured them), so its first plan carries the derived margin
+        "profile_sources": {"cls": {"c6i.large": "derived"}, "det": {"c6i.large": "derived"}},
     }
     assert {hw: h["planned"] for hw, h in doc["hardware"].items()} == {
         hw: out.counts.get(hw, 0) for hw in ASGS
