@@ -20,6 +20,7 @@ import numpy as np
 
 from planner.convex import path_lower_bound, split_convex
 from planner.errors import InfeasibleError
+from planner.lagrange import solve_occupancy
 from planner.latency import EPS, Config, Group, configs_for
 from planner.models import MachineGroup, ModulePlan, Plan
 from planner.module import (
@@ -36,6 +37,8 @@ from planner.reference import exhaustive_billed
 from planner.split import ListSource, Option, combine, even_split, iterative_split, path_latency, topology
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from planner.models import HardwareSpec, Objective, ProblemSpec, ProfileEntry
 
 __all__ = ["BilledCache", "module_plan", "solve"]
@@ -181,6 +184,9 @@ class _Ctx:
     prepared: dict[int, BilledConfigs] = field(default_factory=dict)  # without a memo
     records: list[_ModuleRecord | None] = field(default_factory=list)  # per module, unfiltered configs
     floors: list[float] | None = None  # per module: _min_latency
+    should_stop: Callable[[], bool] | None = None  # the caller's budget, read by the large searches
+    warm_configs: list[list[Config]] = field(default_factory=list)  # the large searches' warm starts
+    lower_bound: float | None = None  # a certified bound on the optimum, where the search gives one
 
     @property
     def n(self) -> int:
@@ -593,6 +599,41 @@ def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule],
     return scheds, budgets
 
 
+LARGE = 5  # modules from which the exact policies use the Lagrangian searches (the 1-4-module paths stay)
+
+
+def _exact_occupancy_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Exact occupancy optimum of a DAG of :data:`LARGE` or more modules (:mod:`planner.lagrange`):
+    the same candidates as :class:`_OccupancySearch` (floor below the module's largest budget, the
+    dominance filter), started from the configuration each module's proportional budget prefers (and
+    the caller's warm start, if any)."""
+    lmax = [_max_budget(ctx, i) for i in range(ctx.n)]
+    cands = [
+        _undominated([c for c in ctx.configs[i] if c.floor < lmax[i]], ctx.rate[i]) for i in range(ctx.n)
+    ]
+    share = _proportional_budgets(ctx)
+    start: list[Config] = []
+    for i in range(ctx.n):
+        sched = occupancy_optimal(cands[i], ctx.rate[i], share[i])
+        if sched is None:
+            break
+        start.append(sched.groups[0].config)
+    starts = [start] if len(start) == ctx.n else []
+    starts += ctx.warm_configs
+    result = solve_occupancy(cands, ctx.rate, ctx.paths, ctx.slo, lmax, starts, ctx.should_stop)
+    ctx.proven &= result.finished
+    ctx.lower_bound = result.lower_bound
+    if result.configs is None or result.x is None:
+        return None
+    scheds, budgets = [], []
+    for i, (c, x) in enumerate(zip(result.configs, result.x, strict=True)):
+        w = max(ctx.rate[i], c.batch / x)
+        m = max(1, math.ceil(w / c.throughput - 1e-9))
+        scheds.append(ModuleSchedule((Group(c, m, w / m),), ctx.rate[i], c.tc_latency(w), "tc"))
+        budgets.append(c.floor + x)
+    return scheds, budgets
+
+
 def _undominated(cs: list[Config], rate: float) -> list[Config]:
     """Drop configs whose cost curve max(T/r, b/(r(l-d))) lies above another's everywhere: another
     config has flat cost T/r, slope b/r and latency floor d + o all no larger (and one smaller, or equal
@@ -693,9 +734,10 @@ def _plan_ctx(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
         )
         return None if scheds is None else (scheds, _spread_slack(ctx, [sched.wcl for sched in scheds]))
     if pol.split == "exact":
-        exact = (
-            _exact_occupancy(ctx, exhaustive=False) if ctx.objective == "occupancy" else _exact_billed(ctx)
-        )
+        if ctx.objective == "occupancy":
+            exact = _exact_occupancy_large(ctx) if ctx.n >= LARGE else _exact_occupancy(ctx, exhaustive=False)
+        else:
+            exact = _exact_billed(ctx)
         return exact if exact is not None else _heuristic(ctx)
     return _heuristic(ctx)
 
