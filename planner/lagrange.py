@@ -188,9 +188,7 @@ class _Search:
         )
         return float(mins.sum() - p.slo * lam.sum()), mins, val, lat[arg] if arg.size else lat
 
-    def ascend(
-        self, lam: np.ndarray, alive: np.ndarray, iters: int
-    ) -> tuple[float, np.ndarray, np.ndarray]:
+    def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, np.ndarray]:
         """Projected subgradient ascent with Polyak steps towards the incumbent; reduced-cost fixing at
         every step (``alive`` is narrowed in place). Returns the best bound, its lambda and the argmin
         configurations there."""
@@ -253,7 +251,9 @@ class _Search:
         if int(arg.min(initial=0)) >= 0 and all(alive[k] for k in arg):
             self.leaf([int(k) for k in arg])  # the Lagrangian's own choice: often the optimum
         if (counts == 1).all():
-            self.leaf([int(s + np.argmax(alive[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)])
+            self.leaf(
+                [int(s + np.argmax(alive[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)]
+            )
             return
         free = [m for m in range(p.n) if counts[m] > 1]
         m = min(free, key=lambda j: (counts[j], j))
@@ -377,3 +377,174 @@ def solve_occupancy(
     return OccupancyResult(
         [prob.configs[k] for k in pick], x, search.best_cost, bound, search.nodes, search.leaves, finished
     )
+
+
+# --------------------------------------------------------------------------- one option per module
+
+
+@dataclass
+class ChoiceResult:
+    """The cheapest choice of one option per module (indices into each module's list) found, its cost,
+    a certified lower bound and whether the search finished."""
+
+    pick: list[int] | None
+    cost: float
+    lower_bound: float
+    nodes: int
+    finished: bool
+
+
+class _Choice:
+    """Branch and bound choosing one (latency, cost) option per module so every path's latency sum is
+    at most the SLO: the Lagrangian of the path constraints bounds every node (per module
+    min_j cost_j + mu_m lat_j, the same dual ascent and reduced-cost fixing as for occupancy)."""
+
+    def __init__(
+        self,
+        options: Sequence[Sequence[tuple[float, float]]],
+        paths: Sequence[Sequence[int]],
+        slo: float,
+        should_stop: Callable[[], bool] | None,
+    ):
+        self.n = len(options)
+        self.paths = _maximal(paths)
+        self.slo = slo
+        self.sizes = [len(o) for o in options]
+        self.start = np.cumsum([0, *self.sizes])[:-1]
+        self.mod = np.repeat(np.arange(self.n), self.sizes)
+        self.lat = np.array([lat for o in options for lat, _ in o], dtype=float)
+        self.cost = np.array([c for o in options for _, c in o], dtype=float)
+        self.incidence = np.zeros((len(self.paths), self.n))
+        for p, path in enumerate(self.paths):
+            self.incidence[p, path] = 1.0
+        self.limit = slo + 1e-9
+        self.should_stop = should_stop
+        self.best_cost = math.inf
+        self.best: list[int] | None = None
+        self.nodes = 0
+        self.stopped = False
+        self.open_bound = math.inf
+
+    def offer(self, pick: Sequence[int]) -> None:
+        """Record a choice (flat indices) if it fits every path and is the cheapest so far."""
+        lat = self.lat[list(pick)]
+        if (self.incidence @ lat <= self.limit).all():
+            cost = float(self.cost[list(pick)].sum())
+            if cost < self.best_cost - 1e-9:
+                self.best_cost, self.best = cost, [int(k) for k in pick]
+
+    def repair(self, pick: list[int], alive: np.ndarray) -> None:
+        """From ``pick``, move modules of the most overrun path to faster alive options, cheapest cost per
+        second saved first, until every path fits (an incumbent for the search)."""
+        pick = list(pick)
+        for _ in range(4 * len(self.lat)):
+            over = self.incidence @ self.lat[pick] - self.limit
+            p = int(np.argmax(over))
+            if over[p] <= 0:
+                self.offer(pick)
+                return
+            move: tuple[float, int, int] | None = None
+            for m in self.paths[p]:
+                k = pick[m]
+                for j in range(int(self.start[m]), int(self.start[m]) + self.sizes[m]):
+                    saved = self.lat[k] - self.lat[j]
+                    if alive[j] and saved > 1e-12:
+                        rate = (self.cost[j] - self.cost[k]) / min(saved, over[p])
+                        if move is None or rate < move[0]:
+                            move = (float(rate), m, j)
+            if move is None:
+                return
+            pick[move[1]] = move[2]
+
+    def lagrangian(
+        self, lam: np.ndarray, alive: np.ndarray
+    ) -> tuple[float, np.ndarray, np.ndarray, list[int]]:
+        mu = lam @ self.incidence
+        val = np.where(alive, self.cost + mu[self.mod] * self.lat, np.inf)
+        mins = np.minimum.reduceat(val, self.start)
+        arg = [int(s + np.argmin(val[s : s + z])) for s, z in zip(self.start, self.sizes, strict=True)]
+        return float(mins.sum() - self.slo * lam.sum()), mins, val, arg
+
+    def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, list[int]]:
+        best_lb, best_lam, best_arg = -math.inf, lam, []
+        theta, stall = 1.0, 0
+        for _ in range(iters):
+            lb, mins, val, arg = self.lagrangian(lam, alive)
+            if not math.isfinite(lb):
+                return math.inf, lam, arg
+            if math.isfinite(self.best_cost):
+                dead = lb - mins[self.mod] + val >= self.best_cost - 1e-9
+                if dead.any():
+                    alive &= ~dead
+            if lb > best_lb + 1e-12 * abs(lb):
+                best_lb, best_lam, best_arg, stall = lb, lam.copy(), arg, 0
+            else:
+                stall += 1
+                if stall >= 4:
+                    theta, stall = theta / 2, 0
+            if best_lb >= self.best_cost - 1e-9:
+                break
+            g = self.incidence @ self.lat[arg] - self.slo
+            g = np.where((lam <= 0) & (g < 0), 0.0, g)
+            norm = float(g @ g)
+            if norm <= 1e-30:
+                break
+            target = self.best_cost if math.isfinite(self.best_cost) else abs(lb) * 1.1 + 1.0
+            lam = np.maximum(0.0, lam + theta * max(target - lb, 1e-9 * abs(lb)) / norm * g)
+        return best_lb, best_lam, best_arg
+
+    def node(self, lam: np.ndarray, alive: np.ndarray, depth: int) -> None:
+        self.nodes += 1
+        if self.should_stop is not None and self.nodes % 8 == 0 and self.should_stop():
+            self.stopped = True
+        if self.stopped:
+            self.open_bound = min(self.open_bound, self.lagrangian(lam, alive)[0])
+            return
+        lb, lam, arg = self.ascend(lam, alive, 60 if depth == 0 else 15)
+        if lb >= self.best_cost - 1e-9:
+            return
+        counts = np.add.reduceat(alive.astype(int), self.start)
+        if (counts == 0).any():
+            return
+        if arg and all(alive[k] for k in arg):
+            self.repair(arg, alive)
+        if (counts == 1).all():
+            self.offer(
+                [int(s + np.argmax(alive[s : s + z])) for s, z in zip(self.start, self.sizes, strict=True)]
+            )
+            return
+        m = min((j for j in range(self.n) if counts[j] > 1), key=lambda j: (counts[j], j))
+        at, mins, val, _ = self.lagrangian(lam, alive)
+        s, e = int(self.start[m]), int(self.start[m]) + self.sizes[m]
+        for k in sorted((k for k in range(s, e) if alive[k]), key=lambda k: float(val[k])):
+            if at - mins[m] + val[k] >= self.best_cost - 1e-9:
+                continue
+            child = alive.copy()
+            child[s:e] = False
+            child[k] = True
+            self.node(lam, child, depth + 1)
+
+
+def solve_choice(
+    options: Sequence[Sequence[tuple[float, float]]],
+    paths: Sequence[Sequence[int]],
+    slo: float,
+    incumbent: Sequence[int] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> ChoiceResult:
+    """The cheapest choice of one (latency, cost) option per module with every path's latency sum at
+    most ``slo`` (+1e-9), exact unless ``should_stop`` ends the search. ``incumbent``: a choice (an index
+    per module) to start from, e.g. the previous epoch's."""
+    search = _Choice(options, paths, slo, should_stop)
+    if any(z == 0 for z in search.sizes):
+        return ChoiceResult(None, math.inf, math.inf, 0, True)
+    if incumbent is not None:
+        search.offer([int(s) + k for s, k in zip(search.start, incumbent, strict=True)])
+    alive = np.ones(len(search.lat), dtype=bool)
+    search.node(np.zeros(len(search.paths)), alive, 0)
+    finished = not search.stopped
+    bound = search.best_cost if finished else min(search.open_bound, search.best_cost)
+    pick = None
+    if search.best is not None:
+        pick = [k - int(s) for k, s in zip(search.best, search.start, strict=True)]
+    return ChoiceResult(pick, search.best_cost, bound, search.nodes, finished)

@@ -287,14 +287,21 @@ class BilledConfigs:
         return found
 
     def optimal(
-        self, rate: float, budget: float, node_limit: int = 200_000
+        self, rate: float, budget: float, node_limit: int = 200_000, cap: float = math.inf
     ) -> tuple[ModuleSchedule | None, bool]:
-        """:func:`billed_optimal` of these configurations."""
+        """:func:`billed_optimal` of these configurations. ``cap``: only plans billing at most this
+        are wanted; the search starts from it as its incumbent, so it proves "none within ``cap``"
+        (None, proven) faster, and a plan it returns is the module's optimum all the same."""
         usable = self.usable(budget)
         if not usable.rows:
             return None, True
         search = _BilledSearch(usable, rate, budget, node_limit)
+        if cap < search.best_cost:
+            search.best_cost, search.best_wcl = cap, math.inf
+            search.best_counts = [0] * len(usable.rows)
         search.dfs(0, 0.0, 0.0, 0.0)
+        if not any(search.best_counts):
+            return None, search.nodes <= node_limit
         proven = search.nodes <= node_limit
         if not math.isfinite(search.best_cost):
             return None, proven

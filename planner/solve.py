@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.convex import path_lower_bound, split_convex
 from planner.errors import InfeasibleError
-from planner.lagrange import solve_occupancy
+from planner.lagrange import solve_choice, solve_occupancy
 from planner.latency import EPS, Config, Group, configs_for
 from planner.models import MachineGroup, ModulePlan, Plan
 from planner.module import (
@@ -186,6 +186,7 @@ class _Ctx:
     floors: list[float] | None = None  # per module: _min_latency
     should_stop: Callable[[], bool] | None = None  # the caller's budget, read by the large searches
     warm_configs: list[list[Config]] = field(default_factory=list)  # the large searches' warm starts
+    warm_billed: list[tuple[list[ModuleSchedule], list[float]]] = field(default_factory=list)
     lower_bound: float | None = None  # a certified bound on the optimum, where the search gives one
 
     @property
@@ -698,6 +699,100 @@ def _exact_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
     return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
 
 
+def _billed_capped(ctx: _Ctx, i: int, budget: float, cap: float) -> ModuleSchedule | None:
+    """Module i's billed optimum at ``budget`` if it bills at most ``cap`` (else None): the interval
+    cache, then :meth:`BilledConfigs.optimal` started from ``cap`` (a plan it finds is the optimum, and
+    is cached as :func:`_billed_optimal` caches one)."""
+    for lo, hi, sched in ctx.billed.get(i, []):
+        if lo - 1e-12 <= budget <= hi + 1e-12:
+            return sched if sched is not None and sched.billed <= cap + EPS else None
+    table: _BilledTable | None = None
+    if ctx.memo is None:
+        prepared = ctx.prepared.get(i)
+        if prepared is None:
+            prepared = ctx.prepared[i] = BilledConfigs(ctx.configs[i])
+    else:
+        record = ctx.records[i] if ctx.records else None
+        table = ctx.tables.get(i) or (record.table if record is not None else None)
+        if table is None:
+            table = ctx.memo.table(ctx.configs[i])
+            if record is not None:
+                record.table = table
+        ctx.tables[i] = table
+        found = table.get(ctx.rate[i], budget)
+        if found is not None:
+            ctx.memo.hits += 1
+            sched = found[0]
+            return sched if sched is not None and sched.billed <= cap + EPS else None
+        prepared = table.configs
+    sched, proven = prepared.optimal(ctx.rate[i], budget, cap=cap)
+    ctx.proven &= proven
+    if sched is not None and proven:
+        ctx.billed.setdefault(i, []).append((sched.wcl, budget, sched))
+        if table is not None and ctx.memo is not None:
+            ctx.memo.misses += 1
+            ctx.memo.put(table, ctx.rate[i], budget, (sched, proven))
+    return sched
+
+
+def _exact_billed_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Exact billed optimum of a DAG of :data:`LARGE` or more modules: each module's staircase (its
+    exact cost curve, as :class:`_Stairs` generates it) down to the cost that can still be part of a
+    plan cheaper than the incumbent (the incumbent less the other modules' cheapest points; each step a
+    module search started from that cap, so proving that no cheaper point is left costs little), then
+    one point per module chosen by the Lagrangian branch and bound of
+    :func:`planner.lagrange.solve_choice`."""
+    incumbent = _proportional(ctx)
+    for warm in ctx.warm_billed:
+        if _total(ctx, warm) < _total(ctx, incumbent) - EPS:
+            incumbent = warm
+    upper = _total(ctx, incumbent)
+    stairs: list[list[ModuleSchedule]] = []
+    for i in range(ctx.n):
+        first = _billed_optimal(ctx, i, _max_budget(ctx, i))
+        if first is None:
+            return incumbent
+        stairs.append([first])
+    cheapest = sum(st[0].billed for st in stairs)
+    for i, st in enumerate(stairs):
+        cap = upper - (cheapest - st[0].billed) + EPS
+        floor = _min_latency(ctx, i)
+        while st[-1].wcl - 1e-7 > floor:
+            if len(st) >= STAIRCASE_LIMIT:
+                ctx.proven = False
+                break
+            step = _billed_capped(ctx, i, st[-1].wcl - 1e-7, cap)
+            if step is None:
+                break
+            st.append(step)
+    options = [[(s.wcl, s.billed) for s in st] for st in stairs]
+    result = solve_choice(options, ctx.paths, ctx.slo, _start_points(stairs, incumbent), ctx.should_stop)
+    ctx.proven &= result.finished
+    ctx.lower_bound = result.lower_bound
+    if result.pick is None:
+        return incumbent
+    scheds = [st[k] for st, k in zip(stairs, result.pick, strict=True)]
+    if incumbent is not None and _total(ctx, incumbent) < sum(s.billed for s in scheds) - EPS:
+        return incumbent
+    return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
+
+
+def _start_points(
+    stairs: list[list[ModuleSchedule]], incumbent: tuple[list[ModuleSchedule], list[float]] | None
+) -> list[int] | None:
+    """Per module the cheapest generated point no slower than the incumbent's schedule (the incumbent
+    as a choice of points: it costs no more), or None where some module has none generated yet."""
+    if incumbent is None:
+        return None
+    start = []
+    for st, sched in zip(stairs, incumbent[0], strict=True):
+        fits = [k for k, point in enumerate(st) if point.wcl <= sched.wcl + EPS]
+        if not fits:
+            return None
+        start.append(fits[0])
+    return start
+
+
 def _proportional_budgets(ctx: _Ctx) -> list[float]:
     """Budgets proportional to each module's least latency, scaled to fill its tightest path."""
     dmin = [_min_latency(ctx, i) for i in range(ctx.n)]
@@ -737,7 +832,7 @@ def _plan_ctx(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
         if ctx.objective == "occupancy":
             exact = _exact_occupancy_large(ctx) if ctx.n >= LARGE else _exact_occupancy(ctx, exhaustive=False)
         else:
-            exact = _exact_billed(ctx)
+            exact = _exact_billed_large(ctx) if ctx.n >= LARGE else _exact_billed(ctx)
         return exact if exact is not None else _heuristic(ctx)
     return _heuristic(ctx)
 
