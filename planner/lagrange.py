@@ -87,14 +87,14 @@ class _Problem:
         flat = [c for cs in cands for c in cs]
         self.configs = flat
         self.mod = np.repeat(np.arange(self.n), [len(cs) for cs in cands])
-        rate = np.array([rates[m] for m in self.mod], dtype=float)
+        rate = np.array(rates, dtype=float)[self.mod]
         ratio = np.array([c.ratio for c in flat])
         batch = np.array([c.batch for c in flat], dtype=float)
         self.d = np.array([c.floor for c in flat])
         self.beta = batch / ratio
         self.u = batch / rate
         self.flat = rate / ratio
-        self.lmax = np.array([lmax[m] for m in self.mod])
+        self.lmax = np.array(lmax, dtype=float)[self.mod]
         self.incidence = np.zeros((len(self.paths), self.n))
         for p, path in enumerate(self.paths):
             self.incidence[p, path] = 1.0
@@ -364,18 +364,19 @@ def solve_occupancy(
     search = _Search(prob, should_stop)
     index = {(m, c): int(prob.start[m]) + j for m, cs in enumerate(prob.cands) for j, c in enumerate(cs)}
     for start in starts:
-        pick = [index.get((m, c)) for m, c in enumerate(start)]
-        if all(k is not None for k in pick):
-            search.leaf([k for k in pick if k is not None])
+        found = [index.get((m, c)) for m, c in enumerate(start)]
+        pick = [k for k in found if k is not None]
+        if len(pick) == prob.n:
+            search.leaf(pick)
     alive = np.ones(len(prob.configs), dtype=bool)
     search.node(np.zeros(len(prob.paths)), alive, 0)
     finished = not search.stopped
     bound = search.best_cost if finished else min(search.open_bound, search.best_cost)
     if search.best is None:
         return OccupancyResult(None, None, math.inf, bound, search.nodes, search.leaves, finished)
-    pick, x = search.best
+    best, x = search.best
     return OccupancyResult(
-        [prob.configs[k] for k in pick], x, search.best_cost, bound, search.nodes, search.leaves, finished
+        [prob.configs[k] for k in best], x, search.best_cost, bound, search.nodes, search.leaves, finished
     )
 
 

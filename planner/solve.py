@@ -754,10 +754,12 @@ def _exact_billed_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] |
             return incumbent
         stairs.append([first])
     cheapest = sum(st[0].billed for st in stairs)
+    cut: list[bool] = []  # per module: its staircase cut short by the caller's budget
     for i, st in enumerate(stairs):
         cap = upper - (cheapest - st[0].billed) + EPS
         floor = _min_latency(ctx, i)
-        while st[-1].wcl - 1e-7 > floor:
+        stop = ctx.should_stop is not None and ctx.should_stop()
+        while not stop and st[-1].wcl - 1e-7 > floor:
             if len(st) >= STAIRCASE_LIMIT:
                 ctx.proven = False
                 break
@@ -765,12 +767,23 @@ def _exact_billed_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] |
             if step is None:
                 break
             st.append(step)
-    options = [[(s.wcl, s.billed) for s in st] for st in stairs]
+        cut.append(stop and st[-1].wcl - 1e-7 > floor)
+    # a cut staircase ends in a tail option (the floor, at the last point's cost, which every point
+    # not generated exceeds): the choice is then a relaxation, its bound still certified
+    options = [
+        [(s.wcl, s.billed) for s in st] + ([(_min_latency(ctx, i), st[-1].billed)] if cut[i] else [])
+        for i, st in enumerate(stairs)
+    ]
+    searched = ctx.proven  # every module search finished (none stopped by its node limit)
+    if any(cut):
+        ctx.proven = False
     result = solve_choice(options, ctx.paths, ctx.slo, _start_points(stairs, incumbent), ctx.should_stop)
+    # the bound holds for these staircases; a module search stopped by its node limit leaves a point
+    # that may cost more than the module's optimum there, so then no bound is certified
+    ctx.lower_bound = result.lower_bound if searched else math.nan
     ctx.proven &= result.finished
-    ctx.lower_bound = result.lower_bound
-    if result.pick is None:
-        return incumbent
+    if result.pick is None or any(k >= len(st) for st, k in zip(stairs, result.pick, strict=True)):
+        return incumbent  # (a tail chosen: the incumbent, under the same bound)
     scheds = [st[k] for st, k in zip(stairs, result.pick, strict=True)]
     if incumbent is not None and _total(ctx, incumbent) < sum(s.billed for s in scheds) - EPS:
         return incumbent
@@ -843,12 +856,23 @@ def solve(
     objective: Objective = "billed",
     *,
     cache: BilledCache | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    warm_start: Plan | None = None,
 ) -> Plan:
     """Plan ``problem``: the cheapest plan the policy finds that meets the SLO on every path.
 
     Raises :class:`~planner.errors.InfeasibleError` (with the tightest path and its minimum
     latency) when the policy's latency model cannot meet the SLO. ``cache``: per-module billed optima
     shared with other solves (:class:`BilledCache`); it changes only the time taken, never the plan.
+
+    On :data:`LARGE` or more modules the exact policies (``skinflint``) run the Lagrangian searches
+    (:mod:`planner.lagrange`) and the plan also carries ``lower_bound_per_hour`` (a certified bound on
+    the objective's optimum) and ``proven_gap`` ((cost - bound) / cost; 0 when proven optimal).
+    ``should_stop``: the caller's budget (e.g. a CPU deadline), a callable the searches read every few
+    nodes; once it returns True they stop with the best plan found (``proven_optimal`` false, the gap
+    what the open nodes still allow). ``warm_start``: a previous plan of the same modules (e.g. the
+    last epoch's), tried first as the incumbent where its configurations still serve the new rates
+    within the SLO; it changes only the time taken, never the optimum.
     """
     started, cpu_started = time.perf_counter(), time.process_time()
     pol = get_policy(policy)
@@ -859,8 +883,11 @@ def solve(
     error: InfeasibleError | None = None
     for hw in hw_choices:
         ctx = _context(problem, pol, objective, hw, cache)
+        ctx.should_stop = should_stop
         try:
             _check_feasible(ctx)
+            if warm_start is not None and ctx.n >= LARGE:
+                _warm(ctx, warm_start)
         except InfeasibleError as exc:
             error = error or exc
             continue
@@ -878,6 +905,37 @@ def solve(
     # CPU time too: on a shared machine wall time includes other processes' turns
     plan.model_extra["solve_cpu_ms"] = (time.process_time() - cpu_started) * 1000  # type: ignore[index]
     return plan
+
+
+def _warm(ctx: _Ctx, plan: Plan) -> None:
+    """The previous plan as warm starts: per module its groups' configurations at this problem's rates
+    (occupancy: its single configuration; billed: the same machines, kept only if they still carry the
+    rate and fit every path). Modules or configurations that no longer exist drop the warm start."""
+    by_key = [{(c.hardware, c.batch, c.concurrency): c for c in cs} for cs in ctx.configs]
+    picks: list[list[tuple[Config, int]]] = []
+    for i, name in enumerate(ctx.names):
+        mp = plan.modules.get(name)
+        if mp is None or not mp.groups:
+            return
+        pick: list[tuple[Config, int]] = []
+        for g in mp.groups:
+            c = by_key[i].get((g.hardware, g.batch, g.concurrency))
+            if c is None:
+                return
+            pick.append((c, g.machines))
+        picks.append(pick)
+    if ctx.objective == "occupancy":
+        if all(len(p) == 1 for p in picks):
+            ctx.warm_configs.append([p[0][0] for p in picks])
+        return
+    scheds = []
+    for i, chosen in enumerate(picks):
+        groups = [Group(c, m, c.throughput) for c, m in chosen]
+        if sum(g.total for g in groups) < ctx.rate[i] - EPS:
+            return
+        scheds.append(fill_machines(ModuleSchedule(tuple(groups), ctx.rate[i], 0.0, "tc")))
+    if path_latency([s.wcl for s in scheds], ctx.paths) <= ctx.slo + EPS:
+        ctx.warm_billed.append((scheds, _spread_slack(ctx, [s.wcl for s in scheds])))
 
 
 def module_plan(s: ModuleSchedule, budget_s: float) -> ModulePlan:
@@ -909,7 +967,7 @@ def _assemble(
 ) -> Plan:
     modules = {name: module_plan(scheds[i], budgets[i]) for i, name in enumerate(ctx.names)}
     lat = [s.wcl for s in scheds]
-    return Plan(
+    plan = Plan(
         objective=ctx.objective,
         cost_per_hour=sum(s.occupancy for s in scheds),
         billed_per_hour=sum(s.billed for s in scheds),
@@ -925,3 +983,14 @@ def _assemble(
         ],
         proven_optimal=ctx.policy.split in ("exact", "exhaustive") and ctx.proven,
     )
+    if ctx.lower_bound is not None:  # the large searches' certificate (absent on 1-4 modules: unchanged)
+        cost = plan.cost_per_hour if ctx.objective == "occupancy" else plan.billed_per_hour
+        extra = plan.model_extra
+        assert extra is not None
+        if math.isnan(ctx.lower_bound):
+            extra["lower_bound_per_hour"] = extra["proven_gap"] = None  # none certified
+        else:
+            bound = cost if ctx.proven else min(ctx.lower_bound, cost)
+            extra["lower_bound_per_hour"] = bound
+            extra["proven_gap"] = max(0.0, (cost - bound) / cost) if cost > 0 else 0.0
+    return plan
