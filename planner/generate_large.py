@@ -122,9 +122,7 @@ def generate_large_problem(seed: int, modules: int | None = None, shape: Shape |
     slo = float(math.exp(rng.uniform(math.log(MIN_SLO), math.log(MAX_SLO))))
     margin = float(rng.uniform(1.3, 4.0))
     while True:
-        profiles = [
-            _profile(rng, work[j], hardware, j in cpu_only, concurrent) for j in range(n)
-        ]
+        profiles = [_profile(rng, work[j], hardware, j in cpu_only, concurrent) for j in range(n)]
         floors = [min(e["duration_s"] for e in p) for p in profiles]
         fastest = _longest_path(floors, edges)
         if fastest * margin <= slo:

@@ -699,7 +699,9 @@ def _exact_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
     return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
 
 
-def _billed_capped(ctx: _Ctx, i: int, budget: float, cap: float) -> ModuleSchedule | None:
+def _billed_capped(
+    ctx: _Ctx, i: int, budget: float, cap: float, hint: ModuleSchedule | None = None
+) -> ModuleSchedule | None:
     """Module i's billed optimum at ``budget`` if it bills at most ``cap`` (else None): the interval
     cache, then :meth:`BilledConfigs.optimal` started from ``cap`` (a plan it finds is the optimum, and
     is cached as :func:`_billed_optimal` caches one)."""
@@ -725,7 +727,7 @@ def _billed_capped(ctx: _Ctx, i: int, budget: float, cap: float) -> ModuleSchedu
             sched = found[0]
             return sched if sched is not None and sched.billed <= cap + EPS else None
         prepared = table.configs
-    sched, proven = prepared.optimal(ctx.rate[i], budget, cap=cap)
+    sched, proven = prepared.optimal(ctx.rate[i], budget, cap=cap, hint=hint.groups if hint else ())
     ctx.proven &= proven
     if sched is not None and proven:
         ctx.billed.setdefault(i, []).append((sched.wcl, budget, sched))
@@ -759,14 +761,18 @@ def _exact_billed_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] |
         cap = upper - (cheapest - st[0].billed) + EPS
         floor = _min_latency(ctx, i)
         stop = ctx.should_stop is not None and ctx.should_stop()
+        proven = ctx.proven
         while not stop and st[-1].wcl - 1e-7 > floor:
             if len(st) >= STAIRCASE_LIMIT:
                 ctx.proven = False
                 break
-            step = _billed_capped(ctx, i, st[-1].wcl - 1e-7, cap)
+            step = _billed_capped(ctx, i, st[-1].wcl - 1e-7, cap, st[-1])
             if step is None:
                 break
             st.append(step)
+            # a step stopped by its node limit: the next ones would be too (same module, tighter
+            # budgets); the staircase ends in a tail option, the plan is no longer proven
+            stop = proven and not ctx.proven
         cut.append(stop and st[-1].wcl - 1e-7 > floor)
     # a cut staircase ends in a tail option (the floor, at the last point's cost, which every point
     # not generated exceeds): the choice is then a relaxation, its bound still certified
