@@ -360,6 +360,9 @@ def solve_occupancy(
     configurations with a floor below its largest budget ``lmax``). ``starts``: configuration choices
     (one per module, e.g. the previous epoch's) tried first as incumbents; those not in ``cands`` are
     ignored."""
+    cands = [[c for c in cs if c.floor < lmax[m]] for m, cs in enumerate(cands)]  # the others never fit
+    if any(not cs for cs in cands):
+        return OccupancyResult(None, None, math.inf, math.inf, 0, 0, True)
     prob = _Problem(cands, rates, paths, slo, lmax)
     search = _Search(prob, should_stop)
     index = {(m, c): int(prob.start[m]) + j for m, cs in enumerate(prob.cands) for j, c in enumerate(cs)}
