@@ -239,3 +239,45 @@ def test_small_problems_carry_no_bound_fields(tmp_path):
     assert "proven_gap" not in (plan.model_extra or {}) and "lower_bound_per_hour" not in (
         plan.model_extra or {}
     )
+
+
+# --------------------------------------------------------------------------- bad input at this size
+
+
+def _write(tmp_path: Path, problem: dict) -> str:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(problem))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        (lambda p: p["edges"].append(["m5", "m1"]), "cycle through"),  # m1 -> ... -> m5 -> m1
+        (lambda p: p["edges"].append(["m2", "m9"]), "unknown module 'm9'"),
+        (lambda p: p["modules"]["m3"].update(profile=[]), "modules.m3.profile"),
+        (lambda p: p["modules"]["m4"].pop("profile"), "modules.m4.profile"),
+    ],
+)
+def test_bad_large_problems_are_one_line_naming_the_culprit(tmp_path, capsys, change, names):
+    from planner.cli import main
+
+    problem = generate_large_problem(11, 6, "chain").model_dump(mode="json")
+    change(problem)
+    assert main(["solve", _write(tmp_path, problem)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names in err[0]
+
+
+def test_an_infeasible_large_problem_exits_2_with_its_tightest_path(tmp_path, capsys):
+    from planner.cli import main
+
+    problem = generate_large_problem(12, 7, "dag")
+    fastest = max(
+        (sum(min(e.duration_s for e in problem.modules[m].profile) for m in path), path)
+        for path in problem.paths()
+    )
+    tight = problem.model_copy(update={"slo_s": fastest[0] * 0.99}).model_dump(mode="json")
+    assert main(["solve", _write(tmp_path, tight)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and " -> ".join(fastest[1]) in err
