@@ -132,7 +132,7 @@ class _Search:
 
     # ----------------------------------------------------------------- leaves
 
-    def leaf(self, pick: Sequence[int]) -> float:
+    def leaf(self, pick: Sequence[int], lam: np.ndarray | None = None) -> float:
         """Exact cost of one configuration per module (flat indices), recorded if it is the best."""
         key = tuple(pick)
         if key in self.seen:
@@ -145,7 +145,7 @@ class _Search:
         room = [p.slo - sum(float(p.d[pick[j]]) for j in path) for path in p.paths]
         if any(r <= 0 for r in room):
             return math.inf
-        x = self.split(beta, u, room)
+        x = self.split(beta, u, room, lam)
         if x is None:
             return math.inf
         cost = sum(b / min(xx, uu) for b, xx, uu in zip(beta, x, u, strict=True))
@@ -153,13 +153,15 @@ class _Search:
             self.best_cost, self.best = cost, (list(pick), x)
         return cost
 
-    def split(self, beta: list[float], u: list[float], room: list[float]) -> list[float] | None:
+    def split(
+        self, beta: list[float], u: list[float], room: list[float], lam: np.ndarray | None = None
+    ) -> list[float] | None:
         """The exact split of one leaf: the dual's projected Newton method (:func:`dual_split`), taken
         when its primal cost is within 1e-10 of its dual bound (a certificate: weak duality); otherwise
         (or when the bound shows the leaf cannot beat the incumbent) the interior-point split of
         :mod:`planner.convex`, or nothing."""
         p = self.p
-        found = dual_split(np.array(beta), np.array(u), p.incidence, np.array(room), self.best_cost)
+        found = dual_split(np.array(beta), np.array(u), p.incidence, np.array(room), self.best_cost, lam)
         if found is not None:
             x, dual = found
             if x is None:
@@ -249,10 +251,11 @@ class _Search:
         if (counts == 0).any():
             return
         if int(arg.min(initial=0)) >= 0 and all(alive[k] for k in arg):
-            self.leaf([int(k) for k in arg])  # the Lagrangian's own choice: often the optimum
+            self.leaf([int(k) for k in arg], lam)  # the Lagrangian's own choice: often the optimum
         if (counts == 1).all():
             self.leaf(
-                [int(s + np.argmax(alive[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)]
+                [int(s + np.argmax(alive[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)],
+                lam,
             )
             return
         free = [m for m in range(p.n) if counts[m] > 1]
@@ -271,7 +274,12 @@ class _Search:
 
 
 def dual_split(
-    beta: np.ndarray, u: np.ndarray, a: np.ndarray, room: np.ndarray, stop_at: float = math.inf
+    beta: np.ndarray,
+    u: np.ndarray,
+    a: np.ndarray,
+    room: np.ndarray,
+    stop_at: float = math.inf,
+    start: np.ndarray | None = None,
 ) -> tuple[list[float] | None, float] | None:
     """min sum beta / x  s.t.  a x <= room, 0 < x <= u (one configuration per module fixed), by projected
     Newton ascent on its dual: D(lambda) = sum_m min_{0 < x <= u} (beta / x + mu x) - lambda room, mu =
@@ -284,7 +292,7 @@ def dual_split(
     if (a @ u <= room).all():  # every module on its flat cost fits: lambda = 0 is optimal
         return [float(v) for v in u], float((beta / u).sum())
     sq = np.sqrt(beta)
-    lam = (a @ sq / room) ** 2 / max(1, n_paths)
+    lam = (a @ sq / room) ** 2 / max(1, n_paths) if start is None or not start.any() else start.copy()
     best = -math.inf
     x = u
     stalled = False
