@@ -199,19 +199,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Run every policy on seeded generated problems shaped like the papers' apps and random DAGs; print "
         "cost normalised to the exhaustive optimum and solve times."
     )
-    parser.add_argument("--problems", type=int, default=300, help="number of problems (default 300)")
+    parser.add_argument(
+        "--suite",
+        choices=["small", "large"],
+        default="small",
+        help="small: 1-4-module problems, every policy (default); large: 5-10-module DAGs with joins, "
+        "skinflint, harpagon and piccolo against the reference (bench/planner_large.py)",
+    )
+    parser.add_argument(
+        "--problems", type=int, default=None, help="number of problems (default 300 small, 120 large)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--ablations", action="store_true", help="also run Harpagon's §IV-C ablations")
-    parser.add_argument("--plot", default="planner_cdf.png", help="CDF plot path (default planner_cdf.png)")
+    parser.add_argument(
+        "--plot",
+        default=None,
+        help="CDF plot path (default planner_cdf.png small, planner_large_cdf.png large)",
+    )
+    parser.add_argument(
+        "--reference-limit",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="large suite: CPU seconds the exhaustive reference may take per solve (default 20)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="large suite: CPU seconds a policy may take per solve (past it: a timeout; default 60)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     add_results_arguments(parser)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.suite == "large":
+        from bench import planner_large  # the large suite's own module (its generator, its reference)
+
+        return record(
+            "planner-large",
+            args,
+            lambda page: planner_large.main(
+                args.problems or 120,
+                args.seed,
+                args.reference_limit,
+                args.limit,
+                args.json,
+                args.plot or "planner_large_cdf.png",
+                page,
+            ),
+        )
     return record(
         "planner",
         args,
-        lambda page: main(args.problems, args.seed, args.ablations, args.json, args.plot, page),
+        lambda page: main(
+            args.problems or 300, args.seed, args.ablations, args.json, args.plot or "planner_cdf.png", page
+        ),
     )
 
 

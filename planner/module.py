@@ -287,14 +287,31 @@ class BilledConfigs:
         return found
 
     def optimal(
-        self, rate: float, budget: float, node_limit: int = 200_000
+        self,
+        rate: float,
+        budget: float,
+        node_limit: int = 200_000,
+        cap: float = math.inf,
+        hint: Sequence[Group] = (),
     ) -> tuple[ModuleSchedule | None, bool]:
-        """:func:`billed_optimal` of these configurations."""
+        """:func:`billed_optimal` of these configurations. ``cap``: only plans billing at most this
+        are wanted; the search starts from it as its incumbent, so it proves "none within ``cap``"
+        (None, proven) faster, and a plan it returns is the module's optimum all the same.
+        ``hint``: a plan (e.g. the optimum at a slightly larger budget); it and it with one more
+        machine of each configuration are tried as incumbents first (valid plans only), which
+        changes the time taken, not the optimum's cost and worst case."""
         usable = self.usable(budget)
         if not usable.rows:
             return None, True
         search = _BilledSearch(usable, rate, budget, node_limit)
+        if cap < search.best_cost:
+            search.best_cost, search.best_wcl = cap, math.inf
+            search.best_counts = [0] * len(usable.rows)
+        if hint:
+            search.hinted(usable, hint, budget)
         search.dfs(0, 0.0, 0.0, 0.0)
+        if not any(search.best_counts):
+            return None, search.nodes <= node_limit
         proven = search.nodes <= node_limit
         if not math.isfinite(search.best_cost):
             return None, proven
@@ -440,6 +457,54 @@ class _BilledSearch:
                     current = tuple(kept)
             lines[i] = current
         self.lines = lines
+
+    def hinted(self, usable: _Usable, hint: Sequence[Group], budget: float) -> None:
+        """Try ``hint``'s machine counts, and them plus one machine of each configuration, as
+        incumbents: each is kept when it serves the rate with every used configuration's worst case
+        (Theorem 1: d + b / w, w the rate on blocks up to its own) within ``budget`` and beats the
+        incumbent as :meth:`_record` compares."""
+        index = {c: k for k, c in enumerate(usable.configs)}
+        base = [0] * len(self.rows)
+        for g in hint:
+            k = index.get(g.config)
+            if k is None:
+                return
+            base[k] += g.machines
+        block_of = [0] * len(self.rows)
+        for bi, block in enumerate(self.blocks):
+            for k in block:
+                block_of[k] = bi
+        for extra in range(-1, len(self.rows)):
+            counts = base.copy()
+            if extra >= 0:
+                counts[extra] += 1
+            self._try(counts, block_of, budget)
+
+    def _try(self, counts: list[int], block_of: list[int], budget: float) -> None:
+        rows = self.rows
+        totals = [0.0] * len(self.blocks)
+        cost = 0.0
+        for k, n in enumerate(counts):
+            if n:
+                totals[block_of[k]] += n * rows[k][2]
+                cost += n * rows[k][3]
+        cumulative, w = [], 0.0
+        for t in totals:
+            w += t
+            cumulative.append(w)
+        if w < self.full:
+            return
+        wcl = 0.0
+        for k, n in enumerate(counts):
+            if n:
+                wk = cumulative[block_of[k]]
+                if wk < self.need[k]:
+                    return
+                wcl = max(wcl, rows[k][0] + rows[k][1] / wk)
+        if wcl <= budget and (
+            cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS)
+        ):
+            self.best_cost, self.best_wcl, self.best_counts = cost, wcl, counts
 
     def _record(self, cost: float, wcl: float) -> None:
         if cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS):

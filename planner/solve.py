@@ -20,6 +20,7 @@ import numpy as np
 
 from planner.convex import path_lower_bound, split_convex
 from planner.errors import InfeasibleError
+from planner.lagrange import solve_choice, solve_occupancy
 from planner.latency import EPS, Config, Group, configs_for
 from planner.models import MachineGroup, ModulePlan, Plan
 from planner.module import (
@@ -36,6 +37,8 @@ from planner.reference import exhaustive_billed
 from planner.split import ListSource, Option, combine, even_split, iterative_split, path_latency, topology
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from planner.models import HardwareSpec, Objective, ProblemSpec, ProfileEntry
 
 __all__ = ["BilledCache", "module_plan", "solve"]
@@ -181,6 +184,10 @@ class _Ctx:
     prepared: dict[int, BilledConfigs] = field(default_factory=dict)  # without a memo
     records: list[_ModuleRecord | None] = field(default_factory=list)  # per module, unfiltered configs
     floors: list[float] | None = None  # per module: _min_latency
+    should_stop: Callable[[], bool] | None = None  # the caller's budget, read by the large searches
+    warm_configs: list[list[Config]] = field(default_factory=list)  # the large searches' warm starts
+    warm_billed: list[tuple[list[ModuleSchedule], list[float]]] = field(default_factory=list)
+    lower_bound: float | None = None  # a certified bound on the optimum, where the search gives one
 
     @property
     def n(self) -> int:
@@ -593,6 +600,41 @@ def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule],
     return scheds, budgets
 
 
+LARGE = 5  # modules from which the exact policies use the Lagrangian searches (the 1-4-module paths stay)
+
+
+def _exact_occupancy_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Exact occupancy optimum of a DAG of :data:`LARGE` or more modules (:mod:`planner.lagrange`):
+    the same candidates as :class:`_OccupancySearch` (floor below the module's largest budget, the
+    dominance filter), started from the configuration each module's proportional budget prefers (and
+    the caller's warm start, if any)."""
+    lmax = [_max_budget(ctx, i) for i in range(ctx.n)]
+    cands = [
+        _undominated([c for c in ctx.configs[i] if c.floor < lmax[i]], ctx.rate[i]) for i in range(ctx.n)
+    ]
+    share = _proportional_budgets(ctx)
+    start: list[Config] = []
+    for i in range(ctx.n):
+        sched = occupancy_optimal(cands[i], ctx.rate[i], share[i])
+        if sched is None:
+            break
+        start.append(sched.groups[0].config)
+    starts = [start] if len(start) == ctx.n else []
+    starts += ctx.warm_configs
+    result = solve_occupancy(cands, ctx.rate, ctx.paths, ctx.slo, lmax, starts, ctx.should_stop)
+    ctx.proven &= result.finished
+    ctx.lower_bound = result.lower_bound
+    if result.configs is None or result.x is None:
+        return None
+    scheds, budgets = [], []
+    for i, (c, x) in enumerate(zip(result.configs, result.x, strict=True)):
+        w = max(ctx.rate[i], c.batch / x)
+        m = max(1, math.ceil(w / c.throughput - 1e-9))
+        scheds.append(ModuleSchedule((Group(c, m, w / m),), ctx.rate[i], c.tc_latency(w), "tc"))
+        budgets.append(c.floor + x)
+    return scheds, budgets
+
+
 def _undominated(cs: list[Config], rate: float) -> list[Config]:
     """Drop configs whose cost curve max(T/r, b/(r(l-d))) lies above another's everywhere: another
     config has flat cost T/r, slope b/r and latency floor d + o all no larger (and one smaller, or equal
@@ -657,6 +699,119 @@ def _exact_billed(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
     return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
 
 
+def _billed_capped(
+    ctx: _Ctx, i: int, budget: float, cap: float, hint: ModuleSchedule | None = None
+) -> ModuleSchedule | None:
+    """Module i's billed optimum at ``budget`` if it bills at most ``cap`` (else None): the interval
+    cache, then :meth:`BilledConfigs.optimal` started from ``cap`` (a plan it finds is the optimum, and
+    is cached as :func:`_billed_optimal` caches one)."""
+    for lo, hi, sched in ctx.billed.get(i, []):
+        if lo - 1e-12 <= budget <= hi + 1e-12:
+            return sched if sched is not None and sched.billed <= cap + EPS else None
+    table: _BilledTable | None = None
+    if ctx.memo is None:
+        prepared = ctx.prepared.get(i)
+        if prepared is None:
+            prepared = ctx.prepared[i] = BilledConfigs(ctx.configs[i])
+    else:
+        record = ctx.records[i] if ctx.records else None
+        table = ctx.tables.get(i) or (record.table if record is not None else None)
+        if table is None:
+            table = ctx.memo.table(ctx.configs[i])
+            if record is not None:
+                record.table = table
+        ctx.tables[i] = table
+        found = table.get(ctx.rate[i], budget)
+        if found is not None:
+            ctx.memo.hits += 1
+            sched = found[0]
+            return sched if sched is not None and sched.billed <= cap + EPS else None
+        prepared = table.configs
+    sched, proven = prepared.optimal(ctx.rate[i], budget, cap=cap, hint=hint.groups if hint else ())
+    ctx.proven &= proven
+    if sched is not None and proven:
+        ctx.billed.setdefault(i, []).append((sched.wcl, budget, sched))
+        if table is not None and ctx.memo is not None:
+            ctx.memo.misses += 1
+            ctx.memo.put(table, ctx.rate[i], budget, (sched, proven))
+    return sched
+
+
+def _exact_billed_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
+    """Exact billed optimum of a DAG of :data:`LARGE` or more modules: each module's staircase (its
+    exact cost curve, as :class:`_Stairs` generates it) down to the cost that can still be part of a
+    plan cheaper than the incumbent (the incumbent less the other modules' cheapest points; each step a
+    module search started from that cap, so proving that no cheaper point is left costs little), then
+    one point per module chosen by the Lagrangian branch and bound of
+    :func:`planner.lagrange.solve_choice`."""
+    incumbent = _proportional(ctx)
+    for warm in ctx.warm_billed:
+        if _total(ctx, warm) < _total(ctx, incumbent) - EPS:
+            incumbent = warm
+    upper = _total(ctx, incumbent)
+    stairs: list[list[ModuleSchedule]] = []
+    for i in range(ctx.n):
+        first = _billed_optimal(ctx, i, _max_budget(ctx, i))
+        if first is None:
+            return incumbent
+        stairs.append([first])
+    cheapest = sum(st[0].billed for st in stairs)
+    cut: list[bool] = []  # per module: its staircase cut short by the caller's budget
+    for i, st in enumerate(stairs):
+        cap = upper - (cheapest - st[0].billed) + EPS
+        floor = _min_latency(ctx, i)
+        stop = ctx.should_stop is not None and ctx.should_stop()
+        proven = ctx.proven
+        while not stop and st[-1].wcl - 1e-7 > floor:
+            if len(st) >= STAIRCASE_LIMIT:
+                ctx.proven = False
+                break
+            step = _billed_capped(ctx, i, st[-1].wcl - 1e-7, cap, st[-1])
+            if step is None:
+                break
+            st.append(step)
+            # a step stopped by its node limit: the next ones would be too (same module, tighter
+            # budgets); the staircase ends in a tail option, the plan is no longer proven
+            stop = proven and not ctx.proven
+        cut.append(stop and st[-1].wcl - 1e-7 > floor)
+    # a cut staircase ends in a tail option (the floor, at the last point's cost, which every point
+    # not generated exceeds): the choice is then a relaxation, its bound still certified
+    options = [
+        [(s.wcl, s.billed) for s in st] + ([(_min_latency(ctx, i), st[-1].billed)] if cut[i] else [])
+        for i, st in enumerate(stairs)
+    ]
+    searched = ctx.proven  # every module search finished (none stopped by its node limit)
+    if any(cut):
+        ctx.proven = False
+    result = solve_choice(options, ctx.paths, ctx.slo, _start_points(stairs, incumbent), ctx.should_stop)
+    # the bound holds for these staircases; a module search stopped by its node limit leaves a point
+    # that may cost more than the module's optimum there, so then no bound is certified
+    ctx.lower_bound = result.lower_bound if searched else math.nan
+    ctx.proven &= result.finished
+    if result.pick is None or any(k >= len(st) for st, k in zip(stairs, result.pick, strict=True)):
+        return incumbent  # (a tail chosen: the incumbent, under the same bound)
+    scheds = [st[k] for st, k in zip(stairs, result.pick, strict=True)]
+    if incumbent is not None and _total(ctx, incumbent) < sum(s.billed for s in scheds) - EPS:
+        return incumbent
+    return scheds, _spread_slack(ctx, [s.wcl for s in scheds])
+
+
+def _start_points(
+    stairs: list[list[ModuleSchedule]], incumbent: tuple[list[ModuleSchedule], list[float]] | None
+) -> list[int] | None:
+    """Per module the cheapest generated point no slower than the incumbent's schedule (the incumbent
+    as a choice of points: it costs no more), or None where some module has none generated yet."""
+    if incumbent is None:
+        return None
+    start = []
+    for st, sched in zip(stairs, incumbent[0], strict=True):
+        fits = [k for k, point in enumerate(st) if point.wcl <= sched.wcl + EPS]
+        if not fits:
+            return None
+        start.append(fits[0])
+    return start
+
+
 def _proportional_budgets(ctx: _Ctx) -> list[float]:
     """Budgets proportional to each module's least latency, scaled to fill its tightest path."""
     dmin = [_min_latency(ctx, i) for i in range(ctx.n)]
@@ -693,9 +848,10 @@ def _plan_ctx(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
         )
         return None if scheds is None else (scheds, _spread_slack(ctx, [sched.wcl for sched in scheds]))
     if pol.split == "exact":
-        exact = (
-            _exact_occupancy(ctx, exhaustive=False) if ctx.objective == "occupancy" else _exact_billed(ctx)
-        )
+        if ctx.objective == "occupancy":
+            exact = _exact_occupancy_large(ctx) if ctx.n >= LARGE else _exact_occupancy(ctx, exhaustive=False)
+        else:
+            exact = _exact_billed_large(ctx) if ctx.n >= LARGE else _exact_billed(ctx)
         return exact if exact is not None else _heuristic(ctx)
     return _heuristic(ctx)
 
@@ -706,12 +862,23 @@ def solve(
     objective: Objective = "billed",
     *,
     cache: BilledCache | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    warm_start: Plan | None = None,
 ) -> Plan:
     """Plan ``problem``: the cheapest plan the policy finds that meets the SLO on every path.
 
     Raises :class:`~planner.errors.InfeasibleError` (with the tightest path and its minimum
     latency) when the policy's latency model cannot meet the SLO. ``cache``: per-module billed optima
     shared with other solves (:class:`BilledCache`); it changes only the time taken, never the plan.
+
+    On :data:`LARGE` or more modules the exact policies (``skinflint``) run the Lagrangian searches
+    (:mod:`planner.lagrange`) and the plan also carries ``lower_bound_per_hour`` (a certified bound on
+    the objective's optimum) and ``proven_gap`` ((cost - bound) / cost; 0 when proven optimal).
+    ``should_stop``: the caller's budget (e.g. a CPU deadline), a callable the searches read every few
+    nodes; once it returns True they stop with the best plan found (``proven_optimal`` false, the gap
+    what the open nodes still allow). ``warm_start``: a previous plan of the same modules (e.g. the
+    last epoch's), tried first as the incumbent where its configurations still serve the new rates
+    within the SLO; it changes only the time taken, never the optimum.
     """
     started, cpu_started = time.perf_counter(), time.process_time()
     pol = get_policy(policy)
@@ -722,8 +889,11 @@ def solve(
     error: InfeasibleError | None = None
     for hw in hw_choices:
         ctx = _context(problem, pol, objective, hw, cache)
+        ctx.should_stop = should_stop
         try:
             _check_feasible(ctx)
+            if warm_start is not None and ctx.n >= LARGE:
+                _warm(ctx, warm_start)
         except InfeasibleError as exc:
             error = error or exc
             continue
@@ -741,6 +911,37 @@ def solve(
     # CPU time too: on a shared machine wall time includes other processes' turns
     plan.model_extra["solve_cpu_ms"] = (time.process_time() - cpu_started) * 1000  # type: ignore[index]
     return plan
+
+
+def _warm(ctx: _Ctx, plan: Plan) -> None:
+    """The previous plan as warm starts: per module its groups' configurations at this problem's rates
+    (occupancy: its single configuration; billed: the same machines, kept only if they still carry the
+    rate and fit every path). Modules or configurations that no longer exist drop the warm start."""
+    by_key = [{(c.hardware, c.batch, c.concurrency): c for c in cs} for cs in ctx.configs]
+    picks: list[list[tuple[Config, int]]] = []
+    for i, name in enumerate(ctx.names):
+        mp = plan.modules.get(name)
+        if mp is None or not mp.groups:
+            return
+        pick: list[tuple[Config, int]] = []
+        for g in mp.groups:
+            c = by_key[i].get((g.hardware, g.batch, g.concurrency))
+            if c is None:
+                return
+            pick.append((c, g.machines))
+        picks.append(pick)
+    if ctx.objective == "occupancy":
+        if all(len(p) == 1 for p in picks):
+            ctx.warm_configs.append([p[0][0] for p in picks])
+        return
+    scheds = []
+    for i, chosen in enumerate(picks):
+        groups = [Group(c, m, c.throughput) for c, m in chosen]
+        if sum(g.total for g in groups) < ctx.rate[i] - EPS:
+            return
+        scheds.append(fill_machines(ModuleSchedule(tuple(groups), ctx.rate[i], 0.0, "tc")))
+    if path_latency([s.wcl for s in scheds], ctx.paths) <= ctx.slo + EPS:
+        ctx.warm_billed.append((scheds, _spread_slack(ctx, [s.wcl for s in scheds])))
 
 
 def module_plan(s: ModuleSchedule, budget_s: float) -> ModulePlan:
@@ -772,7 +973,7 @@ def _assemble(
 ) -> Plan:
     modules = {name: module_plan(scheds[i], budgets[i]) for i, name in enumerate(ctx.names)}
     lat = [s.wcl for s in scheds]
-    return Plan(
+    plan = Plan(
         objective=ctx.objective,
         cost_per_hour=sum(s.occupancy for s in scheds),
         billed_per_hour=sum(s.billed for s in scheds),
@@ -788,3 +989,14 @@ def _assemble(
         ],
         proven_optimal=ctx.policy.split in ("exact", "exhaustive") and ctx.proven,
     )
+    if ctx.lower_bound is not None:  # the large searches' certificate (absent on 1-4 modules: unchanged)
+        cost = plan.cost_per_hour if ctx.objective == "occupancy" else plan.billed_per_hour
+        extra = plan.model_extra
+        assert extra is not None
+        if math.isnan(ctx.lower_bound):
+            extra["lower_bound_per_hour"] = extra["proven_gap"] = None  # none certified
+        else:
+            bound = cost if ctx.proven else min(ctx.lower_bound, cost)
+            extra["lower_bound_per_hour"] = bound
+            extra["proven_gap"] = max(0.0, (cost - bound) / cost) if cost > 0 else 0.0
+    return plan
