@@ -214,7 +214,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot",
         default=None,
-        help="CDF plot path (default planner_cdf.png small, planner_large_cdf.png large)",
+        help="CDF plot path (default planner_cdf.png small, planner_large_cdf.png large; '' for none)",
     )
     parser.add_argument(
         "--reference-limit",
@@ -247,7 +247,7 @@ def run_command(args: argparse.Namespace) -> int:
                 args.reference_limit,
                 args.limit,
                 args.json,
-                args.plot or "planner_large_cdf.png",
+                "planner_large_cdf.png" if args.plot is None else args.plot,
                 page,
             ),
         )
@@ -255,7 +255,12 @@ def run_command(args: argparse.Namespace) -> int:
         "planner",
         args,
         lambda page: main(
-            args.problems or 300, args.seed, args.ablations, args.json, args.plot or "planner_cdf.png", page
+            args.problems or 300,
+            args.seed,
+            args.ablations,
+            args.json,
+            "planner_cdf.png" if args.plot is None else args.plot,
+            page,
         ),
     )
 
