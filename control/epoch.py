@@ -51,8 +51,8 @@ from control.capacity import GrowthLimit, growth_limits, launch_refusal, machine
 from control.config import ControlConfig
 from control.deployments import AppChange, app_change, build_deployment, changed_apps
 from control.errors import ControlError
-from control.gc import GcConfig, collect
 from control.hops import learn_hops
+from control.housekeeping import collect_garbage, sweep_stranded
 from control.planning import (
     Planned,
     activation_times,
@@ -70,7 +70,7 @@ from control.queues import create_module_queues, ensure_app_dlq, visibility_time
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
 from control.state import ControlState, EpochTakenError
-from control.sweeper import SweepConfig, sweep
+from control.summary import EpochSummary
 from core.adapters.autoscaling import AutoScalingError
 from core.adapters.plan_store import VersionConflictError
 from core.adapters.rates import RateWindow
@@ -97,58 +97,6 @@ if TYPE_CHECKING:
 __all__ = ["ControlConfig", "Controller", "EpochSummary"]
 
 log = logging.getLogger("skinflint.control")
-
-
-@dataclass
-class EpochSummary:
-    """What an epoch did; ``as_json`` is the handler's return value."""
-
-    status: str  # "published" | "unchanged" | "failed" | "skipped"
-    epoch: int = 0
-    reason: str = ""
-    version: int | None = None
-    previous: int | None = None
-    activate_at: float | None = None
-    changed: dict[str, list[str]] = field(default_factory=dict)
-    removed: list[str] = field(default_factory=list)
-    failed_apps: dict[str, str] = field(default_factory=dict)
-    rates: dict[str, dict[str, float]] = field(default_factory=dict)
-    rate_window: list[float] = field(default_factory=list)  # [start, end) the observed rates cover
-    counts: dict[str, int] = field(default_factory=dict)
-    desired: dict[str, int] = field(default_factory=dict)
-    scaled: dict[str, list[int]] = field(default_factory=dict)  # hardware -> [from, to]
-    excluded_hardware: dict[str, str] = field(default_factory=dict)
-    limited_hardware: dict[str, str] = field(default_factory=dict)  # hardware -> why it cannot grow
-    billed_per_hour: float = 0.0
-    occupancy_per_hour: float = 0.0
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    gc: dict[str, Any] = field(default_factory=dict)
-    sweep: dict[str, Any] = field(default_factory=dict)  # the stranded-frame sweep (control/sweeper.py)
-    activation: dict[str, Any] = field(default_factory=dict)  # control.activation.ActivationCheck
-    corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # app -> "module@hw" -> s
-    # app -> module -> the hop it is planned with: hop_s, source (default | kept | measured), samples
-    # (first deliveries in the rate window) and their p99_s (control/hops.py)
-    hops: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    seeded: list[str] = field(default_factory=list)  # apps planned with their registration's plan
-    # apps on a plan to solve again: made for an earlier problem, or the solve's quick plan
-    carried: list[str] = field(default_factory=list)
-    resolved: list[str] = field(default_factory=list)  # apps whose carried plan was replaced
-    quick: list[str] = field(default_factory=list)  # apps given the solve's quick plan (also carried)
-    # app -> the admission reserve chosen again for its shed_target at the rate planned (reserves.py)
-    reserves: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # apps whose shed_target no reserve meets at the rate of their last review (until it is met again)
-    unmet_shed_targets: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    # app -> model -> hardware classes planned from entries measured on an instance (workers/onsite.py)
-    measured_on_instance: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            key: value
-            for key, value in self.__dict__.items()
-            if value not in (None, {}, []) or key == "status"
-        }
 
 
 @dataclass
@@ -768,48 +716,14 @@ class Controller:
         if out.reviewed or out.due:
             summary.timings_ms["reserve_review"] = round(out.spent_s * 1e3, 2)
 
-    # -- housekeeping ------------------------------------------------------------------------------
+    # -- housekeeping (control/housekeeping.py) ----------------------------------------------------
     def _collect(self, now: float, summary: EpochSummary) -> None:
-        try:
-            report = collect(
-                self.plans,
-                self.queues,
-                self.depth,
-                now,
-                GcConfig(
-                    stale_s=self.config.stale_s,
-                    queue_prefix=self.config.queue_prefix,
-                    keep_previous_s=max(self.config.epoch_s, self.config.activate_lead_s),
-                ),
-                tasks=self.tasks,
-            )
-        except Exception as exc:  # noqa: BLE001 - GC is best effort; the next epoch retries
-            summary.warnings.append(f"gc: {type(exc).__name__}: {exc}")
-            return
-        summary.gc = report.as_json()
+        collect_garbage(self.config, self.plans, self.queues, self.depth, self.tasks, now, summary)
 
     def _sweep(self, now: float, state: ControlState, summary: EpochSummary) -> None:
         """Account for the frames past their deadline (control/sweeper.py); the cursor is saved
         with the state."""
-        if self.results is None or self.config.sweep_grace_s <= 0:
-            return
-        t0 = time.perf_counter()
-        try:
-            report = sweep(
-                self.results,
-                self.metrics,
-                state.sweep_bucket,
-                now,
-                SweepConfig(grace_s=self.config.sweep_grace_s),
-            )
-        except Exception as exc:  # noqa: BLE001 - best effort like GC; the next epoch sweeps again
-            summary.warnings.append(f"sweep: {type(exc).__name__}: {exc}")
-            return
-        state.sweep_bucket = report.next_bucket
-        summary.sweep = report.as_json()
-        if report.error:
-            summary.warnings.append(f"sweep: {report.error}")
-        summary.timings_ms["sweep"] = round((time.perf_counter() - t0) * 1e3, 2)
+        sweep_stranded(self.config, self.results, self.metrics, now, state, summary)
 
     def _emit(self, summary: EpochSummary) -> None:
         metrics = self.metrics

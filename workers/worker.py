@@ -16,38 +16,36 @@ collector removes a superseded version's queues) is logged once: the worker stop
 what it already holds and stops (``queue_gone``); it neither retries nor restarts on it.
 
 The workers of one instance, one per share of its slot, run in one process and share one
-:class:`Device`: their batches take the device in the order their windows close, as the fleet
+:class:`~workers.device.Device`: their batches take the device in the order their windows close, as the fleet
 packing assumes.
 """
 
 from __future__ import annotations
 
 import base64
-import heapq
-import itertools
 import json
 import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from core.adapters.outcomes import FrameOutcomes, leaf_rank
 from core.adapters.queues import queue_gone
 from core.adapters.results import TaskRecord
 from core.errors import DataPlaneError, QueueError
-from core.hops import BUCKET_METRIC, DELAY_METRIC, bucket_label
 from core.routing import child_count, child_region
 from core.schema import TaskMessage
 from core.settings import DELETE_BATCH
 from planner.dispatch import PHASE_KEY
+from workers.batch_metrics import BatchOutcome, _Dims, put_batch_metrics, put_hop_delays
 from workers.batching import BatchAssembler, Pending
+from workers.device import Device
 from workers.poison import describe_error, poison_record
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from core.adapters.blobs import BlobStore
     from core.adapters.metrics import Metrics
@@ -60,64 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["BatchOutcome", "Device", "Worker"]
 
 log = logging.getLogger("skinflint.worker")
-
-
-class _Dims(TypedDict):
-    """The dimensions of every metric a worker puts."""
-
-    App: str
-    Module: str
-    Hardware: str
-
-
-@dataclass
-class BatchOutcome:
-    batch_id: int
-    ran: int = 0
-    dropped: int = 0
-    duplicates: int = 0
-    forwarded: int = 0
-
-
-class Device:
-    """One accelerator (or the CPU cores a model runs on) shared by every worker of an instance.
-
-    A batch of a share planned with concurrency ``c`` takes ``1/c`` of the device while it runs
-    (``c`` copies of the model run at once, as profiled); a ``c = 1`` batch has the device to
-    itself. Batches are granted strictly in the order their windows closed, earliest first: a
-    later window never overtakes an earlier one, which is what the packing's added wait (one
-    duty cycle of the other shares) assumes. One worker alone with its own device behaves as
-    ``c`` model slots."""
-
-    _EPS = 1e-9
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._used = 0.0
-        self._waiting: list[tuple[float, int]] = []
-        self._seq = itertools.count()
-        self.busy_s = 0.0  # total device-seconds granted (weighted), for occupancy figures
-
-    @contextmanager
-    def slot(self, close_at: float, concurrency: int = 1) -> Iterator[None]:
-        """Hold ``1/concurrency`` of the device for the ``with`` body, in window-close order."""
-        weight = 1.0 / max(1, concurrency)
-        me = (close_at, next(self._seq))
-        with self._cv:
-            heapq.heappush(self._waiting, me)
-            while self._waiting[0] != me or self._used + weight > 1.0 + self._EPS:
-                self._cv.wait()
-            heapq.heappop(self._waiting)
-            self._used += weight
-            self._cv.notify_all()  # the next in line may fit beside this one
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            with self._cv:
-                self._used -= weight
-                self.busy_s += weight * (time.perf_counter() - start)
-                self._cv.notify_all()
 
 
 @dataclass
@@ -317,19 +257,8 @@ class Worker:
                     future.cancel()
 
     def _hop_metrics(self, delays: list[float]) -> None:
-        """Each first delivery's hop (core/hops.py): the time from the sender's ``enqueued_at`` (a
-        parent's finish, the front's admission) until the receive that returned it, the SQS send,
-        delivery and receive. The long poll waiting for a message before it was sent is not in it (it
-        counts from the send); a message that waited in the queue while the receiver was busy is (a
-        request waits that long). A redelivery is left out: it waited for a visibility timeout, not
-        for a hop. Clocks of two hosts may differ by a little: a negative delay counts as 0."""
-        if not delays:
-            return
-        put, app, module = self.metrics.put, self.assignment.app, self.assignment.module
-        for delay in delays:
-            delay_ms = max(0.0, delay) * 1e3
-            put(DELAY_METRIC, delay_ms, "Milliseconds", App=app, Module=module)
-            put(BUCKET_METRIC, 1, "Count", App=app, Module=module, UpToMs=bucket_label(delay_ms))
+        """Each first delivery's hop (:func:`workers.batch_metrics.put_hop_delays`)."""
+        put_hop_delays(self.metrics, self.assignment.app, self.assignment.module, delays)
 
     # -- poison messages (workers/poison.py) ------------------------------------------------------
     def _record_poison(self, received: Received, exc: ValueError) -> None:
@@ -640,28 +569,7 @@ class Worker:
         start: float,
         done: float,
     ) -> None:
-        put, dims = self.metrics.put, self._dims
-        for record in records:
-            if record.status == "done":
-                put(
-                    "ModuleLatencyMs", (record.finished_at - record.enqueued_at) * 1e3, "Milliseconds", **dims
-                )
-        for pending in items:
-            put("QueueWaitMs", (start - pending.message.enqueued_at) * 1e3, "Milliseconds", **dims)
-        if run:
-            put("BatchFill", len(run) / self.assignment.batch, "None", **dims)
-            put("BatchMs", (done - start) * 1e3, "Milliseconds", **dims)
-            # how much later than planned the batch finished, from its window end: the planned batch
-            # duration (device time) and the group's latency-only hop (SQS delivery) cover the run and
-            # what delivers it, the packing's added wait the co-located shares; the control loop adds
-            # a module's positive maximum to its profile (control/calibration.py)
-            assignment = self.assignment
-            close_at = min(pending.message.window_end for pending in run)
-            planned = assignment.duration_s + assignment.overhead_s + assignment.added_wait_s
-            overrun = (done - close_at - planned) * 1e3
-            put("ServiceOverrunMs", overrun, "Milliseconds", **dims)
-        put("Drops", out.dropped, **dims)
-        put("Duplicates", out.duplicates, **dims)
+        put_batch_metrics(self.metrics, self._dims, self.assignment, items, run, records, out, start, done)
 
     def _device_metrics(self, device_s: float, prepare_s: float, prepare_wait_s: float) -> None:
         """A batch's time on the device (``DeviceMs``: what the plan counts as occupancy; the
