@@ -8,7 +8,6 @@ machine at run time; nothing is hard-coded. ``skinflint bench planner``.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -19,7 +18,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.results import Recording, add_results_arguments, record
+from bench.results import Recording, add_results_arguments, emit, record
 from planner.check import check_plan
 from planner.errors import InfeasibleError
 from planner.generate import generate_problems
@@ -270,16 +269,5 @@ def main(
 ) -> int:
     policies = DEFAULT_POLICIES + (ABLATIONS if ablations else [])
     result = run(count, seed, policies, progress=not as_json)
-    if plot:
-        plot_cdf(result, plot)
-        result["plot"] = plot
-        if page is not None:
-            page.plots.append(plot)
-    raw = result.pop("_raw")
-    if as_json:
-        print(json.dumps(result, indent=2))
-    else:
-        render({**result, "_raw": raw})
-        if plot:
-            print(f"CDF plot: {plot}")
+    emit(result, as_json, plot, page, plot_cdf, render)
     return 0

@@ -13,7 +13,6 @@ every figure is measured by the run, on this machine, with the load average prin
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -26,6 +25,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.results import emit
 from planner.check import check_plan
 from planner.errors import InfeasibleError
 from planner.generate_large import generate_large_problems
@@ -367,16 +367,5 @@ def main(
     page: Recording | None = None,
 ) -> int:
     result = run(count, seed, reference_limit_s, limit_s, progress=not as_json)
-    if plot:
-        plot_cdf(result, plot)
-        result["plot"] = plot
-        if page is not None:
-            page.plots.append(plot)
-    raw = result.pop("_raw")
-    if as_json:
-        print(json.dumps(result, indent=2))
-    else:
-        render({**result, "_raw": raw})
-        if plot:
-            print(f"CDF plot: {plot}")
+    emit(result, as_json, plot, page, plot_cdf, render)
     return 0

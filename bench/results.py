@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import os
 import platform
 import re
@@ -20,7 +21,7 @@ import time
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import argparse
@@ -32,6 +33,7 @@ __all__ = [
     "Recording",
     "add_results_arguments",
     "command_line",
+    "emit",
     "page_path",
     "record",
     "render_page",
@@ -169,3 +171,28 @@ def render_page(
             link = Path(os.path.relpath(Path(plot).resolve(), directory.resolve())).as_posix()
             lines.append(f"![{Path(plot).name}]({link})")
     return "\n".join(lines) + "\n"
+
+
+def emit(
+    result: dict[str, Any],
+    as_json: bool,
+    plot: str | None,
+    page: Recording | None,
+    plot_fn: Callable[[dict[str, Any], str], None],
+    render: Callable[[dict[str, Any]], None],
+) -> None:
+    """Finish a run whose ``result`` holds its figures and, under ``_raw``, what only its tables read:
+    the plot written with ``plot_fn`` (and named in the JSON and on the page), then the JSON without
+    ``_raw`` or the tables."""
+    if plot:
+        plot_fn(result, plot)
+        result["plot"] = plot
+        if page is not None:
+            page.plots.append(plot)
+    raw = result.pop("_raw")
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        render({**result, "_raw": raw})
+        if plot:
+            print(f"CDF plot: {plot}")

@@ -180,20 +180,8 @@ def hop_study(
         "apps_below_99": sum(1 for value in attainment if value < 0.99),
         "attainment_min": round(min(attainment), 4) if attainment else None,
         "attainment_mean": round(statistics.fmean(attainment), 4) if attainment else None,
-        "constant_hop": {
-            "apps_below_99": sum(1 for row in planned_rows if row["constant_attainment"] < 0.99),
-            "attainment_min": (
-                round(min(row["constant_attainment"] for row in planned_rows), 4) if planned_rows else None
-            ),
-            "apps_overflowing": sum(1 for row in planned_rows if row["constant_overflow_batches"]),
-        },
-        "late_folded": {
-            "apps_below_99": sum(1 for row in planned_rows if row["folded_attainment"] < 0.99),
-            "attainment_min": (
-                round(min(row["folded_attainment"] for row in planned_rows), 4) if planned_rows else None
-            ),
-            "apps_overflowing": sum(1 for row in planned_rows if row["folded_overflow_batches"]),
-        },
+        "constant_hop": _variant(planned_rows, "constant"),
+        "late_folded": _variant(planned_rows, "folded"),
         "apps_overflowing": sum(1 for row in planned_rows if row["overflow_batches"]),
         "shed_mean": round(statistics.fmean(row["shed"] for row in planned_rows), 4)
         if planned_rows
@@ -217,6 +205,16 @@ def run_hop_study(args: Any) -> int:
     return 0 if study["apps_below_99"] == 0 else 1
 
 
+def _variant(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    """The same plans simulated another way (``<prefix>_attainment``, ``<prefix>_overflow_batches``)."""
+    attainment = [row[f"{prefix}_attainment"] for row in rows]
+    return {
+        "apps_below_99": sum(1 for value in attainment if value < 0.99),
+        "attainment_min": round(min(attainment), 4) if attainment else None,
+        "apps_overflowing": sum(1 for row in rows if row[f"{prefix}_overflow_batches"]),
+    }
+
+
 def print_hop_study(study: dict[str, Any]) -> None:
     console = Console()
     hops = study["hops"]
@@ -237,24 +235,19 @@ def print_hop_study(study: dict[str, Any]) -> None:
         str(study["apps_overflowing"]),
         str(study["shed_mean"]),
     )
-    folded = study["late_folded"]
-    table.add_row(
-        "drawn; a late request joins a later window",
-        f"{study['planned']} of {study['apps']}",
-        str(folded["apps_below_99"]),
-        f"{folded['attainment_min']} / -",
-        str(folded["apps_overflowing"]),
-        "-",
-    )
-    constant = study["constant_hop"]
-    table.add_row(
-        "the planned hop, every time",
-        f"{study['planned']} of {study['apps']}",
-        str(constant["apps_below_99"]),
-        f"{constant['attainment_min']} / -",
-        str(constant["apps_overflowing"]),
-        "-",
-    )
+    for label, key in (
+        ("drawn; a late request joins a later window", "late_folded"),
+        ("the planned hop, every time", "constant_hop"),
+    ):
+        variant = study[key]
+        table.add_row(
+            label,
+            f"{study['planned']} of {study['apps']}",
+            str(variant["apps_below_99"]),
+            f"{variant['attainment_min']} / -",
+            str(variant["apps_overflowing"]),
+            "-",
+        )
     console.print(table)
     ratio = study["per_hour"] / study["device_model_per_hour"] if study["device_model_per_hour"] else None
     console.print(
