@@ -281,10 +281,15 @@ def _print_table(summary: dict[str, Any]) -> None:
             " / ".join(_fmt_s(summary[f"latency_p{percentile}_s"]) for percentile in (50, 95, 99)),
         ),
         ("latency max", _fmt_s(summary["latency_max_s"])),
-        ("planned cost (billed)", f"${summary['planned_billed_per_hour']:.3f}/h"),
-        ("planned cost (occupancy)", f"${summary['planned_occupancy_per_hour']:.3f}/h"),
+        ("planned EC2 fleet (billed)", f"${summary['planned_billed_per_hour']:.3f}/h"),
+        ("planned EC2 fleet (occupancy)", f"${summary['planned_occupancy_per_hour']:.3f}/h"),
         ("fleet (packed instances)", _fmt_counts(summary["fleet"]["instances"])),
-        ("fleet cost (billed)", f"${summary['fleet']['billed_per_hour']:.3f}/h"),
+        (
+            "EC2 fleet cost (billed)",
+            f"${summary['fleet']['billed_per_hour']:.3f}/h (fleet only, profiles/hardware.json prices; the data "
+            "plane's requests are the AWS requests row, priced all-in by `skinflint report` and "
+            "`skinflint plan APP --rate R`)",
+        ),
         (
             "control loop",
             f"{summary['fleet']['epochs']} epoch(s) of {summary['fleet']['epoch_s']:g} s, "
