@@ -286,8 +286,8 @@ def _print_table(summary: dict[str, Any]) -> None:
         ("fleet (packed instances)", _fmt_counts(summary["fleet"]["instances"])),
         (
             "EC2 fleet cost (billed)",
-            f"${summary['fleet']['billed_per_hour']:.3f}/h (fleet only, profiles/hardware.json prices; the data "
-            "plane's requests are the AWS requests row, priced all-in by `skinflint report` and "
+            f"${summary['fleet']['billed_per_hour']:.3f}/h (fleet only, profiles/hardware.json prices; "
+            "the data plane's requests are the AWS requests row, priced all-in by `skinflint report` and "
             "`skinflint plan APP --rate R`)",
         ),
         (
