@@ -92,6 +92,7 @@ class Env:
     metrics: MemoryMetrics
     dlq_arn: str
     blobs: BlobStore
+    slo_s: float = 5.0  # room for a replacement instance to start in the drain tests
 
     def publish(self, p: Plan, *, changed: list[str], activate_in: float = 0.0, fresh: bool = False) -> Any:
         """A new version: fresh queues (named with the version) for ``changed`` modules, the
@@ -112,7 +113,7 @@ class Env:
             app="traffic",
             version=v,
             origin_s=time.time() - 100.0 if old is None else old.origin_s,
-            slo_s=5.0,  # room for a replacement instance to start in the drain tests
+            slo_s=self.slo_s,
             frame_rate=4.0,
             roots=["detector"],
             edges=list(app.edges),
