@@ -10,7 +10,7 @@ version forever waiting for the queue to drain (issue #28: frames ``queued`` for
 Each epoch the collector finds every queue of a version older than the current one that the
 current version does not reference and that no live instance's heartbeat lists a share on
 (:func:`consumed_queues`), and moves what is visible there: each request is routed again with the
-current version's schedule (same request, task, deadline, payload and crop; its
+current version's schedule (same request, task, deadline, payload, crop, weight and lineage; its
 ``deployment_version``, slot and window are the current version's; ``enqueued_at`` is the move),
 sent, and only then deleted from the old queue. Sending before deleting makes a move at least
 once: a crash between the two sends it again, and the results table's conditional write absorbs
@@ -141,6 +141,9 @@ def move_stranded(
                     deadline=msg.deadline,
                     payload=msg.payload,
                     region=msg.region,
+                    weight=msg.weight,
+                    lineage=msg.lineage,
+                    recheck=msg.recheck,
                 )
                 sends.setdefault(route.queue_url, []).append(moved)
                 done.append(received.receipt)

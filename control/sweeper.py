@@ -3,36 +3,33 @@
 Every frame the front accepts is answered (``done``), dropped with a reason, or still in flight.
 Each epoch the control loop sweeps the deadline minutes whose frames are all past their deadline
 plus ``grace_s`` (a worker drops early any request that can no longer meet its deadline, so by
-then every frame whose messages still exist has an outcome): it reads the minute's frames from the
-deadline index (``core.adapters.results``, one Query per shard), the ``outcome`` item of each (the
-claim a worker writes when it emits the frame's outcome), and for a frame without one it walks the
-frame's task tree:
+then every frame whose messages still exist is finished): it reads the minute's POSTs from the
+deadline index (``core.adapters.results``, one Query per shard) and each POST's partition (one
+eventually consistent Query: the POST item and its result records), and for each frame:
 
-- finished (every reachable task recorded): its outcome had not been emitted (a worker's check
-  was lost); the sweeper claims and emits it, as the worker would have;
-- not finished: its missing tasks' messages were lost or stranded. Each missing task is recorded
-  ``dropped`` with ``reason: "stranded"`` by the same conditional write a worker uses (a worker
-  that processes the message later finds it recorded: a duplicate, nothing overwritten), which
-  makes the frame read ``dropped``; then its outcome is claimed and emitted (``FramesDropped``).
+- finished (its terminal tasks' weights sum to 1): answered, or dropped with the reasons its
+  tasks carry;
+- not finished: the messages of its missing share were lost or stranded. The sweeper records a
+  terminal task ``stranded`` (``dropped``, ``reason: "stranded"``) carrying the missing weight,
+  which makes the frame read ``dropped``, and emits its share's outcome (``FramesDropped``), as a
+  worker would have.
 
 The invariant ``accepted = answered + dropped-with-reason + in flight`` is then checked for the
 swept minutes, whose frames are no longer in flight: ``FramesUnaccounted`` (no dimension) counts
 the swept frames that are neither answered nor dropped after the sweep (a write that failed, a
-frame item missing). It must stay 0; the observability stack alarms on it. ``FramesStranded``
-(App) counts the frames the sweeper recorded dropped; ``SweepErrors`` is 1 for a sweep that stopped
-on a read error (then ``FramesUnaccounted`` is emitted only if a minute was swept: a sweep that
-cannot read never reports 0).
+POST item missing). It must stay 0; the observability stack alarms on it. ``FramesStranded`` (App)
+counts the frames the sweeper recorded dropped; ``SweepErrors`` is 1 for a sweep that stopped on a
+read error (then ``FramesUnaccounted`` is emitted only if a minute was swept: a sweep that cannot
+read never reports 0).
 
-Idempotent: a minute swept twice (a state write lost, two planners) finds every frame's outcome
-claimed; the drop records and the claim are conditional writes.
+Idempotent: a minute swept twice (a state write lost, two planners) finds every frame finished
+(the stranded records count once: their task id is fixed).
 
-Cost (DynamoDB, per epoch): ``DUE_SHARDS`` Queries per swept minute (about 100 bytes an index
-item: 0.5 RCU per 4 KB read, eventually consistent, about 0.013 RCU a frame) plus one consistent
-``BatchGetItem`` key per frame for its outcome item (1 RCU a frame, 100 keys a request): about one
-read unit per accepted frame, in proportion to the traffic, whatever the size of the table. Only
-a frame without an outcome (rare) costs its tree walk (one read per DAG level) and the writes.
-Writes: one index item per accepted frame (the front's BatchWriteItem, 1 WCU). A sweep stops after
-``max_frames`` frames (the rest of the minutes the next epoch)."""
+Cost (DynamoDB, per epoch): ``DUE_SHARDS`` Queries per swept minute (about 120 bytes an index
+item, one per POST) plus one eventually consistent Query per POST (0.5 read units per 4 KB of its
+records): in proportion to the traffic, whatever the size of the table. Only a frame not finished
+(rare) costs a write. A sweep stops after ``max_frames`` frames (the rest of the minutes the next
+epoch)."""
 
 from __future__ import annotations
 
@@ -47,9 +44,9 @@ from core.adapters.results import DUE_BUCKET_S, TaskRecord
 from core.errors import DataPlaneError
 
 if TYPE_CHECKING:
-    from core.adapters.due_index import DueFrame
+    from core.adapters.due_index import DuePost
     from core.adapters.metrics import Metrics
-    from core.adapters.results import ResultStore
+    from core.adapters.results import FrameState, ResultStore
 
 __all__ = ["STRANDED", "SweepConfig", "SweepReport", "sweep"]
 
@@ -72,7 +69,7 @@ class SweepReport:
     answered: int = 0
     dropped: int = 0  # dropped with a reason (by a worker, or by this sweep)
     stranded: int = 0  # of them, recorded dropped by this sweep
-    settled: int = 0  # frames without an outcome item this sweep settled (a lost check, or stranded)
+    settled: int = 0  # frames this sweep settled (recorded dropped: stranded)
     unaccounted: list[str] = field(default_factory=list)  # request ids neither answered nor dropped
     next_bucket: int | None = None  # the first minute the next sweep reads
     error: str | None = None  # why the sweep stopped early (the rest: the next epoch)
@@ -97,12 +94,12 @@ def due_buckets(cursor: int | None, now: float, cfg: SweepConfig) -> range:
     return range(first, last + 1)
 
 
-def _stranded_record(request_id: str, task_id: str, now: float) -> TaskRecord:
-    module = task_id.rsplit("/", 1)[-1].split(".", 1)[0]  # "detector/car.2" -> "car"
+def _stranded_record(frame: FrameState, now: float) -> TaskRecord:
+    """The terminal record that accounts for a frame's missing share."""
     return TaskRecord(
-        request_id=request_id,
-        task_id=task_id,
-        module=module,
+        request_id=frame.request_id,
+        task_id=STRANDED,
+        module=STRANDED,
         status="dropped",
         hardware="none",
         emulated=False,
@@ -111,34 +108,38 @@ def _stranded_record(request_id: str, task_id: str, now: float) -> TaskRecord:
         finished_at=now,
         batch_size=0,
         reason=STRANDED,
+        app=frame.app,
+        accepted_at=frame.accepted_at,
+        deadline=frame.deadline,
+        weight=str(frame.missing),
+        recheck=True,  # a sweep repeated (a lost cursor) finds it recorded
     )
 
 
-def _settle(results: ResultStore, outcomes: FrameOutcomes, frame: DueFrame, now: float) -> str:
-    """Account for a frame without an outcome item: "done", "dropped" (``stranded``: recorded
-    dropped here) or "unknown" (no frame item)."""
-    item, tasks, missing = results.frame_tree(frame.request_id)
-    if item is None:
-        return "unknown"
-    stranded = False
-    if missing:
-        fresh, _ = results.record_tasks([_stranded_record(frame.request_id, task, now) for task in missing])
-        stranded = bool(fresh)
-        if fresh:
-            log.warning(
-                "frame %s (%s): %d task(s) never answered, recorded dropped (%s): %s",
-                frame.request_id,
-                frame.app,
-                len(fresh),
-                STRANDED,
-                ", ".join(record.task_id for record in fresh),
-            )
-        item, tasks, missing = results.frame_tree(frame.request_id)
-        if missing:  # a task recorded meanwhile listed children not recorded yet: the next sweep
-            return "unknown"
-    outcomes.observe([], also=[frame.request_id])  # claims and emits, unless a worker did
-    status = "dropped" if any(task.get("status") == "dropped" for task in tasks.values()) else "done"
-    return "stranded" if stranded and status == "dropped" else status
+def _sweep_post(
+    results: ResultStore, outcomes: FrameOutcomes, post: DuePost, now: float
+) -> tuple[dict[str, str], int]:
+    """Each frame's status after the sweep ("done", "dropped", "stranded": recorded dropped here,
+    "unknown") and how many frames the POST's index item counts."""
+    frames = results.post_frames(post.post_id)
+    if frames is None:
+        return {}, post.frames
+    stranded = [frame for frame in frames.values() if frame.status == "queued"]
+    out = {rid: frame.status for rid, frame in frames.items()}
+    if stranded:
+        fresh, _ = results.record_tasks([_stranded_record(frame, now) for frame in stranded])
+        outcomes.submit(fresh)
+        for rec in fresh:
+            out[rec.request_id] = STRANDED
+        log.warning(
+            "POST %s (%s): %d frame(s) never finished, recorded dropped (%s): %s",
+            post.post_id,
+            post.app,
+            len(fresh),
+            STRANDED,
+            ", ".join(rec.request_id for rec in fresh),
+        )
+    return out, max(post.frames, len(frames))
 
 
 def sweep(
@@ -156,42 +157,39 @@ def sweep(
     now = time.time() if now is None else now
     report = SweepReport(next_bucket=cursor)
     client, table = getattr(results, "_ddb", None), getattr(results, "_table", None)
-    outcomes = FrameOutcomes(client, str(table), metrics, retention_s=results.retention_s)
+    outcomes = FrameOutcomes(metrics)
     index = index or DueIndex(client, str(table))  # the same table's deadline index
     stranded_by_app: dict[str, int] = {}
     for bucket in due_buckets(cursor, now, cfg):
         if report.accepted >= cfg.max_frames:
             break
         try:
-            frames = index.due_frames(bucket)
-            claimed: dict[str, str] = {}
-            for i in range(0, len(frames), 100):
-                claimed.update(results.outcome_status([frame.request_id for frame in frames[i : i + 100]]))
+            posts = index.due_posts(bucket)
         except DataPlaneError as exc:  # this minute again next epoch
             log.warning("sweep of minute %d stopped: %s", bucket, exc)
             report.error = f"minute {bucket}: {exc}"
             break
-        for frame in frames:
-            status = claimed.get(frame.request_id)
-            if status is None:
-                try:
-                    status = _settle(results, outcomes, frame, now)
-                except DataPlaneError as exc:
-                    log.warning("frame %s not settled: %s", frame.request_id, exc)
-                    status = "unknown"
-                if status in ("done", "dropped", "stranded"):
+        counted = 0
+        for post in posts:
+            try:
+                statuses, n_frames = _sweep_post(results, outcomes, post, now)
+            except DataPlaneError as exc:
+                log.warning("POST %s not swept: %s", post.post_id, exc)
+                statuses, n_frames = {}, post.frames
+            counted += max(n_frames, len(statuses))
+            for rid, found in statuses.items():
+                if found == STRANDED:
+                    report.stranded += 1
                     report.settled += 1
-            if status == "stranded":
-                report.stranded += 1
-                stranded_by_app[frame.app] = stranded_by_app.get(frame.app, 0) + 1
-                status = "dropped"
-            if status == "done":
-                report.answered += 1
-            elif status == "dropped":
-                report.dropped += 1
-            else:
-                report.unaccounted.append(frame.request_id)
-        report.accepted += len(frames)
+                    stranded_by_app[post.app] = stranded_by_app.get(post.app, 0) + 1
+                if found == "done":
+                    report.answered += 1
+                elif found in ("dropped", STRANDED):
+                    report.dropped += 1
+                else:
+                    report.unaccounted.append(rid)
+            report.unaccounted += [f"{post.post_id}:{i}" for i in range(len(statuses), n_frames)]
+        report.accepted += counted
         report.buckets.append(bucket)
         report.next_bucket = bucket + 1
     if report.unaccounted:

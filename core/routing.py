@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.schema import Deployment, Payload, TaskMessage, queue_key
+from core.schema import Deployment, Payload, TaskMessage, TaskOut, queue_key
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -116,6 +116,9 @@ class Router:
         deadline: float,
         payload: Payload,
         region: list[float] | None = None,
+        weight: str = "1",
+        lineage: list[TaskOut] | None = None,
+        recheck: bool = False,
     ) -> TaskMessage:
         return TaskMessage(
             idempotency_key=f"{request_id}/{task_id}",
@@ -134,6 +137,9 @@ class Router:
             window_end=route.window_end,
             payload=payload,
             region=region,
+            weight=weight,
+            lineage=list(lineage or ()),
+            recheck=recheck,
         )
 
 

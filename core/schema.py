@@ -84,6 +84,15 @@ class TaskMessage(BaseModel):
     window_end: float  # the worker closes this batch at this time (epoch s)
     payload: Payload
     region: list[float] | None = None  # crop box (x0, y0, x1, y1, fractions) for a child request
+    # the share of its frame this task carries, an exact fraction ("1" for a root, "1/3" for each
+    # of three children of a root): a frame is finished when the weights of its terminal tasks (no
+    # children, or dropped) sum to 1 (core/adapters/results.py)
+    weight: str = "1"
+    # what its ancestors produced, as they would have been recorded: results travel with the child
+    # messages and only terminal tasks are written (in their batch's record)
+    lineage: list[TaskOut] = Field(default_factory=list)
+    # a copy an ancestor may have sent twice (it was redelivered): its record checks before counting
+    recheck: bool = False
 
     @classmethod
     def parse(cls, body: str) -> TaskMessage:
@@ -208,3 +217,6 @@ class ResultOut(BaseModel):
 class ErrorOut(BaseModel):
     error: str
     reason: str
+
+
+TaskMessage.model_rebuild()  # its lineage refers to TaskOut, defined after it

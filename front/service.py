@@ -161,7 +161,7 @@ class FrontService:
                     for url in router.deployment.queues.get(module, {}).values():
                         self.queues.depth(url)
                 warmed.append(str(info["name"]))
-            self.results.get_request("warm-up")
+            self.results.warm()
         except Exception as exc:  # noqa: BLE001 - best effort: what is not warm stays lazy
             log.warning("warm-up stopped early: %s", exc)
         return warmed

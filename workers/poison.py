@@ -15,9 +15,11 @@ Two kinds (mechanism only; the worker decides when):
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from typing import Any
 
 from core.adapters.results import TaskRecord
+from core.ids import REQUEST_ID
 
 __all__ = ["describe_error", "poison_record"]
 
@@ -47,11 +49,12 @@ def poison_record(
     (and this worker's module), else None."""
     doc = _ids(body)
     request_id, task_id = doc.get("request_id"), doc.get("task_id")
-    if not (isinstance(request_id, str) and isinstance(task_id, str) and request_id and task_id):
+    if not (isinstance(request_id, str) and isinstance(task_id, str) and REQUEST_ID.fullmatch(request_id)):
         return None
-    if doc.get("module", module) != module:
+    if not task_id or doc.get("module", module) != module:
         return None
     enqueued = doc.get("enqueued_at")
+    accepted, deadline = doc.get("accepted_at"), doc.get("deadline")
     return TaskRecord(
         request_id=request_id[:64],
         task_id=task_id[:512],
@@ -64,4 +67,18 @@ def poison_record(
         finished_at=now,
         batch_size=0,
         reason=f"poison: {why}"[:_MAX_REASON],
+        app=str(doc.get("app", ""))[:64],
+        accepted_at=float(accepted) if isinstance(accepted, int | float) else None,
+        deadline=float(deadline) if isinstance(deadline, int | float) else None,
+        weight=_weight(doc.get("weight")),
+        recheck=True,  # its receives are many by the time it is recorded
     )
+
+
+def _weight(raw: Any) -> str:
+    """The share the message names, else all of the frame (a dropped task drops its frame anyway)."""
+    try:
+        weight = Fraction(str(raw)) if raw is not None else Fraction(1)
+    except (ValueError, ZeroDivisionError):
+        return "1"
+    return str(weight) if 0 < weight <= 1 else "1"

@@ -31,9 +31,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from core.adapters.outcomes import FrameOutcomes, leaf_rank
+from core.adapters.outcomes import FrameOutcomes
 from core.adapters.queues import queue_gone
-from core.adapters.results import TaskRecord
+from core.adapters.results import TaskRecord, split_weight
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count, child_region
 from core.schema import TaskMessage
@@ -75,8 +75,8 @@ class Worker:
     io_threads: int = 3
     crash_after_record: bool = False  # tests: die between recording and deleting (SQS redelivers)
     device: Device = field(default_factory=Device)  # shared by the workers of one instance
-    outcomes: FrameOutcomes | None = None  # per-frame SLO / end-to-end metrics (default: next to results)
-    emit_outcomes: bool = True  # False: no frame-outcome metrics (and no read-back of finished frames)
+    outcomes: FrameOutcomes | None = None  # frames' SLO / end-to-end metrics, by share (default: on metrics)
+    emit_outcomes: bool = True  # False: no frame-outcome metrics
     max_receive_count: int = 5  # the queues' redrive maxReceiveCount (cdk constants, control.queues)
     # s a processed message's delete may wait to share a DeleteMessageBatch (0: at once; a serving
     # worker gets core.settings.DEFAULT_DELETE_LINGER_S from the instance agent).
@@ -120,10 +120,7 @@ class Worker:
         self._device_s = 0.0  # seconds this worker's batches held the device (its report's DeviceSeconds)
         self._device_reported = 0.0
         if self.outcomes is None and self.emit_outcomes:
-            rank = leaf_rank(dep.plan.modules, dep.children, assignment.module)
-            self.outcomes = FrameOutcomes.for_results(
-                self.results, self.metrics, roots=tuple(dep.roots), rank=rank
-            )
+            self.outcomes = FrameOutcomes(self.metrics)
         self.totals: dict[str, int] = {
             "ran": 0, "dropped": 0, "duplicates": 0, "forwarded": 0, "poison": 0, "released": 0,
         }  # fmt: skip
@@ -276,9 +273,9 @@ class Worker:
         if rec is None:
             return
         try:
-            self.results.record_tasks([rec])
-            self._observe_outcomes([rec])
-        except DataPlaneError as e:
+            fresh, _ = self.results.record_tasks([rec])
+            self._observe_outcomes(fresh)
+        except (DataPlaneError, ValueError) as e:
             log.warning("cannot record poison message of %s: %s", rec.key, e)
 
     def _batch_failed(self, batch_id: int, items: list[Pending], exc: BaseException) -> None:
@@ -306,24 +303,19 @@ class Worker:
                 1,
                 (),
                 reason=f"failed {tries} times: {describe_error(exc)}",
+                recheck=True,
             )
             try:
-                self.results.record_tasks([rec])
-                self._observe_outcomes([rec])
+                fresh, _ = self.results.record_tasks([rec])
+                self._observe_outcomes(fresh)
                 self.metrics.put("PoisonMessages", 1, **self._dims)
             except DataPlaneError as e:
                 log.warning("cannot record the failure of %s: %s", rec.key, e)
 
-    def _observe_outcomes(self, records: list[TaskRecord], also: list[str] | None = None) -> None:
-        """Emit the end-to-end outcome of the frames these records (or ``also``'s) finished (best
-        effort)."""
-        if self.outcomes is None:
-            return
-        try:
-            # a background read-back (core/adapters/outcomes.py)
-            self.outcomes.submit(records, also or ())
-        except DataPlaneError as exc:
-            log.warning("frame outcome not emitted: %s", exc)
+    def _observe_outcomes(self, records: list[TaskRecord]) -> None:
+        """Emit the outcome share of each terminal task written (core/adapters/outcomes.py)."""
+        if self.outcomes is not None:
+            self.outcomes.submit(records)
 
     def poll_once(self, wait_s: int = 1) -> int:
         return self.accept(self.queues.receive(self.assignment.queue_url, wait_s=wait_s))
@@ -362,6 +354,7 @@ class Worker:
                         (),
                         reason="deadline",
                         received_at=pending.received_at,
+                        recheck=self._redelivered(message),
                     )
                 )
                 out.dropped += 1
@@ -385,50 +378,49 @@ class Worker:
                 device_at = self.clock()
                 outputs = self.runtime.run(inputs)
         done = self.clock()
-        children: dict[str, list[tuple[TaskMessage, int]]] = {}
+        children: dict[str, list[tuple[TaskMessage, int, TaskRecord]]] = {}
+        parents: list[TaskRecord] = []  # every task run (written or carried by its children)
         for pending, output in zip(run, outputs, strict=True):
             message = pending.message
-            ids: list[str] = []
-            for child, fan in self._children:
-                n_children = child_count(message.idempotency_key, child, fan)
-                children.setdefault(child, []).extend((message, index) for index in range(n_children))
-                ids += [f"{message.task_id}/{child}.{index}" for index in range(n_children)]
-            records.append(
-                self._record(
-                    message,
-                    "done",
-                    start,
-                    done,
-                    len(run),
-                    tuple(ids),
-                    output=output,
-                    received_at=pending.received_at,
-                    device_at=device_at,
-                )
+            counts = [
+                (child, child_count(message.idempotency_key, child, fan)) for child, fan in self._children
+            ]
+            ids = tuple(f"{message.task_id}/{child}.{index}" for child, n in counts for index in range(n))
+            rec = self._record(
+                message,
+                "done",
+                start,
+                done,
+                len(run),
+                ids,
+                output=output,
+                received_at=pending.received_at,
+                device_at=device_at,
+                recheck=self._redelivered(message),
             )
-        # forward first, then record (conditional writes: the idempotency gate). The children are on
-        # their way while the results are written, so the write is not in their latency; a recorded
-        # task's children were all enqueued, and until it is recorded the frame reads as queued
-        # (its children are reachable only through its item). A redelivery forwards again (at least
-        # once: the children's ids are fixed, so their own conditional writes drop the copies).
+            parents.append(rec)
+            if ids:  # its result travels with its children (their lineage): it is not written
+                for child, n in counts:
+                    children.setdefault(child, []).extend((message, index, rec) for index in range(n))
+            else:
+                records.append(rec)
+        # forward first, then record the terminal tasks (one record per POST of the batch). The
+        # children are on their way while the records are written, so the write is not in their
+        # latency. A redelivery forwards again (at least once: a child's id is fixed, and readers
+        # count each task once; the copies are marked to be checked before they count).
         out.forwarded = self._forward(children, enqueued_at=done)
-        _, repeats = self.results.record_tasks(records)
+        fresh, repeats = self.results.record_tasks(records)
         out.ran = len(run)
         out.duplicates = len(repeats)
         if self.crash_after_record:
             raise SystemExit("crash injected after recording")
         self._delete([receipt for pending in items for receipt in pending.receipts])
-        self._metrics(items, run, records, out, start, done)
+        self._metrics(
+            items, run, [rec for rec in records if rec.status != "done"] + parents, out, start, done
+        )
         if device_at is not None:
             self._device_metrics(done - device_at, prepare_s, prepare_wait_s)
-        # a redelivered parent's write may be its frame's last (its children ran after the first
-        # delivery): it checks the frame too
-        redelivered = [
-            pending.message.request_id
-            for pending in run
-            if self._children and self._receives.get(pending.message.idempotency_key, 1) > 1
-        ]
-        self._observe_outcomes(records, redelivered)
+        self._observe_outcomes(fresh)
         with self._lock:
             self._batches_run.add(batch_id)
             for counter in ("ran", "dropped", "duplicates", "forwarded"):
@@ -507,6 +499,7 @@ class Worker:
         reason: str | None = None,
         received_at: float | None = None,
         device_at: float | None = None,
+        recheck: bool = False,
     ) -> TaskRecord:
         output_json = json.dumps(output, separators=(",", ":")) if output is not None else None
         s3_key = None
@@ -531,9 +524,21 @@ class Worker:
             reason=reason,
             received_at=received_at,
             device_at=device_at,
+            app=message.app,
+            accepted_at=message.accepted_at,
+            deadline=message.deadline,
+            weight=message.weight,
+            lineage=tuple(message.lineage),
+            recheck=recheck or message.recheck,
         )
 
-    def _forward(self, children: dict[str, list[tuple[TaskMessage, int]]], enqueued_at: float) -> int:
+    def _redelivered(self, message: TaskMessage) -> bool:
+        """Whether the message was received before (it may have been recorded, or forwarded)."""
+        return message.recheck or self._receives.get(message.idempotency_key, 1) > 1
+
+    def _forward(
+        self, children: dict[str, list[tuple[TaskMessage, int, TaskRecord]]], enqueued_at: float
+    ) -> int:
         """Send each child request to its machine's queue (at least once: a redelivered parent
         forwards again; the child's conditional write makes the duplicate harmless). A child is
         routed by the time it is sent; its module latency counts from its parent's finish (the
@@ -544,7 +549,7 @@ class Worker:
         sends: dict[str, list[TaskMessage]] = {}
         for child, reqs in children.items():
             burst = router.route_burst(child, at, len(reqs), parent=self.assignment.module)
-            for (message, index), route in zip(reqs, burst, strict=True):
+            for (message, index, parent), route in zip(reqs, burst, strict=True):
                 msg = router.task(
                     route,
                     request_id=message.request_id,
@@ -554,6 +559,9 @@ class Worker:
                     deadline=message.deadline,
                     payload=message.payload,
                     region=child_region(message.idempotency_key, child, index),
+                    weight=split_weight(message.weight, len(parent.children)),
+                    lineage=[*message.lineage, parent.task_out(recorded_at=enqueued_at)],
+                    recheck=parent.recheck,
                 )
                 sends.setdefault(route.queue_url, []).append(msg)
                 count += 1
@@ -606,7 +614,7 @@ class Worker:
         the depth of its own queue and of every queue it forwards to, while the receiver holds a
         connection in its long poll): the share is ready only after this. Best effort."""
         try:
-            self.results.get_request("warm-up")
+            self.results.warm()
             self.queues.depth(self.assignment.queue_url)
             dep = self._forward_router.deployment
             for child, _ in self._children:
@@ -704,8 +712,8 @@ class Worker:
         released = self.release_buffered()
         if self._preparer is not None:
             self._preparer.shutdown(wait=False, cancel_futures=True)
-        outcomes = self.outcomes.stats if self.outcomes is not None else {}
-        log.info("stopped: %s, released %d, frame-outcome checks %s", self.totals, released, outcomes)
+        emitted = self.outcomes.emitted if self.outcomes is not None else 0.0
+        log.info("stopped: %s, released %d, outcomes of %.2f frames emitted", self.totals, released, emitted)
 
     def release_buffered(self) -> int:
         """Give every buffered (not yet run) message back to the queue at once."""

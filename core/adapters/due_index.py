@@ -1,8 +1,7 @@
-"""The deadline index of accepted frames, read by the control loop's stranded-frame sweep
-(control/sweeper.py). The front writes an index item with every frame item
+"""The deadline index of accepted POSTs, read by the control loop's stranded-frame sweep
+(control/sweeper.py). The front writes an index item with every POST item
 (:meth:`core.adapters.results.ResultStore.create_frames`: ``pk = due#<minute>#<shard>``, ``sk`` = the
-request id); only the control loop queries it, so this adapter is apart from the results store, which
-the front and the workers import (their roles are granted no Query)."""
+POST id, with its app, latest deadline and number of frames); only the control loop reads the index."""
 
 from __future__ import annotations
 
@@ -14,30 +13,31 @@ from core.adapters._ddb import from_item
 from core.adapters.results import DUE_SHARDS, due_key
 from core.errors import ResultStoreError
 
-__all__ = ["DueFrame", "DueIndex"]
+__all__ = ["DueIndex", "DuePost"]
 
 
 @dataclass(frozen=True)
-class DueFrame:
-    """A frame of the deadline index."""
+class DuePost:
+    """A POST of the deadline index."""
 
-    request_id: str
+    post_id: str
     app: str
-    deadline: float
+    deadline: float  # its frames' latest
+    frames: int
 
 
 class DueIndex:
-    """The frames whose deadline falls in a minute, from the results table's deadline index."""
+    """The POSTs whose deadline falls in a minute, from the results table's deadline index."""
 
     def __init__(self, client: Any, table: str):
         self._ddb = client
         self._table = table
 
-    def due_frames(self, bucket: int) -> list[DueFrame]:
-        """The frames whose deadline falls in ``bucket`` (:func:`core.adapters.results.due_bucket`): one
-        Query per shard (each page up to 1 MB, about 10,000 index items), eventually consistent (the
+    def due_posts(self, bucket: int) -> list[DuePost]:
+        """The POSTs whose deadline falls in ``bucket`` (:func:`core.adapters.results.due_bucket`): one
+        Query per shard (each page up to 1 MB, about 8,000 index items), eventually consistent (the
         items were written a minute or more before)."""
-        out: list[DueFrame] = []
+        out: list[DuePost] = []
         for shard in range(DUE_SHARDS):
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
@@ -51,7 +51,14 @@ class DueIndex:
                     raise ResultStoreError(f"cannot read the deadline index {bucket}#{shard}: {exc}") from exc
                 for item in page.get("Items", []):
                     doc = from_item(item)
-                    out.append(DueFrame(str(doc["sk"]), str(doc.get("app", "")), float(doc["deadline"])))
+                    out.append(
+                        DuePost(
+                            str(doc["sk"]),
+                            str(doc.get("app", "")),
+                            float(doc["deadline"]),
+                            int(doc.get("frames", 1)),
+                        )
+                    )
                 if not page.get("LastEvaluatedKey"):
                     break
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -77,14 +77,16 @@ def flush_interval_from_env() -> float:
 
 @dataclass
 class _Stat:
-    count: int = 0
+    count: float = (
+        0  # the samples' weights (1 each unless weighted: a frame's share, core/adapters/outcomes.py)
+    )
     total: float = 0.0
     low: float = float("inf")
     high: float = float("-inf")
 
-    def add(self, value: float) -> None:
-        self.count += 1
-        self.total += value
+    def add(self, value: float, weight: float = 1.0) -> None:
+        self.count += weight
+        self.total += value * weight
         self.low = min(self.low, value)
         self.high = max(self.high, value)
 
@@ -113,14 +115,26 @@ class Metrics:
         now = time.time() if at is None else at
         return math.floor(now / self.resolution_s) * self.resolution_s
 
-    def put(self, name: str, value: float, unit: str = "Count", at: float | None = None, **dims: str) -> None:
-        """Add ``value`` to the series (name, unit, dims) in the bucket of ``at`` (default: now)."""
+    def put(
+        self,
+        name: str,
+        value: float,
+        unit: str = "Count",
+        at: float | None = None,
+        weight: float = 1.0,
+        **dims: str,
+    ) -> None:
+        """Add ``value`` to the series (name, unit, dims) in the bucket of ``at`` (default: now), as
+        ``weight`` samples (a statistic set's SampleCount and Sum grow by ``weight`` and ``value x
+        weight``: a weighted average over fractional samples, such as a frame's share)."""
+        if not weight > 0:
+            raise ValueError(f"a metric sample's weight must be > 0, got {weight!r}")
         key = (name, unit, tuple(sorted(dims.items())), self._bucket(at))
         with self._lock:
             stat = self._stats.get(key)
             if stat is None:
                 stat = self._stats[key] = _Stat()
-            stat.add(float(value))
+            stat.add(float(value), float(weight))
 
     def add_collector(self, collect: Callable[[Metrics], None]) -> None:
         """Call ``collect(self)`` at every drain, before the values are taken: a source that counts
@@ -179,21 +193,41 @@ class MemoryMetrics(Metrics):
     def __init__(self) -> None:
         super().__init__()
         self.raw: dict[str, list[tuple[float, dict[str, str]]]] = defaultdict(list)
+        self.raw_weights: dict[str, list[float]] = defaultdict(list)
 
-    def put(self, name: str, value: float, unit: str = "Count", at: float | None = None, **dims: str) -> None:
-        super().put(name, value, unit, at, **dims)
+    def put(
+        self,
+        name: str,
+        value: float,
+        unit: str = "Count",
+        at: float | None = None,
+        weight: float = 1.0,
+        **dims: str,
+    ) -> None:
+        super().put(name, value, unit, at, weight, **dims)
         with self._lock:
             self.raw[name].append((float(value), dict(dims)))
+            self.raw_weights[name].append(float(weight))
 
-    def values(self, name: str, **dims: str) -> list[float]:
+    def _matching(self, name: str, dims: dict[str, str]) -> list[tuple[float, float]]:
         return [
-            value
-            for value, datum_dims in self.raw.get(name, [])
+            (value, weight)
+            for (value, datum_dims), weight in zip(
+                self.raw.get(name, []), self.raw_weights.get(name, []), strict=True
+            )
             if all(datum_dims.get(key) == wanted for key, wanted in dims.items())
         ]
 
+    def values(self, name: str, **dims: str) -> list[float]:
+        return [value for value, _ in self._matching(name, dims)]
+
     def total(self, name: str, **dims: str) -> float:
-        return sum(self.values(name, **dims))
+        """The series' sum: each value times its weight."""
+        return sum(value * weight for value, weight in self._matching(name, dims))
+
+    def weights(self, name: str, **dims: str) -> float:
+        """The series' sample count: the sum of its weights."""
+        return sum(weight for _, weight in self._matching(name, dims))
 
 
 class CloudWatchMetrics(Metrics):
@@ -332,8 +366,12 @@ def _emf_value(stat: _Stat) -> float | dict[str, Any]:
     ``Max``: the form AWS's EMF libraries write for an aggregate)."""
     if stat.count == 1:
         return stat.total
+    values: list[float]
+    counts: list[float]
     if stat.low == stat.high:
         values, counts = [stat.low], [stat.count]
+    elif stat.count <= 2:  # weighted samples (fractions): the two extremes, half the weight each
+        values, counts = [stat.low, stat.high], [stat.count / 2, stat.count / 2]
     else:
         values, counts = [stat.low, stat.high], [1, 1]
         if stat.count > 2:

@@ -1,37 +1,51 @@
-"""The results table: one ``frame`` item per request and one ``task#<task id>`` item per module
-request, all under the request id.
+"""The results table: a POST's frames and every result record of them in one partition.
 
-Completion is derived, not counted. The front writes the frame item with the ids of its root
-tasks. A worker writes each finished (or dropped) task's item with a conditional ``PutItem``
-(``attribute_not_exists``: the idempotency gate, so an SQS redelivery is recognised and not
-recorded twice); the item lists the ids of the child tasks it forwards, and it is written AFTER
-they were enqueued (so the write is not in the children's latency, and a recorded task's children
-exist). The children are reachable only through their parent's item, so a frame is done exactly
-when every task reachable from its roots has an item and none is missing; dropped when one of them
-was dropped early. Its completion time is the latest ``recorded_at`` (when the last result write
-was issued): usually a leaf's, a parent's when its write was slower than its children.
+Every frame of a POST shares the POST's id as the prefix of its request id (``core/ids.py``), and
+the table keeps, under ``pk = <POST id>``:
+
+- ``sk = "post"``: written by the front, once per POST: the app, and per frame its index, accept
+  time, deadline and root modules;
+- ``sk = "part#<unique>"``: written by a worker, once per batch and POST: the batch's *terminal*
+  tasks of that POST's frames (a task that forwarded no children, or was dropped) with their
+  outputs, each with the **lineage** its message carried (what its ancestors produced, as they would
+  have been recorded), compressed. Nothing is written per task, and a task that forwards children
+  is never written itself: its result travels with its children.
+
+Completion is by weights, not by reads of a task tree. A root task carries weight 1; a task with k
+children gives each 1/k of its own (exact fractions, ``TaskMessage.weight``). A frame is finished
+when the weights of its distinct terminal tasks sum to 1; it is ``dropped`` when one of them was
+dropped (a task past its deadline, poison, or swept as stranded by control/sweeper.py), else
+``done``; its completion time is the latest write of a terminal task. A redelivered task may be
+written twice: readers count each task id once.
+
+The front also writes one deadline-index item per POST (``pk = due#<deadline minute>#<shard>``,
+``sk`` = the POST id) in the same ``BatchWriteItem``: the control loop's sweeper reads a minute's
+POSTs from it with one Query per shard and accounts for their frames (core/adapters/due_index.py).
+
+Cost per POST of N frames: one ``BatchWriteItem`` of two items (the POST item and its index item;
+about 1 write unit each for N = 10). Per batch: one ``BatchWriteItem`` with an item per POST among
+its terminal tasks (a write unit per KB of compressed record). Readers: ``GET /v1/requests/{id}``
+is one eventually consistent Query of the POST's partition (0.5 read units per 4 KB).
 
 Every item carries ``expires_at``, the table's TTL attribute: epoch seconds, when it was written plus
-the retention (``SKINFLINT_RESULTS_RETENTION_DAYS``, default 7 days). DynamoDB deletes a request's
-items some time after that, orphans included (the frame items of a POST that failed after writing
-them). A frame past its ``expires_at`` reads as unknown even before the delete.
-
-No item is updated by two writers, so there is no shared counter to contend on (moto's server does
-not make concurrent read-modify-writes of one item atomic, and on AWS a per-frame counter is a hot
-key), and the workers' hot path is one conditional write per task.
+the retention (``SKINFLINT_RESULTS_RETENTION_DAYS``, default 7 days). A POST past its ``expires_at``
+reads as unknown even before DynamoDB deletes it.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 import zlib
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from core.adapters._aws import AWS_ERRORS, error_code
+from core.adapters._aws import AWS_ERRORS
 from core.adapters._ddb import from_item, to_item
 from core.errors import ResultStoreError
+from core.ids import post_of
 from core.schema import ResultOut, TaskOut
 from core.settings import DEFAULT_RESULTS_RETENTION_DAYS
 
@@ -40,23 +54,26 @@ __all__ = [
     "DUE_SHARDS",
     "EXPIRES_AT",
     "FrameRecord",
+    "FrameState",
     "ResultStore",
     "TaskRecord",
     "due_bucket",
     "due_key",
     "expires_at",
-    "read_items",
+    "split_weight",
 ]
 
-_FRAME_SK = "frame"
+_POST_SK = "post"
+_PART_PREFIX = "part#"
 #: the results table's TTL attribute (cdk/constants.py RESULTS_TTL_ATTRIBUTE): epoch seconds
 EXPIRES_AT = "expires_at"
+_BATCH_WRITE = 25  # items per BatchWriteItem
 
 
 #: The deadline index (read by the stranded-frame sweeper, control/sweeper.py): one small item per
-#: frame, ``pk = due#<deadline minute>#<shard>``, ``sk = <request id>``, written with the frame item
-#: in the same BatchWriteItem. A minute's frames are read back with one Query per shard, so finding
-#: the frames whose deadline passed costs reads in proportion to those frames, never a Scan.
+#: POST, ``pk = due#<deadline minute>#<shard>``, ``sk = <POST id>``, written with the POST item in
+#: the same BatchWriteItem. A minute's POSTs are read back with one Query per shard, so finding the
+#: frames whose deadline passed costs reads in proportion to those POSTs, never a Scan.
 DUE_BUCKET_S = 60  # s of deadlines per index partition
 DUE_SHARDS = 4  # partitions per minute: spreads the index writes (1,000 writes/s per partition key)
 _DUE_PREFIX = "due#"
@@ -71,13 +88,20 @@ def due_key(bucket: int, shard: int) -> str:
     return f"{_DUE_PREFIX}{bucket}#{shard}"
 
 
-def _shard(request_id: str) -> int:
-    return zlib.crc32(request_id.encode()) % DUE_SHARDS
+def _shard(key: str) -> int:
+    return zlib.crc32(key.encode()) % DUE_SHARDS
 
 
 def expires_at(written_at: float, retention_s: float) -> int:
     """The ``expires_at`` of an item written at ``written_at`` (whole seconds, rounded up)."""
     return int(-(-(written_at + retention_s) // 1))
+
+
+def split_weight(weight: str, parts: int) -> str:
+    """The weight each of ``parts`` children of a task of ``weight`` carries (exact)."""
+    if parts < 1:
+        raise ValueError(f"a weight splits into 1 or more parts, not {parts}")
+    return str(Fraction(weight) / parts)
 
 
 @dataclass(frozen=True)
@@ -107,10 +131,80 @@ class TaskRecord:
     reason: str | None = None
     received_at: float | None = None  # when the worker received the task's message
     device_at: float | None = None  # when its batch got the device (finished_at - device_at: device time)
+    app: str = ""
+    accepted_at: float | None = None  # the frame's (the outcome metrics' latency counts from it)
+    deadline: float | None = None  # the frame's
+    weight: str = "1"  # the share of its frame the task carries (TaskMessage.weight)
+    lineage: tuple[TaskOut, ...] = ()  # what its ancestors produced (TaskMessage.lineage)
+    recheck: bool = False  # possibly recorded before (a redelivery): the store checks first
 
     @property
     def key(self) -> str:
         return f"{self.request_id}/{self.task_id}"
+
+    def task_out(self, recorded_at: float | None = None) -> TaskOut:
+        """The task as a reader sees it (and as its children's lineage carries it)."""
+        return TaskOut(
+            task_id=self.task_id,
+            module=self.module,
+            status=self.status,
+            hardware=self.hardware,
+            emulated=self.emulated,
+            enqueued_at=self.enqueued_at,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            recorded_at=recorded_at,
+            received_at=self.received_at,
+            device_at=self.device_at,
+            batch_size=self.batch_size,
+            output=json.loads(self.output_json) if self.output_json else None,
+            output_s3_key=self.output_s3_key,
+            reason=self.reason,
+        )
+
+
+@dataclass
+class FrameState:
+    """One frame as its POST's partition records it."""
+
+    request_id: str
+    app: str
+    accepted_at: float
+    deadline: float
+    roots: tuple[str, ...]
+    tasks: dict[str, TaskOut] = field(default_factory=dict)  # every task recorded or carried, by id
+    weights: dict[str, Fraction] = field(default_factory=dict)  # terminal task id -> its weight
+    finished_at: float | None = None  # the latest write of a terminal task
+
+    @property
+    def weight(self) -> Fraction:
+        """The share of the frame its terminal tasks account for (1: finished)."""
+        return sum(self.weights.values(), Fraction(0))
+
+    @property
+    def missing(self) -> Fraction:
+        return max(Fraction(0), 1 - self.weight)
+
+    @property
+    def status(self) -> str:
+        if self.weight < 1:
+            return "queued"
+        dropped = any(self.tasks[tid].status == "dropped" for tid in self.weights if tid in self.tasks)
+        return "dropped" if dropped else "done"
+
+    def result(self) -> ResultOut:
+        status = self.status
+        finished = self.finished_at if status != "queued" else None
+        return ResultOut(
+            request_id=self.request_id,
+            app=self.app,
+            status=status,
+            accepted_at=self.accepted_at,
+            deadline=self.deadline,
+            finished_at=finished,
+            latency_s=(finished - self.accepted_at) if finished is not None else None,
+            tasks=sorted(self.tasks.values(), key=lambda task: (task.started_at, task.task_id)),
+        )
 
 
 class ResultStore:
@@ -128,37 +222,179 @@ class ResultStore:
 
     # -- front -------------------------------------------------------------------------------------
     def create_frames(self, frames: list[FrameRecord]) -> None:
+        """One item per POST (its frames: index, accept time, deadline, roots) and its deadline-index
+        item, in as few ``BatchWriteItem`` calls as fit (one for a POST)."""
         expiry = expires_at(time.time(), self.retention_s)
+        posts: dict[str, list[FrameRecord]] = {}
+        for frame in frames:
+            posts.setdefault(post_of(frame.request_id), []).append(frame)
+        items: list[dict[str, Any]] = []
+        for post, of_post in posts.items():
+            deadline = max(frame.deadline for frame in of_post)
+            apps = {frame.app for frame in of_post}
+            if len(apps) != 1:
+                raise ValueError(f"the frames of POST {post} name {len(apps)} apps")
+            frames_doc = {
+                frame.request_id[len(post) :]: [frame.accepted_at, frame.deadline, list(frame.roots)]
+                for frame in of_post
+            }
+            items.append(
+                to_item(
+                    {
+                        "pk": post,
+                        "sk": _POST_SK,
+                        "app": of_post[0].app,
+                        "frames": json.dumps(frames_doc, separators=(",", ":")),
+                        EXPIRES_AT: expiry,
+                    }
+                )
+            )
+            items.append(
+                to_item(
+                    {
+                        "pk": due_key(due_bucket(deadline), _shard(post)),
+                        "sk": post,
+                        "app": of_post[0].app,
+                        "deadline": deadline,
+                        "frames": len(of_post),
+                        EXPIRES_AT: expiry,
+                    }
+                )
+            )
+        self._write(items, f"{len(frames)} frame record(s)")
+
+    # -- workers -----------------------------------------------------------------------------------
+    def record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
+        """Write terminal tasks: one record item per POST among ``records`` (a batch's). Returns
+        (written, repeated): a record marked ``recheck`` (a redelivery, or a child of one) whose task
+        its POST's partition already holds is a repeat, not written again. The others are written
+        without a read: a redelivery the worker could not tell (a crash after the write, before the
+        delete) is written twice, and readers count each task once."""
+        fresh: list[TaskRecord] = []
+        repeats: list[TaskRecord] = []
+        known: dict[str, set[tuple[str, str]]] = {}
+        for rec in records:
+            if rec.recheck:
+                post = post_of(rec.request_id)
+                if post not in known:
+                    known[post] = self.recorded(post)
+                if (rec.request_id, rec.task_id) in known[post]:
+                    repeats.append(rec)
+                    continue
+            fresh.append(rec)
+        if not fresh:
+            return fresh, repeats
+        now = time.time()
+        expiry = expires_at(now, self.retention_s)
+        by_post: dict[str, list[TaskRecord]] = {}
+        for rec in fresh:
+            by_post.setdefault(post_of(rec.request_id), []).append(rec)
         items = [
             to_item(
                 {
-                    "pk": frame.request_id,
-                    "sk": _FRAME_SK,
-                    "app": frame.app,
-                    "accepted_at": frame.accepted_at,
-                    "deadline": frame.deadline,
-                    "roots": ",".join(frame.roots),
+                    "pk": post,
+                    "sk": f"{_PART_PREFIX}{uuid.uuid4().hex}",
+                    "recorded_at": now,
                     EXPIRES_AT: expiry,
                 }
             )
-            for frame in frames
+            | {"tasks": {"B": _pack(of_post)}}
+            for post, of_post in by_post.items()
         ]
-        items += [
-            to_item(
-                {
-                    "pk": due_key(due_bucket(frame.deadline), _shard(frame.request_id)),
-                    "sk": frame.request_id,
-                    "app": frame.app,
-                    "deadline": frame.deadline,
-                    EXPIRES_AT: expiry,
-                }
-            )
-            for frame in frames
-        ]
+        self._write(items, f"{len(fresh)} task record(s)")
+        return fresh, repeats
+
+    def recorded(self, post_id: str) -> set[tuple[str, str]]:
+        """(request id, task id) of every terminal task the POST's partition holds (a consistent
+        Query: what a redelivery checks before it counts)."""
+        _, parts = self._query(post_id, consistent=True)
+        out: set[tuple[str, str]] = set()
+        for part in parts:
+            for doc in _unpack(part):
+                if "w" in doc:
+                    out.add((str(doc["r"]), str(doc["task"]["task_id"])))
+        return out
+
+    # -- readers -----------------------------------------------------------------------------------
+    def warm(self) -> None:
+        """Open the client's connection to the table (a Query of a partition that never exists)."""
+        self._query("0" * 30, consistent=False)
+
+    def get_request(self, request_id: str) -> ResultOut | None:
+        """The frame and every task recorded for it or carried in a record's lineage; None when its
+        POST is not recorded (or has expired) or the POST has no such frame. One eventually
+        consistent Query of the POST's partition."""
         try:
-            for i in range(0, len(items), 25):
+            post = post_of(request_id)
+        except ValueError:
+            return None
+        frames = self.post_frames(post)
+        state = frames.get(request_id) if frames else None
+        return state.result() if state is not None else None
+
+    def post_frames(self, post_id: str, consistent: bool = False) -> dict[str, FrameState] | None:
+        """Every frame of a POST, as its partition records it; None when the POST item does not
+        exist or has expired."""
+        head, parts = self._query(post_id, consistent=consistent)
+        if head is None or _expired(head, time.time()):
+            return None
+        app = str(head.get("app", ""))
+        states: dict[str, FrameState] = {}
+        for suffix, (accepted_at, deadline, roots) in json.loads(head.get("frames") or "{}").items():
+            rid = post_id + suffix
+            states[rid] = FrameState(rid, app, float(accepted_at), float(deadline), tuple(roots))
+        for part in parts:
+            recorded_at = part.get("recorded_at")
+            for doc in _unpack(part):
+                state = states.get(str(doc.get("r")))
+                if state is None:
+                    continue
+                task = TaskOut.model_validate(doc["task"])
+                if "w" in doc:
+                    if task.task_id in state.weights:
+                        continue  # a redelivery's second record: counted once
+                    state.weights[task.task_id] = Fraction(str(doc["w"]))
+                    task = task.model_copy(update={"recorded_at": recorded_at})
+                    at = float(recorded_at) if isinstance(recorded_at, int | float) else task.finished_at
+                    state.finished_at = max(state.finished_at or at, at)
+                    state.tasks[task.task_id] = task
+                else:
+                    state.tasks.setdefault(task.task_id, task)
+        return states
+
+    def _query(self, post_id: str, consistent: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The POST item and its record items (every page)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": post_id}},
+            "ConsistentRead": consistent,
+        }
+        head: dict[str, Any] | None = None
+        parts: list[dict[str, Any]] = []
+        while True:
+            try:
+                page = self._ddb.query(**kwargs)
+            except AWS_ERRORS as exc:
+                raise ResultStoreError(f"cannot read POST {post_id}: {exc}") from exc
+            for raw in page.get("Items", []):
+                blob = raw.get("tasks", {}).get("B")
+                doc = from_item({k: v for k, v in raw.items() if k != "tasks"})
+                if doc.get("sk") == _POST_SK:
+                    head = doc
+                elif str(doc.get("sk", "")).startswith(_PART_PREFIX):
+                    doc["tasks"] = blob
+                    parts.append(doc)
+            if not page.get("LastEvaluatedKey"):
+                return head, parts
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _write(self, items: list[dict[str, Any]], what: str) -> None:
+        """``BatchWriteItem`` of ``items`` (25 a call), unprocessed items retried with backoff."""
+        try:
+            for i in range(0, len(items), _BATCH_WRITE):
                 left: dict[str, Any] = {
-                    self._table: [{"PutRequest": {"Item": it}} for it in items[i : i + 25]]
+                    self._table: [{"PutRequest": {"Item": it}} for it in items[i : i + _BATCH_WRITE]]
                 }
                 for attempt in range(6):
                     out = self._ddb.batch_write_item(RequestItems=left)
@@ -167,205 +403,40 @@ class ResultStore:
                         break
                     time.sleep(0.02 * 2**attempt)
                 if left:
-                    raise ResultStoreError("DynamoDB left frame records unprocessed after 6 tries")
+                    raise ResultStoreError(f"DynamoDB left {what} unprocessed after 6 tries")
         except AWS_ERRORS as exc:
-            raise ResultStoreError(f"cannot create {len(items)} frame record(s): {exc}") from exc
+            raise ResultStoreError(f"cannot write {what}: {exc}") from exc
 
-    # -- the stranded-frame sweeper (the deadline index itself: core/adapters/due_index.py) ----------
-    def frame_tree(
-        self, request_id: str
-    ) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]], list[str]]:
-        """The frame item, its recorded reachable tasks and the ids of the reachable tasks not
-        recorded (what keeps it ``queued``), read by key level by level as :meth:`get_request`."""
-        frame = self._read_items([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
-        if frame is None:
-            return None, {}, []
-        tasks: dict[str, dict[str, Any]] = {}
-        missing: list[str] = []
-        level = _split(frame.get("roots"))
-        while level:
-            got = self._read_items([(request_id, f"task#{task}") for task in level])
-            found = {sk.removeprefix("task#"): item for (_, sk), item in got.items()}
-            missing += [task for task in level if task not in found]
-            tasks.update(found)
-            level = [
-                child
-                for item in found.values()
-                for child in _split(item.get("children"))
-                if child not in tasks
-            ]
-        return frame, tasks, missing
 
-    def outcome_status(self, request_ids: list[str]) -> dict[str, str]:
-        """request id -> the status its claimed ``outcome`` item records, for those that have one."""
-        got = self._read_items([(rid, "outcome") for rid in request_ids])
-        return {pk: str(item.get("status", "")) for (pk, _), item in got.items()}
-
-    # -- workers -----------------------------------------------------------------------------------
-    def record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
-        """Write each task's item unless it exists; returns (new, repeated). A repeated task is an
-        SQS redelivery of one already recorded: nothing is overwritten."""
-        fresh: list[TaskRecord] = []
-        repeats: list[TaskRecord] = []
-        now = time.time()
-        for rec in records:
-            try:
-                self._ddb.put_item(
-                    TableName=self._table,
-                    Item=self._task_item(rec, now, self.retention_s),
-                    ConditionExpression="attribute_not_exists(pk)",
-                )
-                fresh.append(rec)
-            except AWS_ERRORS as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise ResultStoreError(f"cannot record task {rec.key}: {exc}") from exc
-                repeats.append(rec)
-        return fresh, repeats
-
-    @staticmethod
-    def _task_item(rec: TaskRecord, now: float, retention_s: float) -> dict[str, Any]:
-        return to_item(
-            {
-                "pk": rec.request_id,
-                "sk": f"task#{rec.task_id}",
-                "module": rec.module,
-                "status": rec.status,
-                "hardware": rec.hardware,
-                "emulated": rec.emulated,
-                "enqueued_at": rec.enqueued_at,
-                "started_at": rec.started_at,
-                "finished_at": rec.finished_at,
-                "recorded_at": now,
-                "batch_size": rec.batch_size,
-                "children": ",".join(rec.children),
-                "output": rec.output_json,
-                "output_s3_key": rec.output_s3_key,
-                "reason": rec.reason,
-                "received_at": rec.received_at,
-                "device_at": rec.device_at,
-                EXPIRES_AT: expires_at(now, retention_s),
-            }
+def _pack(records: list[TaskRecord]) -> bytes:
+    """A record item's tasks: each terminal task (with its weight ``w``) and each distinct ancestor
+    its lineage carries, as compressed JSON (``r``: request id)."""
+    docs: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for rec in records:
+        for ancestor in rec.lineage:
+            if (rec.request_id, ancestor.task_id) not in seen:
+                seen.add((rec.request_id, ancestor.task_id))
+                docs.append({"r": rec.request_id, "task": ancestor.model_dump(exclude_none=True)})
+        seen.add((rec.request_id, rec.task_id))
+        docs.append(
+            {"r": rec.request_id, "w": rec.weight, "task": rec.task_out().model_dump(exclude_none=True)}
         )
-
-    # -- readers -----------------------------------------------------------------------------------
-    def get_request(self, request_id: str) -> ResultOut | None:
-        """The request's frame and every recorded task reachable from its roots; None when the
-        frame item does not exist or has expired (its ``expires_at`` is past).
-
-        Read by key, level by level (frame item -> root tasks -> their children ..., one
-        consistent ``BatchGetItem`` per level): the task ids of a level are listed in the items of
-        the level above. Not one ``Query`` of the partition: moto answers a Query by scanning the
-        whole table, so GET /v1/requests/{id} slowed as the local results table grew (see
-        ``FrameOutcomes._read``, which reads the same way). A task that is not recorded yet ends
-        its branch (the frame reads ``queued``); its siblings are still read. Only reachable tasks
-        are listed: a worker records a task (listing its children's ids) after forwarding them; until then
-        the branch ends there."""
-        frame = self._read_items([(request_id, _FRAME_SK)]).get((request_id, _FRAME_SK))
-        if frame is None or _expired(frame, time.time()):
-            return None
-        tasks: dict[str, dict[str, Any]] = {}
-        level = _split(frame.get("roots"))
-        while level:
-            got = self._read_items([(request_id, f"task#{task}") for task in level])
-            found = {sk.removeprefix("task#"): item for (_, sk), item in got.items()}
-            tasks.update(found)
-            level = [
-                child
-                for item in found.values()
-                for child in _split(item.get("children"))
-                if child not in tasks
-            ]
-        status, finished = _completion(frame, tasks)
-        return ResultOut(
-            request_id=request_id,
-            app=frame["app"],
-            status=status,
-            accepted_at=frame["accepted_at"],
-            deadline=frame["deadline"],
-            finished_at=finished,
-            latency_s=(finished - frame["accepted_at"]) if finished is not None else None,
-            tasks=sorted(
-                (_task_out(i) for i in tasks.values()), key=lambda task: (task.started_at, task.task_id)
-            ),
-        )
-
-    def _read_items(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
-        return read_items(self._ddb, self._table, keys)
+    return zlib.compress(json.dumps(docs, separators=(",", ":")).encode(), 6)
 
 
-def read_items(ddb: Any, table: str, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """The items of ``keys`` ((pk, sk) pairs) of the results table that exist, by key: consistent
-    ``BatchGetItem`` calls of at most 100 keys, unprocessed keys retried with backoff."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    unique = list(dict.fromkeys(keys))  # BatchGetItem refuses duplicate keys
-    for i in range(0, len(unique), 100):
-        want: dict[str, Any] = {
-            table: {
-                "Keys": [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in unique[i : i + 100]],
-                "ConsistentRead": True,
-            }
-        }
-        for attempt in range(6):
-            try:
-                page = ddb.batch_get_item(RequestItems=want)
-            except AWS_ERRORS as exc:
-                raise ResultStoreError(f"cannot read request {unique[i][0]}: {exc}") from exc
-            for item in page.get("Responses", {}).get(table, []):
-                doc = from_item(item)
-                out[(doc["pk"], doc["sk"])] = doc
-            want = page.get("UnprocessedKeys") or {}
-            if not want:
-                break
-            time.sleep(0.02 * 2**attempt)
-        if want:
-            raise ResultStoreError("DynamoDB left result items unread after 6 tries")
-    return out
+def _unpack(part: dict[str, Any]) -> list[dict[str, Any]]:
+    blob = part.get("tasks")
+    if not blob:
+        return []
+    try:
+        docs = json.loads(zlib.decompress(blob if isinstance(blob, bytes) else bytes(blob)))
+    except (zlib.error, ValueError) as exc:
+        raise ResultStoreError(f"unreadable record {part.get('sk')}: {exc}") from exc
+    return docs if isinstance(docs, list) else []
 
 
 def _expired(item: dict[str, Any], now: float) -> bool:
     """Past its ``expires_at`` (DynamoDB's TTL deletes such items within days, reads still see them)."""
     at = item.get(EXPIRES_AT)
     return isinstance(at, int | float) and at <= now
-
-
-def _split(csv: str | None) -> list[str]:
-    return [part for part in (csv or "").split(",") if part]
-
-
-def _completion(frame: dict[str, Any], tasks: dict[str, dict[str, Any]]) -> tuple[str, float | None]:
-    """("done" | "dropped", finished) when every task reachable from the roots is recorded."""
-    todo = _split(frame.get("roots"))
-    if not todo:
-        return "queued", None
-    dropped = False
-    latest = 0.0
-    while todo:
-        tid = todo.pop()
-        item = tasks.get(tid)
-        if item is None:
-            return "queued", None
-        dropped = dropped or item["status"] == "dropped"
-        latest = max(latest, float(item.get("recorded_at") or item["finished_at"]))
-        todo.extend(_split(item.get("children")))
-    return ("dropped" if dropped else "done"), latest
-
-
-def _task_out(item: dict[str, Any]) -> TaskOut:
-    out = item.get("output")
-    return TaskOut(
-        task_id=item["sk"].removeprefix("task#"),
-        module=item["module"],
-        status=item["status"],
-        hardware=item["hardware"],
-        emulated=bool(item.get("emulated", False)),
-        enqueued_at=item["enqueued_at"],
-        started_at=item["started_at"],
-        finished_at=item["finished_at"],
-        recorded_at=item.get("recorded_at"),
-        received_at=item.get("received_at"),
-        device_at=item.get("device_at"),
-        batch_size=int(item["batch_size"]),
-        output=json.loads(out) if out else None,
-        output_s3_key=item.get("output_s3_key"),
-        reason=item.get("reason"),
-    )
