@@ -26,9 +26,11 @@ local to the instance. Checks, in order (docs/loadtest.md has the reasoning and 
 
 A JSON batch of frames is admitted whole or not at all; one of more frames than any request can
 ever get (the windows within the SLO at the best moment of the schedule) is 503 ``batch_too_large``
-with how many fit and no retry time. Everything here is mechanism over the plan:
-no shared counter, so N instances can each fill a slot -- the worker's early drop (Nexus) is the
-backstop that reports such frames as dropped instead of late.
+with how many fit and no retry time. Everything here is mechanism over the plan. Without the
+shared counter (``shared_slots``, ``SKINFLINT_ADMISSION_SHARED``) N instances can each fill a slot --
+the worker's early drop (Nexus) is the backstop that reports such frames as dropped instead of late;
+with it a window's count lives in DynamoDB (``core/adapters/slots.py``), counted once per POST, root
+module and window the POST's frames land in (:meth:`Admission._take_shared`).
 """
 
 from __future__ import annotations
@@ -84,8 +86,8 @@ class AdmissionConfig:
     queue_check_s: float = 1.0  # s between depth reads of one queue; 0 turns the backlog check off
     margin_s: float = 0.0  # s kept in reserve when comparing a slot's bound with the deadline
     # count the frames of each window in DynamoDB too (core/adapters/slots.py), so every front
-    # instance sees them: the cap holds across Lambda instances, at one conditional write per request
-    # and window (per frame for single-frame requests)
+    # instance sees them: the cap holds across Lambda instances, at one conditional write per POST,
+    # root module and window (two when the window has room for part of the POST only)
     shared_slots: bool = False
 
     @classmethod
@@ -622,8 +624,17 @@ class Admission:
         shared: tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]] | None,
     ) -> bool | None:
         """Count one frame in ``route``'s window in the shared counter: from the places this request
-        holds there, else with one write for as many of the request's ``left`` frames as the window
-        has room for here (one frame if they do not fit together)."""
+        holds there, else with one :meth:`~core.adapters.slots.SlotCounter.take_upto` for as many of
+        the request's ``left`` frames as the window has room for (at most what this instance's own
+        count leaves): one write when they fit, two when the window has room for part of them only
+        (the refusal says how many places are left; the second write takes them and the frames
+        beyond spill to the next window, one more ``take_upto`` there), none more for the window
+        when it is full. The places counted beyond this frame are ``held`` for the request's next
+        frames, so a POST costs one ``take_upto`` per root module and window it lands in, not one
+        per frame. A window found full with the places taken is counted full here once they are
+        used (this instance's count raised to ``cap`` less them), so no later frame asks for it
+        again. True when counted, False when the window is full, None when DynamoDB could not
+        answer (the frame is admitted on this instance's count)."""
         assert self.slots is not None
         counted, held = shared if shared is not None else ({}, {})
         key = (module, route.batch_id)
@@ -632,14 +643,17 @@ class Admission:
             return True
         dep = router.deployment
         want = max(1, min(left, cap - st.slots.get(key, 0)))
-        got = self.slots.take(dep.app, dep.version, module, route.batch_id, cap, route.window_end, want)
-        if got is False and want > 1:
-            want = 1
-            got = self.slots.take(dep.app, dep.version, module, route.batch_id, cap, route.window_end)
-        if got is True:
-            counted[key] = counted.get(key, 0) + want
-            held[key] = want - 1
-        return got
+        got = self.slots.take_upto(dep.app, dep.version, module, route.batch_id, cap, route.window_end, want)
+        if got is None:
+            return None
+        if got <= 0:
+            return False
+        if got < want:  # the window is full with these places: once they are used, no more asking
+            st.slots[key] = max(st.slots.get(key, 0), cap - got)
+            st.slot_end[key] = route.window_end
+        counted[key] = counted.get(key, 0) + got
+        held[key] = got - 1
+        return True
 
     def _batch_shed(self, router: Router, st: _AppState, n_frames: int, full: Shed) -> Shed:
         """A batch refused for full slots: if more frames than any request can ever get (the windows

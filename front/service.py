@@ -9,12 +9,13 @@ import logging
 import re
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 from core.adapters.results import FrameRecord
+from core.ids import MAX_FRAMES_PER_POST, new_post_id
+from core.ids import request_id as frame_request_id
 from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
@@ -44,7 +45,8 @@ _KEY_TTL_S = 10.0  # s an API key found known is trusted without reading it agai
 _BAD_KEY_TTL_S = 5.0  # s an API key found unknown is refused without reading it again
 _BAD_KEYS_KEPT = 4096  # unknown keys remembered at most
 _POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
-_REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex: anything else cannot exist (and never hits DynamoDB)
+# a POST's id and the frame's index (core/ids.py): anything else cannot exist (and never hits DynamoDB)
+_REQUEST_ID = re.compile(r"[0-9a-f]{32}")
 _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -212,8 +214,13 @@ class FrontService:
     # -- frames ------------------------------------------------------------------------------------
     def accept(self, app: str, frames: list[tuple[bytes, str]], api_key: str | None = None) -> FramesAccepted:
         """Validate every frame first (all or nothing), admit them (load shedding), then store,
-        record and enqueue them."""
+        record and enqueue them. The POST gets one post id; its frame ``i`` the request id
+        ``post id + f"{i:02x}"`` (core/ids.py): all frames of a POST share one results partition."""
         router = self.router(app)
+        if len(frames) > MAX_FRAMES_PER_POST:  # the JSON form's limit (FramesIn): one request id digit pair
+            self.reject(
+                400, "malformed_json", f"{len(frames)} frames: a POST holds at most {MAX_FRAMES_PER_POST}"
+            )
         limits = self.image_limits.for_app(app)
         for data, content_type in frames:
             if content_type not in IMAGE_TYPES:
@@ -232,8 +239,9 @@ class FrontService:
         records: list[FrameRecord] = []
         by_queue: dict[str, list[TaskMessage]] = {}
         accepted: list[FrameAccepted] = []
+        post = new_post_id()
         for i, (data, content_type) in enumerate(frames):
-            request_id = uuid.uuid4().hex
+            request_id = frame_request_id(post, i)
             append_keys(request_id=request_id)  # the correlation id of the logs from here on
             payload = self._payload(request_id, data, content_type)
             deadline = now + dep.slo_s

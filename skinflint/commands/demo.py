@@ -1,6 +1,7 @@
 """``skinflint demo``: the README's main command. Brings the local stack up (control loop and
 emulated fleet included), streams a generated video (deterministic synthetic frames, JPEG) at the
-registered rate through the front API, waits for every result and prints a summary: frames sent /
+registered rate through the front API in JSON batches (``--frames-per-post``, 10 by default: one
+POST of N frames every N / rate seconds), waits for every result and prints a summary: frames sent /
 answered / dropped / refused / lost, SLO attainment, end-to-end latency percentiles, each module's
 measured worst case against the plan's, planned cost, the fleet the control loop ran (instances per
 hardware class, plan versions, epochs), and the AWS requests the stack made per frame while it
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from skinflint.local.stack import StackInfo
 
 DEFAULT_DURATION_S = 60.0
+DEFAULT_FRAMES_PER_POST = 10  # the JSON batch form's limit (core/ids.py MAX_FRAMES_PER_POST)
 
 
 def register(sub: Any) -> None:
@@ -39,26 +41,79 @@ def register(sub: Any) -> None:
         default=DEFAULT_DURATION_S,
         help=f"seconds of video to stream (default {DEFAULT_DURATION_S:g})",
     )
+    parser.add_argument(
+        "--frames-per-post",
+        type=int,
+        default=DEFAULT_FRAMES_PER_POST,
+        metavar="N",
+        help='frames per POST, 1-10, sent as the JSON batch form {"frames": [...]}: at rate R one POST '
+        f"of N frames every N/R s, when its last frame is due (default {DEFAULT_FRAMES_PER_POST}; 1 "
+        "sends each frame as its own image/jpeg POST). A POST larger than the app's plan can ever "
+        "take (503 batch_too_large) is split into POSTs of the max_frames the front names, and so "
+        "are the rest",
+    )
     parser.set_defaults(func=run)
 
 
-def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: bool) -> list[str | None]:
-    """POST every frame at its time (k / rate), open loop: each POST is sent on time from a pool of
-    senders whatever the previous ones take, so a slow answer never bunches the frames after it
+def _posts(count: int, per_post: int) -> list[range]:
+    """The frame indices of each POST: ``per_post`` consecutive frames each, the last POST the rest."""
+    return [range(first, min(first + per_post, count)) for first in range(0, count, per_post)]
+
+
+def _stream(
+    info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: bool, per_post: int = 1
+) -> list[str | None]:
+    """POST the frames ``per_post`` at a time (the JSON batch form; one frame alone as image/jpeg),
+    each POST when its last frame is due (frame k at k / rate: one POST every per_post / rate s, the
+    stream as long as one frame per POST), open loop: each POST is sent on time from a pool of
+    senders whatever the previous ones take, so a slow answer never bunches the POSTs after it
     (a closed loop would send them back to back: bursts the plan's uniform arrivals do not have).
-    Returns the request ids in frame order (None: refused)."""
+    A POST refused as larger than the plan can ever take (503 ``batch_too_large``) is sent again
+    split into POSTs of its ``max_frames``, and the later POSTs are split the same way. Returns the
+    request ids in frame order (None: refused)."""
     # CLI start-up: loaded when this command runs
+    import base64
+    import threading
+
     import httpx
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    headers = {"x-api-key": info.api_key, "content-type": "image/jpeg"}
-    refused = 0
+    auth = {"x-api-key": info.api_key}
+    most = [per_post]  # frames per POST the front takes (lowered by batch_too_large)
+    most_lock = threading.Lock()
 
-    def post(client: httpx.Client, frame: bytes) -> str | None:
-        response = client.post(f"/v1/apps/{app}/frames", content=frame, headers=headers)
-        return str(response.json()["accepted"][0]["request_id"]) if response.status_code == 202 else None
+    def send(client: httpx.Client, batch: list[bytes]) -> tuple[int, Any]:
+        if len(batch) == 1:
+            headers = {**auth, "content-type": "image/jpeg"}
+            response = client.post(f"/v1/apps/{app}/frames", content=batch[0], headers=headers)
+        else:
+            body = {"frames": [{"image_b64": base64.b64encode(frame).decode()} for frame in batch]}
+            response = client.post(f"/v1/apps/{app}/frames", json=body, headers=auth)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, {}
+
+    def post(client: httpx.Client, batch: list[bytes]) -> list[str | None]:
+        out: list[str | None] = []
+        while len(out) < len(batch):
+            size = min(most[0], len(batch) - len(out))
+            status, answer = send(client, batch[len(out) : len(out) + size])
+            if status == 202:
+                out.extend(str(accepted["request_id"]) for accepted in answer["accepted"])
+            elif (
+                size > 1
+                and status == 503
+                and answer.get("error") == "batch_too_large"
+                and answer.get("max_frames")
+            ):
+                with most_lock:
+                    most[0] = max(1, min(most[0], int(answer["max_frames"]), size - 1))
+            else:
+                out.extend([None] * size)
+        return out
 
     with (
         httpx.Client(base_url=info.url, timeout=30, limits=httpx.Limits(max_connections=16)) as client,
@@ -77,15 +132,20 @@ def _stream(info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: 
         task = prog.add_task("frames", total=len(frames), note="")
         start = time.time() + 0.2
         futures = []
-        for index, frame in enumerate(frames):
-            delay = start + index / rate - time.time()
+        for indices in _posts(len(frames), per_post):
+            delay = start + indices[-1] / rate - time.time()
             if delay > 0:
                 time.sleep(delay)
-            futures.append(pool.submit(post, client, frame))
-            done = [future for future in futures if future.done()]
-            refused = sum(1 for future in done if future.exception() is None and future.result() is None)
-            prog.update(task, completed=len(done), note=f"{refused} refused" if refused else "")
-        ids = [future.result() for future in futures]
+            futures.append(pool.submit(post, client, [frames[index] for index in indices]))
+            done = [future.result() for future in futures if future.done() and future.exception() is None]
+            refused = sum(rid is None for ids in done for rid in ids)
+            prog.update(task, completed=sum(map(len, done)), note=f"{refused} refused" if refused else "")
+        ids = [rid for future in futures for rid in future.result()]
+    if most[0] < per_post:
+        console.print(
+            f"note: {app}'s plan takes at most {most[0]} frames per POST (503 batch_too_large): "
+            f"sent {most[0]} at a time instead of {per_post}"
+        )
     return ids
 
 
@@ -266,7 +326,7 @@ def _print_table(summary: dict[str, Any]) -> None:
     head.add_column(style="bold")
     head.add_column()
     rows = [
-        ("frames sent", str(summary["frames_sent"])),
+        ("frames sent", f"{summary['frames_sent']} (up to {summary['frames_per_post']} per POST)"),
         ("answered", str(summary["answered"])),
         ("dropped early (reported)", str(summary["dropped"])),
         ("refused (admission control)", str(summary["refused"])),
@@ -358,6 +418,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.duration <= 0:
         raise UsageError(f"--duration must be positive, got {args.duration:g}")
+    if not 1 <= args.frames_per_post <= DEFAULT_FRAMES_PER_POST:
+        raise UsageError(f"--frames-per-post must be between 1 and 10, got {args.frames_per_post}")
     t0 = time.time()
     log = _log_to_stderr(args.json)
     count = max(1, round(args.duration * args.rate))
@@ -370,10 +432,13 @@ def run(args: argparse.Namespace) -> int:
         except (DataPlaneError, StackError) as exc:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         lp = info.plans[args.app]
-        log(f"streaming {count} frames at {args.rate:g} frames/s to {info.url}")
+        log(
+            f"streaming {count} frames at {args.rate:g} frames/s to {info.url}, "
+            f"{args.frames_per_post} per POST"
+        )
         streamed_at = time.time()
         meter_before = stack.aws_requests()
-        ids = _stream(info, args.app, frames, args.rate, args.json)
+        ids = _stream(info, args.app, frames, args.rate, args.json, args.frames_per_post)
         log("waiting for results")
         results = _collect(info, ids, timeout_s=lp.slo_s + 30.0)
         meter_after, seconds = stack.aws_requests(), time.time() - streamed_at
@@ -398,6 +463,7 @@ def run(args: argparse.Namespace) -> int:
         app=args.app,
         rate=args.rate,
         duration_s=args.duration,
+        frames_per_post=args.frames_per_post,
         overhead_s=lp.overhead_s,
         notes=lp.notes + plan_notes,
         fleet=fleet,

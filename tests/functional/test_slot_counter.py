@@ -77,3 +77,23 @@ def test_an_unreachable_table_fails_open(ddb: Any) -> None:
     a = Admission(AdmissionConfig(burst_s=10.0, shared_slots=True), SlotCounter(client, "no-such-table"))
     out = a.admit(router, 1, ORIGIN + 10.01)
     assert isinstance(out, Admitted) and out.shared_errors == 1
+
+
+def test_a_post_takes_what_is_left_of_a_window_another_front_half_filled(ddb: Any) -> None:
+    # GIVEN batch-10 windows of 0.25 s and two fronts: the first put 6 frames in the arrival window
+    client, table = ddb
+    router = Router.for_deployment(deployment(det_batch=10, det_rate=40.0, slo_s=1.5))
+    cfg = AdmissionConfig(burst_s=10.0, rate_headroom=100.0, key_rate_per_s=0.0, shared_slots=True)
+    a, b = Admission(cfg, SlotCounter(client, table)), Admission(cfg, SlotCounter(client, table))
+    now = ORIGIN + 10.0 + 1e-4
+    here = router.route("detector", now).batch_id
+    assert isinstance(a.admit(router, 6, now), Admitted)
+    # WHEN the second front admits a POST of 10 frames
+    out = b.admit(router, 10, now)
+    # THEN the 4 places left in the arrival window are its first 4 frames (DynamoDB's refusal said
+    # how many were left), the other 6 are in the next window, and both windows count exactly that
+    assert isinstance(out, Admitted) and out.shared_errors == 0
+    assert [r["detector"].batch_id for r in out.routes] == [here] * 4 + [here + 1] * 6
+    for batch, n in ((here, "10"), (here + 1, "6")):
+        item = client.get_item(TableName=table, Key=slot_key("traffic", 1, "detector", batch))["Item"]
+        assert item["n"] == {"N": n}

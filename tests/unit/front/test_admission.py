@@ -346,6 +346,7 @@ class FakeSlots:
         self.counts: dict[tuple[str, int], int] = {}
         self.answer = answer
         self.calls: list[tuple[str, int, int]] = []
+        self.asked: list[int] = []  # places asked for, per call
         self.released: list[tuple[str, int, int]] = []
 
     def take(
@@ -359,6 +360,18 @@ class FakeSlots:
             return False
         self.counts[(module, batch_id)] = n + count
         return True
+
+    def take_upto(
+        self, app: str, version: int, module: str, batch_id: int, cap: int, window_end: float, count: int
+    ) -> int | None:
+        self.calls.append((module, batch_id, cap))
+        self.asked.append(count)
+        if self.answer is None:
+            return None
+        n = self.counts.get((module, batch_id), 0)
+        got = max(0, min(count, cap - n))
+        self.counts[(module, batch_id)] = n + got
+        return got
 
     def release(self, app: str, version: int, module: str, batch_id: int, count: int = 1) -> None:
         self.released.append((module, batch_id, count))

@@ -40,6 +40,8 @@ def test_bad_durations(text):
         ),
         (["up", "--retention", "5m"], "--retention must be at least the run plus 10 min"),
         (["demo", "--retention", "400d"], "--retention must be at most 365 days"),
+        (["demo", "--frames-per-post", "0"], "--frames-per-post must be between 1 and 10"),
+        (["demo", "--frames-per-post", "11"], "--frames-per-post must be between 1 and 10"),
         (["loadtest", "--rate", "-1"], "--rate must be positive"),
         (["loadtest", "--target", "http://127.0.0.1:9"], "needs --api-key"),
         (["loadtest", "--target", "http://127.0.0.1:9", "--api-key", "k"], "cannot reach"),
@@ -58,3 +60,11 @@ def test_the_local_stack_keeps_results_an_hour_past_the_run_by_default():
     assert stack_retention(None) == 3600.0  # skinflint up
     assert stack_retention(None, 900.0) == 4500.0  # a 15 min run: its results are read after it
     assert stack_retention(1500.0, 900.0) == 1500.0
+
+
+def test_the_demo_posts_consecutive_frames_up_to_n_per_post():
+    from skinflint.commands.demo import _posts
+
+    assert [list(p) for p in _posts(23, 10)] == [list(range(10)), list(range(10, 20)), [20, 21, 22]]
+    assert [list(p) for p in _posts(3, 1)] == [[0], [1], [2]]
+    assert sum(map(len, _posts(240, 7))) == 240
