@@ -157,7 +157,7 @@ class ControlStack(Stack):
             # (BatchGetItem), a stranded task recorded dropped and the outcome claimed (PutItem)
             iam.PolicyStatement(
                 sid="ResultsSweep",
-                actions=["dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem"],
+                actions=["dynamodb:Query", "dynamodb:BatchWriteItem"],
                 resources=[props.results_table.table_arn],
             ),
             # GC moves the messages of a superseded version's queue nothing consumes to the current

@@ -229,10 +229,10 @@ class FleetStack(Stack):
                 resources=[props.config_table.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.WORKER_CONFIG_KEYS)}},
             ),
-            # task records and frame outcomes (conditional puts), a frame read back (by key)
+            # terminal tasks' records (one item per batch and POST); a redelivery reads its POST first
             iam.PolicyStatement(
                 sid="Results",
-                actions=["dynamodb:PutItem", "dynamodb:BatchGetItem"],
+                actions=["dynamodb:BatchWriteItem", "dynamodb:Query"],
                 resources=[props.results_table.table_arn],
             ),
             iam.PolicyStatement(

@@ -253,10 +253,10 @@ class FrontStack(Stack):
                 resources=[props.config_table.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.FRONT_CONFIG_KEYS)}},
             ),
-            # frame records (batch write) and a request's results (its items by key)
+            # POST items (batch write) and a request's results (one Query of its POST's partition)
             iam.PolicyStatement(
                 sid="Results",
-                actions=["dynamodb:BatchWriteItem", "dynamodb:BatchGetItem"],
+                actions=["dynamodb:BatchWriteItem", "dynamodb:Query"],
                 resources=[props.results_table.table_arn],
             ),
             # admission's shared batch-slot counts (conditional ADD), only their keys

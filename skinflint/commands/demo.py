@@ -1,7 +1,7 @@
 """``skinflint demo``: the README's main command. Brings the local stack up (control loop and
 emulated fleet included), streams a generated video (deterministic synthetic frames, JPEG) at the
-registered rate through the front API in JSON batches (``--frames-per-post``, 10 by default: one
-POST of N frames every N / rate seconds), waits for every result and prints a summary: frames sent /
+registered rate through the front API in JSON batches (``--frames-per-post``: one POST of N frames
+every N / rate seconds; by default as many as arrive in half the SLO, 1 to 10), waits for every result and prints a summary: frames sent /
 answered / dropped / refused / lost, SLO attainment, end-to-end latency percentiles, each module's
 measured worst case against the plan's, planned cost, the fleet the control loop ran (instances per
 hardware class, plan versions, epochs), and the AWS requests the stack made per frame while it
@@ -44,15 +44,22 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--frames-per-post",
         type=int,
-        default=DEFAULT_FRAMES_PER_POST,
+        default=None,
         metavar="N",
         help='frames per POST, 1-10, sent as the JSON batch form {"frames": [...]}: at rate R one POST '
-        f"of N frames every N/R s, when its last frame is due (default {DEFAULT_FRAMES_PER_POST}; 1 "
-        "sends each frame as its own image/jpeg POST). A POST larger than the app's plan can ever "
+        "of N frames every N/R s, when its last frame is due (default: the frames of half the SLO, "
+        "R x SLO / 2, within 1-10: a POST is a burst the plan's windows must absorb within the SLO; "
+        "1 sends each frame as its own image/jpeg POST). A POST larger than the app's plan can ever "
         "take (503 batch_too_large) is split into POSTs of the max_frames the front names, and so "
         "are the rest",
     )
     parser.set_defaults(func=run)
+
+
+def auto_frames_per_post(rate: float, slo_s: float) -> int:
+    """The demo's default POST size: the frames that arrive in half the SLO, 1 to 10 (a POST
+    arrives as a burst; much more than that does not fit the plan's windows within the SLO)."""
+    return max(1, min(DEFAULT_FRAMES_PER_POST, int(rate * slo_s / 2)))
 
 
 def _posts(count: int, per_post: int) -> list[range]:
@@ -418,7 +425,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.duration <= 0:
         raise UsageError(f"--duration must be positive, got {args.duration:g}")
-    if not 1 <= args.frames_per_post <= DEFAULT_FRAMES_PER_POST:
+    if args.frames_per_post is not None and not 1 <= args.frames_per_post <= DEFAULT_FRAMES_PER_POST:
         raise UsageError(f"--frames-per-post must be between 1 and 10, got {args.frames_per_post}")
     t0 = time.time()
     log = _log_to_stderr(args.json)
@@ -432,6 +439,8 @@ def run(args: argparse.Namespace) -> int:
         except (DataPlaneError, StackError) as exc:
             raise UsageError(f"local stack failed to start: {exc}") from exc
         lp = info.plans[args.app]
+        if args.frames_per_post is None:
+            args.frames_per_post = auto_frames_per_post(args.rate, lp.slo_s)
         log(
             f"streaming {count} frames at {args.rate:g} frames/s to {info.url}, "
             f"{args.frames_per_post} per POST"

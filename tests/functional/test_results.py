@@ -1,46 +1,50 @@
-"""The results table against moto: the idempotency gate, completion, and GET's reads by key."""
+"""The results table against moto: a POST's partition, records per batch and POST, completion by
+weights, redeliveries counted once, and what the writes and reads cost."""
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
-from core.adapters._ddb import from_item
 from core.adapters.metrics import MemoryMetrics
 from core.adapters.outcomes import FrameOutcomes
-from core.adapters.results import (
-    EXPIRES_AT,
-    FrameRecord,
-    ResultStore,
-    TaskRecord,
-    _completion,
-    _task_out,
-)
+from core.adapters.results import EXPIRES_AT, FrameRecord, ResultStore, TaskRecord
 from core.errors import ResultStoreError
-from core.schema import ResultOut
+from core.ids import new_post_id, post_of, request_id
 from front.app import create_app
 from front.service import FrontService
 from tests.functional.conftest import API_KEY
 
 pytestmark = pytest.mark.functional
 
-
-def rec(task_id: str, children: tuple[str, ...] = (), status: str = "done") -> TaskRecord:
-    return TaskRecord(
-        request_id="r1", task_id=task_id, module=task_id.rsplit("/", 1)[-1].split(".", 1)[0], status=status,
-        hardware="t4", emulated=True, enqueued_at=1.0, started_at=1.1, finished_at=1.2, batch_size=1,
-        children=children, output_json='{"ok":1}',
-    )  # fmt: skip
-
-
-CARS = ("detector/car.0", "detector/car.1")
-RID = "0123456789abcdef0123456789abcdef"  # a request id the front accepts (uuid4().hex)
+POST = "0123456789abcdef0123456789abcd"
+RID = request_id(POST, 0)  # a request id the front accepts
+R1 = request_id(POST, 1)
 AUTH = {"x-api-key": API_KEY}
+CARS = ("detector/car.0", "detector/car.1")
+
+
+def rec(
+    task_id: str,
+    children: tuple[str, ...] = (),
+    status: str = "done",
+    weight: str = "1",
+    rid: str = RID,
+    lineage: tuple[TaskRecord, ...] = (),
+    recheck: bool = False,
+    t: float = 1.1,
+) -> TaskRecord:
+    return TaskRecord(
+        request_id=rid, task_id=task_id, module=task_id.rsplit("/", 1)[-1].split(".", 1)[0], status=status,
+        hardware="t4", emulated=True, enqueued_at=t - 0.1, started_at=t, finished_at=t + 0.1, batch_size=1,
+        children=children, output_json=None if status == "dropped" else '{"ok":1}',
+        reason="deadline" if status == "dropped" else None, app="traffic", accepted_at=1.0, deadline=3.0,
+        weight=weight, lineage=tuple(parent.task_out() for parent in lineage), recheck=recheck,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -54,162 +58,127 @@ def client(stack):
     return TestClient(create_app(lambda: svc))
 
 
-def test_a_frame_is_done_when_every_task_reachable_from_its_roots_is_recorded(stack):
-    # GIVEN a frame with one root whose detector task forwards two cars
-    stack.results.create_frames([FrameRecord("r1", "traffic", 1.0, 3.0, roots=("detector",))])
-    assert stack.results.get_request("r1").status == "queued"
-    fresh, repeats = stack.results.record_tasks([rec("detector", children=CARS)])
-    assert (len(fresh), len(repeats)) == (1, 0)
-    assert stack.results.get_request("r1").status == "queued"
-    stack.results.record_tasks([rec("detector/car.0")])
-    assert stack.results.get_request("r1").status == "queued"  # car.1 still missing
-    # WHEN the detector is redelivered and car.1 arrives
-    fresh, repeats = stack.results.record_tasks([rec("detector", children=CARS)])
-    assert (len(fresh), len(repeats)) == (0, 1)  # not recorded twice
-    stack.results.record_tasks([rec("detector/car.1")])
-    # THEN the frame is done with its three task items
-    out = stack.results.get_request("r1")
-    assert out.status == "done"
-    assert sorted(t.task_id for t in out.tasks) == ["detector", *CARS]
-    assert out.latency_s is not None
+def frames(*rids: str) -> list[FrameRecord]:
+    return [FrameRecord(rid, "traffic", 1.0, 3.0, roots=("detector",)) for rid in rids]
 
 
-def test_a_frame_with_a_dropped_task_reads_as_dropped(stack):
-    stack.results.create_frames([FrameRecord("r1", "traffic", 1.0, 3.0, roots=("detector",))])
-    stack.results.record_tasks([rec("detector", status="dropped")])
-    assert stack.results.get_request("r1").status == "dropped"
-
-
-# -- GET reads by key ---------------------------------------------------------------------------------
-
-
-class KeyReadsOnly:
-    """The DynamoDB client, except that Query and Scan fail (moto answers both by scanning the whole
-    table) and BatchGetItem calls are counted; ``unprocess_first`` calls leave every key unprocessed."""
-
-    def __init__(self, real: Any, unprocess_first: int = 0) -> None:
-        self._real = real
-        self.batch_gets: list[int] = []  # keys asked for, per call
-        self._unprocess = unprocess_first
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("query", "scan"):
-            raise AssertionError(f"{name} on the results table: read by key")
-        return getattr(self._real, name)
-
-    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
-        ((table, want),) = RequestItems.items()
-        self.batch_gets.append(len(want["Keys"]))
-        if self._unprocess:
-            self._unprocess -= 1
-            return {"Responses": {table: []}, "UnprocessedKeys": RequestItems}
-        return self._real.batch_get_item(RequestItems=RequestItems)
-
-
-def partition_read(stack: Any, request_id: str) -> ResultOut | None:
-    """What GET answered when it read the request's whole partition (one Query): the reference."""
+def partition(stack: Any, post: str) -> list[str]:
     page = stack.ddb.query(
         TableName=stack.cfg.results_table,
         KeyConditionExpression="pk = :p",
-        ExpressionAttributeValues={":p": {"S": request_id}},
+        ExpressionAttributeValues={":p": {"S": post}},
         ConsistentRead=True,
     )
-    items = [from_item(i) for i in page["Items"]]
-    frame = next((i for i in items if i["sk"] == "frame"), None)
-    if frame is None:
-        return None
-    tasks = {i["sk"].removeprefix("task#"): i for i in items if i["sk"].startswith("task#")}
-    status, finished = _completion(frame, tasks)
-    return ResultOut(
-        request_id=request_id,
-        app=frame["app"],
-        status=status,
-        accepted_at=frame["accepted_at"],
-        deadline=frame["deadline"],
-        finished_at=finished,
-        latency_s=(finished - frame["accepted_at"]) if finished is not None else None,
-        tasks=sorted((_task_out(i) for i in tasks.values()), key=lambda t: (t.started_at, t.task_id)),
+    return sorted(item["sk"]["S"].split("#")[0] for item in page["Items"])
+
+
+def test_a_frame_is_done_when_its_terminal_tasks_weights_sum_to_one(stack):
+    # GIVEN a frame whose detector task forwarded two cars (each carrying half of the frame)
+    stack.results.create_frames(frames(RID))
+    assert stack.results.get_request(RID).status == "queued"
+    detector = rec("detector", children=CARS)
+    car0 = rec("detector/car.0", weight="1/2", lineage=(detector,))
+    fresh, repeats = stack.results.record_tasks([car0])
+    assert (len(fresh), len(repeats)) == (1, 0)
+    out = stack.results.get_request(RID)
+    assert out.status == "queued"  # car.1's half is missing
+    assert sorted(t.task_id for t in out.tasks) == ["detector", "detector/car.0"]  # the detector travelled
+    # WHEN car.0 is recorded again (a redelivery the worker could not tell) and car.1 arrives
+    stack.results.record_tasks([car0])
+    stack.results.record_tasks([rec("detector/car.1", weight="1/2", lineage=(detector,))])
+    # THEN the frame is done, each task listed once, its detector's output carried by the cars
+    out = stack.results.get_request(RID)
+    assert out.status == "done"
+    assert [t.task_id for t in out.tasks] == ["detector", *CARS]
+    assert out.tasks[0].output == {"ok": 1}
+    assert out.latency_s is not None and out.finished_at >= out.tasks[-1].recorded_at
+
+
+def test_a_frame_with_a_dropped_terminal_task_reads_as_dropped(stack):
+    stack.results.create_frames(frames(RID))
+    stack.results.record_tasks([rec("detector", status="dropped")])
+    out = stack.results.get_request(RID)
+    assert (out.status, out.tasks[0].reason) == ("dropped", "deadline")
+
+
+def test_a_recheck_is_written_only_when_its_post_does_not_hold_the_task(stack):
+    stack.results.create_frames(frames(RID, R1))
+    stack.results.record_tasks([rec("detector")])
+    # WHEN the same task comes again marked for a check, beside a task of another frame
+    fresh, repeats = stack.results.record_tasks(
+        [rec("detector", recheck=True), rec("detector", rid=R1, recheck=True)]
     )
+    # THEN the recorded one is a repeat and the other is written
+    assert [r.request_id for r in repeats] == [RID] and [r.request_id for r in fresh] == [R1]
+    assert stack.results.recorded(POST) == {(RID, "detector"), (R1, "detector")}
 
 
-def task(
-    rid: str, task_id: str, children: tuple[str, ...] = (), status: str = "done", t: float = 1.1
-) -> TaskRecord:
-    return TaskRecord(
-        request_id=rid, task_id=task_id, module=task_id.rsplit("/", 1)[-1].split(".", 1)[0], status=status,
-        hardware="t4", emulated=True, enqueued_at=t - 0.1, started_at=t, finished_at=t + 0.1, batch_size=2,
-        children=children, output_json=None if status == "dropped" else '{"boxes":[[1,2,3,4]]}',
-        reason="deadline" if status == "dropped" else None,
-    )  # fmt: skip
+def test_one_item_per_post_and_one_record_per_batch_and_post(stack):
+    # GIVEN two POSTs of three frames
+    a, b = new_post_id(), new_post_id()
+    rids_a, rids_b = [request_id(a, i) for i in range(3)], [request_id(b, i) for i in range(3)]
+    stack.results.create_frames(frames(*rids_a, *rids_b))
+    assert partition(stack, a) == ["post"] and partition(stack, b) == ["post"]
+    # WHEN one batch finishes a task of every frame
+    stack.results.record_tasks([rec("detector", rid=rid) for rid in rids_a + rids_b])
+    # THEN each POST got one record, and every frame reads done from it
+    assert partition(stack, a) == ["part", "post"] and partition(stack, b) == ["part", "post"]
+    assert all(stack.results.get_request(rid).status == "done" for rid in rids_a + rids_b)
+    assert stack.results.get_request(request_id(a, 3)) is None  # no such frame in the POST
+    assert {post_of(rid) for rid in rids_a} == {a}
 
 
-def test_get_reads_by_key_one_batch_per_level_and_answers_as_the_partition_read(stack):
-    # GIVEN frames of a three-level DAG (detector -> 2 cars -> a plate each; and a face root) in
-    # every state, among other frames' items and an outcome item (which GET ignores)
-    s = stack.results
-    s.create_frames(
-        [FrameRecord(r, "traffic", 1.0, 3.0, roots=("detector", "face")) for r in ("done", "part", "drop")]
-        + [FrameRecord("bare", "traffic", 1.0, 3.0, roots=())]
-        + [FrameRecord(f"other{i}", "traffic", 1.0, 3.0, roots=("detector",)) for i in range(30)]
-    )
-    cars = ("detector/car.0", "detector/car.1")
-    for rid in ("done", "part", "drop"):
-        s.record_tasks(
-            [
-                task(rid, "detector", cars, t=1.1),
-                task(rid, "face", t=1.2),
-                task(rid, cars[0], ("detector/car.0/plate.0",), t=1.3),
-            ]
-        )
-    s.record_tasks(
-        [
-            task("done", cars[1], ("detector/car.1/plate.0",), t=1.3),
-            task("done", "detector/car.0/plate.0", t=1.5),
-            task("done", "detector/car.1/plate.0", t=1.4),
-        ]
-    )
-    s.record_tasks([task("part", "detector/car.0/plate.0", t=1.5)])  # car.1 not recorded yet
-    s.record_tasks(
-        [task("drop", cars[1], status="dropped", t=1.3), task("drop", "detector/car.0/plate.0", t=1.5)]
-    )
-    s.record_tasks([task(f"other{i}", "detector") for i in range(30)])
-    stack.ddb.put_item(TableName=stack.cfg.results_table, Item={"pk": {"S": "done"}, "sk": {"S": "outcome"}})
-    keyed = KeyReadsOnly(stack.ddb)
-    store = ResultStore(keyed, stack.cfg.results_table)
-    # WHEN each is read
-    got = {rid: store.get_request(rid) for rid in ("done", "part", "drop", "bare", "nope")}
-    # THEN the answers are those of the partition read, field for field
-    for rid, out in got.items():
-        assert out == partition_read(stack, rid), rid
-    assert got["nope"] is None and got["bare"].status == "queued"  # type: ignore[union-attr]
-    assert (got["done"].status, len(got["done"].tasks)) == ("done", 6)  # type: ignore[union-attr]
-    assert (got["part"].status, len(got["part"].tasks)) == ("queued", 4)  # type: ignore[union-attr]
-    assert got["drop"].status == "dropped"  # type: ignore[union-attr]
-    # by key: the frame, then one BatchGetItem per level of the DAG (2 roots, 2 cars, 2 plates)
-    assert keyed.batch_gets == [1, 2, 2, 2] + [1, 2, 2, 1] + [1, 2, 2, 1] + [1] + [1]
+def test_get_is_one_eventually_consistent_query_of_the_post(stack):
+    class Counting:
+        def __init__(self, real: Any) -> None:
+            self._real, self.calls = real, []
+
+        def __getattr__(self, name: str) -> Any:
+            if name in ("scan", "batch_get_item", "get_item"):
+                raise AssertionError(f"{name} on the results table: one Query of the POST")
+            return getattr(self._real, name)
+
+        def query(self, **kw: Any) -> dict[str, Any]:
+            self.calls.append(kw)
+            return self._real.query(**kw)
+
+    stack.results.create_frames(frames(RID))
+    stack.results.record_tasks([rec("detector")])
+    ddb = Counting(stack.ddb)
+    out = ResultStore(ddb, stack.cfg.results_table).get_request(RID)
+    assert out is not None and out.status == "done"
+    assert len(ddb.calls) == 1 and ddb.calls[0]["ConsistentRead"] is False
+    assert ResultStore(ddb, stack.cfg.results_table).get_request("warm-up") is None  # not an id: no read
+    assert len(ddb.calls) == 1
 
 
-def test_get_reads_a_wide_level_in_batches_of_100_and_retries_unprocessed_keys(stack):
-    # GIVEN a detector task with 150 children, all recorded
-    kids = tuple(f"detector/car.{k}" for k in range(150))
-    stack.results.create_frames([FrameRecord("wide", "traffic", 1.0, 3.0, roots=("detector",))])
-    stack.results.record_tasks([task("wide", "detector", kids)] + [task("wide", k, t=1.3) for k in kids])
-    # WHEN DynamoDB leaves the first request's keys unprocessed
-    keyed = KeyReadsOnly(stack.ddb, unprocess_first=1)
-    out = ResultStore(keyed, stack.cfg.results_table).get_request("wide")
-    # THEN the frame is read again, the 150 children in two batches, and the answer is complete
-    assert keyed.batch_gets == [1, 1, 1, 100, 50]
-    assert out is not None and out.status == "done" and len(out.tasks) == 151
-    assert out == partition_read(stack, "wide")
+def test_outcome_shares_count_each_frame_once_across_its_terminal_tasks(stack):
+    metrics = MemoryMetrics()
+    outcomes = FrameOutcomes(metrics)
+    detector = rec("detector", children=CARS)
+    # a frame whose two cars finish, one by the deadline (3.0) and one after it
+    on_time = rec("detector/car.0", weight="1/2", lineage=(detector,), t=2.0)
+    late = rec("detector/car.1", weight="1/2", lineage=(detector,), t=3.5)
+    assert outcomes.submit([on_time, late, detector]) == 1.0  # the parent (it has children) is not terminal
+    assert metrics.total("FramesFinished", App="traffic") == pytest.approx(1.0)
+    assert metrics.weights("SloAttainment", App="traffic") == pytest.approx(1.0)
+    assert metrics.total("SloAttainment", App="traffic") == pytest.approx(0.5)
+    assert metrics.total("FramesDropped", App="traffic") == 0
 
 
 def test_a_failed_read_is_a_result_store_error(stack):
-    class Broken(KeyReadsOnly):
-        def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
-            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "down"}}, "BatchGetItem")
+    class Broken:
+        def __init__(self, real: Any) -> None:
+            self._real = real
 
-    with pytest.raises(ResultStoreError, match="cannot read request r1"):
-        ResultStore(Broken(stack.ddb), stack.cfg.results_table).get_request("r1")
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+        def query(self, **kw: Any) -> dict[str, Any]:
+            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "down"}}, "Query")
+
+    with pytest.raises(ResultStoreError, match=f"cannot read POST {POST}"):
+        ResultStore(Broken(stack.ddb), stack.cfg.results_table).get_request(RID)
 
 
 # -- retention ----------------------------------------------------------------------------------------
@@ -220,33 +189,30 @@ def test_every_item_of_a_request_expires_a_retention_after_its_write(stack):
     ttl = stack.ddb.describe_time_to_live(TableName=stack.cfg.results_table)["TimeToLiveDescription"]
     assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", EXPIRES_AT)
     store = ResultStore(stack.ddb, stack.cfg.results_table, retention_s=86_400.0)
-    # WHEN a frame, its task and its outcome claim are written
+    # WHEN a POST and a record of its frame are written
     before = time.time()
-    store.create_frames([FrameRecord("r1", "traffic", 1.0, 3.0, roots=("detector",))])
+    store.create_frames(frames(RID))
     store.record_tasks([rec("detector")])
-    outcomes = FrameOutcomes.for_results(store, MemoryMetrics(), background=False)
-    assert outcomes is not None and outcomes.retention_s == 86_400.0
-    outcomes.observe([rec("detector")])
     after = time.time()
     # THEN each item expires one day after it was written (whole seconds, rounded up)
     items = stack.ddb.query(
         TableName=stack.cfg.results_table,
         KeyConditionExpression="pk = :r",
-        ExpressionAttributeValues={":r": {"S": "r1"}},
+        ExpressionAttributeValues={":r": {"S": POST}},
     )["Items"]
-    assert sorted(i["sk"]["S"] for i in items) == ["frame", "outcome", "task#detector"]
+    assert sorted(i["sk"]["S"].split("#")[0] for i in items) == ["part", "post"]
     for item in items:
         assert before + 86_400 <= float(item[EXPIRES_AT]["N"]) <= math.ceil(after + 86_400)
 
 
 def test_a_frame_past_its_expiry_reads_as_unknown_before_dynamodb_deletes_it(stack, client):
     # GIVEN a done frame whose items expired a second ago (DynamoDB deletes them within days)
-    stack.results.create_frames([FrameRecord(RID, "traffic", 1.0, 3.0, roots=("detector",))])
-    stack.results.record_tasks([replace(rec("detector"), request_id=RID)])
+    stack.results.create_frames(frames(RID))
+    stack.results.record_tasks([rec("detector")])
     assert client.get(f"/v1/requests/{RID}", headers=AUTH).json()["status"] == "done"
     stack.ddb.update_item(
         TableName=stack.cfg.results_table,
-        Key={"pk": {"S": RID}, "sk": {"S": "frame"}},
+        Key={"pk": {"S": POST}, "sk": {"S": "post"}},
         UpdateExpression="SET #e = :e",
         ExpressionAttributeNames={"#e": EXPIRES_AT},
         ExpressionAttributeValues={":e": {"N": str(int(time.time()) - 1)}},

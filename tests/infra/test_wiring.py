@@ -77,7 +77,7 @@ PLANNER_ACTIONS = _OWN_LOGS | {
     # DeleteMessage also on the task queues, with SendMessage: gc.py moves stranded messages (rehome.py)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl",
     "sqs:SendMessage",
-    "dynamodb:Query",  # the stranded-frame sweep's deadline index (adapters/due_index.py)
+    "dynamodb:Query",  # the stranded-frame sweep: deadline index, POST partitions (due_index.py, results.py)
 }  # fmt: skip
 # CreateQueue with tags= needs TagQueue too (control/queues.py create_module_queues)
 _TAG_ON_CREATE = {"sqs:TagQueue"}
@@ -85,7 +85,8 @@ _EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVi
 FRONT_ACTIONS = _OWN_LOGS | {
     "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan",  # keys, plan in force, apps
     "dynamodb:PutItem", "dynamodb:UpdateItem",  # admin.py: appspec#<app>, control#replan; slots.py
-    "dynamodb:BatchWriteItem",  # adapters/results.py: frame records (results read by BatchGetItem)
+    "dynamodb:BatchWriteItem",  # adapters/results.py: POST items
+    "dynamodb:Query",  # adapters/results.py: GET /v1/requests/{id} reads its POST's partition
     "sqs:SendMessage",  # adapters/queues.py send (SendMessageBatch)
     "sqs:GetQueueAttributes",  # front/admission.py backlog check (TaskQueues.depth)
     "s3:PutObject",  # frames/ (service.py), registry/ (admin registration)
@@ -94,8 +95,9 @@ FRONT_ACTIONS = _OWN_LOGS | {
     # no cloudwatch:PutMetricData: the Lambda front writes its metrics as EMF log lines (functions/front.py)
 }  # fmt: skip
 WORKER_ACTIONS = {
-    "dynamodb:GetItem", "dynamodb:BatchGetItem",  # plan_store.py reads, registry.py; outcomes.py read-back
-    "dynamodb:PutItem",  # claims, heartbeats (config); task records, outcomes (results)
+    "dynamodb:GetItem", "dynamodb:BatchGetItem",  # plan_store.py reads, registry.py
+    "dynamodb:PutItem",  # claims, heartbeats (config)
+    "dynamodb:BatchWriteItem", "dynamodb:Query",  # results.py: terminal tasks' records; a redelivery's check
     "dynamodb:DeleteItem",  # plan_store.py release (conditional)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage",
     "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires
@@ -196,45 +198,39 @@ TABLE_OF_MODULE = {
     "core/adapters/config_items.py": "config",  # control#state, app index, replan request
     "control/registration/store.py": "config",  # app index, replan request (through config_items.py)
     "control/state.py": "config",  # control#state
-    "core/adapters/results.py": "results",  # frame records, task records, read_items
-    "core/adapters/outcomes.py": "results",  # frame outcomes (read back with results.read_items)
+    "core/adapters/results.py": "results",  # POST items, records per batch and POST, a POST's Query
     "core/adapters/slots.py": "results",  # admission's shared batch-slot counts (front)
     "core/adapters/due_index.py": "results",  # the frames' deadline index (the planner's sweep)
 }
 TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
     "planner": {
         "config": {a for a in PLANNER_ACTIONS if a.startswith("dynamodb:") and a != "dynamodb:Query"},
-        # the stranded-frame sweep (control/sweeper.py): index, task trees and outcomes, stranded records
-        "results": {"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:PutItem"},
+        # the stranded-frame sweep (control/sweeper.py): index, POST partitions, stranded records
+        "results": {"dynamodb:Query", "dynamodb:BatchWriteItem"},
     },
     "front": {
         "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan", "dynamodb:PutItem",
                    "dynamodb:UpdateItem"},
-        "results": {"dynamodb:BatchWriteItem", "dynamodb:BatchGetItem",  # frame records; GET /v1/requests
+        "results": {"dynamodb:BatchWriteItem", "dynamodb:Query",  # POST items; GET /v1/requests
                     "dynamodb:UpdateItem"},  # slots.py: shared batch-slot counts (slot#* keys only)
     },
     "worker": {
         "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
-        "results": {"dynamodb:PutItem", "dynamodb:BatchGetItem"},  # task records, outcomes; read-back
+        "results": {"dynamodb:BatchWriteItem", "dynamodb:Query"},  # records; a redelivery's check
     },
 }  # fmt: skip
 # Operations a module in the role's import closure names on a table but the role never reaches there,
 # each with the code path that does reach it. Exact: an entry that stops applying fails the test too.
 NOT_REACHED = {
-    "planner": {
-        ("results", "dynamodb:BatchWriteItem"): "results.py create_frames: the front's frame records",
-    },
+    "planner": {},
     "front": {
         ("config", "dynamodb:BatchWriteItem"): "plan_store.py publish/GC: the planner",
         ("config", "dynamodb:DeleteItem"): "plan_store.py claims and GC, registry.py remove: planner, CLI",
-        ("results", "dynamodb:PutItem"): "results.py put_task: the workers' task records",
-        ("results", "dynamodb:Query"): "due_index.py: the planner's stranded-frame sweep",
     },
     "worker": {
         ("config", "dynamodb:Scan"): "config_store.py/registry.py listings: front, planner, CLI",
         ("config", "dynamodb:BatchWriteItem"): "plan_store.py publish/GC: the planner",
         ("config", "dynamodb:UpdateItem"): "plan_store.py pointer flip, registry.py: planner, front",
-        ("results", "dynamodb:BatchWriteItem"): "results.py put_frames: the front's frame records",
     },
 }
 _ROLE_OF = {

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from control.rehome import _share_queue
 from control.sweeper import SweepConfig, _stranded_record, due_buckets, sweep
+from core.adapters.results import FrameState
 
 
 @pytest.mark.parametrize(
@@ -25,18 +28,20 @@ def test_due_buckets(cursor, now, expected):
     assert due_buckets(cursor, now, SweepConfig(grace_s=120.0, lookback_buckets=3)) == expected
 
 
-@pytest.mark.parametrize(
-    ("task", "module"),
-    [("detector", "detector"), ("detector/car.2", "car"), ("det/cls.0/plate.1", "plate")],
-)
-def test_a_stranded_task_is_a_dropped_record_of_its_module(task, module):
-    record = _stranded_record("r1", task, 100.0)
-    assert (record.module, record.status, record.reason, record.task_id) == (
-        module,
+@pytest.mark.parametrize(("weights", "missing"), [({}, "1"), ({"det/car.0": "1/3"}, "2/3")])
+def test_a_stranded_frame_is_a_dropped_record_of_its_missing_share(weights, missing):
+    frame = FrameState(
+        "0" * 32, "traffic", 1.0, 2.0, ("det",), weights={t: Fraction(w) for t, w in weights.items()}
+    )
+    record = _stranded_record(frame, 100.0)
+    assert (record.status, record.reason, record.task_id, record.weight, record.recheck) == (
         "dropped",
         "stranded",
-        task,
+        "stranded",
+        missing,
+        True,
     )
+    assert (record.app, record.accepted_at, record.deadline) == ("traffic", 1.0, 2.0)
 
 
 class _Dep:
@@ -72,7 +77,7 @@ def test_a_heartbeat_share_names_its_queue(name, version, url):
 class _Unreadable:
     retention_s = 86_400.0
 
-    def due_frames(self, bucket):
+    def due_posts(self, bucket):
         from core.errors import ResultStoreError
 
         raise ResultStoreError("AccessDenied")
