@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from core.adapters.queues import queue_gone
 from core.errors import QueueError
-from tests.functional.test_worker import make_worker, send_frames
+from tests.functional.test_worker import make_worker, run_car_workers, send_frames
 
 pytestmark = pytest.mark.functional
 
@@ -79,15 +79,18 @@ def test_requests_held_when_the_queue_vanishes_are_still_answered(stack, caplog)
     # WHEN the queue is deleted with two requests received and buffered
     stack.sqs.delete_queue(QueueUrl=w.assignment.queue_url)
     outcomes = w.run_ready(now=time.time() + 5.0)  # their window has closed
-    # THEN the batch ran (results recorded, children forwarded), deleting its messages found the
+    # THEN the batch ran (children forwarded, carrying its results), deleting its messages found the
     # queue gone, which is not a failed batch (nothing is retried, nothing left for redelivery)
     assert [o.ran for o in outcomes] == [2] and outcomes[0].forwarded >= 2
     assert w.queue_gone
     (warning,) = gone_warnings(caplog)
     assert "delete failed" in warning
+    # and the frames are answered: the cars record the detector's results with theirs
+    run_car_workers(stack)
     for rid in ids:
         req = stack.results.get_request(rid)
-        assert req is not None and any(t.module == "detector" and t.status == "done" for t in req.tasks)
+        assert req is not None and req.status != "queued", req
+        assert [(t.module, t.status) for t in req.tasks if t.module == "detector"] == [("detector", "done")]
     # and serving it now returns at once: nothing held, nothing to receive from
     t = threading.Thread(target=w.serve, daemon=True)
     t.start()
