@@ -54,6 +54,28 @@ def delete_linger_from_env(env: Mapping[str, str] | None = None) -> float:
 #: days a request's items stay in the results table (its frame, task and outcome items carry an
 #: ``expires_at`` of write time + this; DynamoDB's TTL deletes them some time after). The CDK stacks use
 #: the same figure for the S3 lifecycle of large task outputs, which the task items point at.
+#: The most pixels a frame may have (the front's default ``ImageLimits.max_pixels``, 4096 x 4096) and the
+#: most a worker decodes (``SKINFLINT_WORKER_MAX_PIXELS``): a frame that reached a queue without the
+#: front's check (a stranded message moved, a message sent by hand) is refused before it is decoded.
+DEFAULT_MAX_PIXELS = 16_777_216
+
+
+def worker_max_pixels_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``SKINFLINT_WORKER_MAX_PIXELS`` (default :data:`DEFAULT_MAX_PIXELS`); a bad value raises ValueError."""
+    raw = (os.environ if env is None else env).get("SKINFLINT_WORKER_MAX_PIXELS")
+    if raw is None or raw == "":
+        return DEFAULT_MAX_PIXELS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"SKINFLINT_WORKER_MAX_PIXELS must be a whole number of pixels, got {raw!r}"
+        ) from None
+    if value < 1:
+        raise ValueError(f"SKINFLINT_WORKER_MAX_PIXELS must be >= 1, got {value}")
+    return value
+
+
 DEFAULT_RESULTS_RETENTION_DAYS = 7.0
 _MAX_RESULTS_RETENTION_DAYS = 365.0
 

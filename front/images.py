@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from io import BytesIO
 from typing import TYPE_CHECKING, Any
 
+from core.settings import DEFAULT_MAX_PIXELS
 from front.errors import RequestRejectedError
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class ImageLimits:
 
     max_width: int = 4096
     max_height: int = 4096
-    max_pixels: int = 16_777_216  # 4096 x 4096
+    max_pixels: int = DEFAULT_MAX_PIXELS  # 4096 x 4096 (the workers decode under the same cap)
 
     def describe(self) -> str:
         return f"{self.max_width}x{self.max_height}, {self.max_pixels:,} pixels"

@@ -17,12 +17,13 @@ import time
 from io import BytesIO
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.settings import worker_max_pixels_from_env
+from workers.errors import WorkerError
+
 if TYPE_CHECKING:
     import numpy as np
 
     from core.schema import Assignment
-
-from workers.errors import WorkerError
 
 __all__ = [
     "CPU_PROVIDER",
@@ -87,14 +88,23 @@ class Runtime(Protocol):
         """Run one batch; one output dict per input."""
 
 
-def decode_frame(data: bytes, region: list[float] | None, size: tuple[int, int]) -> np.ndarray:
-    """JPEG/PNG bytes -> float32 HxWx3 in [0, 1], cropped to ``region`` (fractions) and resized."""
+def decode_frame(
+    data: bytes, region: list[float] | None, size: tuple[int, int], max_pixels: int | None = None
+) -> np.ndarray:
+    """JPEG/PNG bytes -> float32 HxWx3 in [0, 1], cropped to ``region`` (fractions) and resized. A
+    frame whose header names more than ``max_pixels`` (default ``SKINFLINT_WORKER_MAX_PIXELS``, the
+    front's cap) is refused before it is decoded (ValueError: its request fails, and on its last
+    receive it is recorded dropped with the reason)."""
     # numpy and PIL load here, not at import: only a real model decodes frames (an emulated share,
     # every share of an instance without models, never pays for them)
     import numpy as np
     from PIL import Image  # only a real model decodes frames (above)
 
-    with Image.open(BytesIO(data)) as img:
+    cap = worker_max_pixels_from_env() if max_pixels is None else max_pixels
+    with Image.open(BytesIO(data)) as img:  # reads the header only
+        width, height = img.size
+        if width * height > cap:
+            raise ValueError(f"a frame of {width}x{height} pixels is over the worker's cap of {cap:,} pixels")
         rgb = img.convert("RGB")
         if region:
             w, h = rgb.size

@@ -54,3 +54,36 @@ def test_warm_up_runs_the_model_at_the_planned_batch_on_a_decoded_frame(gray_mod
     assert counting.batches == [4, 4] and took > 0
     out = rt.run([np.zeros((1, 4, 4), dtype=np.float32)])
     assert out[0]["label"] in (0, 1, 2) and out[0]["provider"] == "CPUExecutionProvider"
+
+
+def _png(width: int, height: int) -> bytes:
+    from io import BytesIO
+
+    from PIL import Image
+
+    out = BytesIO()
+    Image.new("RGB", (width, height), (9, 9, 9)).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_a_frame_over_the_workers_pixel_cap_is_refused_before_it_is_decoded(monkeypatch) -> None:
+    from PIL import Image
+
+    from workers.runtimes import decode_frame
+
+    decoded: list[str] = []
+    real_convert = Image.Image.convert
+    monkeypatch.setattr(
+        Image.Image, "convert", lambda self, *a, **k: decoded.append("x") or real_convert(self, *a, **k)
+    )
+    assert decode_frame(_png(40, 30), None, (4, 4), max_pixels=1200).shape == (4, 4, 3)
+    with pytest.raises(ValueError, match="41x30 pixels is over the worker's cap of 1,200 pixels"):
+        decode_frame(_png(41, 30), None, (4, 4), max_pixels=1200)
+    assert decoded == ["x"]  # the refused frame was never decoded
+    # the cap comes from the environment by default (the front's cap unless set)
+    monkeypatch.setenv("SKINFLINT_WORKER_MAX_PIXELS", "100")
+    with pytest.raises(ValueError, match="cap of 100 pixels"):
+        decode_frame(_png(11, 10), None, (4, 4))
+    monkeypatch.setenv("SKINFLINT_WORKER_MAX_PIXELS", "lots")
+    with pytest.raises(ValueError, match="SKINFLINT_WORKER_MAX_PIXELS must be a whole number"):
+        decode_frame(_png(11, 10), None, (4, 4))
