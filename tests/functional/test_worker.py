@@ -32,9 +32,9 @@ def make_worker(stack, module, group=0, machine=0, **kw) -> Worker:
         assignment=a,
         router=stack.router(),
         queues=stack.queues,
-        results=stack.results,
+        results=kw.pop("results", stack.results),
         blobs=stack.blobs,
-        metrics=stack.metrics,
+        metrics=kw.pop("metrics", stack.metrics),
         runtime=kw.pop("runtime", EmulatedRuntime(a.duration_s, a.hardware, sleep=SleepRecorder())),
         **kw,
     )
