@@ -349,14 +349,14 @@ def test_the_outcome_shares_of_a_frame_sum_to_one_frame_across_the_workers_of_a_
     # worker emitting its outcomes into metrics of its own (as separate processes do)
     ids, fan = _outcome_workers(stack, 6)
     det = make_worker(stack, "detector", outcomes=FrameOutcomes(MemoryMetrics()))
-    cars = [make_worker(stack, "car", 0, m, outcomes=FrameOutcomes(MemoryMetrics())) for m in range(2)]
+    outs = [MemoryMetrics(), MemoryMetrics()]
+    cars = [make_worker(stack, "car", 0, m, outcomes=FrameOutcomes(outs[m])) for m in range(2)]
     # WHEN the DAG runs
     _run_dag(det, cars, sum(fan.values()))
     assert all(front(stack).result(rid).status == "done" for rid in ids)
     # THEN the detector (it forwarded every task) emitted nothing, and the cars' shares, summed over
     # both machines, count every frame exactly once in every outcome series
     assert det.outcomes is not None and det.outcomes.emitted == 0
-    outs = [w.outcomes._metrics for w in cars if w.outcomes is not None]  # type: ignore[attr-defined]
 
     def weights(name: str) -> float:
         return sum(m.weights(name, App="traffic") for m in outs)
