@@ -362,22 +362,25 @@ def emf_file_writer(path: str) -> Callable[[str], None]:
 def _emf_value(stat: _Stat) -> float | dict[str, Any]:
     """One series' aggregate as an EMF value: a plain number for one value, else a value set whose
     ``Values`` x ``Counts`` reproduce the count, sum, minimum and maximum (the minimum and maximum
-    once each, the rest at their mean), with those four also stated (``Count``, ``Sum``, ``Min``,
-    ``Max``: the form AWS's EMF libraries write for an aggregate)."""
+    once each, the rest at their mean; for weighted samples whose mean of the rest falls outside
+    them, the two extremes alone, weighted to match), with those four also stated (``Count``,
+    ``Sum``, ``Min``, ``Max``: the form AWS's EMF libraries write for an aggregate)."""
     if stat.count == 1:
         return stat.total
     values: list[float]
     counts: list[float]
     if stat.low == stat.high:
         values, counts = [stat.low], [stat.count]
-    elif stat.count <= 2:  # weighted samples (fractions): the two extremes, half the weight each
-        values, counts = [stat.low, stat.high], [stat.count / 2, stat.count / 2]
+    elif (
+        stat.count > 2
+        and stat.low <= (mid := (stat.total - stat.low - stat.high) / (stat.count - 2)) <= stat.high
+    ):
+        values, counts = [stat.low, stat.high, mid], [1, 1, stat.count - 2]
     else:
-        values, counts = [stat.low, stat.high], [1, 1]
-        if stat.count > 2:
-            mid = (stat.total - stat.low - stat.high) / (stat.count - 2)
-            values.append(min(max(mid, stat.low), stat.high))
-            counts.append(stat.count - 2)
+        # weighted samples (a frame's share, core/adapters/outcomes.py): the extremes need not weigh
+        # 1 each, so the two of them, weighted so that the count and the sum come out exactly
+        at_high = min(max((stat.total - stat.count * stat.low) / (stat.high - stat.low), 0.0), stat.count)
+        values, counts = [stat.low, stat.high], [stat.count - at_high, at_high]
     return {
         "Values": values,
         "Counts": counts,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -14,6 +15,7 @@ from core.adapters.metrics import CloudWatchMetrics
 from core.adapters.outcomes import bucket_label
 from core.adapters.plan_store import PlanStore
 from core.adapters.results import TaskRecord
+from core.ids import new_post_id, request_id
 from core.settings import DataPlaneConfig
 from planner.models import AppModuleSpec, AppSpec, MachineGroup, ModulePlan, Plan
 from planner.packing import FleetPlan, Instance, Share
@@ -295,170 +297,290 @@ def test_the_cli_reads_moto_and_writes_json_plots_and_html(tmp_path, capsys, mot
     assert bad == 1 and "cannot build the report" in capsys.readouterr().err
 
 
-def _leaf_task(rid: str, tid: str, t: float, children: tuple[str, ...] = ()) -> TaskRecord:
-    """A done task of frame ``rid`` recorded at ``t`` (the detector, or one of its cars)."""
-    module = "detector" if tid == "detector" else "car"
-    return TaskRecord(rid, tid, module, "done", "t4", True, t, t, t + 0.1, 1, children)
+# -- frame outcomes by share (core/adapters/outcomes.py): what the report's SloAttainment,
+# FramesFinished, EndToEndLatency* and FramesDropped series are made of
 
 
-def test_each_frame_outcome_is_emitted_once_even_when_two_workers_see_it_finished(stack):
-    from core.adapters.metrics import MemoryMetrics
-    from core.adapters.outcomes import FrameOutcomes
-    from core.adapters.results import FrameRecord
+def _terminal(
+    rid: str, tid: str, t: float, weight: str, finished_at: float, status: str = "done", slo_s: float = 0.5
+) -> TaskRecord:
+    """A terminal car task of frame ``rid`` (accepted at ``t``) carrying ``weight`` of it."""
+    return TaskRecord(
+        rid, tid, "car", status, "cpu", True, t, finished_at - 0.1, finished_at, 1,
+        reason=None if status == "done" else "deadline", app="traffic", accepted_at=t,
+        deadline=t + slo_s, weight=weight,
+    )  # fmt: skip
 
-    # GIVEN a frame whose two leaves are recorded by two workers, each with its own outcomes
-    t = time.time()
-    stack.results.create_frames([FrameRecord("f1", "traffic", t, t + 2.0, roots=("detector",))])
 
-    def task(tid: str, children: tuple[str, ...] = ()) -> TaskRecord:
-        return _leaf_task("f1", tid, t, children)
+def _outcome_workers(stack, n_frames: int) -> tuple[list[str], dict[str, int]]:
+    """``n_frames`` frames (more while none has two cars) and, per frame, its car count."""
+    from core.routing import child_count
+    from tests.functional.test_worker import send_frames
 
-    stack.results.record_tasks([task("detector", ("detector/car.0", "detector/car.1"))])
-    metrics = MemoryMetrics()
-    first, second = (
-        FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics, background=True) for _ in range(2)
-    )
-    leaf0, leaf1 = task("detector/car.0"), task("detector/car.1")
-    stack.results.record_tasks([leaf0])
-    first.submit([leaf0])  # not finished yet: nothing emitted
-    stack.results.record_tasks([leaf1])
-    # WHEN both workers check after the last write (in their background threads)
-    first.submit([leaf1])
-    second.submit([leaf1])
-    end = time.time() + 5
-    while time.time() < end and not metrics.values("SloAttainment"):
+    ids: list[str] = []
+    while len(ids) < n_frames or all(child_count(f"{rid}/detector", "car", 1.5) < 2 for rid in ids):
+        ids += send_frames(stack, 5)
+    return ids, {rid: child_count(f"{rid}/detector", "car", 1.5) for rid in ids}
+
+
+def _run_dag(det, cars, expected_cars: int, seconds: float = 5.0) -> list:
+    """The detector's windows, then the cars' until they ran ``expected_cars`` tasks: the cars'
+    batches."""
+    from tests.functional.test_worker import drain
+
+    drain(det, until=time.time() + seconds)
+    end = time.time() + seconds
+    batches: list = []
+    while sum(w.totals["ran"] + w.totals["dropped"] for w in cars) < expected_cars and time.time() < end:
+        for w in cars:
+            w.poll_once(wait_s=0)
+            batches += w.run_ready()
         time.sleep(0.02)
-    time.sleep(0.2)
-    # THEN exactly one outcome: within the SLO, with its latency in the histogram
-    assert metrics.values("SloAttainment", App="traffic") == [1.0]
-    assert len(metrics.values("EndToEndLatencyMs")) == 1
-    assert sum(metrics.values("EndToEndLatencyBucket")) == 1
+    return batches
 
 
-def test_a_late_check_stops_at_the_claim_and_background_checks_wait_for_the_other_leaves(stack):
+def test_the_outcome_shares_of_a_frame_sum_to_one_frame_across_the_workers_of_a_dag(stack):
     from core.adapters.metrics import MemoryMetrics
     from core.adapters.outcomes import FrameOutcomes
-    from core.adapters.results import FrameRecord
+    from core.ids import post_of
+    from tests.functional.test_worker import front, make_worker
+
+    # GIVEN frames of which some have two cars (a detector forwarding to two car machines), each
+    # worker emitting its outcomes into metrics of its own (as separate processes do)
+    ids, fan = _outcome_workers(stack, 6)
+    det = make_worker(stack, "detector", outcomes=FrameOutcomes(MemoryMetrics()))
+    outs = [MemoryMetrics(), MemoryMetrics()]
+    cars = [make_worker(stack, "car", 0, m, outcomes=FrameOutcomes(outs[m])) for m in range(2)]
+    # WHEN the DAG runs
+    _run_dag(det, cars, sum(fan.values()))
+    assert all(front(stack).result(rid).status == "done" for rid in ids)
+    # THEN the detector (it forwarded every task) emitted nothing, and the cars' shares, summed over
+    # both machines, count every frame exactly once in every outcome series
+    assert det.outcomes is not None and det.outcomes.emitted == 0
+
+    def weights(name: str) -> float:
+        return sum(m.weights(name, App="traffic") for m in outs)
+
+    n = len(ids)
+    for name in ("FramesFinished", "SloAttainment", "EndToEndLatencyMs", "EndToEndLatencyBucket"):
+        assert weights(name) == pytest.approx(n, abs=1e-9), name
+    assert sum(m.total("SloAttainment", App="traffic") for m in outs) == pytest.approx(n)  # all in time
+    assert weights("FramesDropped") == 0
+    assert sum(w.outcomes.emitted for w in cars if w.outcomes is not None) == pytest.approx(n)
+    # a frame of two cars gave each a half (exact fractions in the records: weights sum to 1)
+    two = next(rid for rid in ids if fan[rid] == 2)
+    state = stack.results.post_frames(post_of(two))[two]
+    assert sorted(state.weights.values()) == [0.5, 0.5] and state.weight == 1
+
+
+def test_a_late_branch_lowers_slo_attainment_by_its_share_and_the_report_reads_the_shares(aws):
+    import boto3
+
+    from core.adapters.metrics import MemoryMetrics
+    from core.adapters.outcomes import FrameOutcomes
+
+    cfg, ddb, sqs, cw = aws
+    t = time.time()
+    a, b = request_id(new_post_id(), 0), request_id(new_post_id(), 0)
+    # GIVEN two frames (SLO 0.5 s): a's two cars, one in time and one late; b's three cars, one late
+    # and one dropped, recorded by two workers
+    left = [
+        _terminal(a, "detector/car.0", t, "1/2", t + 0.3),
+        _terminal(b, "detector/car.0", t, "1/3", t + 0.2),
+    ]
+    right = [
+        _terminal(a, "detector/car.1", t, "1/2", t + 0.7),
+        _terminal(b, "detector/car.1", t, "1/3", t + 0.9),
+        _terminal(b, "detector/car.2", t, "1/3", t + 0.4, status="dropped"),
+    ]
+    metrics = MemoryMetrics()
+    cwm = CloudWatchMetrics(boto3.client("cloudwatch", region_name=cfg.region), "Skinflint")
+    for records in (left, right):  # each worker emits its own records' shares
+        FrameOutcomes(metrics).submit(records)
+        FrameOutcomes(cwm).submit(records)
+    # THEN every frame counts once, and the late branch loses only its share of its frame
+    assert metrics.weights("FramesFinished", App="traffic") == pytest.approx(2.0)
+    assert metrics.weights("SloAttainment", App="traffic") == pytest.approx(2.0)
+    within = 1 / 2 + 1 / 3  # a: car.0; b: car.0 (car.1 late, car.2 dropped)
+    assert metrics.total("SloAttainment", App="traffic") == pytest.approx(within)
+    # the latency of the done branches, each by its share (the dropped one has none)
+    assert metrics.weights("EndToEndLatencyMs", App="traffic") == pytest.approx(2.0 - 1 / 3)
+    assert metrics.total("EndToEndLatencyMs", App="traffic") == pytest.approx(
+        (300 + 700) / 2 + (200 + 900) / 3
+    )
+    assert metrics.weights("EndToEndLatencyBucket", App="traffic", LeMs=bucket_label(700.0)) == pytest.approx(
+        0.5
+    )
+    assert metrics.weights("FramesDropped", App="traffic") == pytest.approx(1 / 3)
+    # AND the report, reading CloudWatch's statistic sets (SampleCount = the sum of the weights),
+    # counts the same frames and the same attainment
+    cwm.flush()
+    store = PlanStore(ddb, cfg.config_table)
+    publish_app(store, sqs, APP, plan(), 10.0, origin_s=t - 600, activate_at=t - 600, prices=PRICES)
+    start = float(int(t) // P * P - P)
+    r = collect_report(
+        cw, ddb, namespace="Skinflint", config_table=cfg.config_table, prices=PRICES,
+        start=start, end=start + 3 * P, period_s=P,
+    )  # fmt: skip
+    app = r["apps"]["traffic"]
+    assert app["frames_completed"] == pytest.approx(2.0)
+    assert app["slo_attainment"] == pytest.approx(within / 2)
+    assert app["frames_dropped"] == pytest.approx(1 / 3)
+    assert app["latency_mean_s"] == pytest.approx(((300 + 700) / 2 + (200 + 900) / 3) / (2.0 - 1 / 3) / 1e3)
+    assert app["latency_cdf"][-1][1] == pytest.approx(1.0)
+
+
+def test_a_dropped_task_emits_frames_dropped_by_its_share() -> None:
+    from core.adapters.metrics import MemoryMetrics
+    from core.adapters.outcomes import FrameOutcomes
 
     t = time.time()
-    stack.results.create_frames([FrameRecord("f2", "traffic", t, t + 2.0, roots=("detector",))])
-
-    def task(tid: str, children: tuple[str, ...] = ()) -> TaskRecord:
-        return _leaf_task("f2", tid, t, children)
-
-    stack.results.record_tasks([task("detector", ("detector/car.0",))])
-    leaf = task("detector/car.0")
-    stack.results.record_tasks([leaf])
+    rid, whole = request_id(new_post_id(), 0), request_id(new_post_id(), 1)
     metrics = MemoryMetrics()
-    first = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics)
-    assert first.observe([leaf]) == 1  # the tree walk: frame + outcome, detector, car.0
-    # a second worker's check of the same frame: one read (frame + outcome), nothing emitted
-    late = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics)
-    reads: list[int] = []
-    real = late._get
-    late._get = lambda keys: reads.append(len(keys)) or real(keys)  # type: ignore[method-assign]
-    assert late.observe([leaf]) == 0 and reads == [2]
-    assert metrics.values("SloAttainment", App="traffic") == [1.0]
-    # a background check runs delay_s after the submission, not before
-    bg = FrameOutcomes(stack.ddb, stack.cfg.results_table, MemoryMetrics(), background=True, delay_s=0.5)
-    checked: list[float] = []
-    bg._check = lambda rid, mine=(): checked.append(time.monotonic()) or "no"  # type: ignore[method-assign]
-    t0 = time.monotonic()
-    bg.submit([leaf])
+    outcomes = FrameOutcomes(metrics)
+    # GIVEN a frame with four cars of which one was dropped, and a frame dropped at its root
+    emitted = outcomes.submit(
+        [
+            *(_terminal(rid, f"detector/car.{k}", t, "1/4", t + 0.2) for k in range(3)),
+            _terminal(rid, "detector/car.3", t, "1/4", t + 0.6, status="dropped"),
+            _terminal(whole, "detector", t, "1", t + 0.6, status="dropped"),
+        ]
+    )
+    # THEN FramesDropped counts the dropped shares, in frames: a quarter of one and all of the other
+    assert emitted == pytest.approx(2.0)
+    assert metrics.total("FramesDropped", App="traffic") == pytest.approx(1.25)
+    assert metrics.weights("FramesDropped", App="traffic") == pytest.approx(1.25)
+    assert metrics.weights("FramesFinished", App="traffic") == pytest.approx(2.0)
+    # a dropped share is not within the SLO and has no end-to-end latency
+    assert metrics.total("SloAttainment", App="traffic") == pytest.approx(0.75)
+    assert metrics.weights("EndToEndLatencyMs", App="traffic") == pytest.approx(0.75)
+
+
+def _received_car(stack) -> tuple[dict, str, str]:
+    """A frame run through the detector and one of its car messages received by hand: the message,
+    the frame's request id and the car machine's queue."""
+    from tests.functional.test_worker import drain, make_worker, send_frames
+
+    (rid,) = send_frames(stack, 1)
+    drain(make_worker(stack, "detector"), until=time.time() + 5)
     end = time.time() + 5
-    while not checked and time.time() < end:
-        time.sleep(0.02)
-    assert checked and checked[0] - t0 >= 0.5
+    while time.time() < end:
+        for key, url in stack.deployment.queues["car"].items():
+            got = stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=30)
+            if got.get("Messages"):
+                return got["Messages"][0], rid, key
+        time.sleep(0.05)
+    raise AssertionError("no car message")
 
 
-def test_a_walk_reads_the_roots_with_the_frame_and_tolerates_other_roots(stack):
+def test_a_redelivered_terminal_task_already_recorded_is_not_emitted_again(stack):
     from core.adapters.metrics import MemoryMetrics
     from core.adapters.outcomes import FrameOutcomes
-    from core.adapters.results import FrameRecord
+    from core.schema import TaskMessage
+    from tests.functional.test_worker import deliver, front, make_worker
 
-    t = time.time()
-    stack.results.create_frames(
-        [FrameRecord(rid, "traffic", t, t + 2.0, roots=("detector",)) for rid in ("f3", "f4")]
-    )
-    for rid in ("f3", "f4"):
-        stack.results.record_tasks([_leaf_task(rid, "detector", t, ("detector/car.0",))])
-        stack.results.record_tasks([_leaf_task(rid, "detector/car.0", t)])
-
-    def counted(outcomes: FrameOutcomes) -> list[int]:
-        reads: list[int] = []
-        real = outcomes._get
-        outcomes._get = lambda keys: reads.append(len(keys)) or real(keys)  # type: ignore[method-assign]
-        return reads
-
-    # GIVEN the app's roots as a hint: frame + outcome + detector in one read, then the car
+    raw, rid, key = _received_car(stack)
+    share = float(Fraction(TaskMessage.parse(raw["Body"]).weight))
+    group, machine = (int(x) for x in key.split("/"))
     metrics = MemoryMetrics()
-    hinted = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics, roots=("detector",))
-    reads = counted(hinted)
-    assert hinted.observe([_leaf_task("f3", "detector/car.0", t)]) == 1
-    assert reads == [3, 1]  # two reads for a two-level DAG, not three
-    # a hint that does not match the frame's roots (another version's DAG) costs one more read
-    stale = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics, roots=("tracker",))
-    reads = counted(stale)
-    assert stale.observe([_leaf_task("f4", "detector/car.0", t)]) == 1
-    assert reads == [3, 1, 1]
-    assert metrics.values("SloAttainment", App="traffic") == [1.0, 1.0]
-    assert (hinted.stats["won"], hinted.stats["reads"], stale.stats["reads"]) == (1, 2, 3)
+    car = make_worker(stack, "car", group, machine, outcomes=FrameOutcomes(metrics))
+    # GIVEN a car task run and recorded, its share emitted
+    (first,) = deliver(car, raw, 1)
+    assert (first.ran + first.dropped, first.duplicates) == (1, 0)
+    assert metrics.weights("FramesFinished", App="traffic") == pytest.approx(share)
+    # WHEN its message comes again (its delete was lost: the second receive is checked first)
+    (second,) = deliver(car, raw, 2)
+    # THEN it is found recorded: a duplicate, neither written nor emitted again
+    assert second.duplicates == 1
+    assert metrics.weights("FramesFinished", App="traffic") == pytest.approx(share)
+    assert metrics.weights("SloAttainment", App="traffic") == pytest.approx(share)
+    assert car.outcomes is not None and car.outcomes.emitted == pytest.approx(share)
+    task_id = TaskMessage.parse(raw["Body"]).task_id
+    assert [t.task_id for t in front(stack).result(rid).tasks].count(task_id) == 1
 
 
-def test_a_leaf_recorded_before_its_parent_checks_again_until_the_parent_is_recorded(stack, monkeypatch):
-    import core.adapters.outcomes as outcomes_mod
-    from core.adapters.metrics import MemoryMetrics
-    from core.adapters.outcomes import FrameOutcomes
-    from core.adapters.results import FrameRecord
+class _DynamoCalls:
+    """A results client of its own that counts its DynamoDB operations (name, ConsistentRead)."""
 
-    # GIVEN frames whose car is recorded before the detector (a parent writes after forwarding)
-    t = time.time()
-    stack.results.create_frames(
-        [FrameRecord(rid, "traffic", t, t + 5.0, roots=("detector",)) for rid in ("f5", "f6", "f7")]
+    def __init__(self, region: str) -> None:
+        import boto3
+
+        self.client = boto3.client("dynamodb", region_name=region)
+        self.calls: list[tuple[str, bool | None]] = []
+        self.client.meta.events.register("provide-client-params.dynamodb", self._seen)
+
+    def _seen(self, model, params, **_: object) -> None:
+        self.calls.append((model.name, params.get("ConsistentRead")))
+
+    def names(self) -> set[str]:
+        return {name for name, _ in self.calls}
+
+
+def test_the_workers_make_no_read_of_the_results_table_unless_a_task_is_redelivered(stack):
+    from core.adapters.results import ResultStore
+    from tests.functional.test_worker import deliver, front, make_worker
+
+    det_ddb, ddb = _DynamoCalls(stack.cfg.region), _DynamoCalls(stack.cfg.region)
+    results = ResultStore(ddb.client, stack.cfg.results_table)
+    # GIVEN the DAG's workers recording through counting clients
+    ids, fan = _outcome_workers(stack, 4)
+    det = make_worker(stack, "detector", results=ResultStore(det_ddb.client, stack.cfg.results_table))
+    cars = [make_worker(stack, "car", 0, m, results=results) for m in range(2)]
+    batches = _run_dag(det, cars, sum(fan.values()))
+    assert all(front(stack).result(rid).status == "done" for rid in ids)
+    # THEN the normal path only wrote: the detector (it forwarded every task) nothing, the cars one
+    # BatchWriteItem per batch; no Query, GetItem or BatchGetItem
+    assert det_ddb.calls == []
+    assert ddb.names() == {"BatchWriteItem"}
+    assert len(ddb.calls) == len(batches) >= 1
+    # WHEN a car message is delivered again (a lost delete): one consistent Query of its POST
+    ddb.calls.clear()
+    raw, _, key = _received_car(stack)
+    group, machine = (int(x) for x in key.split("/"))
+    car = make_worker(stack, "car", group, machine, results=results)
+    deliver(car, raw, 1)
+    assert ddb.names() == {"BatchWriteItem"}
+    ddb.calls.clear()
+    (again,) = deliver(car, raw, 2)
+    assert again.duplicates == 1
+    assert ddb.calls == [("Query", True)]
+
+
+def test_a_flush_sends_the_sum_of_the_weights_as_the_sample_count() -> None:
+    """What the report reads of a weighted series: SampleCount = the frames (the sum of the
+    shares), Sum = the shares x values, in every sink."""
+    from core.adapters.metrics import EmfMetrics, MemoryMetrics
+
+    # SloAttainment of one frame in time (1) and a late half (0), plus a third of a frame in time
+    samples = [(1.0, 1.0), (0.0, 0.5), (1.0, 1 / 3)]
+
+    class Client:
+        def __init__(self) -> None:
+            self.data: list[dict] = []
+
+        def put_metric_data(self, Namespace: str, MetricData: list[dict]) -> None:  # noqa: N803
+            self.data += MetricData
+
+    memory, client, lines = MemoryMetrics(), Client(), []
+    sinks = (memory, CloudWatchMetrics(client, "Skinflint"), EmfMetrics("Skinflint", write=lines.append))
+    for sink in sinks:
+        for value, weight in samples:
+            sink.put("SloAttainment", value, "None", at=1_800_000_000.0, weight=weight, App="traffic")
+    assert memory.weights("SloAttainment") == pytest.approx(1.5 + 1 / 3)
+    assert memory.total("SloAttainment") == pytest.approx(1 + 1 / 3)
+    ((_, stat),) = memory.drain().items()
+    assert (stat.count, stat.total, stat.low, stat.high) == pytest.approx((1.5 + 1 / 3, 1 + 1 / 3, 0.0, 1.0))
+    sinks[1].flush()
+    ((datum),) = client.data
+    assert datum["StatisticValues"] == pytest.approx(
+        {"SampleCount": 1.5 + 1 / 3, "Sum": 1 + 1 / 3, "Minimum": 0.0, "Maximum": 1.0}
     )
-    for rid in ("f5", "f6", "f7"):
-        stack.results.record_tasks([_leaf_task(rid, "detector/car.0", t)])
-    metrics = MemoryMetrics()
-    bg = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics, background=True, delay_s=0.05)
-    monkeypatch.setattr(outcomes_mod, "AWAIT_CHECKS", 8)
-    bg.submit([_leaf_task("f5", "detector/car.0", t)])
-    # WHEN the detector's write comes after the car's first check
-    end = time.time() + 5
-    while bg.stats["awaited"] == 0 and time.time() < end:
-        time.sleep(0.01)
-    stack.results.record_tasks([_leaf_task("f5", "detector", t, ("detector/car.0",))])
-    while not metrics.values("SloAttainment") and time.time() < end:
-        time.sleep(0.01)
-    # THEN the car's worker checked again and emitted the frame's outcome once
-    assert metrics.values("SloAttainment", App="traffic") == [1.0]
-    assert bg.stats["awaited"] >= 1 and bg.stats["won"] == 1
-    # a sibling not recorded yet is not waited for (its own check will find the frame finished)
-    stack.results.record_tasks([_leaf_task("f6", "detector", t, ("detector/car.0", "detector/car.1"))])
-    now = FrameOutcomes(stack.ddb, stack.cfg.results_table, metrics)
-    assert now._check("f6", ("detector/car.0",)) == "no" and now.stats["unfinished"] == 1
-    # a parent never recorded: the checks stop after AWAIT_CHECKS and say so
-    bg.submit([_leaf_task("f7", "detector/car.0", t)])
-    while bg.stats["gave_up"] == 0 and time.time() < end + 5:
-        time.sleep(0.02)
-    assert bg.stats["gave_up"] == 1 and bg.stats["awaited"] >= 1 + 8
-    assert metrics.values("SloAttainment", App="traffic") == [1.0]
-
-
-def test_the_leaves_of_a_frame_check_one_after_the_other() -> None:
-    from core.adapters.metrics import MemoryMetrics
-    from core.adapters.outcomes import DEFAULT_DELAY_S, FrameOutcomes, leaf_rank
-
-    dag = {"detector": ["vehicle", "person"], "vehicle": [], "person": []}
-    ranks = {m: leaf_rank(dag, dag.__getitem__, m) for m in dag}
-    assert ranks == {"person": 0, "vehicle": 1, "detector": 2}  # leaves by name, then the rest
-
-    class Results:  # DynamoDB-backed as far as for_results can tell
-        _ddb, _table = object(), "results"
-
-    delays = {
-        m: FrameOutcomes.for_results(Results(), MemoryMetrics(), rank=r).delay_s  # type: ignore[union-attr]
-        for m, r in ranks.items()
-    }
-    assert delays == pytest.approx(
-        {"person": DEFAULT_DELAY_S, "vehicle": 2 * DEFAULT_DELAY_S, "detector": 3 * DEFAULT_DELAY_S}
+    sinks[2].flush()
+    (line,) = lines
+    value = json.loads(line)["SloAttainment"]
+    # what CloudWatch extracts from the value set (Values x Counts) is the same statistic set
+    assert sum(value["Counts"]) == pytest.approx(1.5 + 1 / 3) == value["Count"]
+    assert sum(v * c for v, c in zip(value["Values"], value["Counts"], strict=True)) == pytest.approx(
+        1 + 1 / 3
     )
+    assert (min(value["Values"]), max(value["Values"])) == (0.0, 1.0)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from core.ids import MAX_FRAMES_PER_POST
 from core.schema import TaskMessage
 from front.service import FrontService
 from tests.functional.conftest import jpeg_bytes
@@ -31,9 +32,9 @@ def make_worker(stack, module, group=0, machine=0, **kw) -> Worker:
         assignment=a,
         router=stack.router(),
         queues=stack.queues,
-        results=stack.results,
+        results=kw.pop("results", stack.results),
         blobs=stack.blobs,
-        metrics=stack.metrics,
+        metrics=kw.pop("metrics", stack.metrics),
         runtime=kw.pop("runtime", EmulatedRuntime(a.duration_s, a.hardware, sleep=SleepRecorder())),
         **kw,
     )
@@ -52,11 +53,17 @@ def front(stack) -> FrontService:
 
 
 def send_frames(stack, n: int, at: float | None = None) -> list[str]:
+    """``n`` frames, in POSTs of at most 10 (a POST's limit, core/ids.py)."""
     svc = front(stack)
     if at is not None:
         svc.clock = lambda: at
-    out = svc.accept("traffic", [(jpeg_bytes(seed=i), "image/jpeg") for i in range(n)])
-    return [a.request_id for a in out.accepted]
+    ids: list[str] = []
+    for first in range(0, n, MAX_FRAMES_PER_POST):
+        frames = [
+            (jpeg_bytes(seed=i), "image/jpeg") for i in range(first, min(n, first + MAX_FRAMES_PER_POST))
+        ]
+        ids += [a.request_id for a in svc.accept("traffic", frames).accepted]
+    return ids
 
 
 def window_start(stack) -> float:
@@ -121,27 +128,46 @@ def test_frames_of_one_window_form_one_batch_and_flow_down_the_dag(stack):
     assert sum(stack.all_queue_depths().values()) == 0
 
 
+def deliver(worker: Worker, raw: dict, receive_count: int) -> list:
+    """``raw`` (a message received from SQS) handed to ``worker`` as its ``receive_count``-th
+    receive, and its batch run at once."""
+    from core.adapters.queues import Received
+
+    worker.accept([Received(raw["Body"], raw["ReceiptHandle"], receive_count, time.time())])
+    return worker.run_ready(now=float("inf"))
+
+
 def test_redelivered_result_is_recorded_once(stack):
+    # GIVEN a frame whose detector task ran and whose cars ran and were recorded
     (rid,) = send_frames(stack, 1)
     url = stack.deployment.queues["detector"]["0/0"]
     (raw,) = stack.messages(url)
-    msg = TaskMessage.parse(raw["Body"])
     det = make_worker(stack, "detector")
-    # WHEN the same message is processed twice (an SQS redelivery)
-    from workers.batching import Pending
-
-    first = det.process(msg.batch_id, [Pending(msg, [raw["ReceiptHandle"]], time.time())])
-    second = det.process(msg.batch_id, [Pending(msg, [raw["ReceiptHandle"]], time.time())])
-    # THEN it is recorded once (the second write is refused by its condition), and the same
-    # children are forwarded again (at least once; their own conditional writes dedupe them)
-    assert (first.duplicates, second.duplicates) == (0, 1)
-    assert first.forwarded == second.forwarded >= 1
-    tasks = [t for t in front(stack).result(rid).tasks if t.module == "detector"]
-    assert len(tasks) == 1
+    (first,) = deliver(det, raw, 1)
+    assert (first.ran, first.duplicates) == (1, 0) and first.forwarded >= 1
+    cars = run_car_workers(stack)
+    assert sum(w.totals["ran"] for w in cars) == first.forwarded
+    assert sum(w.totals["duplicates"] for w in cars) == 0
+    assert stack.metrics.weights("FramesFinished", App="traffic") == pytest.approx(1.0)
+    # WHEN the detector's message is delivered again (an SQS redelivery: its delete was lost)
+    (second,) = deliver(det, raw, 2)
+    # THEN the same children are forwarded again (at least once), marked to be checked: each is
+    # found recorded and counted as a duplicate, not written or counted again
+    assert second.forwarded == first.forwarded
+    again = run_car_workers(stack)
+    assert sum(w.totals["duplicates"] for w in again) == second.forwarded
+    res = front(stack).result(rid)
+    assert res.status == "done"
+    assert len([t for t in res.tasks if t.module == "detector"]) == 1
+    names = [t.task_id for t in res.tasks if t.module == "car"]
+    assert len(names) == len(set(names)) == first.forwarded
+    # the frame's outcome is counted once: its cars' shares sum to exactly one frame
+    assert stack.metrics.weights("FramesFinished", App="traffic") == pytest.approx(1.0)
+    assert stack.metrics.weights("SloAttainment", App="traffic") == pytest.approx(1.0)
 
 
 def test_crash_between_record_and_delete_is_redelivered_and_counted_once(stack):
-    # GIVEN a detector worker that dies after recording results, before deleting its messages
+    # GIVEN a detector worker that dies after forwarding and recording, before deleting its messages
     ids = send_frames(stack, 2, at=window_start(stack))
     crashing = make_worker(stack, "detector", crash_after_record=True)
     with pytest.raises(SystemExit):
@@ -150,9 +176,12 @@ def test_crash_between_record_and_delete_is_redelivered_and_counted_once(stack):
     time.sleep(1.1)
     fresh = make_worker(stack, "detector")
     outcomes = drain(fresh, until=time.time() + 5)
-    assert sum(o.duplicates for o in outcomes) == 2
-    # THEN the cars forwarded twice are deduplicated (in the buffer or by the conditional write)
-    # and every frame finishes exactly once
+    # (it runs them again and forwards the same children again, marked to be checked; the
+    # detector's tasks are not terminal, so it records nothing itself)
+    assert sum(o.ran for o in outcomes) == 2 and sum(o.duplicates for o in outcomes) == 0
+    forwarded = sum(o.forwarded for o in outcomes)
+    # THEN the cars forwarded twice are deduplicated (in the buffer, or found recorded when the
+    # second copy is checked) and every frame finishes exactly once
     cars = run_car_workers(stack)
     car_tasks = 0
     for rid in ids:
@@ -162,7 +191,11 @@ def test_crash_between_record_and_delete_is_redelivered_and_counted_once(stack):
         names = [t.task_id for t in res.tasks if t.module == "car"]
         assert len(names) == len(set(names)) >= 1
         car_tasks += len(names)
+    assert forwarded == car_tasks
     assert sum(w.totals["ran"] + w.totals["dropped"] - w.totals["duplicates"] for w in cars) == car_tasks
+    # the outcome metrics count each frame once: the shares sum to exactly the two frames
+    assert stack.metrics.weights("FramesFinished", App="traffic") == pytest.approx(2.0)
+    assert stack.metrics.weights("SloAttainment", App="traffic") == pytest.approx(2.0)
     assert sum(stack.all_queue_depths().values()) == 0
 
 
@@ -202,12 +235,30 @@ def test_large_output_goes_to_s3(stack):
         def run(self, inputs):
             return [{"blob": "x" * 5000} for _ in inputs]
 
+    # GIVEN a detector and cars whose outputs are over the inline limit
     (rid,) = send_frames(stack, 1)
     det = make_worker(stack, "detector", runtime=BigRuntime(0.0, "t4"), output_inline_limit_bytes=1000)
-    drain(det, until=time.time() + 3)
-    (task,) = front(stack).result(rid).tasks
-    assert task.output is None and task.output_s3_key
-    assert stack.blobs.get(task.output_s3_key).startswith(b'{"blob":"xxx')
+    (ran,) = drain(det, until=time.time() + 3)
+    cars = [
+        make_worker(stack, "car", 0, m, runtime=BigRuntime(0.0, "cpu"), output_inline_limit_bytes=1000)
+        for m in range(2)
+    ]
+    end = time.time() + 3
+    while sum(w.totals["ran"] for w in cars) < ran.forwarded and time.time() < end:
+        for w in cars:
+            w.poll_once(wait_s=0)
+            w.run_ready()
+        time.sleep(0.02)
+    # THEN every output went to S3 and only its key travels and is recorded: the detector's (which
+    # forwarded children and is not written itself) in its cars' lineage, each car's (terminal)
+    # in its record
+    res = front(stack).result(rid)
+    assert res.status == "done"
+    assert sorted(t.module for t in res.tasks) == ["car"] * ran.forwarded + ["detector"]
+    for task in res.tasks:
+        assert task.output is None and task.output_s3_key, task
+        assert stack.blobs.get(task.output_s3_key).startswith(b'{"blob":"xxx')
+    assert len({t.output_s3_key for t in res.tasks}) == len(res.tasks)
 
 
 def test_unparseable_message_is_counted_and_left_for_the_dlq(stack):
