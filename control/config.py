@@ -89,8 +89,26 @@ class ControlConfig:
     # wall s an epoch may spend, after publishing, choosing again the admission reserve of apps with a
     # shed_target whose rate moved past the review band (control/reserves.py; 0: never)
     reserve_review_s: float = 0.5
+    # what an epoch's plan minimises (control/objective.py, docs/cost.md): "billed", the fleet's $/h;
+    # "all-in", the fleet + the data plane's requests at the planned rates (one solve per batch floor),
+    # priced with the deployment's design, frame size and frames per POST. Deployments and the local
+    # stack set "all-in" (SKINFLINT_PLAN_OBJECTIVE); the dataclass default keeps tests on the fleet alone
+    objective: str = "billed"
+    data_plane_policy: str = "today"  # profiles.allin policy (SKINFLINT_DATA_PLANE_POLICY)
+    frame_kb: float = 8.0  # KB per frame the data plane is priced at (SKINFLINT_FRAME_KB)
+    frames_per_post: int = 10  # frames per POST the data plane is priced at (SKINFLINT_FRAMES_PER_POST)
 
     def __post_init__(self) -> None:
+        if self.objective not in ("billed", "all-in"):
+            raise ValueError(f"objective must be 'billed' or 'all-in', got {self.objective!r}")
+        if self.objective == "all-in":
+            from profiles.allin import policy_named  # noqa: PLC0415 - only an all-in epoch prices requests
+
+            policy_named(self.data_plane_policy)  # AllInError (a ValueError) names the known ones
+        if not (0 < self.frame_kb < float("inf")) or not 1 <= self.frames_per_post <= 10:  # noqa: PLR2004
+            raise ValueError(
+                f"frame_kb must be > 0 and frames_per_post 1-10, got {self.frame_kb}, {self.frames_per_post}"
+            )
         if not 0 <= self.child_headroom < float("inf"):
             raise ValueError(f"child_headroom must be a finite fraction >= 0, got {self.child_headroom}")
         if not 0 <= self.rate_lag_s < float("inf"):
@@ -175,6 +193,10 @@ class ControlConfig:
                 delete_linger_s=delete_linger_from_env(e),
                 solve_budget_s=_budget_from_env(e.get("SKINFLINT_SOLVE_BUDGET_S"), d.solve_budget_s),
                 reserve_review_s=float(e.get("SKINFLINT_RESERVE_REVIEW_S", d.reserve_review_s)),
+                objective=e.get("SKINFLINT_PLAN_OBJECTIVE", d.objective),
+                data_plane_policy=e.get("SKINFLINT_DATA_PLANE_POLICY", d.data_plane_policy),
+                frame_kb=float(e.get("SKINFLINT_FRAME_KB", d.frame_kb)),
+                frames_per_post=int(e.get("SKINFLINT_FRAMES_PER_POST", d.frames_per_post)),
             )
         except (ValueError, TypeError) as exc:
             raise ControlError(f"bad planner setting in the environment: {exc}") from exc

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import planner.robust
+from control.objective import AllInPricing, plan_all_in
 from control.problems import app_problem, machine_count, solve_within_caps
 from control.registration.checks import floor_plan_rate
 from planner.models import ModuleSpec, ProblemSpec, ProfileEntry
@@ -166,7 +167,9 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
     ``schedules``: plan_fleet's dict for the app (the schedules the solve builds are reused when its
     shapes are realised); ``first_found``: the solve's quick mode, which plan_fleet asks for when a
     budgeted epoch has more apps without a plan than it can solve in full (they are solved in full in
-    later epochs). With ``machine_caps``, within them (:func:`control.problems.solve_within_caps`)."""
+    later epochs). With ``machine_caps``, within them (:func:`control.problems.solve_within_caps`). With
+    ``objective = "all-in"``, the plan of least fleet + data plane among the batch floors
+    (:func:`control.objective.plan_all_in`)."""
 
     def solver(
         problem: ProblemSpec,
@@ -184,10 +187,20 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
                 first_found=first_found,
             )
 
-        if not config.machine_caps:
-            return solve(problem)
-        return solve_within_caps(problem, solve, config.machine_caps)[0]  # the plan
+        def solve_capped(problem: ProblemSpec) -> Plan:
+            if not config.machine_caps:
+                return solve(problem)
+            return solve_within_caps(problem, solve, config.machine_caps)[0]  # the plan
 
+        if pricing is None or first_found:  # the quick mode stays quick: floors in the full solve
+            return solve_capped(problem)
+        return plan_all_in(solve_capped, problem, pricing)
+
+    pricing = (
+        AllInPricing(config.data_plane_policy, config.frame_kb, config.frames_per_post)
+        if config.objective == "all-in"
+        else None
+    )
     return solver
 
 

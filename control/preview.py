@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import planner.fleet
 from control.config import ControlConfig
 from control.errors import ControlError
+from control.objective import batch_floors
 from control.planning import dispatch_solver
 from control.problems import app_problem
 from control.registration.checks import first_plan_rate
@@ -319,38 +320,13 @@ def _workload(
 def _floor_plans(
     spec: RegistrationSpec, problem: ProblemSpec, config: ControlConfig, frame_rate: float, planned: float
 ) -> tuple[FloorPlan, ...]:
-    """A plan per batch floor: every module's configurations limited to batches of at least 1, 2, 4 ...
-    (each batch size profiled; a module profiled only below a floor keeps its largest batches; a floor
-    that changes nothing is skipped). Floor 1 is the plain plan: its failure raises
-    :class:`ControlError`; a larger floor's failure (too large a batch for the SLO) is recorded."""
-    floors = sorted({entry.batch for module in problem.modules.values() for entry in module.profile})
+    """A plan per batch floor (:func:`control.objective.batch_floors`). Floor 1 is the plain plan: its
+    failure raises :class:`ControlError`; a larger floor's failure (too large a batch for the SLO) is
+    recorded."""
     out = [FloorPlan(1, problem, *_solve(spec, problem, config, frame_rate, planned))]
-    seen = {_profile_key(problem)}
-    for floor in floors:
-        limited = _with_batch_floor(problem, floor)
-        key = _profile_key(limited)
-        if key in seen:
-            continue
-        seen.add(key)
+    for floor, limited in batch_floors(problem):
         try:
             out.append(FloorPlan(floor, limited, *_solve(spec, limited, config, frame_rate, planned)))
         except ControlError as exc:
             out.append(FloorPlan(floor, limited, None, None, str(exc)))
     return tuple(out)
-
-
-def _profile_key(problem: ProblemSpec) -> tuple[tuple[str, int], ...]:
-    """Which batches each module may use: two floors with the same key plan the same."""
-    return tuple((name, len(module.profile)) for name, module in problem.modules.items())
-
-
-def _with_batch_floor(problem: ProblemSpec, floor: int) -> ProblemSpec:
-    """``problem`` with each module's profile limited to batches >= ``floor`` (or its largest batch)."""
-    modules = {}
-    for name, module in problem.modules.items():
-        keep = min(floor, max(entry.batch for entry in module.profile))
-        profile = [entry for entry in module.profile if entry.batch >= keep]
-        modules[name] = (
-            module if len(profile) == len(module.profile) else module.model_copy(update={"profile": profile})
-        )
-    return problem.model_copy(update={"modules": modules})

@@ -81,6 +81,8 @@ class ControlStack(Stack):
                     "SKINFLINT_QUEUE_PREFIX": C.QUEUE_NAME_PREFIX,
                     "SKINFLINT_QUEUE_WORKERS": str(C.PLANNER_QUEUE_WORKERS),
                     "SKINFLINT_BATCH_OVERHEAD_S": str(C.BATCH_OVERHEAD_S),
+                    # each epoch plans the whole bill, fleet + data plane requests (control/objective.py)
+                    "SKINFLINT_PLAN_OBJECTIVE": "all-in",
                 },
             ),
         )

@@ -23,7 +23,9 @@ the sample weighted by the task's share):
 
 A task recorded twice (a redelivery the worker could not tell) is emitted twice; the worker checks
 its redeliveries first (``TaskRecord.recheck``), so that needs a crash between the record write and
-the message's delete and a second delivery that runs before the first write is visible. A
+the message's delete and a second delivery that runs before the first write is visible, or a
+redelivered parent's second copy of a child (checked) that runs before the first copy (written
+without a check): a redelivery comes a visibility timeout later, long after the first copies ran. A
 redelivered message whose task its partition already holds (a repeat: its first worker died after
 the write, before the delete, hence before emitting, which follows the delete) is emitted by the
 worker that finds the repeat, so the frame's share is counted once, not lost.

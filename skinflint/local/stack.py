@@ -351,6 +351,7 @@ class LocalStack:
             stale_s=max(30.0, 3 * config.epoch_s),
             emulated_hardware=tuple(sorted({hw for lp in plans.values() for hw in lp.emulated_hardware})),
             machine_caps={hw: cap for lp in plans.values() for hw, cap in lp.machine_caps.items()},
+            objective="all-in",  # as a deployment plans: fleet + data plane (control/objective.py)
         )
         self.controller = build_controller(cfg, control, clients=clients)
         self.plan_store = PlanStore(ddb, cfg.config_table)
