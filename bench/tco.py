@@ -1,7 +1,8 @@
 """``skinflint bench tco``: the all-in cost of every demo app, $ per million frames itemised by service,
-for the data plane as the code is (``today``) and as issue #25 targets (``batched``, with its results
-pulled from DynamoDB or pushed to an SQS queue, and with the REST API + WAF option instead of the HTTP
-API), beside two ways a user could serve the same models instead (docs/cost.md):
+for the data plane as the code is (``today``: a frame per POST, and ``today_batch``: N frames per POST)
+and with what remains of issue #25's target (``batched``, with its results pulled from DynamoDB or
+pushed to an SQS queue, and with the REST API + WAF option instead of the HTTP API), beside two ways a
+user could serve the same models instead (docs/cost.md):
 
 - **Triton on EC2 behind an ALB**: the same models on the same hardware at the same measured (or
   derived) throughputs, one HTTP request per frame, the DAG in one server (an ensemble: no queues, no
@@ -16,8 +17,8 @@ API), beside two ways a user could serve the same models instead (docs/cost.md):
 
 Every app is planned as ``skinflint plan APP --rate R`` plans it (the control loop's defaults, not the
 environment's), once per batch floor; each design is priced on the plan of least all-in cost for it
-(today's design: the fleet-only plan, as the code plans). Prices: ``profiles/aws_prices.json`` (from
-memory, dated) and ``profiles/hardware.json``.
+(today's design, at 1 and at N frames per POST: the fleet-only plan, as the code plans). Prices:
+``profiles/aws_prices.json`` (from memory, dated) and ``profiles/hardware.json``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ __all__ = ["PLOT", "add_arguments", "run_command", "tco"]
 
 APPS = ("traffic", "face", "pose", "caption", "actdet")
 PLOT = "tco.png"
-DESIGNS = ("today", "batched", "batched_push", "batched_rest_waf", "triton_alb", "sagemaker")
+DESIGNS = ("today", "today_batch", "batched", "batched_push", "batched_rest_waf", "triton_alb", "sagemaker")
 ALB_FREE_RULES = 10  # rule evaluations: the first 10 rules of a request are free
 TARGET_USD_PER_M = 1.50  # issue #25: traffic, 8 KB, 10 frames per POST, 1,000 frames/s
 
@@ -180,6 +181,7 @@ def tco(
             for kb in sizes:
                 designs = {
                     "today": _priced(reprice(preview, AllInSpec(TODAY, prices, kb, 1)), rate),
+                    "today_batch": _priced(reprice(preview, AllInSpec(TODAY, prices, kb, per_post)), rate),
                     "batched": _priced(
                         reprice(preview, AllInSpec(BATCHED, prices, kb, per_post, fold=True)), rate
                     ),
@@ -230,7 +232,8 @@ def render(rows: list[dict[str, Any]], plots: list[str]) -> None:
 
     console = Console(width=max(Console().width, 150))
     table = Table(title="all-in $ per million frames (fleet + data plane; Triton low-high; docs/cost.md)")
-    cols = ["app", "frames/s", "KB", "today", "batched pull", "batched push", "batched REST+WAF"]
+    cols = ["app", "frames/s", "KB", "today", "today N/POST"]
+    cols += ["batched pull", "batched push", "batched REST+WAF"]
     cols += ["Triton+ALB", "SageMaker"]
     cols += ["batched fleet", "batched data plane", "batches (batched)"]  # batches in module order
     for col in cols:
@@ -247,6 +250,7 @@ def render(rows: list[dict[str, Any]], plots: list[str]) -> None:
             f"{row['rate']:,.0f}",
             f"{row['frame_kb']:g}",
             f"{row['today']['per_million_frames']:.2f}",
+            f"{row['today_batch']['per_million_frames']:.2f}",
             f"{b['per_million_frames']:.2f}",
             f"{row['batched_push']['per_million_frames']:.2f}",
             f"{row['batched_rest_waf']['per_million_frames']:.2f}",
@@ -258,12 +262,13 @@ def render(rows: list[dict[str, Any]], plots: list[str]) -> None:
         )
     console.print(table)
     items = Table(
-        title="itemised, $ per million frames: today (1 frame per POST) and batched (N per POST, pull)"
+        title="itemised, $ per million frames: today (1 frame per POST, and N per POST: today_batch) and "
+        "batched (N per POST, pull)"
     )
     for col in ["app", "frames/s", "KB", "design", "fleet", *SERVICES]:
         items.add_column(col, justify="left" if col in ("app", "design") else "right")
     for row in rows:
-        for design in ("today", "batched"):
+        for design in ("today", "today_batch", "batched"):
             it = row[design]["items"]
             items.add_row(
                 row["app"],
@@ -314,17 +319,23 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
 
     panels = sorted({(r["rate"], r["frame_kb"]) for r in rows})
     apps = list(dict.fromkeys(r["app"] for r in rows))
-    designs = ("today", "batched", "triton_alb", "sagemaker")
-    labels = {"today": "today", "batched": "batched", "triton_alb": "Triton", "sagemaker": "SageMaker"}
+    designs = ("today", "today_batch", "batched", "triton_alb", "sagemaker")
+    labels = {
+        "today": "today",
+        "today_batch": "today N",
+        "batched": "batched",
+        "triton_alb": "Triton",
+        "sagemaker": "SageMaker",
+    }
     cols = 2
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(14, 4.5 * nrows), squeeze=False)
     colours = [plt.get_cmap("tab10")(i) for i in range(len(_STACK))]
-    width = 0.2
+    width = 0.16
     for ax, (rate, kb) in zip(axes.flat, panels, strict=False):
         by_app = {r["app"]: r for r in rows if r["rate"] == rate and r["frame_kb"] == kb}
         for d, design in enumerate(designs):
-            xs = [i + (d - 1.5) * width for i in range(len(apps))]
+            xs = [i + (d - (len(designs) - 1) / 2) * width for i in range(len(apps))]
             bottom = [0.0] * len(apps)
             for s, (label, keys) in enumerate(_STACK):
                 heights = [sum(by_app[a][design]["items"].get(k, 0.0) for k in keys) for a in apps]
@@ -352,7 +363,10 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
         ax.set_visible(False)
     handles, names = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=len(_STACK), fontsize=8)
-    fig.suptitle("All-in cost per million frames: today's data plane, the batched one, Triton+ALB, SageMaker")
+    fig.suptitle(
+        "All-in cost per million frames: today's data plane (1 and N frames per POST), the batched one, "
+        "Triton+ALB, SageMaker"
+    )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     out = Path(path)
     try:
@@ -368,8 +382,9 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "The all-in cost (EC2 fleet + data plane) of every demo app, $ per million frames itemised by "
-        "service, for today's data plane and the batched one, beside Triton on EC2 behind an ALB and "
-        "SageMaker real-time endpoints (docs/cost.md). Pure arithmetic on the plans: nothing runs."
+        "service, for today's data plane (1 and N frames per POST) and the batched one, beside Triton on "
+        "EC2 behind an ALB and SageMaker real-time endpoints (docs/cost.md). Pure arithmetic on the "
+        "plans: nothing runs."
     )
     parser.add_argument(
         "--apps", default=",".join(APPS), help=f"apps, comma-separated (default {','.join(APPS)})"
@@ -384,7 +399,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--frames-per-post",
         type=int,
         default=10,
-        help="frames per POST of the batched design, 1-10 (default 10)",
+        help="frames per POST of the batched design and of today_batch, 1-10 (default 10)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(

@@ -5,18 +5,20 @@ costs at the planned rates (docs/cost.md). Pure: no AWS, no clock, no environmen
 A data plane is described by a :class:`DataPlanePolicy`: every request it makes per POST, per frame, per
 task and per batch is a named field, so the model can be audited against the code. Two policies:
 
-- :data:`TODAY`: the design as the code is (front/service.py, workers/worker.py, core/adapters/*.py,
-  docs/dataplane.md): a POST per frame behind a REST API and WAF, a frame item, a slot-count update per
-  root module, one SQS message per task carrying the whole frame inline, a conditional ``PutItem`` per
-  task, consistent outcome reads by the leaves and an outcome claim per frame;
-- :data:`BATCHED`: the target of issue #25: N frames per POST behind an HTTP API (the front checks the
-  key), frames carried once (inline in the root message, or one S3 object per POST above SQS's size
-  limit), one child message per parent batch and child module carrying crops and the parent's results,
-  no per-task writes, one result record per leaf batch, completion by counts (metrics).
+- :data:`TODAY`: the design as the code is (front/service.py, front/admission.py, workers/worker.py,
+  core/adapters/results.py, core/adapters/slots.py, docs/dataplane.md): 1-10 frames per POST behind a
+  REST API and WAF; per POST one ``BatchWriteItem`` of the POST item and its deadline-index item and one
+  slot-count ``UpdateItem`` per root module; one SQS message per task carrying the whole frame inline
+  (a child's also its ancestors' results, the ``lineage``, and its ``weight``); no per-task writes and
+  no outcome reads or claims: one compressed record item per batch and POST among its terminal tasks;
+- :data:`BATCHED`: what remains of issue #25's target on top of it: an HTTP API (the front checks the
+  key), frames carried once (inline in one root message per POST, or one S3 object per POST above
+  SQS's size limit), one child message per parent batch and child module carrying crops and the
+  parents' results instead of the whole frame per child.
 
 The model's three kinds of terms: per POST and per frame (the front), per task (the bytes a task's
-message carries; per-task writes) and per batch (receive, delete and child-send calls, the result
-record; :func:`batch_usd` prices one batch). The per-batch terms scale with rate / batch, so batch
+message carries) and per batch (receive, delete and child-send calls, the result records of a batch
+of terminal tasks; :func:`batch_usd` prices one batch). The per-batch terms scale with rate / batch, so batch
 sizes trade device time against requests: ``skinflint plan --objective all-in`` (control/preview.py)
 picks the plan of least fleet + data plane among batch floors.
 """
@@ -52,6 +54,7 @@ KB = 1024
 GB = 1024**3
 SQS_CHUNK_BYTES = 64 * KB  # SQS bills each 64 KB chunk of a request's payload as one request
 SQS_MAX_MESSAGE_BYTES = 256 * KB  # a message, and a SendMessageBatch request, at most
+SQS_INLINE_LIMIT_BYTES = 200 * KB  # core/settings.py: base64 frames up to this travel inline, else S3
 SQS_MAX_ENTRIES = 10  # messages per SendMessageBatch / ReceiveMessage / DeleteMessageBatch
 DDB_WRITE_UNIT_BYTES = 1 * KB  # a write request unit: up to 1 KB of item
 DDB_READ_UNIT_BYTES = 4 * KB  # a strongly consistent read unit: up to 4 KB
@@ -139,8 +142,12 @@ class DataPlanePolicy:
     front_ms_per_post: float = 12.0  # estimate: handler time of a POST, not measured on AWS
     front_ms_per_frame: float = 3.0  # estimate: decode, validate, route one frame
     front_log_bytes_per_post: float = 1500.0  # EMF metric lines + Lambda's START/END/REPORT lines
-    # -- DynamoDB writes made by the front
-    frame_items_per_frame: float = 0.0  # the frame item (results table), per frame
+    # -- DynamoDB writes made by the front, per POST: one BatchWriteItem of the POST item (a base plus
+    # each frame's index, accept time, deadline and roots) and its deadline-index item
+    post_items: bool = True
+    post_item_bytes: float = 72.0
+    post_item_bytes_per_frame: float = 56.0
+    index_item_bytes: float = 95.0
     # admission's shared slot count (a conditional UpdateItem), per root module: per frame, or per POST
     slot_updates_per_frame: float = 0.0
     slot_updates_per_post: float = 0.0
@@ -150,17 +157,13 @@ class DataPlanePolicy:
     crop_fraction: float = 0.25  # a crop's bytes, as a share of the frame's (an assumption)
     envelope_bytes: float = 600.0  # a message's JSON envelope (ids, deadline, routing)
     task_bytes: float = 300.0  # each task's own fields in a message (ids, box, timings)
-    parent_result_bytes: float = 200.0  # a parent task's output a child message carries
-    # -- per task and per frame storage writes and reads
-    task_item_wcu: float = 0.0  # conditional PutItem of the task item, write units per task
-    outcome_claim_wcu_per_frame: float = 0.0  # conditional PutItem of the outcome item
-    outcome_head_keys: float = 0.0  # keys of a leaf check's first read beyond the roots (frame, outcome)
-    outcome_later_walk: float = 0.0  # share of a frame's later leaf checks that walk the whole tree
-    result_records: Literal["task_items", "per_leaf_batch"] = "task_items"
+    parent_result_bytes: float = 200.0  # an ancestor's output a child message carries (per ancestor)
+    # -- the result records: per batch, one item per POST among its terminal tasks (no children), written
+    # with BatchWriteItem: ``record_item_bytes`` (keys, times, the first task) + a task's compressed bytes
+    # per further terminal task (with its share of the ancestors the record carries)
     result_sink: Literal["dynamodb", "sqs", "s3"] = "dynamodb"
-    result_bytes_per_task: float = 200.0  # a leaf task's output in a result record
-    stored_bytes_per_task: float = 600.0  # bytes kept per task for the retention (items, records)
-    stored_bytes_per_frame: float = 400.0  # bytes kept per frame (frame item + outcome, or counts)
+    record_item_bytes: float = 400.0
+    result_bytes_per_task: float = 65.0
     retention_days: float = 7.0  # cdk/constants.py RESULTS_RETENTION_DAYS
     frame_retention_days: float = 1.0  # frames stored in S3: a 1-day lifecycle rule (S3's shortest)
     pitr: bool = True  # point-in-time recovery on the results table
@@ -177,46 +180,60 @@ class DataPlanePolicy:
 
 TODAY = DataPlanePolicy(
     name="today",
-    summary="the design as the code is: a POST per frame (REST API + WAF), a frame item, a message per "
-    "task carrying the whole frame, a task item per task, consistent outcome reads, an outcome claim",
-    api="rest",
+    summary="the design as the code is: 1-10 frames per POST (REST API + WAF), a POST item and its index "
+    "item, a message per task carrying the whole frame (children: + the ancestors' results), a record "
+    "per batch and POST of the terminal tasks",
+    api="rest",  # cdk/stacks/front.py: REST API + WAF (two managed rule groups + a per-IP rate rule)
     waf=True,
-    front_ms_per_post=20.0,  # writes the frame item and sends the root messages, in parallel
-    front_ms_per_frame=0.0,
-    frame_items_per_frame=1.0,  # front/service.py: the frame item (root task ids)
-    # front/admission.py _find_slot -> core/adapters/slots.py take, for each frame and root module
-    # (SKINFLINT_ADMISSION_SHARED, on in cdk/stacks/front.py)
-    slot_updates_per_frame=1.0,
+    # front/service.py accept: validate and route each frame, then the POST's BatchWriteItem and the root
+    # messages' SendMessageBatch in parallel (estimates, not measured on AWS)
+    front_ms_per_post=20.0,
+    front_ms_per_frame=3.0,
+    # core/adapters/results.py create_frames: one BatchWriteItem of the POST item (measured with
+    # core/adapters/usage.py item_size: 72 B + 56 B per frame, 631 B for 10 frames) and its deadline-index
+    # item (95 B): 2 write units per POST of up to 10 frames
+    post_items=True,
+    # front/admission.py _take_shared -> core/adapters/slots.py take_upto: one conditional UpdateItem per
+    # POST and root module (SKINFLINT_ADMISSION_SHARED, on in cdk/stacks/front.py); a second one when the
+    # window has room for part of the POST only, and one in the next window for the rest: not counted
+    slot_updates_per_post=1.0,
+    # front/service.py: a message per root task (SendMessageBatch of the POST's messages), the frame inline
+    # base64 (core/settings.py SQS_INLINE_LIMIT_BYTES, 200 KB, else an S3 object per frame);
+    # workers/worker.py _forward: a message per child task, again with the whole frame inline
     messages="per_task",
-    child_carries="frame",  # workers/worker.py forwards each child with the frame inline
-    task_item_wcu=1.0,  # core/adapters/results.py: one conditional PutItem per task (< 1 KB)
-    outcome_claim_wcu_per_frame=1.0,  # core/adapters/outcomes.py _claim
-    outcome_head_keys=2.0,  # core/adapters/outcomes.py _read: frame + outcome + the roots' task items
-    # the first leaf module's check walks the tree; a later one mostly stops at the head (outcome already
-    # claimed): 0.36 of them walk it too, which gives the 10.7 read units per traffic frame measured in
-    # issue #25's demo run (3 + 3.45 + 3 + 0.36 x 3.45 = 10.7)
-    outcome_later_walk=0.36,
-    result_records="task_items",
-    stored_bytes_per_task=600.0,
-    stored_bytes_per_frame=400.0,
+    child_carries="frame",
+    # measured on TaskMessage.model_dump_json (core/adapters/queues.py): a root message without its frame
+    # is 512 B (the envelope and the task's fields are one: a message is one task)
+    envelope_bytes=212.0,
+    task_bytes=300.0,
+    # a child's lineage (core/schema.py TaskMessage.lineage): each ancestor's TaskOut JSON (411 B with
+    # the runtime's output, workers/runtimes.py OnnxRuntime.run) + the child's weight and crop box: 471 B
+    parent_result_bytes=471.0,
+    # core/adapters/results.py record_tasks / _pack: zlib JSON of the traffic app's terminal tasks with
+    # their lineage, measured: 342 B for a lone task, 1,226 B for 16 (8 frames), 1,434 B for 20, so
+    # about 280 B + 60-80 B per task, plus 112 B of keys, recorded_at and expires_at per item
+    result_sink="dynamodb",
+    record_item_bytes=400.0,
+    result_bytes_per_task=65.0,
 )
 
-BATCHED = DataPlanePolicy(
+BATCHED = TODAY.with_(
     name="batched",
-    summary="issue #25's target: N frames per POST (HTTP API, the front's key check), frames carried "
-    "once, a message per parent batch with crops, no per-task writes, a result record per leaf batch",
+    summary="what remains of issue #25's target: N frames per POST on an HTTP API (the front checks "
+    "the key), frames carried once, a message per parent batch with crops and the parents' results",
     api="http",
     waf=False,
-    front_ms_per_post=12.0,
-    front_ms_per_frame=3.0,
-    slot_updates_per_post=1.0,  # admission's shared count, once per POST per root module
-    messages="per_batch",
-    child_carries="crop",
-    result_records="per_leaf_batch",
-    result_sink="dynamodb",  # the pull API reads it; sqs / s3 are the push sinks
-    stored_bytes_per_task=200.0,  # the leaf's output in its batch's record
-    stored_bytes_per_frame=0.0,  # completion by counts: nothing stored per frame
+    front_ms_per_post=12.0,  # no WAF hop; the key check in the handler (estimate)
+    messages="per_batch",  # one root message per POST and root, one child message per parent batch
+    child_carries="crop",  # a crop (crop_fraction of the frame) and the parents' results, not the frame
+    envelope_bytes=600.0,  # the batch message's shared fields (an assumption)
+    # the lineage, compacted and shared by a parent's children in one message (an assumption; today's
+    # per-task message carries 471 B per ancestor)
+    parent_result_bytes=200.0,
 )
+# already in the code, so kept from TODAY: 1-10 frames per POST, the slot count per POST, the POST item
+# and its index item, no per-task writes, completion by weights (no outcome reads or claims), the result
+# records per batch and POST
 
 POLICIES: dict[str, DataPlanePolicy] = {TODAY.name: TODAY, BATCHED.name: BATCHED}
 
@@ -236,27 +253,41 @@ def _frame_inline(policy: DataPlanePolicy, w: Workload) -> float:
 def _root_task_bytes(policy: DataPlanePolicy, w: Workload) -> float:
     """Bytes a root task adds to its message (the frame inline, or an S3 key when it does not fit)."""
     if policy.messages == "per_task":
-        inline = policy.envelope_bytes + policy.task_bytes + _frame_inline(policy, w)
-        return inline if inline <= SQS_MAX_MESSAGE_BYTES else policy.envelope_bytes + policy.task_bytes
+        inline = 0.0 if _post_to_s3(policy, w) else _frame_inline(policy, w)
+        return policy.envelope_bytes + policy.task_bytes + inline
     return policy.task_bytes + (_frame_inline(policy, w) if not _post_to_s3(policy, w) else 0.0)
 
 
 def _post_to_s3(policy: DataPlanePolicy, w: Workload) -> bool:
     """Whether a POST's frames go to S3 (one object per POST, or per frame today) rather than inline."""
-    if policy.messages == "per_task":
-        return policy.envelope_bytes + policy.task_bytes + _frame_inline(policy, w) > SQS_MAX_MESSAGE_BYTES
+    if policy.messages == "per_task":  # front/service.py _payload: base64 over 200 KB goes to S3
+        return _frame_inline(policy, w) > SQS_INLINE_LIMIT_BYTES
     per_post = policy.envelope_bytes + w.frames_per_post * (policy.task_bytes + _frame_inline(policy, w))
     return per_post > SQS_MAX_MESSAGE_BYTES
 
 
-def _child_task_bytes(policy: DataPlanePolicy, w: Workload) -> float:
+def _ancestors(w: Workload, module: str) -> int:
+    """How many ancestors a task of ``module`` has (0 for a root): the lineage its message carries."""
+    depth, seen = 0, {module}
+    parent = w.parent_of(module)
+    while parent is not None and parent[0].name not in seen:
+        depth += 1
+        seen.add(parent[0].name)
+        parent = w.parent_of(parent[0].name)
+    return depth
+
+
+def _child_task_bytes(policy: DataPlanePolicy, w: Workload, module: str) -> float:
+    lineage = _ancestors(w, module) * policy.parent_result_bytes
     if policy.child_carries == "frame":
-        return _root_task_bytes(policy, w) + policy.parent_result_bytes
-    return policy.task_bytes + policy.crop_fraction * _frame_inline(policy, w) + policy.parent_result_bytes
+        return _root_task_bytes(policy, w) + lineage
+    return policy.task_bytes + policy.crop_fraction * _frame_inline(policy, w) + lineage
 
 
 def _task_bytes(policy: DataPlanePolicy, w: Workload, module: str) -> float:
-    return _root_task_bytes(policy, w) if w.parent_of(module) is None else _child_task_bytes(policy, w)
+    if w.parent_of(module) is None:
+        return _root_task_bytes(policy, w)
+    return _child_task_bytes(policy, w, module)
 
 
 def _tasks_per_message(policy: DataPlanePolicy, w: Workload, module: str) -> float:
@@ -289,13 +320,17 @@ def _sqs_billed(calls: float, payload_bytes: float) -> float:
 @dataclass(frozen=True)
 class _Units:
     """Billing units, as counts: ``sqs`` requests, ``wcu`` / ``rcu`` DynamoDB request units,
-    ``s3_put`` / ``s3_get`` requests."""
+    ``s3_put`` / ``s3_get`` requests (nothing reads on the normal path: ``rcu`` stays 0; a ``GET`` and
+    a redelivery's check are not counted); ``kept`` bytes written to the results table (``kept_s3``: to S3)
+    that stay for the retention."""
 
     sqs: float = 0.0
     wcu: float = 0.0
     rcu: float = 0.0
     s3_put: float = 0.0
     s3_get: float = 0.0
+    kept: float = 0.0
+    kept_s3: float = 0.0
 
     def __add__(self, other: _Units) -> _Units:
         return _Units(*(a + b for a, b in zip(self._t(), other._t(), strict=True)))
@@ -303,16 +338,42 @@ class _Units:
     def __mul__(self, k: float) -> _Units:
         return _Units(*(a * k for a in self._t()))
 
-    def _t(self) -> tuple[float, float, float, float, float]:
-        return (self.sqs, self.wcu, self.rcu, self.s3_put, self.s3_get)
+    def _t(self) -> tuple[float, ...]:
+        return (self.sqs, self.wcu, self.rcu, self.s3_put, self.s3_get, self.kept, self.kept_s3)
+
+
+def _posts_per_batch(w: Workload, module: ModuleLoad, batch: float) -> float:
+    """POSTs a batch of ``module`` holds tasks of: a POST brings ``frames_per_post`` x the module's
+    tasks per frame at once, so ``batch`` consecutive tasks span 1 + (batch - 1) / that many POSTs on
+    average (at most one per task)."""
+    per_post = w.frames_per_post * module.rate / w.frame_rate
+    if per_post <= 0:
+        return batch
+    return min(batch, 1.0 + (batch - 1.0) / per_post)
+
+
+def _record_units(policy: DataPlanePolicy, w: Workload, module: ModuleLoad, batch: float) -> _Units:
+    """The result records of a batch of terminal tasks: one item per POST among them
+    (core/adapters/results.py record_tasks), each billed by its KB of compressed record."""
+    posts = _posts_per_batch(w, module, batch)
+    item = policy.record_item_bytes + max(0.0, batch / posts - 1.0) * policy.result_bytes_per_task
+    if policy.result_sink == "dynamodb":  # BatchWriteItem: a write unit per KB (started) of each item
+        # items of one batch differ in size (a POST's piece of it), so a unit per started KB of the mean
+        # item would jump; its mean over a spread of sizes is the KBs + 0.5, and at least 1
+        units = max(1.0, item / DDB_WRITE_UNIT_BYTES + 0.5)
+        return _Units(wcu=posts * units, kept=posts * item)
+    if policy.result_sink == "sqs":  # a results queue: send, the consumer's receive and delete
+        return _Units(sqs=2 * math.ceil(posts * item / SQS_CHUNK_BYTES) + 1)
+    return _Units(s3_put=1.0, s3_get=1.0, kept_s3=posts * item)  # an S3 object per batch, read once
 
 
 def _batch_units(policy: DataPlanePolicy, w: Workload, module: ModuleLoad, batch: float) -> _Units:
     """The units one batch of ``batch`` tasks of ``module`` costs: receive, delete and child-send calls
-    (billed by 64 KB chunk), the result record of a leaf batch, S3 reads of frames stored there."""
+    (billed by 64 KB chunk), the result records of a batch of terminal tasks, S3 reads of frames stored
+    there."""
     messages = batch / _tasks_per_message(policy, w, module.name)
     # a receive returns up to 10 messages: per batch, a call of its own unless one message holds more than
-    # a batch (then a call per message); today's deep queues fill every receive (10 per call)
+    # a batch (then a call per message); a message per task: deep queues fill every receive (10 per call)
     calls = (
         max(messages / SQS_MAX_ENTRIES, min(1.0, messages))
         if policy.messages == "per_batch"
@@ -327,31 +388,24 @@ def _batch_units(policy: DataPlanePolicy, w: Workload, module: ModuleLoad, batch
         child_calls = max(1.0, child_messages / SQS_MAX_ENTRIES)
         sqs += _sqs_billed(child_calls, child_messages * _message_bytes(policy, w, child))
     units = _Units(sqs=sqs)
-    if not module.children and policy.result_records == "per_leaf_batch":
-        record = policy.envelope_bytes + batch * policy.result_bytes_per_task
-        if policy.result_sink == "dynamodb":
-            units += _Units(wcu=math.ceil(record / DDB_WRITE_UNIT_BYTES))
-        elif policy.result_sink == "sqs":  # a results queue: send, the consumer's receive and delete
-            units += _Units(sqs=2 * math.ceil(record / SQS_CHUNK_BYTES) + 1)
-        else:  # an S3 object per batch, read once by its consumer
-            units += _Units(s3_put=1.0, s3_get=1.0)
+    if not module.children:  # a task that forwards children is not written: its result travels on
+        units += _record_units(policy, w, module, batch)
     if w.parent_of(module.name) is None and _post_to_s3(policy, w) and policy.messages == "per_batch":
         units += _Units(s3_get=messages)  # a root message names its POST's object: one GET each
     return units
 
 
 def _task_units(policy: DataPlanePolicy, w: Workload, module: ModuleLoad) -> _Units:
-    """Units per task that do not depend on the batch: today's task item, and the S3 read of a frame a
-    per-task message names (frames over SQS's limit)."""
-    units = _Units(wcu=policy.task_item_wcu)
+    """Units per task that do not depend on the batch: the S3 read of a frame a per-task message
+    names (frames over the inline limit; no per-task writes)."""
     if policy.messages == "per_task" and _post_to_s3(policy, w):
-        units += _Units(s3_get=1.0)
-    return units
+        return _Units(s3_get=1.0)
+    return _Units()
 
 
 def batch_usd(policy: DataPlanePolicy, w: Workload, module: str, batch: int, prices: AwsPrices) -> float:
     """USD of the requests one batch of ``batch`` tasks of ``module`` makes (receive, delete, child sends,
-    result record): the per-batch term the planner may fold into a configuration's price."""
+    result records): the per-batch term the planner may fold into a configuration's price."""
     return _usd(_batch_units(policy, w, w.module(module), float(batch)), prices)
 
 
@@ -425,13 +479,17 @@ def _front_units(policy: DataPlanePolicy, w: Workload) -> _Units:
     """Per second: the front's DynamoDB writes, root sends and S3 puts."""
     posts = w.frame_rate / w.frames_per_post
     units = _Units(
-        wcu=w.frame_rate * policy.frame_items_per_frame
-        + (w.frame_rate * policy.slot_updates_per_frame + posts * policy.slot_updates_per_post) * len(w.roots)
+        wcu=(w.frame_rate * policy.slot_updates_per_frame + posts * policy.slot_updates_per_post)
+        * len(w.roots)
     )
+    if policy.post_items:  # one BatchWriteItem: the POST item and its deadline-index item
+        post_item = policy.post_item_bytes + w.frames_per_post * policy.post_item_bytes_per_frame
+        wcu = math.ceil(post_item / DDB_WRITE_UNIT_BYTES) + math.ceil(
+            policy.index_item_bytes / DDB_WRITE_UNIT_BYTES
+        )
+        units += _Units(wcu=posts * wcu, kept=posts * (post_item + policy.index_item_bytes))
     for root in w.roots:
-        if (
-            policy.messages == "per_task"
-        ):  # a message per frame, in SendMessageBatch calls of the POST's frames
+        if policy.messages == "per_task":  # a message per frame, in SendMessageBatch calls of the POST's
             calls = posts * max(1.0, w.frames_per_post / SQS_MAX_ENTRIES)
             units += _Units(sqs=_sqs_billed(calls, w.frame_rate * _message_bytes(policy, w, root.name)))
         else:  # one message per POST
@@ -441,23 +499,10 @@ def _front_units(policy: DataPlanePolicy, w: Workload) -> _Units:
     return units
 
 
-def _outcome_units(policy: DataPlanePolicy, w: Workload) -> _Units:
-    """Per second: today's outcome checks (consistent reads by each leaf module reached) and claims."""
-    if policy.outcome_head_keys <= 0 and policy.outcome_claim_wcu_per_frame <= 0:
-        return _Units()
-    roots = len(w.roots)
-    leaves = [m for m in w.modules if not m.children]
-    checks = sum(min(1.0, m.rate / w.frame_rate) for m in leaves)  # leaf modules a frame reaches
-    walked = sum(m.rate for m in w.modules if w.parent_of(m.name) is not None) / w.frame_rate
-    head = policy.outcome_head_keys + roots
-    reads = head * checks + walked * (1 + policy.outcome_later_walk * max(0.0, checks - 1))
-    return _Units(rcu=w.frame_rate * reads, wcu=w.frame_rate * policy.outcome_claim_wcu_per_frame)
-
-
 def data_plane_bill(policy: DataPlanePolicy, w: Workload, prices: AwsPrices) -> DataPlaneBill:
     """The data plane's bill of ``w`` under ``policy`` at ``prices``."""
     per_hour, units_per_frame = _front(policy, w, prices)
-    per_s = _front_units(policy, w) + _outcome_units(policy, w)
+    per_s = _front_units(policy, w)
     for m in w.modules:
         if m.rate <= 0:
             continue
@@ -467,13 +512,10 @@ def data_plane_bill(policy: DataPlanePolicy, w: Workload, prices: AwsPrices) -> 
     per_hour["sqs"] = prices.require("sqs", "Requests").cost(per_s.sqs) * 3600
     month = 1 / HOURS_PER_MONTH
     tasks = sum(m.rate for m in w.modules)
-    # the records kept for the retention: in the results table, unless a push sink holds them (an S3
-    # object per batch is kept as long; an SQS results queue's messages cost nothing to keep)
-    kept_gb = tasks * policy.stored_bytes_per_task * policy.retention_days * 86400 / GB
-    in_table = policy.result_records == "task_items" or policy.result_sink == "dynamodb"
-    stored_gb = (kept_gb if in_table else 0.0) + w.frame_rate * policy.stored_bytes_per_frame * (
-        policy.retention_days * 86400 / GB
-    )
+    # the items kept for the retention: the POST items and the result records in the results table
+    # (a push sink's records: an S3 object per batch is kept as long; an SQS queue's cost nothing to keep)
+    retention_s = policy.retention_days * 86400
+    stored_gb = per_s.kept * retention_s / GB
     ddb = (
         prices.require("dynamodb", "WriteRequestUnits").cost(per_s.wcu)
         + prices.require("dynamodb", "ReadRequestUnits").cost(per_s.rcu)
@@ -482,7 +524,7 @@ def data_plane_bill(policy: DataPlanePolicy, w: Workload, prices: AwsPrices) -> 
     if policy.pitr:
         ddb += prices.require("dynamodb", "PitrGBMonths").cost(stored_gb) * month
     per_hour["dynamodb"] = ddb
-    s3_stored_gb = kept_gb if not in_table and policy.result_sink == "s3" else 0.0
+    s3_stored_gb = per_s.kept_s3 * retention_s / GB
     if _post_to_s3(policy, w):  # frames kept in S3 for the retention (a lifecycle rule deletes them)
         s3_stored_gb += w.frame_rate * w.frame_bytes * policy.frame_retention_days * 86400 / GB
     per_hour["s3"] = (
