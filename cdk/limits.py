@@ -182,12 +182,13 @@ def table_units(
         "over_table_defaults": over,
         "sources": (
             "results: frame rate x data_plane_units_per_frame (profiles/allin.py, the code's requests "
-            "per frame and task; its read units match a measured run); config: front executions "
+            "per frame and task, from the code's writes); config: front executions "
             "(cdk_context front_concurrency) and instances x the code's polling periods (cdk/limits.py); "
             "limits: DynamoDB's service quotas page"
         ),
         "not_counted": (
-            "clients' result reads (GET /v1/requests/{id}: 1 + tasks items each), and slot-count writes "
-            "refused because another front filled the window (one per front and full window tried)"
+            "clients' result reads (GET /v1/requests/{id}: one Query of the POST's items), and "
+            "slot-count writes refused because another front filled the window (one per front and full "
+            "window tried)"
         ),
     }

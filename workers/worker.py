@@ -4,12 +4,14 @@ The instance agent (:mod:`workers.instance`) derives its :class:`~core.schema.As
 config, queue) from the slot it claimed and gives it the router of the app's
 :class:`~core.schema.Deployment` in that plan version. The worker long-polls its queue, assembles
 batches per the dispatch schedule (:mod:`workers.batching`), drops early what can no longer meet
-its deadline, runs the batch (:mod:`workers.runtimes`), records results idempotently, forwards
-each result to the downstream modules through the same dispatch library as the front, and emits
-metrics. A processed message's delete may wait up to ``delete_linger_s`` (default 1 s,
+its deadline, runs the batch (:mod:`workers.runtimes`), forwards each result to the downstream
+modules through the same dispatch library as the front (the result travels in the children's
+``lineage``), records the batch's terminal tasks (one record per POST, core/adapters/results.py) and
+emits metrics. A processed message's delete may wait up to ``delete_linger_s`` (default 1 s,
 ``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine others: its result
-is already recorded, so a redelivery before the delete is a duplicate the conditional write absorbs,
-and the linger is far below the queues' 30 s visibility timeout. SIGTERM: the batch in hand is
+is already recorded, so a redelivery before the delete is a duplicate (checked before it is recorded
+or counted again: its receive count is above 1), and the linger is far below the queues' 30 s
+visibility timeout. SIGTERM: the batch in hand is
 finished, pending deletes are sent, everything still buffered is released
 (ChangeMessageVisibility 0). A queue deleted under the worker (the control loop's garbage
 collector removes a superseded version's queues) is logged once: the worker stops receiving, runs
@@ -456,7 +458,7 @@ class Worker:
         """Send the pending deletes (``force=False``: only once the oldest has waited
         ``delete_linger_s``). Returns how many were sent. A failure (other than the queue being gone)
         is logged: the messages come back after the visibility timeout and their redelivery is a
-        duplicate the results' conditional write absorbs."""
+        duplicate, checked against the records before it counts (``TaskRecord.recheck``)."""
         with self._delete_lock:
             due = force or self.clock() - self._to_delete_since >= self.delete_linger_s
             if not self._to_delete or not due:
@@ -544,7 +546,7 @@ class Worker:
         self, children: dict[str, list[tuple[TaskMessage, int, TaskRecord]]], enqueued_at: float
     ) -> int:
         """Send each child request to its machine's queue (at least once: a redelivered parent
-        forwards again; the child's conditional write makes the duplicate harmless). A child is
+        forwards again, its children marked ``recheck``; readers count a task id once). A child is
         routed by the time it is sent; its module latency counts from its parent's finish (the
         parent's result write comes after the forward, outside it)."""
         count = 0
