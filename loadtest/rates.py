@@ -117,6 +117,11 @@ class LoadPlan:
         if elapsed_s >= self.duration_s + self.drain_s:
             return None
         users = self.users_per_app(elapsed_s) * self.apps
+        if users == 0:
+            # the drain: locust stops users at the spawn rate too, so stop them all within ~1 s (at a
+            # rate of 1 user/s, 40 cameras went on posting through the drain and their last frames,
+            # killed unread at the end, counted as lost)
+            return 0, float(max(self.apps, round(self.rate * BURST_FACTOR / self.fps) * self.apps))
         return users, float(max(users, self.apps, 1))  # every change takes effect within ~1 s
 
     def offered_rate(self, elapsed_s: float) -> float:

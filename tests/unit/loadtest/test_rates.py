@@ -36,6 +36,8 @@ def test_steady_plan_offers_the_rate_with_cameras_of_one_frame_per_second():
     assert plan.tick(59.9)[0] == 8
     assert plan.tick(60.0)[0] == 0 and plan.tick(69.9)[0] == 0
     assert plan.tick(70.0) is None
+    # the drain stops every camera within a second (locust stops users at the spawn rate)
+    assert plan.tick(60.0)[1] >= 8 and LoadPlan("burst", 40.0, 6.0).tick(6.0) == (0, 80.0)
     assert plan.expected_frames() == pytest.approx(240.0)
 
 
