@@ -1,14 +1,19 @@
 """A load test's figures from its per-frame outcomes (``loadtest/users.py`` writes one JSON line per
-frame) and locust's CSV stats. Pure: no locust, no I/O but reading the files it is given.
+frame, each with the answer to the POST that carried it) and locust's CSV stats. Pure: no locust,
+no I/O but reading the files it is given.
 
 Definitions (docs/loadtest.md):
-- *offered*: frames posted; *accepted*: answered 202; *shed*: 429/503 with a shedding reason;
-  *errors*: any other answer (including connection failures, status 0);
+- *offered*: frames posted; *posts*: the POSTs that carried them (a frame's ``post_index`` 0 starts
+  one; a line without it is a POST of its own), a POST split on 503 ``batch_too_large`` counted as
+  the POSTs that were answered; *accepted*: frames answered 202; *shed*: frames answered 429/503
+  with a shedding reason (every frame of a shed POST); *errors*: any other answer (including
+  connection failures, status 0);
 - *answered*: accepted frames whose result is ``done``; *dropped*: dropped early by a worker
   (reported, with the reason); *lost*: accepted and never finished by the end of the drain;
 - *SLO attainment*: answered frames finished by their deadline, over accepted frames (dropped and
   lost count as misses) -- the issue's target -- and over answered frames (as ``skinflint demo``);
-- RPS: frames posted per second of the run (``duration``), not counting result polls.
+- RPS: frames posted per second of the run (``duration``), not counting result polls; the POST
+  latency percentiles are per POST (each POST once, whatever its frames).
 """
 
 from __future__ import annotations
@@ -63,9 +68,12 @@ def _summary(recs: list[dict[str, Any]], duration_s: float) -> dict[str, Any]:
         for record in done
         if record.get("finished_at") is not None and record["finished_at"] <= record.get("deadline", math.inf)
     )
-    post = [float(record["post_ms"]) for record in recs if record.get("post_ms") is not None]
+    posts = [record for record in recs if record.get("post_index", 0) == 0]
+    post = [float(record["post_ms"]) for record in posts if record.get("post_ms") is not None]
     return {
         "offered": offered,
+        "posts": len(posts),
+        "frames_per_post": offered / len(posts) if posts else math.nan,
         "accepted": len(accepted),
         "shed": len(shed),
         "shed_by_reason": dict(

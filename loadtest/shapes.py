@@ -1,7 +1,8 @@
 """Locust ``LoadTestShape``s: steady, ramp, diurnal, burst (the curves are in :mod:`loadtest.rates`).
 
 Each reads its parameters from the environment (``SKINFLINT_RATE`` frames/s per app at the peak,
-``SKINFLINT_DURATION_S``, ``SKINFLINT_APPS_N``, ``SKINFLINT_DRAIN_S``, ``SKINFLINT_FPS_PER_USER``),
+``SKINFLINT_DURATION_S``, ``SKINFLINT_APPS_N``, ``SKINFLINT_DRAIN_S``, ``SKINFLINT_FPS_PER_USER``;
+``SKINFLINT_FRAMES_PER_POST`` sets the cameras' POSTs, not the shape),
 which ``skinflint loadtest`` sets. Locust runs the first shape class it finds in a locustfile, so
 ``loadtest/locustfile.py`` exposes only :class:`SelectedShape` (picked by ``SKINFLINT_SHAPE``); a
 locustfile of your own can import one of the named shapes instead.

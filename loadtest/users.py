@@ -1,22 +1,34 @@
-"""Locust users: one camera class per demo app, posting real JPEG frames and collecting results.
+"""Locust users: one camera class per demo app, posting real JPEG frames in batches and collecting results.
 
-A user is a camera: it posts one frame of the generated video (:mod:`skinflint.local.video`,
-JPEG, nothing downloaded) every ``1 / SKINFLINT_FPS_PER_USER`` seconds from its own phase (random,
-or ``SKINFLINT_PHASES=even``), with the API key from ``SKINFLINT_API_KEY`` in ``x-api-key``. Each
-accepted frame is collected by a greenlet that reads ``GET /v1/requests/{id}`` once its SLO has
-passed, then 1, 2, 4 ... s later until it is done or dropped (or the test ends); with
-``SKINFLINT_COLLECT=after``, every result is read once the run and its drain are over instead.
-A frame's end-to-end latency is reported to locust as a ``FRAME`` request named ``e2e <app>`` (a
-dropped or lost frame as a failure), and every frame's outcome is written as one JSON line to
-``SKINFLINT_LOADTEST_OUT`` when the test stops (``loadtest/analysis.py`` turns them into RPS,
-failures, latency percentiles and SLO attainment).
+A user is a camera: it produces ``SKINFLINT_FPS_PER_USER`` frames/s of the generated video
+(:mod:`skinflint.local.video`, JPEG, nothing downloaded) and posts them ``N`` at a time, one POST
+every ``N / SKINFLINT_FPS_PER_USER`` seconds holding its last ``N`` frames, from its own phase
+(random, or ``SKINFLINT_PHASES=even``), with the API key from ``SKINFLINT_API_KEY`` in
+``x-api-key``. ``N`` is ``SKINFLINT_FRAMES_PER_POST`` (1-10), or by default (0) the frames of half
+the app's SLO at the camera's rate, within 1-10 (``skinflint demo``'s rule; the SLO is read from
+``GET /v1/apps`` at test start). Several frames go as the JSON batch form
+``{"frames": [{"image_b64": ...}, ...]}``, one alone as its ``image/jpeg`` body. A POST refused as
+larger than the app's plan can ever take (503 ``batch_too_large``) is sent again split into POSTs
+of the ``max_frames`` the front names, and every later POST to that app is split the same way.
 
-Shedding (429/503) is a locust failure named ``shed <status> <error>``; any other non-2xx is a
-failure named by its status and error code.
+Each frame of a POST is one outcome: the POST's status for each (429/503 shed all its frames), and
+each accepted frame's request id (the ``accepted`` list, in frame order) is collected by a greenlet
+that reads ``GET /v1/requests/{id}`` once its SLO has passed, then 1, 2, 4 ... s later until it is
+done or dropped (or the test ends); with ``SKINFLINT_COLLECT=after``, every result is read once the
+run and its drain are over instead. A frame's end-to-end latency (the server's: from its accept) is
+reported to locust as a ``FRAME`` request named ``e2e <app>`` (a dropped or lost frame as a
+failure), and every frame's outcome is written as one JSON line to ``SKINFLINT_LOADTEST_OUT`` when
+the test stops (``loadtest/analysis.py`` turns them into RPS, failures, latency percentiles and SLO
+attainment).
+
+Shedding (429/503) is a locust failure named ``shed <status> <error>``; a POST split on
+``batch_too_large`` one named ``split 503 batch_too_large``; any other non-2xx is a failure named
+by its status and error code.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import logging
@@ -48,6 +60,7 @@ _PLAN = LoadPlan.from_env()
 OUTCOMES: list[dict[str, Any]] = []
 POLLERS = Group()
 SLOS: dict[str, float] = {}  # app -> SLO (s), read from GET /v1/apps at test start
+MOST: dict[str, int] = {}  # app -> frames per POST the front takes (lowered by 503 batch_too_large)
 _FRAMES: list[bytes] = []
 _STATE = {"stopping": False}
 
@@ -59,13 +72,16 @@ def frames() -> list[bytes]:
 
 
 class CameraUser(HttpUser):
-    """Posts frames of one app at a steady pace and collects their results (abstract)."""
+    """Posts the frames of one app at a steady pace, ``N`` per POST, and collects their results
+    (abstract)."""
 
     abstract = True
     app: ClassVar[str] = ""
-    interval_s: ClassVar[float] = 1.0 / _PLAN.fps
 
     def on_start(self) -> None:
+        # the SLO is known here: test_start (_read_slos) runs before any user is spawned
+        self.per_post = _PLAN.per_post(SLOS.get(self.app, 1.0))
+        self.interval_s = self.per_post / _PLAN.fps
         # each camera its own phase, then a fixed pace on an absolute clock (locust's
         # constant_pacing counts on_start's time as task time and so realigns the phases)
         self._k = random.randrange(N_FRAMES)
@@ -77,33 +93,78 @@ class CameraUser(HttpUser):
         return max(0.0, self._next - time.time())
 
     @task
-    def send_frame(self) -> None:
-        frame = frames()[self._k % N_FRAMES]
-        self._k += 1
-        rec: dict[str, Any] = {"app": self.app, "sent_at": time.time()}
+    def send_frames(self) -> None:
+        """One POST of the camera's last ``per_post`` frames (split while the app's plan takes fewer)."""
+        batch = [frames()[(self._k + index) % N_FRAMES] for index in range(self.per_post)]
+        self._k += self.per_post
+        sent = 0
+        while sent < len(batch):
+            size = min(MOST.get(self.app, len(batch)), len(batch) - sent)
+            if self._post(batch[sent : sent + size]):
+                sent += size
+
+    def _post(self, batch: list[bytes]) -> bool:
+        """POST ``batch`` and record one outcome per frame; False (nothing recorded) when the front
+        refused it as larger than the plan can ever take and it must be sent split."""
+        if len(batch) == 1:
+            body: dict[str, Any] = {
+                "data": batch[0],
+                "headers": {"x-api-key": API_KEY, "content-type": "image/jpeg"},
+            }
+        else:
+            frames_b64 = [{"image_b64": base64.b64encode(frame).decode()} for frame in batch]
+            body = {"json": {"frames": frames_b64}, "headers": {"x-api-key": API_KEY}}
+        sent_at = time.time()
         with self.client.post(
             f"/v1/apps/{self.app}/frames",
-            data=frame,
-            headers={"x-api-key": API_KEY, "content-type": "image/jpeg"},
             name=f"POST /v1/apps/{self.app}/frames",
             catch_response=True,
+            **body,
         ) as resp:
-            rec["status"] = resp.status_code
-            rec["post_ms"] = (time.time() - rec["sent_at"]) * 1e3
-            error = _error_code(resp)
+            post_ms = (time.time() - sent_at) * 1e3
+            answer = _answer(resp)
+            error = str(answer.get("error", ""))
+            recs = [
+                {
+                    "app": self.app,
+                    "sent_at": sent_at,
+                    "status": resp.status_code,
+                    "post_ms": post_ms,
+                    "post_frames": len(batch),
+                    "post_index": index,
+                }
+                for index in range(len(batch))
+            ]
             if resp.status_code == 202:
-                rec["request_id"] = resp.json()["accepted"][0]["request_id"]
-                rec["result"] = "pending"
+                accepted = answer.get("accepted") or []
+                for rec, frame_accepted in itertools.zip_longest(recs, accepted[: len(recs)]):
+                    if frame_accepted is None:  # the front admits a POST whole; never expected
+                        rec.update(result="lost", error="no request id")
+                        continue
+                    rec.update(request_id=frame_accepted["request_id"], result="pending")
+                    if COLLECT == "during":
+                        POLLERS.spawn(_collect, self.client, rec)
                 resp.success()
-                if COLLECT == "during":
-                    POLLERS.spawn(_collect, self.client, rec)
+            elif (
+                len(batch) > 1
+                and resp.status_code == 503
+                and error == "batch_too_large"
+                and answer.get("max_frames")
+            ):
+                most = int(answer["max_frames"])
+                MOST[self.app] = max(1, min(MOST.get(self.app, len(batch)), most, len(batch) - 1))
+                resp.failure(f"split 503 batch_too_large (max_frames {most})")
+                return False
             elif resp.status_code in (429, 503):
-                rec["error"] = error
+                for rec in recs:
+                    rec["error"] = error
                 resp.failure(f"shed {resp.status_code} {error}")
             else:
-                rec["error"] = error or (resp.text or "")[:80]
-                resp.failure(f"{resp.status_code} {rec['error']}")
-        OUTCOMES.append(rec)
+                for rec in recs:
+                    rec["error"] = error or (resp.text or "")[:80]
+                resp.failure(f"{resp.status_code} {recs[0]['error']}")
+        OUTCOMES.extend(recs)
+        return True
 
 
 def _phase() -> float:
@@ -115,11 +176,17 @@ def _phase() -> float:
     return random.random()
 
 
-def _error_code(resp: Any) -> str:
+def _answer(resp: Any) -> dict[str, Any]:
+    """The JSON object of an answer ({} when it is none)."""
     try:
-        return str(resp.json().get("error", ""))
+        body = resp.json()
     except (ValueError, AttributeError):
-        return ""
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _error_code(resp: Any) -> str:
+    return str(_answer(resp).get("error", ""))
 
 
 def _collect(client: Any, rec: dict[str, Any]) -> None:

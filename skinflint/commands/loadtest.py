@@ -1,6 +1,7 @@
 """``skinflint loadtest``: run the locust load test (``loadtest/locustfile.py``, headless, in a
 subprocess) against the local stack -- started for you, as ``skinflint demo`` does -- or a deployed
-API (``--target URL --api-key K``), then print RPS, failures, end-to-end latency percentiles, SLO
+API (``--target URL --api-key K``), its cameras posting their frames in JSON batches
+(``--frames-per-post``), then print RPS, failures, end-to-end latency percentiles, SLO
 attainment, lost frames and the paths of locust's CSV and HTML reports. ``--report`` adds the cost
 report of the run (CloudWatch: the local stack's moto, or your account). Exit status 1 when a frame
 was lost or an answer was an error other than deliberate shedding (429/503)."""
@@ -70,6 +71,17 @@ def register(sub: Any) -> None:
         default=None,
         help="local stack: frames/s the plan is made for (default: --rate, else 4); "
         "--rate 8 --plan-rate 4 offers twice the planned rate",
+    )
+    parser.add_argument(
+        "--frames-per-post",
+        type=int,
+        default=None,
+        metavar="N",
+        help='frames per POST, 1-10, sent as the JSON batch form {"frames": [...]}: a camera at f '
+        "frames/s posts its last N frames every N/f s (default, per app: the frames of half the "
+        "app's SLO at the camera's rate, f x SLO / 2, within 1-10, as skinflint demo; 1 sends each "
+        "frame as its own image/jpeg POST). A POST larger than the app's plan can ever take (503 "
+        "batch_too_large) is split into POSTs of the max_frames the front names, and so are the rest",
     )
     parser.add_argument(
         "--phases",
@@ -241,10 +253,10 @@ def print_tables(summary: dict[str, Any]) -> None:
     console = Console(width=None if Console().is_terminal else 150)
     table = Table(
         title=f"skinflint loadtest: {summary['shape']} {summary['rate']:g} frames/s per app "
-        f"({summary['phases']} phases) "
+        f"({summary['phases']} phases, {summary['frames_per_post']} frames per POST) "
         f"for {summary['duration_s']:g} s against {summary['target']}"
     )
-    cols = ["app", "offered", "RPS", "accepted", "shed", "errors", "answered", "dropped", "lost",
+    cols = ["app", "offered", "POSTs", "RPS", "accepted", "shed", "errors", "answered", "dropped", "lost",
             "SLO (accepted)", "SLO (answered)", "e2e p50 / p95 / p99", "e2e max",
             "POST p50 / p99"]  # fmt: skip
     for column in cols:
@@ -258,6 +270,7 @@ def print_tables(summary: dict[str, Any]) -> None:
         table.add_row(
             name,
             str(figures["offered"]),
+            str(figures["posts"]),
             f"{figures['rps']:.2f}",
             str(figures["accepted"]),
             str(figures["shed"]),
@@ -323,12 +336,19 @@ def _target_apps(url: str, key: str, wanted: list[str] | None) -> dict[str, dict
 
 
 def _validate(args: argparse.Namespace) -> None:
+    # CLI start-up: loaded when this command runs
+    from core.ids import MAX_FRAMES_PER_POST
+
     for name in ("rate", "plan_rate", "slo"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
     if args.drain < 0:
         raise UsageError(f"--drain must not be negative, got {args.drain:g}")
+    if args.frames_per_post is not None and not 1 <= args.frames_per_post <= MAX_FRAMES_PER_POST:
+        raise UsageError(
+            f"--frames-per-post must be between 1 and {MAX_FRAMES_PER_POST}, got {args.frames_per_post}"
+        )
     local_only = (args.plan_rate, args.slo, args.epoch, args.retention)
     if args.target and any(value is not None for value in local_only):
         raise UsageError(
@@ -353,7 +373,14 @@ def run(args: argparse.Namespace) -> int:
         rate = args.rate or min(float(app.get("frame_rate") or 0) for app in deployed.values())
         if rate <= 0:
             raise UsageError("the deployed apps list no planned frame rate: pass --rate")
-        plan = LoadPlan(args.shape, rate, args.duration, apps=len(apps), drain_s=args.drain)
+        plan = LoadPlan(
+            args.shape,
+            rate,
+            args.duration,
+            apps=len(apps),
+            drain_s=args.drain,
+            frames_per_post=args.frames_per_post or 0,
+        )
         t0 = time.time()
         rc, paths = run_locust(
             args.target, key, apps, plan, out, args.json, args.phases, args.collect or "during"
@@ -366,7 +393,14 @@ def run(args: argparse.Namespace) -> int:
         apps = args.apps or ["traffic"]
         plan_rate = args.plan_rate or args.rate or 4.0
         rate = args.rate or plan_rate
-        plan = LoadPlan(args.shape, rate, args.duration, apps=len(apps), drain_s=args.drain)
+        plan = LoadPlan(
+            args.shape,
+            rate,
+            args.duration,
+            apps=len(apps),
+            drain_s=args.drain,
+            frames_per_post=args.frames_per_post or 0,
+        )
         rc, paths, target, report = _run_local(args, apps, plan_rate, plan, out)
     if rc not in (0, None):
         tail = (
@@ -378,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
     summary = summarise_run(read_outcomes(paths["outcomes"]), read_stats(paths["stats_csv"]), plan.duration_s)
     summary.update(
         phases=args.phases,
+        frames_per_post=plan.frames_per_post or "auto",
         collect=args.collect or ("during" if args.target else "after"),
         shape=plan.shape,
         rate=plan.rate,

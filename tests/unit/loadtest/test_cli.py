@@ -43,6 +43,8 @@ def test_bad_durations(text):
         (["demo", "--frames-per-post", "0"], "--frames-per-post must be between 1 and 10"),
         (["demo", "--frames-per-post", "11"], "--frames-per-post must be between 1 and 10"),
         (["loadtest", "--rate", "-1"], "--rate must be positive"),
+        (["loadtest", "--frames-per-post", "0"], "--frames-per-post must be between 1 and 10"),
+        (["loadtest", "--frames-per-post", "11"], "--frames-per-post must be between 1 and 10"),
         (["loadtest", "--target", "http://127.0.0.1:9"], "needs --api-key"),
         (["loadtest", "--target", "http://127.0.0.1:9", "--api-key", "k"], "cannot reach"),
     ],

@@ -36,6 +36,8 @@ def test_steady_plan_offers_the_rate_with_cameras_of_one_frame_per_second():
     assert plan.tick(59.9)[0] == 8
     assert plan.tick(60.0)[0] == 0 and plan.tick(69.9)[0] == 0
     assert plan.tick(70.0) is None
+    # the drain stops every camera within a second (locust stops users at the spawn rate)
+    assert plan.tick(60.0)[1] >= 8 and LoadPlan("burst", 40.0, 6.0).tick(6.0) == (0, 80.0)
     assert plan.expected_frames() == pytest.approx(240.0)
 
 
@@ -54,8 +56,26 @@ def test_diurnal_plan_offers_less_than_the_peak_on_average():
 def test_plan_round_trips_through_the_environment():
     plan = LoadPlan("burst", 3.0, 30.0, apps=2, drain_s=5.0)
     assert LoadPlan.from_env(plan.to_env()) == LoadPlan("burst", 3.0, 30.0, 2, 5.0, 1.0)
+    batched = LoadPlan("steady", 4.0, 30.0, frames_per_post=5)
+    assert LoadPlan.from_env(batched.to_env()).frames_per_post == 5
+    assert LoadPlan.from_env({}).frames_per_post == 0  # by the SLO
     with pytest.raises(ValueError, match="unknown shape"):
         LoadPlan("square", 1.0, 1.0)
+    with pytest.raises(ValueError, match="frames per POST"):
+        LoadPlan("steady", 1.0, 1.0, frames_per_post=11)
+
+
+def test_cameras_post_the_frames_of_half_the_slo_every_n_over_f_seconds():
+    # 4 frames/s: cameras of 1 frame/s, an SLO of 0.4 s holds 0.4 of a frame: one per POST
+    assert LoadPlan("steady", 4.0, 60.0).per_post(0.4) == 1
+    # 500 frames/s: 50 cameras of 10 frames/s; half of 0.4 s holds 2 frames: a POST every 0.2 s
+    fast = LoadPlan("steady", 500.0, 60.0)
+    assert fast.per_post(0.4) == 2 and fast.post_interval_s(0.4) == pytest.approx(0.2)
+    assert fast.per_post(5.0) == 10  # at most 10 (the JSON batch form's limit)
+    fixed = LoadPlan("steady", 4.0, 60.0, frames_per_post=8)
+    assert fixed.per_post(0.4) == 8 and fixed.post_interval_s(0.4) == pytest.approx(8.0)
+    # batching leaves the frames offered as they were
+    assert fixed.expected_frames() == LoadPlan("steady", 4.0, 60.0).expected_frames()
 
 
 def test_the_pure_modules_do_not_import_locust():
@@ -94,3 +114,18 @@ def test_summary_counts_shedding_errors_drops_losses_and_slo(tmp_path):
     assert s["drop_reasons"] == {"deadline": 1}
     assert s["rps"] == pytest.approx(3.0) and s["accepted_rps"] == pytest.approx(11 / 5)
     assert s["latency_p50_s"] == pytest.approx(0.14) and s["latency_max_s"] == 0.5
+    assert s["posts"] == 15 and s["frames_per_post"] == 1.0  # lines without post_index: a POST each
+
+
+def test_post_figures_count_each_post_once():
+    # a POST of 3 frames (100 ms) answered 202, one of 2 shed (50 ms), a single frame (10 ms)
+    outcomes = (
+        [rec(202, "done", 0.1, post_ms=100.0, post_frames=3, post_index=i) for i in range(3)]
+        + [rec(503, error="slot_full", post_ms=50.0, post_frames=2, post_index=i) for i in range(2)]
+        + [rec(202, "done", 0.2)]
+    )
+    s = summarise_run(outcomes, [], duration_s=2.0)["total"]
+    assert (s["offered"], s["posts"], s["accepted"], s["shed"]) == (6, 3, 4, 2)
+    assert s["frames_per_post"] == pytest.approx(2.0) and s["rps"] == pytest.approx(3.0)
+    assert s["shed_by_reason"] == {"503 slot_full": 2}  # every frame of the shed POST
+    assert s["post_p50_ms"] == pytest.approx(50.0) and s["post_p99_ms"] == pytest.approx(100.0, rel=0.02)
