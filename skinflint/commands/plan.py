@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 PROFILE_SOURCES = ("packaged", "store")  # the profiles committed with the code; + this host's builds
 DATA_PLANE_POLICIES = ("today", "batched")  # profiles/allin.py POLICIES
 DATA_PLANE_DEFAULT = "today"  # the design as the code is
-DEFAULT_FRAMES_PER_POST = {"today": 1, "batched": 10}
+DEFAULT_FRAMES_PER_POST = {"today": 10, "batched": 10}  # clients POST batches (the demo, locust)
 DEFAULT_FRAME_KB = 8.0
 ALL_IN = "all-in"
 
@@ -76,7 +76,7 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --rate: frames per POST, 1-10 (default 1 for the today policy, 10 for batched)",
+        help="with --rate: frames per POST, 1-10 (default 10: the clients post JSON batches)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)

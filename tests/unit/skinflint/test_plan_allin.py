@@ -74,7 +74,7 @@ def test_the_all_in_objective_never_costs_more_than_the_fleet_only_plan(
 def test_the_table_shows_the_all_in_bill(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "face", "--rate", "100"]) == 0
     out = capsys.readouterr().out
-    assert "all-in bill: data plane 'today', 8 KB frames, 1 per POST" in out
+    assert "all-in bill: data plane 'today', 8 KB frames, 10 per POST" in out  # clients post batches
     for row in ("EC2 fleet", "dynamodb", "data plane", "all-in"):
         assert row in out
 
