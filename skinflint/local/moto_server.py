@@ -119,6 +119,73 @@ def _classify(environ: dict[str, Any]) -> tuple[str, str]:
     return service, method  # S3 (REST): GET / PUT / HEAD / DELETE / POST
 
 
+#: The billing units AWS would charge for a request, as :func:`billing_units` estimates them.
+BILLING_UNITS = (
+    "dynamodb_write_units",  # 1 per KB of each item written (BatchWriteItem, PutItem); 1 per Update/Delete
+    "dynamodb_read_units_strong",  # 1 per 4 KB read, consistent reads
+    "dynamodb_read_units_eventual",  # 0.5 per 4 KB read, eventually consistent reads (Query default)
+    "sqs_billed_requests",  # 1 per 64 KB of a request's payload (or of what a ReceiveMessage returned)
+    "s3_requests",
+)
+_KB = 1024
+_SQS_CHUNK = 64 * _KB
+
+
+def _ddb_item_bytes(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB bills it, estimated: names + values in their JSON form."""
+    return sum(len(name) + len(json.dumps(value, separators=(",", ":"))) for name, value in item.items())
+
+
+def billing_units(service: str, action: str, request: bytes, response_bytes: int) -> dict[str, float]:
+    """The billing units of one request (:data:`BILLING_UNITS`), estimated from its body and the size
+    of its response: DynamoDB write units from the items written (an UpdateItem or DeleteItem: 1,
+    its item unread), read units from the bytes returned (4 KB a unit, half for an eventually
+    consistent read); SQS requests per 64 KB chunk; S3 requests. Other services: none."""
+    out: dict[str, float] = {}
+    if service == "dynamodb":
+        try:
+            doc = json.loads(request) if request else {}
+        except ValueError:
+            doc = {}
+        if action == "BatchWriteItem":
+            units = 0
+            for entries in (doc.get("RequestItems") or {}).values():
+                for entry in entries:
+                    item = (entry.get("PutRequest") or {}).get("Item")
+                    units += max(1, -(-_ddb_item_bytes(item) // _KB)) if item else 1
+            out["dynamodb_write_units"] = units
+        elif action == "PutItem":
+            out["dynamodb_write_units"] = max(1, -(-_ddb_item_bytes(doc.get("Item") or {}) // _KB))
+        elif action in ("UpdateItem", "DeleteItem"):
+            out["dynamodb_write_units"] = 1
+        elif action in ("GetItem", "BatchGetItem", "Query", "Scan"):
+            consistent = bool(doc.get("ConsistentRead")) or any(
+                bool(want.get("ConsistentRead")) for want in (doc.get("RequestItems") or {}).values()
+            )
+            units = max(1, -(-response_bytes // (4 * _KB)))
+            key = "dynamodb_read_units_strong" if consistent else "dynamodb_read_units_eventual"
+            out[key] = units if consistent else units / 2
+    elif service == "sqs":
+        size = response_bytes if action == "ReceiveMessage" else len(request)
+        out["sqs_billed_requests"] = max(1, -(-size // _SQS_CHUNK))
+    elif service == "s3":
+        out["s3_requests"] = 1
+    return out
+
+
+def _json_body(environ: dict[str, Any]) -> bytes:
+    """A JSON-protocol request's body (read, then put back for the application); empty above 1 MB."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return b""
+    if not 0 < length <= _QUERY_BODY_LIMIT:
+        return b""
+    body: bytes = environ["wsgi.input"].read(length)
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
 class GcMeter:
     """The garbage collector's pauses in this process (``gc.callbacks``): per generation the
     collections, their total and longest time, and the last ``KEPT`` pauses of at least ``LONG_S``
@@ -198,9 +265,11 @@ class RequestMeter:
         self._cpu: dict[str, float] = {}
         self._max_wall: dict[str, float] = {}
         self._heavy: deque[tuple[float, str, float, float]] = deque(maxlen=self.HEAVY_KEPT)
+        self._billing: dict[str, float] = dict.fromkeys(BILLING_UNITS, 0.0)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
+            billing = dict(self._billing)
             counts = dict(self._counts)
             cpu = dict(self._cpu)
             wall = dict(self._max_wall)
@@ -211,6 +280,7 @@ class RequestMeter:
             "cpu_s_by_action": dict(sorted(cpu.items())),
             "max_wall_s_by_action": dict(sorted(wall.items())),
             "heavy": heavy,
+            "billing": billing,
             **({"gc": self._gc.snapshot()} if self._gc is not None else {}),
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "retention": dict(RETENTION_STATS),
@@ -236,12 +306,19 @@ class RequestMeter:
             return [body]
         started, wall, cpu = time.time(), time.perf_counter(), time.thread_time()
         service, action = classify(environ)
+        request = _json_body(environ) if service in ("dynamodb", "sqs") else b""
+        response_bytes = 0
         try:
-            return self._app(environ, start_response)
+            chunks = list(self._app(environ, start_response))  # moto builds its response in the call
+            response_bytes = sum(len(chunk) for chunk in chunks)
+            return chunks
         finally:
             cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
             key = f"{service}.{action}"
+            units = billing_units(service, action, request, response_bytes)
             with self._lock:
+                for unit, value in units.items():
+                    self._billing[unit] += value
                 self._counts[key] += 1
                 self._cpu[key] = self._cpu.get(key, 0.0) + cpu
                 if wall > self._max_wall.get(key, 0.0):
