@@ -75,6 +75,7 @@ from core.adapters.autoscaling import AutoScalingError
 from core.adapters.plan_store import VersionConflictError
 from core.adapters.rates import RateWindow
 from core.errors import DataPlaneError, MetricsError
+from planner.fleet.keys import proven_gap
 from planner.scaling import Hysteresis
 
 if TYPE_CHECKING:
@@ -364,6 +365,7 @@ class Controller:
                 "revision": apps[app][0].revision,
                 "changed": changes[app].changed_modules,
                 "profile_sources": plan_sources(apps[app][1], planned.plans[app]),
+                "proven_gap": proven_gap(planned.plans[app]),  # None: unknown (planner/fleet/keys.py)
             }
             for app in planned.plans
         }
@@ -511,6 +513,7 @@ class Controller:
             for app, dep in kept.items():
                 plans[app], rates[app] = dep.plan, dep.frame_rate
         rates = {app: rates[app] for app in plans}
+        summary.proven_gaps = {app: proven_gap(plan) for app, plan in sorted(plans.items())}
         return Planned(plans, rates, fleet, failed, result.solve_ms, result.pack_ms, set(kept))
 
     def _growth_limits(

@@ -5,6 +5,7 @@ new version activates, the fleet size the version asks for, and the published re
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -169,7 +170,11 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
     budgeted epoch has more apps without a plan than it can solve in full (they are solved in full in
     later epochs). With ``machine_caps``, within them (:func:`control.problems.solve_within_caps`). With
     ``objective = "all-in"``, the plan of least fleet + data plane among the batch floors
-    (:func:`control.objective.plan_all_in`)."""
+    (:func:`control.objective.plan_all_in`).
+
+    Each solve runs within the epoch's ``solve_budget_s`` of CPU (this thread; none when it is None or
+    0): past it the solver's anytime mode keeps the best plan found, with the gap its search proved
+    (the plan's ``lower_bound_per_hour`` and ``proven_gap``, shown by ``skinflint status``)."""
 
     def solver(
         problem: ProblemSpec,
@@ -177,6 +182,12 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
         schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
         first_found: bool = False,
     ) -> Plan:
+        budget = config.solve_budget_s
+        deadline = time.thread_time() + budget if budget else None
+
+        def out_of_budget() -> bool:
+            return deadline is not None and time.thread_time() >= deadline
+
         def solve(problem: ProblemSpec) -> Plan:
             return planner.robust.solve_dispatchable(
                 problem,
@@ -185,6 +196,7 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
                 child_headroom=config.child_headroom,
                 schedules=schedules,
                 first_found=first_found,
+                should_stop=out_of_budget if deadline is not None else None,
             )
 
         def solve_capped(problem: ProblemSpec) -> Plan:

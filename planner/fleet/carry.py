@@ -166,7 +166,7 @@ def sticky_plan(
     limit = fresh.billed_per_hour * (1 + how.stick) + 1e-9
     grown = _grown_realised(problem, old, how.hold, cache, schedules)
     if grown is not None and grown.billed_per_hour <= limit:
-        return grown
+        return _bounded(grown, fresh)
     before = _configs(solved_modules(old))
     if _configs(fresh.modules) == before or set(before) != set(problem.modules):
         return fresh
@@ -185,7 +185,20 @@ def sticky_plan(
     if kept.billed_per_hour > limit:
         return fresh
     kept.model_extra["kept_configurations"] = True  # type: ignore[index]
-    return kept
+    return _bounded(kept, fresh)
+
+
+def _bounded(plan: Plan, fresh: Plan) -> Plan:
+    """``plan`` with the certified bound of ``fresh`` (the solve of the problem it now serves; the old
+    plan's bound was another problem's, a restricted solve's bounds the restricted problem only) and the
+    proven gap that gives ``plan``. Unchanged when ``fresh`` records no bound field."""
+    extra = fresh.model_extra or {}
+    if "lower_bound_per_hour" not in extra:
+        return plan
+    bound = extra["lower_bound_per_hour"]
+    cost = plan.billed_per_hour if plan.objective == "billed" else plan.cost_per_hour
+    gap = None if bound is None else (max(0.0, (cost - bound) / cost) if cost > 0 else 0.0)
+    return plan.model_copy(update={"lower_bound_per_hour": bound, "proven_gap": gap})
 
 
 def _configs(modules: Mapping[str, ModulePlan]) -> dict[str, set[tuple[str, int, int]]]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from planner.models import ProblemSpec
 
 __all__ = [
+    "BOUND_KEY",
     "CARRIED_KEY",
     "DIGEST_KEY",
     "KEEP_KEY",
@@ -21,6 +22,7 @@ __all__ = [
     "SPLIT_KEY",
     "is_tc",
     "problem_digest",
+    "proven_gap",
     "seed_plan",
     "solved_modules",
 ]
@@ -44,6 +46,11 @@ KEEP_KEY = "packing_keep"
 #: realisable plan, made when a budgeted epoch has more apps without a plan than it can solve in full)
 #: carries the same mark with ``quick: True`` and its own problem's digest.
 CARRIED_KEY = "carried_from"
+
+#: Plan extra key: the digest of the problem the plan's ``lower_bound_per_hour`` (the solver's certified
+#: bound on the optimum, :func:`planner.robust.solve_dispatchable`) was proven for. A plan held at new
+#: rates or carried to another problem keeps its old bound, which then bounds another problem.
+BOUND_KEY = "bound_digest"
 
 #: Module extra key of a residual split: the extra worst case of its full machines, b / W (s).
 SPLIT_KEY = "split_penalty_s"
@@ -76,3 +83,16 @@ def solved_modules(plan: Plan) -> dict[str, ModulePlan]:
 
 def is_tc(plan: Plan) -> bool:
     return bool((plan.model_extra or {}).get("latency_model", "tc") == "tc")
+
+
+def proven_gap(plan: Plan) -> float | None:
+    """The proven optimality gap of ``plan`` as an epoch took it: (cost - bound) / cost in its
+    objective, with the solver's certified bound for the problem the plan serves (0: proven optimal);
+    None where there is none (no certified bound, a quick plan, a plan held at new rates or carried to
+    another problem: its bound was proven for another problem)."""
+    extra = plan.model_extra or {}
+    bound = extra.get("lower_bound_per_hour")
+    if bound is None or extra.get(DIGEST_KEY) is None or extra.get(BOUND_KEY) != extra.get(DIGEST_KEY):
+        return None
+    cost = plan.billed_per_hour if plan.objective == "billed" else plan.cost_per_hour
+    return max(0.0, (cost - float(bound)) / cost) if cost > 0 else 0.0

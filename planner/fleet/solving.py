@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, cast
 
 from planner.errors import PlannerError
 from planner.fleet.carry import at_rates, carry_plan, sticky_plan
-from planner.fleet.keys import CARRIED_KEY, DIGEST_KEY, RATES_KEY, SHAPE_KEY, problem_digest
+from planner.fleet.keys import BOUND_KEY, CARRIED_KEY, DIGEST_KEY, RATES_KEY, SHAPE_KEY, problem_digest
 from planner.fleet.planning import Memo, Planning, Solved
 from planner.robust import FIRST_FOUND_KEY, schedule_key
 
@@ -151,6 +151,7 @@ def _stamped(problem: ProblemSpec, plan: Plan, digest: str, shape: str, schedule
     if schedules:
         _keep_planned(schedules, problem, plan)
     plan.model_extra[DIGEST_KEY] = digest  # type: ignore[index]
+    plan.model_extra[BOUND_KEY] = digest  # type: ignore[index]  # the solver's bound (if any) is this problem's
     plan.model_extra[SHAPE_KEY] = shape  # type: ignore[index]
     plan.model_extra[RATES_KEY] = {m: spec.rate for m, spec in problem.modules.items()}  # type: ignore[index]
     plan.model_extra.pop(CARRIED_KEY, None)  # type: ignore[union-attr]

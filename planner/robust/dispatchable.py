@@ -18,7 +18,7 @@ from planner.robust.staircase import RealisedSearch, adopt_picks
 from planner.split import topology
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from planner.dispatch import DispatchSchedule
     from planner.models import Objective, Plan, ProblemSpec
@@ -163,10 +163,18 @@ def _first_found(
     schedules: dict[tuple[object, ...], DispatchSchedule] | None,
     parents: Mapping[str, Sequence[str]],
     max_rounds: int,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Attempt | None:
     """The first realisable attempt of the rounds started at ``QUICK_HEADROOM`` and ``QUICK_SLO``
     (``round``: how many it took), or None."""
-    search = DispatchSearch(problem, policy=policy, objective=objective, fan_out=fan_out, schedules=schedules)
+    search = DispatchSearch(
+        problem,
+        policy=policy,
+        objective=objective,
+        fan_out=fan_out,
+        schedules=schedules,
+        should_stop=should_stop,
+    )
     rates = {m: s.rate * (1 + QUICK_HEADROOM) if parents[m] else s.rate for m, s in problem.modules.items()}
     try:
         first = search.attempt(problem.slo_s * QUICK_SLO, rates, {})
@@ -188,6 +196,7 @@ def solve_dispatchable(
     schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
     search_work: int = DEFAULT_SEARCH_WORK,
     first_found: bool = False,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Plan:
     """The cheapest plan found whose dispatch-realised worst cases (:func:`realise`) meet the SLO.
 
@@ -221,6 +230,14 @@ def solve_dispatchable(
     children or the bisections: about 0.6 of the full solve's CPU on generated problems, and about 9 %
     dearer. It records ``first_found: True`` and no plain optimum. When those rounds find nothing, the
     full solve runs.
+
+    ``should_stop``: the caller's budget, given to every round's :func:`~planner.solve.solve` (the
+    anytime mode of its large searches: once it returns True each round keeps the best plan it found).
+    The plan records ``lower_bound_per_hour``, a certified lower bound on the objective's cost of every
+    realisable plan (the plain problem's: a realisable plan is a plain plan), and ``proven_gap``, (cost -
+    bound) / cost, 0 when the plan is at the proven plain optimum (it includes the price of
+    realisability); both None where no bound is certified (a plain solve without one, or ``first_found``).
+    A plain solve stopped by ``should_stop`` gives the bound its search proved.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -232,7 +249,7 @@ def solve_dispatchable(
     parents = topology(problem).parents
     base = {m: s.rate for m, s in problem.modules.items()}
     if first_found:
-        quick = _first_found(problem, policy, objective, fan_out, schedules, parents, max_rounds)
+        quick = _first_found(problem, policy, objective, fan_out, schedules, parents, max_rounds, should_stop)
         if quick is not None:
             plan = _assemble(
                 problem,
@@ -245,7 +262,14 @@ def solve_dispatchable(
                 cpu_ms=(time.process_time() - cpu_started) * 1000,
             )
             return plan.model_copy(update={FIRST_FOUND_KEY: True})
-    search = DispatchSearch(problem, policy=policy, objective=objective, fan_out=fan_out, schedules=schedules)
+    search = DispatchSearch(
+        problem,
+        policy=policy,
+        objective=objective,
+        fan_out=fan_out,
+        schedules=schedules,
+        should_stop=should_stop,
+    )
     # raises InfeasibleError when Theorem 1 cannot
     plain = search.attempt(problem.slo_s, base, {}, plain=True)
     rates = {m: r * (1 + child_headroom) if parents[m] else r for m, r in base.items()}
@@ -338,6 +362,29 @@ def _searchable(policy: str, objective: Objective) -> bool:
     )
 
 
+def plain_bound(plain: Plan) -> float | None:
+    """A certified lower bound on the objective's optimum of the plain problem ``plain`` was solved for:
+    the bound its large search proved (None where it certified none), else its cost when it is proven
+    optimal; None otherwise."""
+    extra = plain.model_extra or {}
+    if "lower_bound_per_hour" in extra:
+        bound = extra["lower_bound_per_hour"]
+        return None if bound is None else float(bound)
+    if extra.get("proven_optimal") is True:
+        return plain.billed_per_hour if plain.objective == "billed" else plain.cost_per_hour
+    return None
+
+
+def _gap_figures(best: Attempt, plain: Attempt | None) -> dict[str, Any]:
+    """The realised plan's certified bound and proven gap (module doc of :func:`solve_dispatchable`)."""
+    bound = None if plain is None else plain_bound(plain.plan)
+    if bound is None:
+        return {"lower_bound_per_hour": None, "proven_gap": None}
+    bound = min(bound, best.cost)
+    gap = max(0.0, (best.cost - bound) / best.cost) if best.cost > 0 else 0.0
+    return {"lower_bound_per_hour": bound, "proven_gap": gap}
+
+
 def _plain_figures(problem: ProblemSpec, best: Attempt, plain: Attempt | None) -> dict[str, Any]:
     """What a plan records of the plain optimum (None each without a plain attempt)."""
     if plain is None:
@@ -383,6 +430,7 @@ def _assemble(
             "dispatch_rounds": rounds,
             "child_headroom": child_headroom,
             **_plain_figures(problem, best, plain),
+            **_gap_figures(best, plain),
             "dispatch_search": searched,
         }
     )

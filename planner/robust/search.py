@@ -14,7 +14,7 @@ from planner.solve import BilledCache, solve
 from planner.split import topology
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from planner.dispatch import DispatchSchedule
     from planner.models import Objective, Plan, ProblemSpec, ProfileEntry
@@ -64,8 +64,10 @@ class DispatchSearch:
         objective: Objective,
         fan_out: Mapping[tuple[str, str], float] | None,
         schedules: dict[tuple[object, ...], DispatchSchedule] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.problem = problem
+        self.should_stop = should_stop  # the caller's budget, read by every attempt's solve
         self.policy, self.objective, self.fan_out = policy, objective, fan_out
         self.attempts: list[Attempt] = []
         self.schedules: dict[tuple[object, ...], DispatchSchedule] = {} if schedules is None else schedules
@@ -111,7 +113,7 @@ class DispatchSearch:
                 update["profile"] = profile
             modules[m] = mod.model_copy(update=update)
         spec = self.problem.model_copy(update={"slo_s": splitter_slo, "modules": modules})
-        plan = solve(spec, self.policy, self.objective, cache=self.billed)
+        plan = solve(spec, self.policy, self.objective, cache=self.billed, should_stop=self.should_stop)
         return self.adopt(splitter_slo, rates, only, plan)
 
     def adopt(

@@ -4,7 +4,9 @@ Shows the current plan version (and the one the front serves while a new one is 
 app the planned frame rate against the rate observed over the last ``--window`` seconds
 (CloudWatch ``FramesAccepted``), what each module's planned figures rest on (its profile source per
 hardware class: measured on instance, measured, derived) and the admission reserve the control loop
-chose again for its ``shed_target`` (control/reserves.py), if it did, instances per hardware type (planned,
+chose again for its ``shed_target`` (control/reserves.py), if it did, its plan's proven optimality gap
+(column ``gap``, ``proven_gap`` in JSON: (cost - the solver's certified lower bound) / cost; 0 when proven
+optimal, unknown for a quick plan or one held at new rates), instances per hardware type (planned,
 the Auto Scaling group's desired and in-service counts, instances heartbeating), the billed and
 occupancy cost per hour, and the last epoch's outcome. ``--json`` for programs; ``--endpoint`` for a
 local stack.
@@ -82,6 +84,8 @@ def collect(cfg: DataPlaneConfig, window_s: float, now: float | None = None) -> 
         },
     )
     for app, entry in cur.apps.items():  # what the plan's figures rest on (control/epoch.py, #27)
+        gap = (entry.model_extra or {}).get("proven_gap")  # the solver's proven gap (#29)
+        out["apps"][app]["proven_gap"] = None if gap is None else round(float(gap), 6)
         sources = (entry.model_extra or {}).get("profile_sources")
         if sources:
             out["apps"][app]["profile_sources"] = sources
@@ -136,12 +140,19 @@ def render(doc: dict[str, Any]) -> None:
         f"plan version {doc['version']} (written {_age(now, doc['created_at'])}, active "
         f"{_age(now, doc['activate_at'])}{switching}): {doc['reason']}"
     )
-    apps = Table(title="apps (frames/s)")
+    # no outer border: a reserve's line fits 80 columns beside the gap
+    apps = Table(title="apps (frames/s)", show_edge=False, pad_edge=False)
     reserves = any("reserve" in figures for figures in doc["apps"].values())
-    for col in ("app", "planned", "observed", *(["admission reserve (chosen again)"] if reserves else [])):
+    cols = ("app", "planned", "observed", "gap", *(["admission reserve (chosen again)"] if reserves else []))
+    for col in cols:
         apps.add_column(col, justify="left" if col == "app" else "right")
     for app, figures in doc["apps"].items():
-        row = [app, f"{figures['planned']:.2f}", f"{figures['observed']:.2f}"]
+        row = [
+            app,
+            f"{figures['planned']:.2f}",
+            f"{figures['observed']:.2f}",
+            gap_text(figures.get("proven_gap")),
+        ]
         if reserves:
             reserve = figures.get("reserve")
             row.append(
@@ -174,6 +185,15 @@ def render(doc: dict[str, Any]) -> None:
         )
     )
     _last(console, doc)
+
+
+def gap_text(gap: float | None) -> str:
+    """A proven gap as the table shows it: a percentage, "0 %" when proven optimal, "n/a" when unknown."""
+    if gap is None:
+        return "n/a"
+    if gap <= 0:
+        return "0 %"
+    return f"{gap * 100:.2g} %" if gap < 0.1 else f"{gap * 100:.0f} %"
 
 
 def _sources(console: Any, doc: dict[str, Any]) -> None:

@@ -478,6 +478,7 @@ def test_handler_end_to_end(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
     from skinflint.cli import main
+    from skinflint.commands.status import gap_text
 
     assert main(["status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["version"] is None
@@ -512,7 +513,10 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
         # each module's profile source on its planned class: this app's entries are derived (no
         # instance has measured them), so its first plan carries the derived margin
         "profile_sources": {"cls": {"c6i.large": "derived"}, "det": {"c6i.large": "derived"}},
+        # the proven gap of the plan (#29): its cost against the plain optimum, a bound on any realisable plan
+        "proven_gap": pytest.approx(out.proven_gaps["cams"], abs=1e-6),
     }
+    assert out.proven_gaps["cams"] is not None and 0 <= out.proven_gaps["cams"] < 1
     assert {hw: h["planned"] for hw, h in doc["hardware"].items()} == {
         hw: out.counts.get(hw, 0) for hw in ASGS
     }
@@ -522,6 +526,7 @@ def test_status_command_against_moto(env: Env, capsys: pytest.CaptureFixture[str
     assert main(["status"]) == 0
     text = capsys.readouterr().out
     assert f"plan version {out.version}" in text and "billed $" in text and "cams" in text
+    assert "gap" in text and gap_text(out.proven_gaps["cams"]) in text
     # a reserve the control loop chose again is shown beside the app's rates
     from control.state import ReserveChoice
 
