@@ -1,17 +1,21 @@
 """``skinflint demo``: the README's main command. Brings the local stack up (control loop and
 emulated fleet included), streams a generated video (deterministic synthetic frames, JPEG) at the
 registered rate through the front API in JSON batches (``--frames-per-post``: one POST of N frames
-every N / rate seconds; by default as many as arrive in half the SLO, 1 to 10), waits for every result and prints a summary: frames sent /
-answered / dropped / refused / lost, SLO attainment, end-to-end latency percentiles, each module's
-measured worst case against the plan's, planned cost, the fleet the control loop ran (instances per
-hardware class, plan versions, epochs), and the AWS requests the stack made per frame while it
-streamed (moto's request meter, by service and action). Emulated GPU hardware is labelled as such."""
+every N / rate seconds; by default as many as arrive in half the SLO, 1 to 10), waits for every
+result and prints a summary: frames sent / answered / dropped / refused / lost, SLO attainment,
+end-to-end latency percentiles, each module's measured worst case against the plan's, planned cost,
+the fleet the control loop ran (instances per hardware class, plan versions, epochs), and the AWS
+requests the stack made per frame while it streamed (moto's request meter, by service and action)
+with the billing units AWS would charge for them (DynamoDB write and read units, SQS 64 KB chunks,
+S3 requests, the API requests and front invocations of the client's POSTs and GETs). Emulated GPU
+hardware is labelled as such."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,7 +72,13 @@ def _posts(count: int, per_post: int) -> list[range]:
 
 
 def _stream(
-    info: StackInfo, app: str, frames: list[bytes], rate: float, quiet: bool, per_post: int = 1
+    info: StackInfo,
+    app: str,
+    frames: list[bytes],
+    rate: float,
+    quiet: bool,
+    per_post: int = 1,
+    calls: Counter[str] | None = None,
 ) -> list[str | None]:
     """POST the frames ``per_post`` at a time (the JSON batch form; one frame alone as image/jpeg),
     each POST when its last frame is due (frame k at k / rate: one POST every per_post / rate s, the
@@ -77,7 +87,7 @@ def _stream(
     (a closed loop would send them back to back: bursts the plan's uniform arrivals do not have).
     A POST refused as larger than the plan can ever take (503 ``batch_too_large``) is sent again
     split into POSTs of its ``max_frames``, and the later POSTs are split the same way. Returns the
-    request ids in frame order (None: refused)."""
+    request ids in frame order (None: refused); ``calls["post"]`` counts the POSTs sent."""
     # CLI start-up: loaded when this command runs
     import base64
     import threading
@@ -92,6 +102,9 @@ def _stream(
     most_lock = threading.Lock()
 
     def send(client: httpx.Client, batch: list[bytes]) -> tuple[int, Any]:
+        if calls is not None:
+            with most_lock:
+                calls["post"] += 1
         if len(batch) == 1:
             headers = {**auth, "content-type": "image/jpeg"}
             response = client.post(f"/v1/apps/{app}/frames", content=batch[0], headers=headers)
@@ -156,8 +169,11 @@ def _stream(
     return ids
 
 
-def _collect(info: StackInfo, ids: list[str | None], timeout_s: float) -> list[Any]:
-    """Long-poll each request until it is finished or ``timeout_s`` has passed overall."""
+def _collect(
+    info: StackInfo, ids: list[str | None], timeout_s: float, calls: Counter[str] | None = None
+) -> list[Any]:
+    """Long-poll each request until it is finished or ``timeout_s`` has passed overall
+    (``calls["get"]`` counts the GETs)."""
     # CLI start-up: loaded when this command runs
     import httpx
 
@@ -174,6 +190,8 @@ def _collect(info: StackInfo, ids: list[str | None], timeout_s: float) -> list[A
             while True:
                 wait = max(0.0, min(5.0, end - time.time()))
                 response = client.get(f"/v1/requests/{rid}", params={"wait": f"{wait:.2f}"})
+                if calls is not None:
+                    calls["get"] += 1
                 if response.status_code == 200:
                     res = ResultOut.model_validate(response.json())
                 if (res is not None and res.status != "queued") or time.time() >= end:
@@ -304,6 +322,11 @@ def _fmt_requests(requests: dict[str, Any] | None) -> str:
         for action, count in list(requests["by_action"].items())[:5]
     )
     line = f"{requests['per_frame']:.1f} per frame ({requests['per_second']:.0f}/s): {top}"
+    units = requests.get("billing_units_per_frame") or {}
+    if units:
+        line += "; billed per frame: " + ", ".join(
+            f"{name.replace('_', ' ')} {value:.2f}" for name, value in units.items() if value
+        )
     emulated = sum((requests.get("emulation_by_action") or {}).values())
     if emulated:
         line += f"; not counted: {emulated} of the stack's stand-ins for AWS (its EMF extraction)"
@@ -447,11 +470,18 @@ def run(args: argparse.Namespace) -> int:
         )
         streamed_at = time.time()
         meter_before = stack.aws_requests()
-        ids = _stream(info, args.app, frames, args.rate, args.json, args.frames_per_post)
+        calls: Counter[str] = Counter()
+        ids = _stream(info, args.app, frames, args.rate, args.json, args.frames_per_post, calls)
         log("waiting for results")
-        results = _collect(info, ids, timeout_s=lp.slo_s + 30.0)
+        results = _collect(info, ids, timeout_s=lp.slo_s + 30.0, calls=calls)
         meter_after, seconds = stack.aws_requests(), time.time() - streamed_at
         requests = aws_request_figures(meter_before, meter_after, len(ids), seconds, since=streamed_at)
+        if requests is not None and ids:
+            # behind API Gateway each of the client's requests is an API request and a front Lambda
+            # invocation: the POSTs, and the GETs of the results (a push sink would need none)
+            api = {"api_requests_post": calls["post"], "api_requests_get": calls["get"]}
+            requests["billing_units"].update(api)
+            requests["billing_units_per_frame"].update({k: v / len(ids) for k, v in api.items()})
         deployments = stack.deployments(args.app)
         planned_at = _planned_at(stack, deployments)
         fleet = _fleet_figures(stack, args.app, streamed_at)

@@ -219,8 +219,18 @@ def aws_request_figures(
         ],
     }
     cpu_total = sum(cpu.values())
+    billing_was = before.get("billing") or {}
+    billing = {
+        unit: round(float(value) - float(billing_was.get(unit, 0.0)), 3)
+        for unit, value in (after.get("billing") or {}).items()
+    }
     return {
         "total": total,
+        # what AWS would bill for them, estimated by the server's meter (moto_server.billing_units)
+        "billing_units": billing,
+        "billing_units_per_frame": {unit: value / frames for unit, value in billing.items()}
+        if frames
+        else {},
         "per_frame": total / frames if frames else math.nan,
         "per_second": total / seconds if seconds > 0 else math.nan,
         "seconds": seconds,

@@ -261,3 +261,49 @@ def test_the_stacks_stand_ins_for_aws_are_counted_apart() -> None:
     assert got is not None
     assert (got["total"], got["per_frame"]) == (30, 3.0)
     assert got["emulation_by_action"] == {"emulation-monitoring.PutMetricData": 10}
+
+
+def test_billing_units_follow_what_aws_charges_per_request() -> None:
+    from skinflint.local.moto_server import billing_units
+
+    small = {"pk": {"S": "p"}, "sk": {"S": "post"}}
+    big = {"pk": {"S": "p"}, "tasks": {"B": "x" * 2500}}  # 2.5 KB: 3 write units
+    write = json.dumps(
+        {"RequestItems": {"t": [{"PutRequest": {"Item": small}}, {"PutRequest": {"Item": big}}]}}
+    )
+    assert billing_units("dynamodb", "BatchWriteItem", write.encode(), 2) == {"dynamodb_write_units": 4}
+    assert billing_units("dynamodb", "UpdateItem", b"{}", 2) == {"dynamodb_write_units": 1}
+    # reads by the bytes returned: 4 KB a unit, half for an eventually consistent Query
+    query = json.dumps({"TableName": "t", "ConsistentRead": False}).encode()
+    assert billing_units("dynamodb", "Query", query, 9000) == {"dynamodb_read_units_eventual": 1.5}
+    strong = json.dumps({"RequestItems": {"t": {"Keys": [], "ConsistentRead": True}}}).encode()
+    assert billing_units("dynamodb", "BatchGetItem", strong, 100) == {"dynamodb_read_units_strong": 1}
+    # SQS: one billed request per 64 KB of what a call carries
+    assert billing_units("sqs", "SendMessageBatch", b"x" * 70_000, 10) == {"sqs_billed_requests": 2}
+    assert billing_units("sqs", "ReceiveMessage", b"{}", 200_000) == {"sqs_billed_requests": 4}
+    assert billing_units("sqs", "DeleteMessageBatch", b"{}", 10) == {"sqs_billed_requests": 1}
+    assert billing_units("s3", "PUT", b"", 0) == {"s3_requests": 1}
+    assert billing_units("monitoring", "PutMetricData", b"", 0) == {}
+
+
+def test_the_meter_sums_billing_units_and_the_figures_divide_them_per_frame() -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        environ["wsgi.input"].read()  # the application still gets the whole body
+        start_response("200 OK", [])
+        return [b"x" * 5000]
+
+    meter = RequestMeter(app)
+    body = json.dumps({"TableName": "t"}).encode()
+    for _ in range(4):
+        environ = signed(
+            "dynamodb",
+            HTTP_X_AMZ_TARGET="DynamoDB_20120810.Query",
+            CONTENT_LENGTH=str(len(body)),
+            **{"wsgi.input": io.BytesIO(body)},
+        )
+        meter(environ, lambda *_a: None)
+    after = meter.snapshot()
+    assert after["billing"]["dynamodb_read_units_eventual"] == 4.0  # 5,000 bytes: 2 units, halved
+    before = {**after, "by_action": {}, "billing": {"dynamodb_read_units_eventual": 1.0}}
+    got = aws_request_figures(before, after, frames=2, seconds=1.0)
+    assert got is not None and got["billing_units_per_frame"]["dynamodb_read_units_eventual"] == 1.5
