@@ -422,11 +422,10 @@ class Worker:
         )
         if device_at is not None:
             self._device_metrics(done - device_at, prepare_s, prepare_wait_s)
-        # a repeat of a message this worker received again: an earlier delivery wrote its record and
-        # was never deleted, so its worker died before the outcome (emitted after the delete): emit it
-        # here, or the frame's share is never counted (a copy forwarded twice, received once, is not)
-        unemitted = [rec for rec in repeats if self._receives.get(rec.key, 1) > 1]
-        self._observe_outcomes(fresh + unemitted)
+        # a repeat is not emitted again: its first delivery emitted it, unless that worker died between
+        # the write and the emission (then its buffered metrics died with it anyway: metrics are best
+        # effort; the records, which the sweeper accounts from, are not)
+        self._observe_outcomes(fresh)
         with self._lock:
             self._batches_run.add(batch_id)
             for counter in ("ran", "dropped", "duplicates", "forwarded"):

@@ -26,9 +26,9 @@ its redeliveries first (``TaskRecord.recheck``), so that needs a crash between t
 the message's delete and a second delivery that runs before the first write is visible, or a
 redelivered parent's second copy of a child (checked) that runs before the first copy (written
 without a check): a redelivery comes a visibility timeout later, long after the first copies ran. A
-redelivered message whose task its partition already holds (a repeat: its first worker died after
-the write, before the delete, hence before emitting, which follows the delete) is emitted by the
-worker that finds the repeat, so the frame's share is counted once, not lost.
+redelivered message whose task its partition already holds (a repeat) is not emitted again: its
+first delivery emitted it, unless its worker died between the write and the emission, and then the
+metrics it buffered (up to a flush interval of every share) died with it anyway.
 
 Best effort: a failure here is logged by the caller and never fails a batch.
 """
