@@ -42,6 +42,8 @@ $(CHECKOV_VENV)/.installed:
 checkov: $(STAMP) $(CHECKOV_VENV)/.installed
 	$(BIN)/python app.py
 	$(CHECKOV_VENV)/bin/checkov -d cdk.out --framework cloudformation --skip-download --quiet --compact
+	CDK_OUTDIR=cdk.out.rest $(BIN)/python app.py -c front_api=rest   # the REST API + WAF variant
+	$(CHECKOV_VENV)/bin/checkov -d cdk.out.rest --framework cloudformation --skip-download --quiet --compact
 
 ## Lint, type-check and run every test (what .ci/run calls).
 test: lint
@@ -59,4 +61,4 @@ worker-deps: $(STAMP)
 	$(BIN)/python -m cdk.deps worker
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache cdk.out
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache cdk.out cdk.out.rest

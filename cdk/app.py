@@ -116,6 +116,7 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
             results_table=stateful.results_table,
             bucket=stateful.bucket,
             reserved_concurrency=config.front_concurrency,
+            front_api=config.front_api,
             api_rate=config.api_rate,
             api_burst=config.api_burst,
             api_quota=config.api_quota,
@@ -124,7 +125,11 @@ def build_app(context: dict[str, Any] | None = None, outdir: str | None = None, 
             planner_function_name=C.PLANNER_FUNCTION_NAME,  # by name: front -> control, never back
         ),
         env=env,
-        description="Skinflint front API: REST API, WAF, front function",
+        description=(
+            "Skinflint front API: REST API, WAF, front function"
+            if config.front_api == C.FRONT_API_REST
+            else "Skinflint front API: HTTP API, front function (which checks the API key)"
+        ),
     )
     front.add_stack_dependency(control, "POST /v1/apps starts the planner function by name")
     ObservabilityStack(
@@ -198,10 +203,14 @@ def _limits_line(config: DeployConfig) -> str:
     )
     front, planner = config.front_concurrency, config.planner_concurrency
     reserved = f"front {front or 'unreserved'}, planner {planner or 'unreserved'}"
-    return (
-        f"limits: max instances {groups}; API {config.api_rate} req/s (burst {config.api_burst}, "
-        f"{config.api_quota:,}/day); WAF {config.waf_rate:,} per IP per 5 min; concurrency {reserved}"
-    )
+    if config.front_api == C.FRONT_API_REST:
+        api = (
+            f"REST API {config.api_rate} req/s (burst {config.api_burst}, {config.api_quota:,}/day); "
+            f"WAF {config.waf_rate:,} per IP per 5 min"
+        )
+    else:  # no usage plan, no WAF: api_quota and waf_rate do not apply
+        api = f"HTTP API {config.api_rate} req/s (burst {config.api_burst}; no WAF)"
+    return f"limits: max instances {groups}; {api}; concurrency {reserved}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,10 @@ Context keys (``-c key=value`` or ``cdk.json``):
   ``C.ASG_MAX_INSTANCES``), ``api_rate`` and ``api_burst`` (requests/s and requests, the stage's and
   the usage plan's throttle), ``api_quota`` (requests per key per day), ``waf_rate`` (requests per
   client IP per 5 minutes).
+- ``front_api``: ``http`` (default) or ``rest``. ``http``: an API Gateway HTTP API (no WAF: HTTP
+  APIs cannot have a web ACL), the front's own key check, stage throttle ``api_rate``/``api_burst``.
+  ``rest``: the REST API with an API key, a usage plan (``api_quota``) and a WAF web ACL
+  (``waf_rate``); those two keys are read but unused under ``http``.
 - ``worker_wheels``: the root of the workers' wheelhouses (default ``build/worker-wheels``, which
   ``python -m cdk.deps worker`` fills: one directory per hardware kind).
 - ``powertools_layer_version``: version of the public Powertools layer.
@@ -60,7 +64,7 @@ _GPU_PREFIXES = ("p", "g")  # NVIDIA GPU families (p2-p5, g3-g6); g4ad is AMD (r
 CONTEXT_KEYS = (
     "account", "region", "hardware", "instance_types", "spot", "front_concurrency",
     "planner_concurrency", "powertools_layer_version", "alarm_email", "models", "max_instances",
-    "api_rate", "api_burst", "api_quota", "waf_rate", "worker_wheels",
+    "api_rate", "api_burst", "api_quota", "waf_rate", "worker_wheels", "front_api",
 )  # fmt: skip
 # WAF's rate-based rule accepts 10 .. 2,000,000,000 requests per window (AWS WAF API reference,
 # RateBasedStatement.Limit)
@@ -106,6 +110,7 @@ class DeployConfig:
     api_burst: int = C.API_BURST
     api_quota: int = C.API_QUOTA_PER_DAY
     waf_rate: int = C.WAF_RATE_LIMIT_PER_5MIN
+    front_api: str = C.FRONT_API_HTTP  # C.FRONT_APIS: which API Gateway API fronts the function
     wheels_dir: Path = C.WORKER_WHEELS_DIR  # <kind>/ wheelhouses (python -m cdk.deps worker)
     powertools_layer_version: int = C.POWERTOOLS_LAYER_VERSION
     alarm_email: str | None = None
@@ -144,6 +149,7 @@ class DeployConfig:
                 "waf_rate",
                 WAF_RATE_BOUNDS,
             ),
+            front_api=_choice(get("front_api"), "front_api", C.FRONT_APIS),
             powertools_layer_version=_positive_int(
                 get("powertools_layer_version"), "powertools_layer_version", C.POWERTOOLS_LAYER_VERSION
             ),
@@ -299,6 +305,16 @@ def _positive_int(value: Any, key: str, default: int) -> int:
     if number <= 0:
         raise InfraConfigError(f"-c {key} must be a positive integer, got {value!r}")
     return number
+
+
+def _choice(value: Any, key: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive); the first when unset."""
+    if value is None or str(value).strip() == "":
+        return choices[0]
+    text = str(value).strip().lower()
+    if text not in choices:
+        raise InfraConfigError(f"-c {key} must be one of {', '.join(choices)}, got {value!r}")
+    return text
 
 
 def _optional_int(value: Any, key: str) -> int | None:

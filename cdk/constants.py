@@ -101,8 +101,12 @@ METRICS_NAMESPACE = "Skinflint"  # CloudWatch namespace of the data plane's metr
 SERVICE_NAME = "skinflint"
 
 # -- API --------------------------------------------------------------------------------------------
-API_STAGE = "live"  # stage path segment; the app's own routes start with /v1
-API_RATE_LIMIT_RPS = 500  # requests/s steady state, per stage and per usage-plan key
+# -c front_api: "http" (default), an HTTP API whose $default stage routes everything to the front,
+# which checks the key itself; "rest", the REST API with API keys, a usage plan and a WAF web ACL
+FRONT_API_HTTP, FRONT_API_REST = "http", "rest"
+FRONT_APIS = (FRONT_API_HTTP, FRONT_API_REST)
+API_STAGE = "live"  # the REST API's stage path segment; the app's own routes start with /v1
+API_RATE_LIMIT_RPS = 500  # requests/s steady state, per stage (both APIs) and per usage-plan key
 API_BURST = 1000  # requests
 API_QUOTA_PER_DAY = 5_000_000  # requests per key per day
 WAF_RATE_LIMIT_PER_5MIN = 30_000  # requests per client IP per 5 minutes (WAF's fixed window)

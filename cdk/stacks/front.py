@@ -1,21 +1,34 @@
-"""Front stack: a REST API (API key + usage plan on every method, WAF, access logs, throttling) in
-front of the front function (FastAPI + Mangum).
+"""Front stack: an API Gateway API in front of the front function (FastAPI + Mangum), chosen by
+``-c front_api`` (cdk/config.py):
 
-REST rather than HTTP API: API keys, usage plans (per-key quota and throttle) and AWS WAF exist only
-on REST APIs (docs/design.md §6), and cameras are machine clients for which a key is the natural
-credential. The app re-checks the key against the hashed keys in the config table; the admin route
-(``POST /v1/apps``, front/admin.py) also needs an admin key, checked the same way.
+- ``http`` (default): an HTTP API, its ``$default`` stage routing every request (``$default`` route,
+  payload format 2.0, which Mangum reads) to the function, stage throttling, access logs. No API
+  Gateway key check: the function already checks the ``x-api-key`` against the SHA-256 digests in
+  the config table (front/service.py ``authenticate``) and applies the per-key rate limits and fair
+  share itself (front/admission.py, front/hygiene.py), and serves the OpenAPI (``/docs``). No WAF
+  either: an HTTP API cannot have a WAF web ACL associated (WAF protects REST API stages, not HTTP
+  APIs). $1.00 per million requests against the REST API's $3.50 + WAF's $0.60 (docs/deploy.md).
+- ``rest``: the REST API (API key + usage plan on every method, WAF, access logs, throttling), for
+  a deployment that wants WAF's managed rules and per-IP rate rule or API Gateway's usage plans
+  (per-key quota and throttle) before the function runs.
+
+Either way the function re-checks the key; the admin route (``POST /v1/apps``, front/admin.py) also
+needs an admin key, checked the same way.
 
 The front invokes the planner by its fixed name after a registration, so this stack depends on the
 control stack and the control stack on nothing here (no cycle)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import jsii
 from aws_cdk import CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_wafv2 as waf
@@ -34,7 +47,40 @@ if TYPE_CHECKING:
 
 __all__ = ["FrontStack", "FrontStackProps"]
 
-BINARY_MEDIA_TYPES = ["image/jpeg", "image/png"]  # API Gateway passes these to Lambda base64-encoded
+# the REST API passes these to Lambda base64-encoded; the HTTP API's payload 2.0 base64-encodes every
+# body that is not text on its own (isBase64Encoded, which Mangum decodes)
+BINARY_MEDIA_TYPES = ["image/jpeg", "image/png"]
+# the HTTP API's access log line: HTTP API $context variables (no $context.identity.caller/user or
+# resourcePath there; routeKey is "$default")
+HTTP_ACCESS_LOG_FIELDS = {
+    "requestId": "$context.requestId",
+    "ip": "$context.identity.sourceIp",
+    "requestTime": "$context.requestTime",
+    "httpMethod": "$context.httpMethod",
+    "path": "$context.path",
+    "routeKey": "$context.routeKey",
+    "protocol": "$context.protocol",
+    "status": "$context.status",
+    "responseLength": "$context.responseLength",
+    "responseLatency": "$context.responseLatency",
+    "integrationError": "$context.integrationErrorMessage",
+}
+
+
+@jsii.implements(apigwv2.IAccessLogSettings)
+class _AccessLogSettings:
+    """``IAccessLogSettings`` is a jsii interface, not a struct: Python passes an object, not a dict."""
+
+    def __init__(self, destination: apigwv2.IAccessLogDestination, format: apigw.AccessLogFormat) -> None:  # noqa: A002
+        self._destination, self._format = destination, format
+
+    @property
+    def destination(self) -> apigwv2.IAccessLogDestination:
+        return self._destination
+
+    @property
+    def format(self) -> apigw.AccessLogFormat:
+        return self._format
 
 
 @dataclass(frozen=True)
@@ -46,14 +92,16 @@ class FrontStackProps:
     reserved_concurrency: int | None
     powertools_layer_version: int
     planner_function_name: str  # invoked (asynchronously) after an app registration
-    api_rate: int = C.API_RATE_LIMIT_RPS  # requests/s: the stage's and the usage plan's throttle
+    front_api: str = C.FRONT_API_HTTP  # C.FRONT_APIS
+    api_rate: int = C.API_RATE_LIMIT_RPS  # requests/s: the stage's (and the usage plan's) throttle
     api_burst: int = C.API_BURST  # requests
-    api_quota: int = C.API_QUOTA_PER_DAY  # requests per key per day
-    waf_rate: int = C.WAF_RATE_LIMIT_PER_5MIN  # requests per client IP per 5 minutes
+    api_quota: int = C.API_QUOTA_PER_DAY  # requests per key per day (rest: the usage plan)
+    waf_rate: int = C.WAF_RATE_LIMIT_PER_5MIN  # requests per client IP per 5 minutes (rest: WAF)
 
 
 class FrontStack(Stack):
-    """``function``, ``api``, ``api_key``, ``web_acl``."""
+    """``function``, ``api`` (an HTTP API, or the REST API), ``api_key`` and ``web_acl`` (REST only,
+    else None)."""
 
     def __init__(self, scope: Construct, construct_id: str, props: FrontStackProps, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -84,22 +132,81 @@ class FrontStack(Stack):
             ),
         )
         self._grant(role, props)
-        self.api = self._api(props)
-        self.web_acl = self._waf(props)
+        acknowledge(
+            self.function,
+            "AwsSolutions-L1",
+            "Python 3.13: the newest runtime for which the public Powertools v3 layer and our dependency "
+            "layer are built (cdk/constants.py LAMBDA_PYTHON); raise both together.",
+        )
+        self.api: apigw.RestApi | apigwv2.HttpApi
+        self.api_key: apigw.IApiKey | None = None
+        self.web_acl: waf.CfnWebACL | None = None
+        if props.front_api == C.FRONT_API_REST:
+            self.api = rest = self._rest_api(props)
+            self.web_acl = self._waf(props, rest)
+            url = rest.url
+        else:
+            self.api, url = self._http_api(props)
         CfnOutput(
             self,
             "ApiUrl",
-            value=self.api.url,
-            description="Base URL of the front API (ends with the stage and a slash)",
+            value=url,
+            description="Base URL of the front API, ending with a slash (REST: with the stage, /live/)",
         )
-        CfnOutput(
-            self,
-            "ApiKeyId",
-            value=self.api_key.key_id,
-            description="aws apigateway get-api-key --include-value",
-        )
+        if self.api_key is not None:
+            CfnOutput(
+                self,
+                "ApiKeyId",
+                value=self.api_key.key_id,
+                description="aws apigateway get-api-key --include-value",
+            )
 
-    def _api(self, props: FrontStackProps) -> apigw.RestApi:
+    def _http_api(self, props: FrontStackProps) -> tuple[apigwv2.HttpApi, str]:
+        """An HTTP API: the ``$default`` route (every method and path) to the function, payload format
+        2.0, on the ``$default`` stage (served at the root of the URL, so no stage segment reaches the
+        app's paths), throttled at ``api_rate``/``api_burst`` like the REST stage, access logs.
+
+        No WAF web ACL: AWS WAF cannot be associated with an HTTP API (it protects REST API stages,
+        not HTTP APIs); ``-c front_api=rest`` deploys the REST API with WAF instead."""
+        access_logs = logs.LogGroup(
+            self, "AccessLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
+        api = apigwv2.HttpApi(
+            self,
+            "HttpApi",
+            api_name="skinflint",
+            description="Skinflint front API (HTTP API; the front function checks the API key)",
+            create_default_stage=False,
+            default_integration=integrations.HttpLambdaIntegration(
+                "Front", self.function, payload_format_version=apigwv2.PayloadFormatVersion.VERSION_2_0
+            ),
+        )
+        stage = apigwv2.HttpStage(
+            self,
+            "HttpStage",
+            http_api=api,
+            stage_name="$default",
+            auto_deploy=True,
+            throttle=apigwv2.ThrottleSettings(rate_limit=props.api_rate, burst_limit=props.api_burst),
+            access_log_settings=_AccessLogSettings(
+                apigwv2.LogGroupLogDestination(access_logs),
+                apigw.AccessLogFormat.custom(json.dumps(HTTP_ACCESS_LOG_FIELDS)),
+            ),
+        )
+        acknowledge(
+            api,
+            "AwsSolutions-APIG4",
+            "The $default route has no API Gateway authorizer on purpose: the front function checks the "
+            "x-api-key of every route but /healthz against the SHA-256 digests in the config table "
+            "(front/service.py authenticate) and rate-limits per key itself (front/admission.py); an "
+            "authorizer would bill a second check per request for the same answer.",
+        )
+        # (AwsSolutions-COG4, a Cognito authorizer, checks REST methods only; APIG2, request
+        # validation, and APIG3, WAF, REST stages only: FastAPI validates, and no WAF fits here)
+        return api, stage.url
+
+    def _rest_api(self, props: FrontStackProps) -> apigw.RestApi:
+        """The REST API (``-c front_api=rest``): API key + usage plan on every method, WAF (``_waf``)."""
         access_logs = logs.LogGroup(
             self, "AccessLogs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
         )
@@ -155,12 +262,6 @@ class FrontStack(Stack):
             "cameras and pipelines (machine to machine), for which IAM or Cognito authorizers add no check.",
         )
         acknowledge(
-            self.function,
-            "AwsSolutions-L1",
-            "Python 3.13: the newest runtime for which the public Powertools v3 layer and our dependency "
-            "layer are built (cdk/constants.py LAMBDA_PYTHON); raise both together.",
-        )
-        acknowledge(
             api,
             "AwsSolutions-COG4",
             "No Cognito user pool: clients are machines authenticated by API key (see AwsSolutions-APIG4).",
@@ -173,7 +274,7 @@ class FrontStack(Stack):
         )
         return api
 
-    def _waf(self, props: FrontStackProps) -> waf.CfnWebACL:
+    def _waf(self, props: FrontStackProps, api: apigw.RestApi) -> waf.CfnWebACL:
         def visibility(name: str) -> waf.CfnWebACL.VisibilityConfigProperty:
             return waf.CfnWebACL.VisibilityConfigProperty(
                 cloud_watch_metrics_enabled=True, metric_name=name, sampled_requests_enabled=True
@@ -228,7 +329,7 @@ class FrontStack(Stack):
         waf.CfnWebACLAssociation(
             self,
             "WebAclAssociation",
-            resource_arn=self.api.deployment_stage.stage_arn,
+            resource_arn=api.deployment_stage.stage_arn,
             web_acl_arn=acl.attr_arn,
         )
         return acl

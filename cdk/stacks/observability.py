@@ -30,6 +30,7 @@ from cdk import constants as C
 
 if TYPE_CHECKING:
     from aws_cdk import aws_apigateway as apigw
+    from aws_cdk import aws_apigatewayv2 as apigwv2
     from aws_cdk import aws_lambda as lambda_
     from aws_cdk import aws_logs as logs
     from aws_cdk import aws_sqs as sqs
@@ -52,7 +53,7 @@ class ObservabilityStackProps:
     front: lambda_.IFunction
     front_logs: logs.ILogGroup  # the front function's log group: its metrics are EMF lines there
     planner: lambda_.IFunction
-    api: apigw.RestApi
+    api: apigw.RestApi | apigwv2.HttpApi  # the front's (-c front_api): both have these metrics
     alarm_email: str | None = None
     front_usage_metered: bool = True  # SKINFLINT_USAGE_METERING of the front: its invocation count
 

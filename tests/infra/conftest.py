@@ -21,6 +21,16 @@ CONTEXT: dict[str, Any] = {
     "hardware": "t4,v100,cpu",
     "models": "none",
 }
+# The REST API + WAF variant (-c front_api=rest), with limits off their defaults: the usage plan's
+# quota and the WAF rule follow the context (the default app is the HTTP API, which has neither).
+REST_CONTEXT: dict[str, Any] = {
+    **CONTEXT,
+    "front_api": "rest",
+    "api_rate": "750",
+    "api_burst": "1500",
+    "api_quota": "6000000",
+    "waf_rate": "45000",
+}
 # What the fixture models directory holds: two models, plus what must not ship (an interrupted
 # build's temporary file, a note, a subdirectory).
 FIXTURE_MODELS = {"ssdlite_mnv2.onnx": b"onnx-detector", "resnet18_vehicle.onnx": b"onnx-vehicle"}
@@ -100,11 +110,28 @@ def assembly(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Asse
     return Assembly(outdir=outdir, synth_s=_FIGURES["synth_s"])
 
 
+@pytest.fixture(scope="session")
+def rest_assembly(tmp_path_factory: pytest.TempPathFactory) -> Assembly:
+    """GIVEN ``-c front_api=rest`` (REST API, usage plan, WAF) WHEN synthesized with cdk-nag THEN
+    synthesis succeeds (a single unacknowledged finding would raise)."""
+    from cdk.app import build_app
+
+    outdir = tmp_path_factory.mktemp("cdk.rest")
+    t0 = time.perf_counter()
+    build_app(REST_CONTEXT, outdir=str(outdir), nag=True).synth()
+    _FIGURES["rest_synth_s"] = time.perf_counter() - t0
+    return Assembly(outdir=outdir, synth_s=_FIGURES["rest_synth_s"])
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if "synth_s" in _FIGURES:
         terminalreporter.write_line(
             f"infra: synthesis of every stack with cdk-nag took {_FIGURES['synth_s']:.1f} s wall, "
             f"{_FIGURES['cpu_s']:.1f} s CPU (budget {SYNTH_BUDGET_S:g} s; load average {_FIGURES['load']:.2f} on {os.cpu_count()} CPUs)"
+        )
+    if "rest_synth_s" in _FIGURES:
+        terminalreporter.write_line(
+            f"infra: synthesis of the -c front_api=rest variant took {_FIGURES['rest_synth_s']:.1f} s wall"
         )
 
 

@@ -90,6 +90,7 @@ def test_gpu_instance_types_accepted(itype: str) -> None:
         ({"max_instances": "p100:5", "hardware": "t4"}, "p100, which is not deployed"),
         ({"waf_rate": "5"}, r"within \[10, 2,000,000,000\]"),
         ({"api_rate": "fast"}, "api_rate must be a positive integer"),
+        ({"front_api": "websocket"}, "front_api must be one of http, rest"),
         ({"account": "12345"}, "12-digit"),
         ({"t4_instance_type": "c6i.large", "hardware": "t4"}, "GPU class"),
     ],
@@ -97,6 +98,13 @@ def test_gpu_instance_types_accepted(itype: str) -> None:
 def test_bad_context_fails(ctx: dict[str, str], why: str) -> None:
     with pytest.raises(InfraConfigError, match=why):
         config(**ctx)
+
+
+def test_front_api_defaults_to_the_http_api() -> None:
+    assert config().front_api == "http"
+    assert config(front_api="rest").front_api == "rest"
+    assert config(front_api=" REST ").front_api == "rest"
+    assert config(front_api="").front_api == "http"
 
 
 def test_spot_flag() -> None:
@@ -157,3 +165,6 @@ def test_synthesis_says_what_ships_and_the_limits(tmp_path: Path) -> None:
     assert _wheels_line(built).startswith("wheelhouses: gpu 5 wheels")  # the 5 stand-in wheels
     line = _limits_line(cfg)
     assert "max instances t4 83, c6i.large 10" in line and "front unreserved, planner unreserved" in line
+    assert "HTTP API 500 req/s (burst 1000; no WAF)" in line and "/day" not in line
+    rest = _limits_line(config(hardware="t4", front_api="rest", waf_rate="45000"))
+    assert "REST API 500 req/s (burst 1000, 5,000,000/day); WAF 45,000 per IP per 5 min" in rest

@@ -3,13 +3,14 @@ isolation, least privilege. Templates come from the session's single synthesis."
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
 
 from cdk import constants as C
-from tests.infra.conftest import resources
+from tests.infra.conftest import REST_CONTEXT, resources
 
 if TYPE_CHECKING:
     from tests.infra.conftest import Assembly
@@ -130,8 +131,122 @@ def test_alarm_topic_encrypted_and_tls_only(t: dict[str, Template]) -> None:
 
 
 # -- API authentication, logging, throttling ---------------------------------------------------------
-def test_every_api_method_requires_an_api_key(assembly: Assembly) -> None:
-    methods = resources(assembly.template(C.FRONT_STACK), "AWS::ApiGateway::Method")
+# Default (-c front_api=http): an HTTP API, its $default route to the front, which checks the key.
+# -c front_api=rest: the REST API, an API key + usage plan on every method, a WAF web ACL.
+def test_http_api_is_the_default_with_no_waf(t: dict[str, Template], assembly: Assembly) -> None:
+    f = t[C.FRONT_STACK]
+    f.resource_count_is("AWS::ApiGatewayV2::Api", 1)
+    f.has_resource_properties("AWS::ApiGatewayV2::Api", {"ProtocolType": "HTTP"})
+    # HTTP APIs cannot have a WAF web ACL; nor a usage plan or API key
+    doc = assembly.template(C.FRONT_STACK)
+    kinds = {r["Type"] for r in doc["Resources"].values()}
+    assert not {k for k in kinds if k.startswith(("AWS::WAFv2::", "AWS::ApiGateway::"))}, kinds
+    assert set(doc["Outputs"]) >= {"ApiUrl"} and "ApiKeyId" not in doc["Outputs"]
+
+
+def test_http_api_routes_everything_to_the_front_with_payload_2(assembly: Assembly) -> None:
+    doc = assembly.template(C.FRONT_STACK)
+    (route,) = resources(doc, "AWS::ApiGatewayV2::Route").values()
+    (lid, integration), *_ = resources(doc, "AWS::ApiGatewayV2::Integration").items()
+    assert route["Properties"]["RouteKey"] == "$default"
+    assert route["Properties"]["Target"] == {"Fn::Join": ["", ["integrations/", {"Ref": lid}]]}
+    p = integration["Properties"]
+    assert (p["IntegrationType"], p["PayloadFormatVersion"]) == ("AWS_PROXY", "2.0")
+    (fn,) = [
+        k
+        for k, r in resources(doc, "AWS::Lambda::Function").items()
+        if r["Properties"]["Handler"] == C.FRONT_HANDLER
+    ]
+    assert p["IntegrationUri"] == {"Fn::GetAtt": [fn, "Arn"]}
+
+
+def test_http_stage_throttles_and_logs(t: dict[str, Template], assembly: Assembly) -> None:
+    f = t[C.FRONT_STACK]
+    f.has_resource_properties(
+        "AWS::ApiGatewayV2::Stage",
+        {
+            # $default: served at the root of the URL, so no stage segment reaches the app's paths
+            "StageName": "$default",
+            "AutoDeploy": True,
+            "DefaultRouteSettings": {
+                "ThrottlingRateLimit": C.API_RATE_LIMIT_RPS,
+                "ThrottlingBurstLimit": C.API_BURST,
+            },
+            "AccessLogSettings": {"DestinationArn": Match.any_value(), "Format": Match.any_value()},
+        },
+    )
+    (stage,) = resources(assembly.template(C.FRONT_STACK), "AWS::ApiGatewayV2::Stage").values()
+    fields = json.loads(stage["Properties"]["AccessLogSettings"]["Format"])
+    assert fields["requestId"] == "$context.requestId" and "status" in fields
+    (group,) = [
+        g for k, g in resources(assembly.template(C.FRONT_STACK), "AWS::Logs::LogGroup").items()
+        if k == stage["Properties"]["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0]
+    ]  # fmt: skip
+    assert group["Properties"]["RetentionInDays"] == 30
+
+
+def test_every_app_route_but_healthz_checks_a_key_itself() -> None:
+    """Behind the HTTP API nothing checks a key before the function: every FastAPI route but
+    /healthz depends on the app's API key check (front/app.py ``_authed`` -> front/service.py
+    ``authenticate``; the OpenAPI docs included), except the admin route POST /v1/apps, which checks
+    the admin key (front/admin.py ``AdminService.authenticate``; behind the REST API, API Gateway
+    also requires the x-api-key there)."""
+    import time
+
+    from fastapi.routing import APIRoute
+    from fastapi.testclient import TestClient
+
+    from front.admin import AdminService
+    from front.app import _authed, create_app
+
+    def checks(dependant: Any) -> bool:
+        return any(d.call is _authed or checks(d) for d in dependant.dependencies)
+
+    app = create_app(
+        lambda: None,  # type: ignore[arg-type, return-value]  # routes only, no backend
+        admin_factory=lambda: AdminService(store=None, registrar=None, clock=time.monotonic),  # type: ignore[arg-type]
+    )
+    routes = {
+        (method, r.path): checks(r.dependant)
+        for r in app.routes
+        if isinstance(r, APIRoute)
+        for method in r.methods
+    }
+    assert ("GET", "/v1/apps") in routes and ("POST", "/v1/apps/{app_name}/frames") in routes, routes
+    assert {route for route, ok in routes.items() if not ok} == {("GET", "/healthz"), ("POST", "/v1/apps")}
+    response = TestClient(app).post("/v1/apps", content=b"name: x", headers={"x-api-key": "any"})
+    assert (response.status_code, response.json()["error"]) == (401, "missing_admin_key")
+
+
+def test_mangum_serves_the_http_apis_payload_2() -> None:
+    """The front's Mangum handler reads the HTTP API's payload 2.0 events (rawPath without a stage:
+    the $default stage), as it reads the REST API's 1.0 ones."""
+    from mangum import Mangum
+
+    from front.app import create_app
+
+    handler = Mangum(create_app(lambda: None), lifespan="off")  # type: ignore[arg-type, return-value]
+    event = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/healthz",
+        "rawQueryString": "",
+        "headers": {"host": "abc123.execute-api.us-east-1.amazonaws.com", "x-forwarded-proto": "https"},
+        "requestContext": {
+            "apiId": "abc123",
+            "stage": "$default",
+            "requestId": "id",
+            "routeKey": "$default",
+            "http": {"method": "GET", "path": "/healthz", "protocol": "HTTP/1.1", "sourceIp": "192.0.2.1"},
+        },
+        "isBase64Encoded": False,
+    }
+    response = handler(event, type("Context", (), {"aws_request_id": "id"})())
+    assert response["statusCode"] == 200 and json.loads(response["body"]) == {"ok": True}
+
+
+def test_every_rest_method_requires_an_api_key(rest_assembly: Assembly) -> None:
+    methods = resources(rest_assembly.template(C.FRONT_STACK), "AWS::ApiGateway::Method")
     assert len(methods) >= 2  # root ANY and {proxy+} ANY
     for lid, m in methods.items():
         assert m["Properties"]["ApiKeyRequired"] is True, f"{lid} is open"
@@ -153,12 +268,12 @@ def _api_paths(doc: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
-def test_every_app_route_goes_through_a_keyed_method(assembly: Assembly) -> None:
-    """Each FastAPI route, the admin route POST /v1/apps included, resolves to an API Gateway
-    method that requires the API key (the app then checks the frame or admin key itself)."""
+def test_every_app_route_goes_through_a_keyed_rest_method(rest_assembly: Assembly) -> None:
+    """REST variant: each FastAPI route, the admin route POST /v1/apps included, resolves to an API
+    Gateway method that requires the API key (the app then checks the frame or admin key itself)."""
     from front.app import create_app
 
-    doc = assembly.template(C.FRONT_STACK)
+    doc = rest_assembly.template(C.FRONT_STACK)
     methods = resources(doc, "AWS::ApiGateway::Method")
     paths = _api_paths(doc)
     app = create_app(lambda: None)  # type: ignore[arg-type, return-value]  # routes only, no backend
@@ -171,30 +286,52 @@ def test_every_app_route_goes_through_a_keyed_method(assembly: Assembly) -> None
         assert methods[lid]["Properties"]["ApiKeyRequired"] is True, (method, route)
 
 
-def test_api_has_usage_plan_waf_access_logs_and_throttling(t: dict[str, Template]) -> None:
-    f = t[C.FRONT_STACK]
+def test_rest_api_has_usage_plan_waf_access_logs_and_throttling(rest_assembly: Assembly) -> None:
+    """The REST variant keeps today's API: its limits follow the context (REST_CONTEXT)."""
+    f = Template.from_json(rest_assembly.template(C.FRONT_STACK))
+    rate, burst = int(REST_CONTEXT["api_rate"]), int(REST_CONTEXT["api_burst"])
     f.has_resource_properties(
         "AWS::ApiGateway::Stage",
         {
             "StageName": C.API_STAGE,
             "AccessLogSetting": {"DestinationArn": Match.any_value(), "Format": Match.any_value()},
             "MethodSettings": Match.array_with(
-                [
-                    Match.object_like(
-                        {"ThrottlingRateLimit": C.API_RATE_LIMIT_RPS, "ThrottlingBurstLimit": C.API_BURST}
-                    )
-                ]
+                [Match.object_like({"ThrottlingRateLimit": rate, "ThrottlingBurstLimit": burst})]
             ),
         },
     )
     f.has_resource_properties(
         "AWS::ApiGateway::UsagePlan",
-        {"Quota": {"Limit": C.API_QUOTA_PER_DAY, "Period": "DAY"}, "Throttle": Match.any_value()},
+        {
+            "Quota": {"Limit": int(REST_CONTEXT["api_quota"]), "Period": "DAY"},
+            "Throttle": {"RateLimit": rate, "BurstLimit": burst},
+        },
     )
     f.resource_count_is("AWS::ApiGateway::UsagePlanKey", 1)
+    f.resource_count_is("AWS::ApiGatewayV2::Api", 0)
     f.resource_count_is("AWS::WAFv2::WebACLAssociation", 1)
     f.has_resource_properties("AWS::WAFv2::WebACL", {"Scope": "REGIONAL", "DefaultAction": {"Allow": {}}})
+    (acl,) = resources(rest_assembly.template(C.FRONT_STACK), "AWS::WAFv2::WebACL").values()
+    (per_ip,) = [r for r in acl["Properties"]["Rules"] if r["Name"] == "PerIpRate"]
+    assert per_ip["Statement"]["RateBasedStatement"]["Limit"] == int(REST_CONTEXT["waf_rate"])
     f.has_resource_properties("AWS::ApiGateway::RestApi", {"BinaryMediaTypes": ["image/jpeg", "image/png"]})
+    outputs = rest_assembly.template(C.FRONT_STACK)["Outputs"]
+    assert {"ApiUrl", "ApiKeyId"} <= set(outputs)
+
+
+def test_both_variants_grant_the_front_the_same(assembly: Assembly, rest_assembly: Assembly) -> None:
+    """The API changes nothing the function may do (IAM); only who may invoke it (a Lambda
+    permission for API Gateway, scoped to the one API)."""
+
+    def policies(a: Assembly) -> list[Any]:
+        return [r["Properties"] for r in resources(a.template(C.FRONT_STACK), "AWS::IAM::Policy").values()
+                if "FrontRole" in json.dumps(r["Properties"]["Roles"])]  # fmt: skip
+
+    assert policies(assembly) == policies(rest_assembly) != []
+    for a in (assembly, rest_assembly):
+        perms = resources(a.template(C.FRONT_STACK), "AWS::Lambda::Permission").values()
+        assert perms and all(p["Properties"]["Principal"] == "apigateway.amazonaws.com" for p in perms)
+        assert all("execute-api" in json.dumps(p["Properties"]["SourceArn"]) for p in perms)
 
 
 # -- functions ---------------------------------------------------------------------------------------
