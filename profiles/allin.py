@@ -180,11 +180,13 @@ class DataPlanePolicy:
 
 TODAY = DataPlanePolicy(
     name="today",
-    summary="the design as the code is: 1-10 frames per POST (REST API + WAF), a POST item and its index "
+    summary="the design as the code is: 1-10 frames per POST (HTTP API), a POST item and its index "
     "item, a message per task carrying the whole frame (children: + the ancestors' results), a record "
     "per batch and POST of the terminal tasks",
-    api="rest",  # cdk/stacks/front.py: REST API + WAF (two managed rule groups + a per-IP rate rule)
-    waf=True,
+    # cdk/stacks/front.py: an HTTP API by default, the key checked by the front (-c front_api=rest: a
+    # REST API + WAF, two managed rule groups + a per-IP rate rule: bench tco's batched_rest_waf prices it)
+    api="http",
+    waf=False,
     # front/service.py accept: validate and route each frame, then the POST's BatchWriteItem and the root
     # messages' SendMessageBatch in parallel (estimates, not measured on AWS)
     front_ms_per_post=20.0,
