@@ -112,7 +112,9 @@ def service_error(code: str, op: str = "PutItem") -> ClientError:
 R0 = "0" * 30 + "00"  # a request id (the first frame of POST 000...0)
 
 
-def task_record(task_id: str = "detector", children: tuple[str, ...] = (), recheck: bool = False) -> TaskRecord:
+def task_record(
+    task_id: str = "detector", children: tuple[str, ...] = (), recheck: bool = False
+) -> TaskRecord:
     return TaskRecord(
         request_id=R0,
         task_id=task_id,
