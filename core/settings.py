@@ -76,6 +76,15 @@ def worker_max_pixels_from_env(env: Mapping[str, str] | None = None) -> int:
     return value
 
 
+def front_api_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``SKINFLINT_FRONT_API``: the API Gateway the front runs behind, ``http`` (the default, and the
+    local stack's stand-in) or ``rest`` (``-c front_api=rest``); what its requests are priced as."""
+    raw = ((os.environ if env is None else env).get("SKINFLINT_FRONT_API") or "http").strip().lower()
+    if raw not in ("http", "rest"):
+        raise ValueError(f"SKINFLINT_FRONT_API must be http or rest, got {raw!r}")
+    return raw
+
+
 DEFAULT_RESULTS_RETENTION_DAYS = 7.0
 _MAX_RESULTS_RETENTION_DAYS = 365.0
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from core.adapters.usage import HttpUsage, meter
 from core.errors import DataPlaneError
 from core.schema import ErrorOut, FramesAccepted, FramesIn, ResultOut
-from core.settings import usage_metering_from_env
+from core.settings import front_api_from_env, usage_metering_from_env
 from front.admin import AdminService, add_admin_routes, admin_from_config
 from front.bodies import parse_json, read_capped
 from front.errors import RequestRejectedError
@@ -239,7 +239,7 @@ def _meter_requests(app: FastAPI) -> None:
     except ValueError:
         on = False
     if on:
-        app.add_middleware(HttpUsage, meter=meter("front"))
+        app.add_middleware(HttpUsage, meter=meter("front"), api=front_api_from_env())
 
 
 def _frames_from_json(svc: FrontService, body: bytes) -> list[tuple[bytes, str]]:

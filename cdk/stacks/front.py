@@ -126,8 +126,10 @@ class FrontStack(Stack):
                     "SKINFLINT_PLANNER_FUNCTION": props.planner_function_name,
                     "SKINFLINT_BATCH_OVERHEAD_S": str(C.BATCH_OVERHEAD_S),  # the planner's (registration)
                     # several Lambda instances admit frames: count each window's frames in DynamoDB
-                    # (core/adapters/slots.py), one conditional write per frame
+                    # (core/adapters/slots.py), one conditional write per POST and root module
                     "SKINFLINT_ADMISSION_SHARED": "on",
+                    # what its requests are metered as (core/adapters/usage.py HttpUsage)
+                    "SKINFLINT_FRONT_API": props.front_api,
                 },
             ),
         )

@@ -36,7 +36,9 @@ under a lock -- the hook adds to a number, nothing is sent -- and go out with th
     out with the next one. The EMF front publishes its counts at most every 10 s
     (``front.wiring.EMF_USAGE_EVERY_S``), not after every request: what a Lambda
     environment counted since its last such flush is lost when AWS retires it.
-  * The front's own HTTP requests (:class:`HttpUsage`): ``apigateway`` ``Requests`` per request and
+  * The front's own HTTP requests (:class:`HttpUsage`): ``apigateway`` ``HttpApiRequests`` per request
+    behind the HTTP API (the deployed default), ``Requests`` behind the REST API
+    (``SKINFLINT_FRONT_API=rest``, which ``-c front_api=rest`` sets; WAF inspects those), and
     ``lambda`` ``Requests`` and ``DurationMs`` (the handler's milliseconds, rounded up per request as
     Lambda rounds its billed duration): the report turns these into GB-seconds with the front's
     memory size.
@@ -498,11 +500,15 @@ class HttpUsage:
     the operation names stay few. Under uvicorn (the local stack) the same figures say what the
     deployed front would be billed for the same requests."""
 
-    def __init__(self, app: Any, meter: UsageMeter):
+    def __init__(self, app: Any, meter: UsageMeter, api: str = "http"):
+        if api not in ("http", "rest"):
+            raise ValueError(f"the front's API is 'http' or 'rest', got {api!r}")
         self.app = app
         self.meter = meter
         self._keys: dict[tuple[str, str], tuple[str, str]] = {}
-        self._api = ("apigateway", "Requests")
+        # the unit its price is listed under (profiles/aws_prices.json): an HTTP API request, or a REST
+        # API request (which the web ACL's WAF requests are derived from)
+        self._api = ("apigateway", "HttpApiRequests" if api == "http" else "Requests")
         self._invoke = ("lambda", "Invocation")
         self._requests = ("lambda", "Requests")
         self._duration = ("lambda", "DurationMs")

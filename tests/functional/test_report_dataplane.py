@@ -103,7 +103,8 @@ def test_the_fronts_requests_api_gateway_and_lambda_are_counted_per_post(stack):
     dp, svcs = r["data_plane"], r["data_plane"]["services"]
     assert r["apps"]["traffic"]["frames"] == 3
     assert svcs["apigateway"]["operations"]["POST /v1/apps/{app_name}/frames"]["requests"] == 3
-    assert svcs["wafv2"]["billed_units"] == {"Requests": 3.0}
+    # behind the HTTP API (the deployed default): HTTP API requests, and no WAF to inspect them
+    assert svcs["apigateway"]["billed_units"] == {"HttpApiRequests": 3.0} and "wafv2" not in svcs
     assert svcs["lambda"]["operations"]["Invocation"]["requests"] == 3
     lam = svcs["lambda"]["billed_units"]
     assert lam["Requests"] == 3 and 0 < lam["GBSeconds"] == pytest.approx(

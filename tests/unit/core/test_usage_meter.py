@@ -363,5 +363,24 @@ def test_the_front_counts_each_request_per_route_with_its_milliseconds():
         ("apigateway", "GET unmatched"): 1,
         ("lambda", "Invocation"): 4,
     }
-    assert units[("apigateway", "Requests")] == 4 and units[("lambda", "Requests")] == 4
+    # behind the HTTP API (the deployed default): priced as HTTP API requests, which WAF never sees
+    assert units[("apigateway", "HttpApiRequests")] == 4 and units[("lambda", "Requests")] == 4
+    assert ("apigateway", "Requests") not in units
     assert units[("lambda", "DurationMs")] >= 3 * 20  # whole milliseconds, each rounded up
+
+
+def test_behind_the_rest_api_the_front_counts_rest_requests(monkeypatch):
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from core.settings import front_api_from_env
+
+    monkeypatch.setenv("SKINFLINT_FRONT_API", "REST")
+    m = UsageMeter("front")
+    app = FastAPI()
+    app.add_middleware(HttpUsage, meter=m, api=front_api_from_env())
+    assert TestClient(app).get("/x").status_code == 404
+    assert m.counts()[1][("apigateway", "Requests")] == 1
+    monkeypatch.setenv("SKINFLINT_FRONT_API", "soap")
+    with pytest.raises(ValueError, match="SKINFLINT_FRONT_API must be http or rest"):
+        front_api_from_env()

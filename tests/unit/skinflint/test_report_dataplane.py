@@ -167,11 +167,15 @@ def test_the_packaged_table_prices_what_the_components_count():
     assert prices.derived() == [("wafv2", "Requests", "apigateway", "Requests")]
 
 
-def test_the_front_is_a_rest_api_as_the_table_says():
+def test_the_front_is_priced_as_the_api_it_is_deployed_behind():
     from cdk.constants import REPO_ROOT
+    from cdk.stacks.front import FrontStackProps
 
     stack = (REPO_ROOT / "cdk" / "stacks" / "front.py").read_text()
-    assert "apigw.RestApi(" in stack and "HttpApi" not in stack
+    # both APIs exist; the HTTP API is the default, and the front is told which one it is behind
+    assert "apigw.RestApi(" in stack and "apigwv2.HttpApi(" in stack
+    assert FrontStackProps.__dataclass_fields__["front_api"].default == "http"
+    assert '"SKINFLINT_FRONT_API": props.front_api' in stack
 
 
 @pytest.mark.parametrize(
