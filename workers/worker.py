@@ -61,6 +61,11 @@ __all__ = ["BatchOutcome", "Device", "Worker"]
 
 log = logging.getLogger("skinflint.worker")
 
+#: The most bytes of a parent's output its children's messages carry inline (their ``lineage``); a
+#: larger one is stored in S3 and they carry its key. With the frame inline (up to
+#: ``SQS_INLINE_LIMIT_BYTES`` of base64) a child message keeps room for ten ancestors under SQS's 256 KiB.
+LINEAGE_OUTPUT_INLINE_BYTES = 4 * 1024
+
 
 @dataclass
 class Worker:
@@ -399,6 +404,9 @@ class Worker:
                 received_at=pending.received_at,
                 device_at=device_at,
                 recheck=self._redelivered(message),
+                inline_limit=min(self.output_inline_limit_bytes, LINEAGE_OUTPUT_INLINE_BYTES)
+                if ids
+                else None,
             )
             parents.append(rec)
             if ids:  # its result travels with its children (their lineage): it is not written
@@ -505,10 +513,14 @@ class Worker:
         received_at: float | None = None,
         device_at: float | None = None,
         recheck: bool = False,
+        inline_limit: int | None = None,
     ) -> TaskRecord:
+        """The task's record; an output over ``inline_limit`` bytes (default the worker's
+        ``output_inline_limit_bytes``) is stored in S3 and the record carries its key."""
         output_json = json.dumps(output, separators=(",", ":")) if output is not None else None
         s3_key = None
-        if output_json is not None and len(output_json) > self.output_inline_limit_bytes:
+        limit = self.output_inline_limit_bytes if inline_limit is None else inline_limit
+        if output_json is not None and len(output_json) > limit:
             s3_key = f"outputs/{message.request_id}/{message.task_id.replace('/', '_')}.json"
             self.blobs.put(s3_key, output_json.encode(), "application/json")
             output_json = None

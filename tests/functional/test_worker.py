@@ -261,6 +261,32 @@ def test_large_output_goes_to_s3(stack):
     assert len({t.output_s3_key for t in res.tasks}) == len(res.tasks)
 
 
+def test_a_parents_output_travels_inline_only_up_to_the_lineage_limit(stack):
+    from workers.worker import LINEAGE_OUTPUT_INLINE_BYTES
+
+    class MidRuntime(EmulatedRuntime):  # outputs over the lineage limit, under the worker's own
+        def run(self, inputs):
+            return [{"blob": "x" * (LINEAGE_OUTPUT_INLINE_BYTES + 100)} for _ in inputs]
+
+    # GIVEN a detector and cars whose outputs are 4 KB + 100 B (the workers keep 64 KB inline)
+    (rid,) = send_frames(stack, 1)
+    (ran,) = drain(make_worker(stack, "detector", runtime=MidRuntime(0.0, "t4")), until=time.time() + 3)
+    cars = [make_worker(stack, "car", 0, m, runtime=MidRuntime(0.0, "cpu")) for m in range(2)]
+    end = time.time() + 3
+    while sum(w.totals["ran"] for w in cars) < ran.forwarded and time.time() < end:
+        for w in cars:
+            w.poll_once(wait_s=0)
+            w.run_ready()
+        time.sleep(0.02)
+    # THEN the detector's output, which every child message carries, went to S3 (its key travels);
+    # the cars' outputs, written once in their records, stayed inline
+    res = front(stack).result(rid)
+    (det,) = [t for t in res.tasks if t.module == "detector"]
+    assert det.output is None and stack.blobs.get(det.output_s3_key).startswith(b'{"blob":"xxx')
+    cars_out = [t for t in res.tasks if t.module == "car"]
+    assert len(cars_out) == ran.forwarded and all(t.output and not t.output_s3_key for t in cars_out)
+
+
 def test_unparseable_message_is_counted_and_left_for_the_dlq(stack):
     url = stack.deployment.queues["detector"]["0/0"]
     stack.sqs.send_message(QueueUrl=url, MessageBody='{"v": 99}')
