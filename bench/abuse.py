@@ -14,6 +14,9 @@ loop plans afterwards:
 - 100 concurrent long polls (``GET /v1/requests/{id}?wait=5``) while ``/healthz`` is timed: its p99;
 - one key flooding ``POST /frames`` while a second key sends at half the app's planned rate: the second
   key's accepted share, the flood's 429s, and the rate the control loop plans before and after;
+  repeated ``--flood-runs`` times (each flood moves the planned rate, a quiet pause between them moves
+  it back: plan changes under load), then every frame accepted during the floods is read back: each
+  must be answered or dropped with a reason, none lost (still queued past its deadline, or unknown);
 - API hygiene: security headers, no server banner, ``OPTIONS`` ``Allow``, the OpenAPI behind the key.
 
 Every figure is measured in this run on this machine (its load is on the results page).
@@ -263,9 +266,17 @@ def _long_polls(run: _Run, polls: int) -> None:
     )
 
 
-def _flood(run: _Run, second_key: str, rate: float, seconds: float, planned: Callable[[], float]) -> None:
+def _flood(
+    run: _Run,
+    second_key: str,
+    rate: float,
+    seconds: float,
+    planned: Callable[[], float],
+    accepted: list[str] | None = None,
+    label: str = "",
+) -> None:
     """Eight threads of one key as fast as the front answers; the second key at half the app's rate
-    (within its fair share of two keys)."""
+    (within its fair share of two keys). The request ids of every frame accepted go to ``accepted``."""
     before = planned()
     polite_rate = rate / 2
     frame = _frame(1)
@@ -284,8 +295,16 @@ def _flood(run: _Run, second_key: str, rate: float, seconds: float, planned: Cal
                     content=frame,
                     headers={"content-type": "image/jpeg", "x-api-key": key},
                 )
+                ids: list[str] = []
+                if answer.status_code == 202:  # noqa: PLR2004 - accepted
+                    try:
+                        ids = [str(a["request_id"]) for a in answer.json()["accepted"]]
+                    except (ValueError, KeyError, TypeError):
+                        ids = []
                 with lock:
                     counts[who][answer.status_code] = counts[who].get(answer.status_code, 0) + 1
+                    if accepted is not None:
+                        accepted.extend(ids)
                 time.sleep(max(0.0, every_s - (time.time() - t0)))
 
     threads = [threading.Thread(target=sender, args=("flood", run.key, 0.0)) for _ in range(8)]
@@ -302,7 +321,7 @@ def _flood(run: _Run, second_key: str, rate: float, seconds: float, planned: Cal
     flood = counts["flood"]
     run.cases.append(
         Case(
-            f"one key flooding ({sum(flood.values())} requests in {seconds:g} s), a second at "
+            f"{label}one key flooding ({sum(flood.values())} requests in {seconds:g} s), a second at "
             f"{polite_rate:g} frames/s",
             "second key >= 95 % accepted, the flood gets 429s",
             f"second key {100 * kept:.1f} % of {sent}; flood: "
@@ -314,10 +333,50 @@ def _flood(run: _Run, second_key: str, rate: float, seconds: float, planned: Cal
     after = planned()
     run.cases.append(
         Case(
-            "the planned rate after the flood",
+            f"{label}the planned rate after the flood",
             f"<= before + the flood key's quota (before {before:.2f})",
             f"{after:.2f} frames/s",
             after <= before + 100.0 + rate,
+        )
+    )
+
+
+def _accounted(run: _Run, ids: list[str], runs: int, versions: int, wait_s: float) -> None:
+    """Every frame accepted during the floods is answered or dropped with a reason by now (each read
+    with a long poll until it is no longer queued, ``wait_s`` in all); lost: still queued, unknown."""
+    end = time.time() + wait_s
+    done = dropped = lost = 0
+    reasons: dict[str, int] = {}
+    for rid in ids:
+        status, doc = "queued", {}
+        while time.time() < end:
+            answer = run.client.get(
+                f"{run.url}/v1/requests/{rid}", params={"wait": "5"}, headers={"x-api-key": run.key}
+            )
+            if answer.status_code != 200:  # noqa: PLR2004
+                status = f"http {answer.status_code}"
+                break
+            doc = answer.json()
+            status = str(doc.get("status"))
+            if status != "queued":
+                break
+        if status == "done":
+            done += 1
+        elif status == "dropped":
+            dropped += 1
+            for task in doc.get("tasks", []):
+                if task.get("status") == "dropped":
+                    reason = str(task.get("reason") or "no reason").split(":")[0]
+                    reasons[reason] = reasons.get(reason, 0) + 1
+        else:
+            lost += 1
+    why = ", ".join(f"{reason} x{n}" for reason, n in sorted(reasons.items()))
+    run.cases.append(
+        Case(
+            f"the {len(ids)} frames accepted during {runs} flood run(s) ({versions} plan versions published)",
+            "each answered or dropped with a reason, 0 lost",
+            f"{done} answered, {dropped} dropped ({why or 'none'}), {lost} lost",
+            lost == 0 and bool(ids),
         )
     )
 
@@ -375,6 +434,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=4.0, help="the app's registered frame rate (default 4)")
     parser.add_argument("--polls", type=int, default=100, help="concurrent long polls (default 100)")
     parser.add_argument("--flood-s", type=float, default=15.0, help="seconds of flood (default 15)")
+    parser.add_argument(
+        "--flood-runs",
+        type=int,
+        default=1,
+        help="floods in a row, each followed by a quiet pause (default 1); then every frame accepted "
+        "during them must be answered or dropped with a reason",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_results_arguments(parser)
 
@@ -394,11 +460,11 @@ def _print(cases: list[Case]) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    if args.rate <= 0 or args.polls < 1 or args.flood_s <= 0:
-        raise OptionError("--rate and --flood-s must be > 0 and --polls >= 1")
+    if args.rate <= 0 or args.polls < 1 or args.flood_s <= 0 or args.flood_runs < 1:
+        raise OptionError("--rate and --flood-s must be > 0, --polls and --flood-runs >= 1")
 
     def body(_page: Any) -> int:
-        cases = run_abuse(args.app, args.rate, args.polls, args.flood_s)
+        cases = run_abuse(args.app, args.rate, args.polls, args.flood_s, args.flood_runs)
         if args.json:
             print(json.dumps([case.as_json() for case in cases], indent=2))
         else:
@@ -408,7 +474,7 @@ def run_command(args: argparse.Namespace) -> int:
     return record("abuse", args, body)
 
 
-def run_abuse(app: str, rate: float, polls: int, flood_s: float) -> list[Case]:
+def run_abuse(app: str, rate: float, polls: int, flood_s: float, flood_runs: int = 1) -> list[Case]:
     """Start the local stack, run every case, stop it (whatever happens)."""
     import sys
 
@@ -437,8 +503,15 @@ def run_abuse(app: str, rate: float, polls: int, flood_s: float) -> list[Case]:
             _batches(run)  # noqa: E702
             log("long polls")
             _long_polls(run, polls)  # noqa: E702
-            log("flood")
-            _flood(run, second, rate, flood_s, planned)  # noqa: E702
+            accepted: list[str] = []
+            first_version = max(stack.versions(), default=0)
+            for k in range(flood_runs):
+                log(f"flood {k + 1} of {flood_runs}")
+                label = f"flood {k + 1}: " if flood_runs > 1 else ""
+                _flood(run, second, rate, flood_s, planned, accepted, label)
+            log(f"reading back the {len(accepted)} frames accepted during the floods")
+            versions = max(stack.versions(), default=0) - first_version
+            _accounted(run, accepted, flood_runs, versions, wait_s=120.0)
             log("hygiene")
             _hygiene(run)  # noqa: E702
         return run.cases

@@ -34,10 +34,51 @@ def test_a_case_is_one_json_row():
     assert RSS_FACTOR == 2.0  # issue #28: front memory under any single request <= 2x its idle RSS
 
 
-@pytest.mark.parametrize("flag", [["--rate", "0"], ["--polls", "0"], ["--flood-s", "-1"]])
+@pytest.mark.parametrize(
+    "flag", [["--rate", "0"], ["--polls", "0"], ["--flood-s", "-1"], ["--flood-runs", "0"]]
+)
 def test_bad_options_are_one_line(flag):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args([*flag, "--no-results"])
     with pytest.raises(OptionError):
         run_command(args)
+
+
+def test_every_frame_accepted_during_the_floods_is_answered_dropped_or_counted_lost():
+    from typing import Any
+
+    from bench.abuse import _accounted
+
+    answers = {
+        "a": [{"status": "done", "tasks": []}],
+        "b": [
+            {"status": "queued"},
+            {"status": "dropped", "tasks": [{"status": "dropped", "reason": "deadline"}]},
+        ],
+        "c": [{"status": "dropped", "tasks": [{"status": "dropped", "reason": "stranded"}]}],
+        "d": [],  # unknown: 404
+    }
+
+    class Answer:
+        def __init__(self, doc: dict[str, Any] | None) -> None:
+            self.status_code = 200 if doc is not None else 404
+            self._doc = doc
+
+        def json(self) -> dict[str, Any]:
+            assert self._doc is not None
+            return self._doc
+
+    class Client:
+        def get(self, url: str, **_: Any) -> Answer:
+            left = answers[url.rsplit("/", 1)[-1]]
+            return Answer(left.pop(0) if left else None)
+
+    class Run:
+        client, url, key, cases = Client(), "http://front", "k", []
+
+    run = Run()
+    _accounted(run, ["a", "b", "c", "d"], runs=5, versions=3, wait_s=5.0)  # type: ignore[arg-type]
+    (case,) = run.cases
+    assert case.got == "1 answered, 2 dropped (deadline x1, stranded x1), 1 lost" and not case.ok
+    assert "4 frames accepted during 5 flood run(s) (3 plan versions published)" in case.name
