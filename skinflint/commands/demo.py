@@ -313,6 +313,20 @@ def _fmt_frac(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f} %"
 
 
+def _fmt_all_in(all_in: dict[str, Any] | None) -> str:
+    """'$1.212/h ($1.05 per million frames) = EC2 fleet $1.137 + data plane $0.075 (dynamodb ...)'."""
+    if not all_in:
+        return "not metered (the request meter did not answer)"
+    items = ", ".join(f"{service} ${usd:.4f}" for service, usd in all_in["data_plane"].items())
+    return (
+        f"${all_in['all_in_per_hour']:.3f}/h "
+        f"(${all_in['all_in_per_million_frames']:.2f} per million frames) = "
+        f"EC2 fleet ${all_in['fleet_per_hour']:.3f} + data plane ${all_in['data_plane_per_hour']:.4f} "
+        f"({items}; the billing units measured above at {all_in['prices']}; not priced: "
+        f"{all_in['not_priced']})"
+    )
+
+
 def _fmt_requests(requests: dict[str, Any] | None) -> str:
     """'25.1 per frame (100/s): sqs.ReceiveMessage 30 %, ...' (the five largest actions)."""
     if not requests or not requests["total"]:
@@ -374,12 +388,7 @@ def _print_table(summary: dict[str, Any]) -> None:
         ("planned EC2 fleet (billed)", f"${summary['planned_billed_per_hour']:.3f}/h"),
         ("planned EC2 fleet (occupancy)", f"${summary['planned_occupancy_per_hour']:.3f}/h"),
         ("fleet (packed instances)", _fmt_counts(summary["fleet"]["instances"])),
-        (
-            "EC2 fleet cost (billed)",
-            f"${summary['fleet']['billed_per_hour']:.3f}/h (fleet only, profiles/hardware.json prices; "
-            "the data plane's requests are the AWS requests row, priced all-in by `skinflint report` and "
-            "`skinflint plan APP --rate R`)",
-        ),
+        ("all-in cost", _fmt_all_in(summary.get("all_in"))),
         (
             "control loop",
             f"{summary['fleet']['epochs']} epoch(s) of {summary['fleet']['epoch_s']:g} s, "
@@ -441,9 +450,10 @@ def _print_table(summary: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     # CLI start-up: loaded when this command runs
     from core.errors import DataPlaneError
+    from profiles.aws_prices import load_aws_prices
     from skinflint.commands.up import _log_to_stderr
     from skinflint.local.stack import StackError
-    from skinflint.local.summary import aws_request_figures, summarise, task_rows
+    from skinflint.local.summary import all_in_figures, aws_request_figures, summarise, task_rows
     from skinflint.local.video import synthetic_frames
 
     if args.duration <= 0:
@@ -507,6 +517,13 @@ def run(args: argparse.Namespace) -> int:
         notes=lp.notes + plan_notes,
         fleet=fleet,
         aws_requests=requests,
+        all_in=(
+            all_in_figures(
+                requests["billing_units_per_frame"], args.rate, fleet["billed_per_hour"], load_aws_prices()
+            )
+            if requests and requests.get("billing_units_per_frame")
+            else None
+        ),
         wall_s=time.time() - t0,
         log_dir=info.log_dir,
         tasks_file=str(tasks_file),

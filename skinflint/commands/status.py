@@ -177,12 +177,14 @@ def render(doc: dict[str, Any]) -> None:
         )
     console.print(hw)
     console.print(
-        f"cost: billed ${doc['billed_per_hour']:.3f}/h, occupancy ${doc['occupancy_per_hour']:.3f}/h"
+        f"EC2 fleet cost: billed ${doc['billed_per_hour']:.3f}/h, "
+        f"occupancy ${doc['occupancy_per_hour']:.3f}/h"
         + (
             f", one instance per machine ${doc['dedicated_per_hour']:.3f}/h"
             if doc.get("dedicated_per_hour")
             else ""
         )
+        + " (the fleet only: the data plane's requests are priced all-in by `skinflint report`)"
     )
     _last(console, doc)
 

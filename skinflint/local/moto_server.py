@@ -125,7 +125,8 @@ BILLING_UNITS = (
     "dynamodb_read_units_strong",  # 1 per 4 KB read, consistent reads
     "dynamodb_read_units_eventual",  # 0.5 per 4 KB read, eventually consistent reads (Query default)
     "sqs_billed_requests",  # 1 per 64 KB of a request's payload (or of what a ReceiveMessage returned)
-    "s3_requests",
+    "s3_put_requests",  # PUT-class (PUT, POST, LIST, COPY)
+    "s3_get_requests",  # GET-class (GET, HEAD, the rest; DELETE is free)
 )
 _KB = 1024
 _SQS_CHUNK = 64 * _KB
@@ -140,7 +141,7 @@ def billing_units(service: str, action: str, request: bytes, response_bytes: int
     """The billing units of one request (:data:`BILLING_UNITS`), estimated from its body and the size
     of its response: DynamoDB write units from the items written (an UpdateItem or DeleteItem: 1,
     its item unread), read units from the bytes returned (4 KB a unit, half for an eventually
-    consistent read); SQS requests per 64 KB chunk; S3 requests. Other services: none."""
+    consistent read); SQS requests per 64 KB chunk; S3 PUT- and GET-class requests. Other services: none."""
     out: dict[str, float] = {}
     if service == "dynamodb":
         try:
@@ -168,8 +169,8 @@ def billing_units(service: str, action: str, request: bytes, response_bytes: int
     elif service == "sqs":
         size = response_bytes if action == "ReceiveMessage" else len(request)
         out["sqs_billed_requests"] = max(1, -(-size // _SQS_CHUNK))
-    elif service == "s3":
-        out["s3_requests"] = 1
+    elif service == "s3" and action != "DELETE":
+        out["s3_put_requests" if action in ("PUT", "POST") else "s3_get_requests"] = 1
     return out
 
 

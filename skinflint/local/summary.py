@@ -246,6 +246,50 @@ def aws_request_figures(
     }
 
 
+#: billing unit -> (service, unit) of its price in profiles/aws_prices.json; the client's API requests
+#: are each an HTTP API request and a front Lambda invocation
+_UNIT_PRICES: dict[str, tuple[tuple[str, str], ...]] = {
+    "dynamodb_write_units": (("dynamodb", "WriteRequestUnits"),),
+    "dynamodb_read_units_strong": (("dynamodb", "ReadRequestUnits"),),
+    "dynamodb_read_units_eventual": (("dynamodb", "ReadRequestUnits"),),  # already halved by the meter
+    "sqs_billed_requests": (("sqs", "Requests"),),
+    "s3_put_requests": (("s3", "PutClassRequests"),),
+    "s3_get_requests": (("s3", "GetClassRequests"),),
+    "api_requests_post": (("apigateway", "HttpApiRequests"), ("lambda", "Requests")),
+    "api_requests_get": (("apigateway", "HttpApiRequests"), ("lambda", "Requests")),
+}
+NOT_PRICED = (
+    "the front Lambda's duration, logs and metrics, storage, the fixed monthly items (alarms, "
+    "dashboard, instance disks): docs/cost.md models them"
+)
+
+
+def all_in_figures(
+    units_per_frame: dict[str, float], frame_rate: float, fleet_per_hour: float, prices: Any
+) -> dict[str, Any]:
+    """The demo's all-in cost: the EC2 fleet's $/h plus the data plane's, priced from the billing
+    units per frame the stack was measured to make (``aws_requests.billing_units_per_frame``) at the
+    offered ``frame_rate``, per service; ``prices``: :class:`profiles.aws_prices.AwsPrices`."""
+    per_frame: dict[str, float] = {}
+    for unit, amount in units_per_frame.items():
+        for service, price_unit in _UNIT_PRICES.get(unit, ()):
+            per_frame[service] = per_frame.get(service, 0.0) + prices.require(service, price_unit).cost(
+                amount
+            )
+    frames_per_hour = frame_rate * 3600.0
+    data_plane = {service: usd * frames_per_hour for service, usd in sorted(per_frame.items())}
+    total = fleet_per_hour + sum(data_plane.values())
+    return {
+        "fleet_per_hour": fleet_per_hour,
+        "data_plane_per_hour": sum(data_plane.values()),
+        "data_plane": data_plane,
+        "all_in_per_hour": total,
+        "all_in_per_million_frames": total / frames_per_hour * 1e6 if frames_per_hour > 0 else math.nan,
+        "prices": f"{prices.label} ({prices.source}); EC2: profiles/hardware.json",
+        "not_priced": NOT_PRICED,
+    }
+
+
 def task_rows(
     results: Sequence[ResultOut | None],
     planned_at: Callable[[str, float], float | None] | None = None,

@@ -8,6 +8,8 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from skinflint.local.moto_server import METER_PATH, RequestMeter, classify
 from skinflint.local.summary import aws_request_figures
 
@@ -282,7 +284,9 @@ def test_billing_units_follow_what_aws_charges_per_request() -> None:
     assert billing_units("sqs", "SendMessageBatch", b"x" * 70_000, 10) == {"sqs_billed_requests": 2}
     assert billing_units("sqs", "ReceiveMessage", b"{}", 200_000) == {"sqs_billed_requests": 4}
     assert billing_units("sqs", "DeleteMessageBatch", b"{}", 10) == {"sqs_billed_requests": 1}
-    assert billing_units("s3", "PUT", b"", 0) == {"s3_requests": 1}
+    assert billing_units("s3", "PUT", b"", 0) == {"s3_put_requests": 1}
+    assert billing_units("s3", "GET", b"", 0) == {"s3_get_requests": 1}
+    assert billing_units("s3", "DELETE", b"", 0) == {}  # free
     assert billing_units("monitoring", "PutMetricData", b"", 0) == {}
 
 
@@ -307,3 +311,26 @@ def test_the_meter_sums_billing_units_and_the_figures_divide_them_per_frame() ->
     before = {**after, "by_action": {}, "billing": {"dynamodb_read_units_eventual": 1.0}}
     got = aws_request_figures(before, after, frames=2, seconds=1.0)
     assert got is not None and got["billing_units_per_frame"]["dynamodb_read_units_eventual"] == 1.5
+
+
+def test_the_demo_prices_its_measured_units_all_in_with_the_prices_date() -> None:
+    from profiles.aws_prices import load_aws_prices
+    from skinflint.local.summary import all_in_figures
+
+    prices = load_aws_prices()
+    units = {
+        "dynamodb_write_units": 2.0,  # $0.625 per million
+        "dynamodb_read_units_eventual": 0.5,  # $0.125 per million
+        "sqs_billed_requests": 4.0,  # $0.40 per million
+        "api_requests_post": 0.25,  # an HTTP API request ($1.00) and a Lambda invocation ($0.20) each
+        "api_requests_get": 1.0,
+    }
+    got = all_in_figures(units, frame_rate=10.0, fleet_per_hour=1.0, prices=prices)
+    per_hour = 10 * 3600 / 1e6
+    assert got["data_plane"]["dynamodb"] == pytest.approx((2 * 0.625 + 0.5 * 0.125) * per_hour)
+    assert got["data_plane"]["sqs"] == pytest.approx(4 * 0.40 * per_hour)
+    assert got["data_plane"]["apigateway"] == pytest.approx(1.25 * 1.00 * per_hour)
+    assert got["data_plane"]["lambda"] == pytest.approx(1.25 * 0.20 * per_hour)
+    assert got["all_in_per_hour"] == pytest.approx(1.0 + got["data_plane_per_hour"])
+    assert got["all_in_per_million_frames"] == pytest.approx(got["all_in_per_hour"] / (10 * 3600) * 1e6)
+    assert "as of 2025-01" in got["prices"] and "profiles/hardware.json" in got["prices"]
