@@ -71,6 +71,15 @@ def window_start(stack) -> float:
     return time.time()
 
 
+def run_until(workers: list[Worker], tasks: int, until: float) -> None:
+    """Poll and run ``workers`` until they ran ``tasks`` tasks between them, or ``until``."""
+    while sum(w.totals["ran"] for w in workers) < tasks and time.time() < until:
+        for w in workers:
+            w.poll_once(wait_s=0)
+            w.run_ready()
+        time.sleep(0.02)
+
+
 def drain(worker: Worker, until: float) -> list:
     outcomes = []
     while time.time() < until:
@@ -243,12 +252,7 @@ def test_large_output_goes_to_s3(stack):
         make_worker(stack, "car", 0, m, runtime=BigRuntime(0.0, "cpu"), output_inline_limit_bytes=1000)
         for m in range(2)
     ]
-    end = time.time() + 3
-    while sum(w.totals["ran"] for w in cars) < ran.forwarded and time.time() < end:
-        for w in cars:
-            w.poll_once(wait_s=0)
-            w.run_ready()
-        time.sleep(0.02)
+    run_until(cars, ran.forwarded, until=time.time() + 3)
     # THEN every output went to S3 and only its key travels and is recorded: the detector's (which
     # forwarded children and is not written itself) in its cars' lineage, each car's (terminal)
     # in its record
@@ -272,12 +276,7 @@ def test_a_parents_output_travels_inline_only_up_to_the_lineage_limit(stack):
     (rid,) = send_frames(stack, 1)
     (ran,) = drain(make_worker(stack, "detector", runtime=MidRuntime(0.0, "t4")), until=time.time() + 3)
     cars = [make_worker(stack, "car", 0, m, runtime=MidRuntime(0.0, "cpu")) for m in range(2)]
-    end = time.time() + 3
-    while sum(w.totals["ran"] for w in cars) < ran.forwarded and time.time() < end:
-        for w in cars:
-            w.poll_once(wait_s=0)
-            w.run_ready()
-        time.sleep(0.02)
+    run_until(cars, ran.forwarded, until=time.time() + 3)
     # THEN the detector's output, which every child message carries, went to S3 (its key travels);
     # the cars' outputs, written once in their records, stayed inline
     res = front(stack).result(rid)
