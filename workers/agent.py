@@ -314,6 +314,7 @@ class InstanceAgent:
             runtime=self.runtimes.get(assignment),  # loads the model when it is new to this instance
             grace_s=services.grace_s,
             output_inline_limit_bytes=services.output_inline_limit_bytes,
+            payload_inline_limit_bytes=services.payload_inline_limit_bytes,
             io_threads=services.io_threads,
             delete_linger_s=services.delete_linger_s,
             device=self.device,

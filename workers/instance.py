@@ -209,6 +209,7 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
             blobs=BlobStore(s3, cfg.bucket),
             metrics=metrics,
             output_inline_limit_bytes=cfg.output_inline_limit_bytes,
+            payload_inline_limit_bytes=cfg.inline_limit_bytes,
             delete_linger_s=args.delete_linger_s,
         ),
         resolve=resolver,

@@ -18,6 +18,7 @@ from io import BytesIO
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.settings import worker_max_pixels_from_env
+from workers.crops import region_box
 from workers.errors import WorkerError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "Runtime",
     "decode_frame",
     "device_name",
+    "fit_frame",
     "make_runtime",
 ]
 
@@ -95,23 +97,27 @@ def decode_frame(
     frame whose header names more than ``max_pixels`` (default ``SKINFLINT_WORKER_MAX_PIXELS``, the
     front's cap) is refused before it is decoded (ValueError: its request fails, and on its last
     receive it is recorded dropped with the reason)."""
-    # numpy and PIL load here, not at import: only a real model decodes frames (an emulated share,
-    # every share of an instance without models, never pays for them)
-    import numpy as np
-    from PIL import Image  # only a real model decodes frames (above)
+    # PIL loads here, not at import: only a real model (or a worker cutting its children's crops,
+    # workers/crops.py) decodes frames
+    from PIL import Image
 
     cap = worker_max_pixels_from_env() if max_pixels is None else max_pixels
     with Image.open(BytesIO(data)) as img:  # reads the header only
         width, height = img.size
         if width * height > cap:
             raise ValueError(f"a frame of {width}x{height} pixels is over the worker's cap of {cap:,} pixels")
-        rgb = img.convert("RGB")
-        if region:
-            w, h = rgb.size
-            x0, y0, x1, y1 = region
-            rgb = rgb.crop((int(x0 * w), int(y0 * h), max(int(x1 * w), 1), max(int(y1 * h), 1)))
-        rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-        return np.asarray(rgb, dtype=np.float32) / 255.0
+        return fit_frame(img.convert("RGB"), region, size)
+
+
+def fit_frame(rgb: Any, region: list[float] | None, size: tuple[int, int]) -> np.ndarray:
+    """A decoded RGB image (PIL) -> float32 HxWx3 in [0, 1], cropped to ``region`` and resized."""
+    import numpy as np  # as in decode_frame: real models only
+    from PIL import Image
+
+    if region:
+        rgb = rgb.crop(region_box(region, *rgb.size))
+    rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    return np.asarray(rgb, dtype=np.float32) / 255.0
 
 
 class EmulatedRuntime:
@@ -194,7 +200,20 @@ class OnnxRuntime:
         if self.flat:
             arr = decode_frame(data, region, (8, 8)).reshape(-1)
             return np.resize(arr, self.flat_len).astype(np.float32)
-        arr = decode_frame(data, region, self.size)
+        return self._layout(decode_frame(data, region, self.size))
+
+    def prepare_frame(self, rgb: Any, region: list[float] | None) -> Any:
+        """As :meth:`prepare`, from an image the worker already decoded (PIL RGB, under the pixel
+        cap: :func:`workers.crops.open_frame`): the frame is decoded once for the model and for the
+        children's crops."""
+        import numpy as np  # as in decode_frame: real models only
+
+        if self.flat:
+            arr = fit_frame(rgb, region, (8, 8)).reshape(-1)
+            return np.resize(arr, self.flat_len).astype(np.float32)
+        return self._layout(fit_frame(rgb, region, self.size))
+
+    def _layout(self, arr: Any) -> Any:
         if self.channels == 1:
             arr = arr.mean(axis=2, keepdims=True)
         return arr.transpose(2, 0, 1) if self.channels_first else arr

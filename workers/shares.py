@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import DataPlaneError
 from core.schema import SERVICE_CORRECTION_KEY, Assignment, queue_key
+from core.settings import SQS_INLINE_LIMIT_BYTES
 from workers.runtimes import make_runtime
 
 if TYPE_CHECKING:
@@ -199,6 +200,7 @@ class WorkerServices:
     blobs: Any  # core.adapters.blobs.BlobStore
     metrics: Metrics
     output_inline_limit_bytes: int = 64 * 1024
+    payload_inline_limit_bytes: int = SQS_INLINE_LIMIT_BYTES  # a child's crop inline up to this (base64)
     grace_s: float = 0.02
     io_threads: int = 3  # threads for the I/O of finished batches (result writes, forwarding, deletes)
     delete_linger_s: float = 0.0  # workers.worker.Worker.delete_linger_s (main(): from the environment)

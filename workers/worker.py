@@ -6,7 +6,8 @@ config, queue) from the slot it claimed and gives it the router of the app's
 batches per the dispatch schedule (:mod:`workers.batching`), drops early what can no longer meet
 its deadline, runs the batch (:mod:`workers.runtimes`), forwards each result to the downstream
 modules through the same dispatch library as the front (the result travels in the children's
-``lineage``), records the batch's terminal tasks (one record per POST, core/adapters/results.py) and
+``lineage``; each child carries its crop of the frame, cut from the parent's decode: workers/crops.py),
+records the batch's terminal tasks (one record per POST, core/adapters/results.py) and
 emits metrics. A processed message's delete may wait up to ``delete_linger_s`` (default 1 s,
 ``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine others: its result
 is already recorded, so a redelivery before the delete is a duplicate (checked before it is recorded
@@ -39,10 +40,11 @@ from core.adapters.results import TaskRecord, split_weight
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count, child_region
 from core.schema import TaskMessage
-from core.settings import DELETE_BATCH
+from core.settings import DELETE_BATCH, SQS_INLINE_LIMIT_BYTES
 from planner.dispatch import PHASE_KEY
 from workers.batch_metrics import BatchOutcome, _Dims, put_batch_metrics, put_hop_delays
 from workers.batching import BatchAssembler, Pending
+from workers.crops import Crop, child_input, cut_crops, open_frame
 from workers.device import Device
 from workers.poison import describe_error, poison_record
 
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from core.adapters.queues import Received, TaskQueues
     from core.adapters.results import ResultStore
     from core.routing import Router
-    from core.schema import Assignment
+    from core.schema import Assignment, Payload
     from workers.runtimes import Runtime
 
 __all__ = ["BatchOutcome", "Device", "Worker"]
@@ -65,6 +67,9 @@ log = logging.getLogger("skinflint.worker")
 #: larger one is stored in S3 and they carry its key. With the frame inline (up to
 #: ``SQS_INLINE_LIMIT_BYTES`` of base64) a child message keeps room for ten ancestors under SQS's 256 KiB.
 LINEAGE_OUTPUT_INLINE_BYTES = 4 * 1024
+
+#: a request's prepared input, the seconds preparing it took, and its children's crops by (child, index)
+_Prepared = tuple[Any, float, dict[tuple[str, int], Crop]]
 
 
 @dataclass
@@ -78,6 +83,9 @@ class Worker:
     runtime: Runtime
     grace_s: float = 0.02
     output_inline_limit_bytes: int = 64 * 1024
+    # bytes of base64 a child's crop may carry inline (the front's frame limit, SKINFLINT_INLINE_LIMIT_BYTES);
+    # a larger crop goes to S3 (workers/crops.py)
+    payload_inline_limit_bytes: int = SQS_INLINE_LIMIT_BYTES
     clock: Callable[[], float] = time.time
     io_threads: int = 3
     crash_after_record: bool = False  # tests: die between recording and deleting (SQS redelivers)
@@ -120,8 +128,9 @@ class Worker:
         self._to_delete: list[str] = []  # receipts of processed messages not deleted yet
         self._to_delete_since = 0.0  # clock() when the oldest of them was added
         self._delete_lock = threading.Lock()
-        # idempotency key -> its prepared input (and the seconds preparing it took), while buffered
-        self._prepared: dict[str, Future[tuple[Any, float]]] = {}
+        # idempotency key -> its prepared input, the seconds preparing it took and its children's
+        # crops (workers/crops.py), while buffered
+        self._prepared: dict[str, Future[_Prepared]] = {}
         self._prepare_lock = threading.Lock()
         self._preparer: ThreadPoolExecutor | None = None
         self._device_s = 0.0  # seconds this worker's batches held the device (its report's DeviceSeconds)
@@ -239,12 +248,41 @@ class Worker:
                 if msg.idempotency_key not in self._prepared:
                     self._prepared[msg.idempotency_key] = preparer.submit(self._prepare_timed, msg)
 
-    def _prepare_timed(self, message: TaskMessage) -> tuple[Any, float]:
+    def _prepare_timed(self, message: TaskMessage) -> _Prepared:
+        """Fetch and prepare the request's input, and cut its children's crops from the same decode
+        (workers/crops.py); a module without children, or a payload that is not a JPEG/PNG under the
+        pixel cap, cuts none (its children carry the payload and their region)."""
         t0 = time.perf_counter()
-        prepared = self.runtime.prepare(self._payload(message), message.region)
-        return prepared, time.perf_counter() - t0
+        data = self._payload(message)
+        boxes = self._child_boxes(message)
+        frame = None
+        if boxes:
+            try:
+                frame = open_frame(data)
+            except ValueError:  # not an image we decode: the runtime's prepare decides (below)
+                frame = None
+        prepare_frame = getattr(self.runtime, "prepare_frame", None)
+        if frame is not None and prepare_frame is not None:
+            prepared = prepare_frame(frame.image, message.region)
+        else:
+            prepared = self.runtime.prepare(data, message.region)
+        crops: dict[tuple[str, int], Crop] = {}
+        if frame is not None:
+            cut = cut_crops(frame, [region for _, _, region in boxes])
+            crops = {(child, index): crop for (child, index, _), crop in zip(boxes, cut, strict=True)}
+        return prepared, time.perf_counter() - t0, crops
 
-    def _take_prepared(self, message: TaskMessage) -> tuple[Any, float]:
+    def _child_boxes(self, message: TaskMessage) -> list[tuple[str, int, list[float]]]:
+        """``(child, index, region)`` of each child request ``message`` will forward (deterministic:
+        :func:`core.routing.child_count`, :func:`core.routing.child_region`)."""
+        key = message.idempotency_key
+        return [
+            (child, index, child_region(key, child, index))
+            for child, fan in self._children
+            for index in range(child_count(key, child, fan))
+        ]
+
+    def _take_prepared(self, message: TaskMessage) -> _Prepared:
         """The request's input: prepared ahead (waiting for it if it is still being prepared), else
         prepared now. Raises what preparing it raised (a request that does not decode)."""
         with self._prepare_lock:
@@ -372,13 +410,15 @@ class Worker:
         outputs: list[dict[str, Any]] = []
         device_at: float | None = None
         prepare_s = prepare_wait_s = 0.0
+        crops: dict[str, dict[tuple[str, int], Crop]] = {}  # parent key -> its children's crops
         if run:
             waited = time.perf_counter()
             inputs = []
             for pending in run:
-                prepared, took = self._take_prepared(pending.message)
+                prepared, took, cut = self._take_prepared(pending.message)
                 inputs.append(prepared)
                 prepare_s += took
+                crops[pending.message.idempotency_key] = cut
             prepare_wait_s = time.perf_counter() - waited  # what the preparation added to the batch
             close_at = min(pending.message.window_end for pending in run)
             with self.device.slot(close_at, assignment.concurrency):  # the I/O below runs outside it
@@ -418,7 +458,7 @@ class Worker:
         # children are on their way while the records are written, so the write is not in their
         # latency. A redelivery forwards again (at least once: a child's id is fixed, and readers
         # count each task once; the copies are marked to be checked before they count).
-        out.forwarded = self._forward(children, enqueued_at=done)
+        out.forwarded = self._forward(children, enqueued_at=done, crops=crops)
         fresh, repeats = self.results.record_tasks(records)
         out.ran = len(run)
         out.duplicates = len(repeats)
@@ -554,7 +594,10 @@ class Worker:
         return message.recheck or self._receives.get(message.idempotency_key, 1) > 1
 
     def _forward(
-        self, children: dict[str, list[tuple[TaskMessage, int, TaskRecord]]], enqueued_at: float
+        self,
+        children: dict[str, list[tuple[TaskMessage, int, TaskRecord]]],
+        enqueued_at: float,
+        crops: dict[str, dict[tuple[str, int], Crop]] | None = None,
     ) -> int:
         """Send each child request to its machine's queue (at least once: a redelivered parent
         forwards again, its children marked ``recheck``; readers count a task id once). A child is
@@ -567,6 +610,7 @@ class Worker:
         for child, reqs in children.items():
             burst = router.route_burst(child, at, len(reqs), parent=self.assignment.module)
             for (message, index, parent), route in zip(reqs, burst, strict=True):
+                payload, region = self._child_input(message, child, index, crops)
                 msg = router.task(
                     route,
                     request_id=message.request_id,
@@ -574,8 +618,8 @@ class Worker:
                     accepted_at=message.accepted_at,
                     enqueued_at=enqueued_at,
                     deadline=message.deadline,
-                    payload=message.payload,
-                    region=child_region(message.idempotency_key, child, index),
+                    payload=payload,
+                    region=region,
                     weight=split_weight(message.weight, len(parent.children)),
                     lineage=[*message.lineage, parent.task_out(recorded_at=enqueued_at)],
                     recheck=parent.recheck,
@@ -584,6 +628,28 @@ class Worker:
                 count += 1
         self.queues.send_many(sends)  # every child queue at once: none waits for another's send
         return count
+
+    def _child_input(
+        self,
+        message: TaskMessage,
+        child: str,
+        index: int,
+        crops: dict[str, dict[tuple[str, int], Crop]] | None,
+    ) -> tuple[Payload, list[float] | None]:
+        """What the ``index``-th ``child`` request of ``message`` carries: its crop (region None), or
+        without one (a payload this worker does not decode; a child added by a newer plan version
+        since the parent was prepared) the parent's payload and the child's region
+        (workers/crops.py)."""
+        crop = (crops or {}).get(message.idempotency_key, {}).get((child, index))
+        return child_input(
+            message.payload,
+            child_region(message.idempotency_key, child, index),
+            crop,
+            request_id=message.request_id,
+            task_id=f"{message.task_id}/{child}.{index}",
+            blobs=self.blobs,
+            inline_limit_bytes=self.payload_inline_limit_bytes,
+        )
 
     def _metrics(
         self,

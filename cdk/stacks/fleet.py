@@ -252,10 +252,14 @@ class FleetStack(Stack):
                     C.frames_bucket_arn(part, account, region, f"{C.REGISTRY_PREFIX}*"),
                 ],
             ),
+            # large task outputs; children's crops too large to travel inline (workers/crops.py)
             iam.PolicyStatement(
                 sid="OutputsOut",
                 actions=["s3:PutObject"],
-                resources=[C.frames_bucket_arn(part, account, region, f"{C.OUTPUTS_PREFIX}*")],
+                resources=[
+                    C.frames_bucket_arn(part, account, region, f"{C.OUTPUTS_PREFIX}*"),
+                    C.frames_bucket_arn(part, account, region, f"{C.FRAMES_PREFIX}*"),
+                ],
             ),
             # the profile store: an instance measures the models planned on its class before it claims
             # (workers/onsite.py) and writes them there for the planner's next epoch
@@ -314,7 +318,8 @@ class FleetStack(Stack):
                 "An Auto Scaling group ARN embeds a generated id; the name pins it to this class's group."
             ),
             f"Resource::{C.frames_bucket_arn(part, account, region, C.FRAMES_PREFIX)}*": (
-                "Workers read the frames the front spilled to S3; object keys are request ids."
+                "Workers read the frames the front spilled to S3 and write their children's crops too "
+                "large for SQS (frames/<request id>/<task>); object keys are request ids."
             ),
             f"Resource::{C.frames_bucket_arn(part, account, region, C.REGISTRY_PREFIX)}*": (
                 "The agent reads the registered spec of each app it serves (model names, profiles) under "

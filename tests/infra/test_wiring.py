@@ -102,7 +102,7 @@ WORKER_ACTIONS = {
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage",
     "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires
     "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver), profiles/ (onsite.py)
-    "s3:PutObject",  # outputs/ (worker.py), profiles/data/ (onsite.py: measured on the instance)
+    "s3:PutObject",  # outputs/ (worker.py), frames/ (crops.py), profiles/data/ (onsite.py: measured on the instance)
     "s3:ListBucket",  # profiles/ (profiles/s3store.py, the on-instance sweep's store)
     # no cloudwatch:PutMetricData: metrics as EMF lines in the agent's log (cdk/userdata.py)
     "autoscaling:CompleteLifecycleAction",  # workers/lifecycle.py; the boot hook (cdk/userdata.py)
