@@ -194,3 +194,34 @@ def test_cars_finish_a_frame_from_their_crops(stack):
         det.run_ready(now=float("inf"))
     run_car_workers(stack)
     assert [front(stack).result(rid).status for rid in ids] == ["done", "done"]
+
+
+def test_a_real_model_and_the_crops_share_one_decode(stack, monkeypatch):
+    # GIVEN a runtime that decodes frames (as OnnxRuntime: prepare_frame takes the worker's decode)
+    import workers.worker as worker_module
+    from workers.runtimes import EmulatedRuntime
+
+    decodes: list[int] = []
+    real_open = worker_module.open_frame
+    monkeypatch.setattr(
+        worker_module, "open_frame", lambda data: decodes.append(len(data)) or real_open(data)
+    )
+
+    class Decoding(EmulatedRuntime):
+        emulated = False
+        frames: list[tuple[int, int]] = []
+
+        def prepare(self, data, region):
+            raise AssertionError("the frame was decoded by the worker: prepare_frame takes it")
+
+        def prepare_frame(self, rgb, region):
+            self.frames.append(rgb.size)
+            return rgb.size
+
+    _send(stack, jpeg_bytes(320, 240, seed=4))
+    (raw,) = stack.messages(stack.deployment.queues["detector"]["0/0"])
+    rt = Decoding(0.0, "t4", sleep=lambda s: None)
+    (out,) = deliver(make_worker(stack, "detector", runtime=rt), raw, 1)
+    # THEN the frame was decoded once, the model got it at its own resolution, and the crops went out
+    assert len(decodes) == 1 and rt.frames == [(320, 240)] and out.forwarded >= 1
+    assert all(c.region is None for c in _car_messages(stack))

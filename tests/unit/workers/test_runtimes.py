@@ -87,3 +87,20 @@ def test_a_frame_over_the_workers_pixel_cap_is_refused_before_it_is_decoded(monk
     monkeypatch.setenv("SKINFLINT_WORKER_MAX_PIXELS", "lots")
     with pytest.raises(ValueError, match="SKINFLINT_WORKER_MAX_PIXELS must be a whole number"):
         decode_frame(_png(11, 10), None, (4, 4))
+
+
+def test_prepare_from_the_workers_decode_equals_prepare_from_the_bytes(gray_model: str) -> None:
+    # the worker decodes a parent's frame once, for its model and its children's crops (workers/crops.py)
+    from workers.crops import open_frame
+
+    rt = OnnxRuntime(gray_model)
+    rng = np.random.default_rng(1)
+    from io import BytesIO
+
+    from PIL import Image
+
+    buf = BytesIO()
+    Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(buf, "PNG")
+    data = buf.getvalue()
+    for region in (None, [0.1, 0.2, 0.5, 0.6]):
+        assert np.array_equal(rt.prepare_frame(open_frame(data).image, region), rt.prepare(data, region))
