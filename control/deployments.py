@@ -88,6 +88,7 @@ def app_change(
         ("modules removed", set(previous.plan.modules) <= set(plan.modules)),
         ("rate", _rate_close(previous.frame_rate, frame_rate, bool(out.changed_modules))),
         ("emulated hardware", sorted(previous.emulated_hardware) == sorted(emulated)),
+        ("results", previous.results == spec.results),
         ("overhead", _close(previous.overhead_s, overhead_s)),
         # a plan carried over a problem change (planner.fleet.CARRIED_KEY) solved again, or newly carried:
         # written even when its machines are the same, or the next epoch would solve it again
@@ -114,12 +115,14 @@ def build_deployment(
     emulated: list[str],
     overhead_s: float,
     corrections: Mapping[str, float] | None = None,
+    make_results_queue: Callable[[], str] | None = None,
 ) -> Deployment:
     """The app's deployment in ``version``: unchanged modules keep their module plan (exactly) and
     queues; ``make_queues(module, module_plan)`` creates the changed modules' queues. A changed
     module's plan records the service-time corrections its durations include
     (``service_correction_s``: hardware -> s; ``"module@hardware"`` keys of ``corrections``), so a
-    worker emulating the hardware sleeps the profile's duration, not the correction."""
+    worker emulating the hardware sleeps the profile's duration, not the correction. A push app
+    (``spec.results``) gets its results queue from ``make_results_queue()`` (kept from ``previous``)."""
     corr = corrections or {}
     modules: dict[str, Any] = {}
     queues: dict[str, dict[str, str]] = {}
@@ -134,6 +137,13 @@ def build_deployment(
             modules[module] = mp.model_copy(update={CORRECTION_KEY: mine}) if mine else mp
             queues[module] = make_queues(module, mp)
     has_parent = {child for _, child, _ in spec.edges}
+    results_queue = None
+    if spec.results == "push":
+        results_queue = previous.results_queue if previous is not None else None
+        if results_queue is None:
+            if make_results_queue is None:
+                raise ValueError(f"{spec.name} pushes its results: a results queue is needed")
+            results_queue = make_results_queue()
     return Deployment(
         app=spec.name,
         version=version,
@@ -147,6 +157,8 @@ def build_deployment(
         emulated_hardware=sorted(emulated),
         overhead_s=overhead_s,
         planning_slo_s=spec.planning_slo_s if spec.admission_reserve > 0 else None,
+        results=spec.results,
+        results_queue=results_queue,
     )
 
 

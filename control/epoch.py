@@ -66,7 +66,7 @@ from control.planning import (
     scale_target,
 )
 from control.problems import plan_sources, prefer_measured
-from control.queues import create_module_queues, ensure_app_dlq, visibility_timeout_for
+from control.queues import create_module_queues, ensure_app_dlq, ensure_results_queue, visibility_timeout_for
 from control.registration.checks import planner_settings
 from control.reserves import effective_specs, review_reserves
 from control.state import ControlState, EpochTakenError
@@ -79,7 +79,7 @@ from planner.fleet.keys import proven_gap
 from planner.scaling import Hysteresis
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from control.registration.store import AppRecord, AppRegistry
     from control.spec import RegistrationSpec
@@ -127,6 +127,8 @@ class Controller:
     )
     # hardware -> its growth limit this epoch (control/capacity.py), from the groups' states
     _growth: dict[str, GrowthLimit] = field(default_factory=dict, init=False, repr=False)
+    # the push apps' results queues (app -> URL) of the versions read this epoch: the sweep sends due messages
+    _push_queues: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     # -- the epoch ---------------------------------------------------------------------------------
     def run_epoch(self, reason: str = "schedule") -> EpochSummary:
@@ -299,6 +301,7 @@ class Controller:
         summary: EpochSummary,
     ) -> Manifest | None:
         cur_deps = self.plans.deployments(current.version) if current else {}
+        self._push_queues = _push_queues(cur_deps.values())
         cur_fleet = self.plans.fleet(current.version) if current else None
         registered = self.registry.load_all()
         apps = effective_specs(registered, state)  # with the reserves chosen again (reserves.py)
@@ -356,10 +359,12 @@ class Controller:
                 emulated=emulated[app],
                 overhead_s=self.config.hop_overhead_s,
                 corrections=state.corrections.get(app),
+                make_results_queue=self._results_queue_factory(app),
             )
 
         with ThreadPoolExecutor(max_workers=self.config.queue_workers) as pool:  # CreateQueue dominates
             deployments = list(pool.map(deploy, sorted(planned.plans)))
+        self._push_queues.update(_push_queues(deployments))
         meta = {
             app: {
                 "revision": apps[app][0].revision,
@@ -648,6 +653,15 @@ class Controller:
 
         return make
 
+    def _results_queue_factory(self, app: str) -> Callable[[], str]:
+        """A push app's results queue (control/queues.py), redriven to the app's DLQ."""
+
+        def make() -> str:
+            dlq_arn = self.config.dlq_arn or ensure_app_dlq(self.queues, app, self.config.queue_prefix)[1]
+            return ensure_results_queue(self.queues, app, dlq_arn=dlq_arn, prefix=self.config.queue_prefix)
+
+        return make
+
     # -- fleet size --------------------------------------------------------------------------------
     def _scale(self, state: ControlState, current: Manifest | None, summary: EpochSummary) -> None:
         """Desired capacity per group from the version in force, through hysteresis."""
@@ -726,7 +740,9 @@ class Controller:
     def _sweep(self, now: float, state: ControlState, summary: EpochSummary) -> None:
         """Account for the frames past their deadline (control/sweeper.py); the cursor is saved
         with the state."""
-        sweep_stranded(self.config, self.results, self.metrics, now, state, summary)
+        sweep_stranded(
+            self.config, self.results, self.metrics, now, state, summary, self._push_queues, self.tasks
+        )
 
     def _emit(self, summary: EpochSummary) -> None:
         metrics = self.metrics
@@ -746,3 +762,8 @@ class Controller:
         metrics.put("ShedTargetUnmet", len(summary.unmet_shed_targets))  # no reserve meets it at their rate
         for app in summary.unmet_shed_targets:
             metrics.put("ShedTargetUnmet", 1, App=app)
+
+
+def _push_queues(deployments: Iterable[Deployment]) -> dict[str, str]:
+    """app -> results queue URL of the apps whose results are pushed."""
+    return {dep.app: dep.results_queue for dep in deployments if dep.results == "push" and dep.results_queue}

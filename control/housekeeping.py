@@ -17,7 +17,7 @@ from control.gc import GcConfig, collect
 from control.sweeper import SweepConfig, sweep
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from control.config import ControlConfig
     from control.state import ControlState
@@ -68,9 +68,12 @@ def sweep_stranded(
     now: float,
     state: ControlState,
     summary: EpochSummary,
+    push: Mapping[str, str] | None = None,
+    tasks: TaskQueues | None = None,
 ) -> None:
     """Account for the frames past their deadline (control/sweeper.py); the cursor is saved
-    with the state."""
+    with the state. ``push``: the push apps' results queues (app -> URL), sent their due messages
+    through ``tasks``."""
     if results is None or config.sweep_grace_s <= 0:
         return
     t0 = time.perf_counter()
@@ -81,6 +84,8 @@ def sweep_stranded(
             state.sweep_bucket,
             now,
             SweepConfig(grace_s=config.sweep_grace_s),
+            push=push,
+            queues=tasks,
         )
     except Exception as exc:  # noqa: BLE001 - best effort like GC; the next epoch sweeps again
         summary.warnings.append(f"sweep: {type(exc).__name__}: {exc}")

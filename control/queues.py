@@ -30,6 +30,8 @@ __all__ = [
     "SSE_ATTRIBUTES",
     "as_queue_admin",
     "ensure_app_dlq",
+    "ensure_results_queue",
+    "results_queue_name",
     "queue_name",
     "visibility_timeout_for",
 ]
@@ -70,6 +72,45 @@ def ensure_app_dlq(queues: QueueAdmin | Any, app: str, prefix: str = DEFAULT_PRE
     except QueueError as exc:
         raise ConfigError(f"cannot create the dead-letter queue of {app}: {exc}") from exc
     return url, arn
+
+
+#: s a push app's results stay in its results queue unread: the results table's retention (7 days,
+#: cdk/constants.py RESULTS_RETENTION_DAYS)
+RESULTS_RETENTION_S = 7 * 86_400
+RESULTS_VISIBILITY_S = 30  # s a consumer holds a received results message before another may take it
+
+
+def results_queue_name(app: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """``skinflint-<app>-results``: a push app's results queue (the garbage collector's version
+    pattern never matches it; app names are at most 24 characters)."""
+    return f"{prefix}{app}-results"
+
+
+def ensure_results_queue(
+    queues: QueueAdmin | Any,
+    app: str,
+    *,
+    dlq_arn: str,
+    prefix: str = DEFAULT_PREFIX,
+    max_receive_count: int = 5,
+) -> str:
+    """A push app's results queue (created if missing; CreateQueue is idempotent for equal
+    attributes): SSE-SQS, a redrive policy to the app's DLQ (a message a consumer fails to handle
+    ``max_receive_count`` times), kept 7 days. Returns its URL."""
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)})
+    try:
+        return as_queue_admin(queues).create(
+            results_queue_name(app, prefix),
+            {
+                "VisibilityTimeout": str(RESULTS_VISIBILITY_S),
+                "RedrivePolicy": redrive,
+                "MessageRetentionPeriod": str(RESULTS_RETENTION_S),
+                **SSE_ATTRIBUTES,
+            },
+            tags={"skinflint:app": app, "skinflint:results": "push"},
+        )
+    except QueueError as exc:
+        raise ConfigError(f"cannot create the results queue of {app}: {exc}") from exc
 
 
 def visibility_timeout_for(

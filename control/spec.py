@@ -13,14 +13,15 @@ times ``1 - admission_reserve``, and the rest is left for frames the front admit
 than their arrival's when theirs is full; docs/dispatch.md, "Admission and the arrival process") or
 ``shed_target`` (a fraction of frames in (0, 0.5]: the registration chooses the smallest reserve of
 :data:`control.registration.reserve.RESERVE_STEPS` whose plan sheds at most that many Poisson frames
-at the registered rate in the simulator).
+at the registered rate in the simulator), and ``results`` (``pull``, the default: the results table
+read by ``GET /v1/requests/{id}``; ``push``: the app's results queue, docs/dataplane.md).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KEYS",
     "MAX_ADMISSION_RESERVE",
+    "RESULTS_SINKS",
     "NAME",
     "RegistrationSpec",
     "first_problem",
@@ -58,7 +60,11 @@ KEYS = {
     "profiles",
     "admission_reserve",
     "shed_target",
+    "results",
 }
+#: where an app's results go (docs/dataplane.md, "Results: pull or push"): "pull", the results table
+#: read by GET /v1/requests/{id} (the default); "push", the app's results queue a consumer reads
+RESULTS_SINKS = ("pull", "push")
 #: Largest ``admission_reserve`` (a fraction of the SLO): half the SLO left for spilled frames already
 #: costs about 2x the plan (docs/dispatch.md), and more is better had with a longer SLO.
 MAX_ADMISSION_RESERVE = 0.5
@@ -85,6 +91,7 @@ class RegistrationSpec(BaseModel):
     shed_target: float | None = Field(default=None, gt=0, le=0.5)
     # what the chosen reserve's plan shed in the simulator at the registered rate
     simulated_shed: float | None = None
+    results: Literal["pull", "push"] = "pull"  # RESULTS_SINKS
 
     def app_spec(self) -> AppSpec:
         return AppSpec(name=self.name, slo_s=self.slo_s, modules=self.modules, edges=self.edges)
@@ -338,6 +345,10 @@ def parse_spec(
     min_rate = _number(doc, "min_rate", problems, required=False)
     reserve = _reserve(doc, problems)
     shed_target = _shed_target(doc, problems)
+    results = doc.get("results", "pull")
+    if results not in RESULTS_SINKS:
+        problems.append(f"results must be one of {', '.join(RESULTS_SINKS)}, got {results!r}")
+        results = "pull"
     if rate is not None and min_rate is not None and min_rate > rate:
         problems.append(f"min_rate {min_rate:g} is above rate {rate:g}")
     avail = set(available) if available is not None else None
@@ -361,6 +372,7 @@ def parse_spec(
         profiles=profiles,
         admission_reserve=reserve,
         shed_target=shed_target,
+        results=results,
     )
 
 

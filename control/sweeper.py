@@ -22,6 +22,16 @@ counts the frames the sweeper recorded dropped; ``SweepErrors`` is 1 for a sweep
 read error (then ``FramesUnaccounted`` is emitted only if a minute was swept: a sweep that cannot
 read never reports 0).
 
+**Push apps** (``"results": "push"``, docs/dataplane.md "Results: pull or push"): their records
+are on the app's results queue, not in the table, so the sweep cannot tell which of their frames
+finished. It reads each of their POSTs (the POST item alone: the accept time and deadline of every
+frame) and sends the app's results queue one ``due`` message per minute (200 POSTs a message,
+:func:`core.adapters.results.due_bodies`): its consumer (:class:`core.adapters.results.PushedFrames`,
+``skinflint results``) reports every listed frame it has not seen finished as dropped, ``stranded``.
+Those frames count as ``pushed`` (accounted by the consumer and by counts: ``FramesFinished``,
+queue depths, the DLQ), neither answered nor unaccounted here. A minute swept twice sends its due
+message twice; the consumer reports a frame once.
+
 Idempotent: a minute swept twice (a state write lost, two planners) finds every frame finished
 (the stranded records count once: their task id is fixed).
 
@@ -40,12 +50,15 @@ from typing import TYPE_CHECKING, Any
 
 from core.adapters.due_index import DueIndex
 from core.adapters.outcomes import FrameOutcomes
-from core.adapters.results import DUE_BUCKET_S, TaskRecord
+from core.adapters.results import DUE_BUCKET_S, TaskRecord, due_bodies
 from core.errors import DataPlaneError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from core.adapters.due_index import DuePost
     from core.adapters.metrics import Metrics
+    from core.adapters.queues import TaskQueues
     from core.adapters.results import FrameState, ResultStore
 
 __all__ = ["STRANDED", "SweepConfig", "SweepReport", "sweep"]
@@ -70,6 +83,7 @@ class SweepReport:
     dropped: int = 0  # dropped with a reason (by a worker, or by this sweep)
     stranded: int = 0  # of them, recorded dropped by this sweep
     settled: int = 0  # frames this sweep settled (recorded dropped: stranded)
+    pushed: int = 0  # frames of push apps, listed in a due message to their results queue
     unaccounted: list[str] = field(default_factory=list)  # request ids neither answered nor dropped
     next_bucket: int | None = None  # the first minute the next sweep reads
     error: str | None = None  # why the sweep stopped early (the rest: the next epoch)
@@ -82,6 +96,7 @@ class SweepReport:
             "dropped": self.dropped,
             "stranded": self.stranded,
             "settled": self.settled,
+            "pushed": self.pushed,
             "unaccounted": len(self.unaccounted),
             **({"error": self.error} if self.error else {}),
         }
@@ -142,6 +157,26 @@ def _sweep_post(
     return out, max(post.frames, len(frames))
 
 
+def _push_due(
+    results: ResultStore, queues: TaskQueues, push: Mapping[str, str], posts: list[DuePost]
+) -> tuple[int, list[DuePost]]:
+    """Send the due messages of a minute's POSTs of push apps (their POST items read); returns the
+    frames they list and the POSTs whose item is gone (their frames unaccounted)."""
+    by_app: dict[str, dict[str, dict[str, FrameState]]] = {}
+    gone: list[DuePost] = []
+    for post in posts:
+        frames = results.post_frames(post.post_id)
+        if frames:
+            by_app.setdefault(post.app, {})[post.post_id] = frames
+        else:
+            gone.append(post)
+    listed = 0
+    for app, of_app in sorted(by_app.items()):
+        queues.send_bodies(push[app], due_bodies(app, of_app))
+        listed += sum(len(frames) for frames in of_app.values())
+    return listed, gone
+
+
 def sweep(
     results: ResultStore,
     metrics: Metrics,
@@ -149,10 +184,13 @@ def sweep(
     now: float | None = None,
     cfg: SweepConfig | None = None,
     index: Any = None,
+    push: Mapping[str, str] | None = None,
+    queues: TaskQueues | None = None,
 ) -> SweepReport:
     """Sweep the due minutes from ``cursor`` (the first not swept yet; None: ``lookback_buckets``
     back). ``report.next_bucket`` is the cursor to keep. Emits the accounting metrics. ``index``: what
-    lists a minute's frames (default the results table's deadline index, :class:`DueIndex`)."""
+    lists a minute's frames (default the results table's deadline index, :class:`DueIndex`). ``push``:
+    the push apps' results queues (app -> URL), sent their due messages through ``queues``."""
     cfg = cfg or SweepConfig()
     now = time.time() if now is None else now
     report = SweepReport(next_bucket=cursor)
@@ -170,6 +208,19 @@ def sweep(
             report.error = f"minute {bucket}: {exc}"
             break
         counted = 0
+        pushed = [post for post in posts if push and queues is not None and post.app in push]
+        if pushed:
+            assert push is not None and queues is not None
+            try:
+                listed, gone = _push_due(results, queues, push, pushed)
+            except DataPlaneError as exc:  # this minute again next epoch (a due message twice is harmless)
+                log.warning("due messages of minute %d not sent: %s", bucket, exc)
+                report.error = f"minute {bucket}: {exc}"
+                break
+            report.pushed += listed
+            counted += listed + sum(post.frames for post in gone)
+            report.unaccounted += [f"{post.post_id}:{i}" for post in gone for i in range(post.frames)]
+            posts = [post for post in posts if post not in pushed]
         for post in posts:
             try:
                 statuses, n_frames = _sweep_post(results, outcomes, post, now)

@@ -145,6 +145,11 @@ class Deployment(BaseModel):
     # the SLO the plan was made for: slo_s less the app's admission_reserve (None: slo_s); frames keep
     # slo_s as their deadline, the difference is for frames admitted into a later window
     planning_slo_s: float | None = None
+    # where the app's results go (the app spec's ``results``, docs/dataplane.md "Results: pull or
+    # push"): "pull", records in the results table read by GET /v1/requests/{id}; "push", each
+    # batch's records sent to the app's results queue (``results_queue``, its URL) for a consumer
+    results: Literal["pull", "push"] = "pull"
+    results_queue: str | None = None
 
     def children(self, module: str) -> list[tuple[str, float]]:
         return [(dst, fan) for src, dst, fan in self.edges if src == module]

@@ -216,6 +216,11 @@ def create_app(
         tags=["results"],
         responses={
             **_ERRORS,
+            409: {
+                "model": ErrorOut,
+                "description": "results_pushed: the frame's app pushes its results to its results queue "
+                "(named in the reason; read it with `skinflint results APP`), none are kept to read here",
+            },
             429: {"model": ErrorOut, "description": "too many long polls open (Retry-After)"},
         },
     )
@@ -223,7 +228,9 @@ def create_app(
         request_id: str, request: Request, svc: Svc, wait: Annotated[float, Query(ge=0, le=20)] = 0.0
     ) -> ResultOut:
         """The frame's status and, once done, every module's result. ``?wait=S`` long-polls up to
-        S s (no thread is held while waiting; a key may hold a few dozen such polls per front)."""
+        S s (no thread is held while waiting; a key may hold a few dozen such polls per front). A
+        frame of an app whose results are pushed (its spec's ``"results": "push"``) answers 409
+        ``results_pushed`` naming its results queue."""
         return await svc.wait_result(request_id, wait, getattr(request.state, "api_key", None))
 
     add_admin_routes(app, admin_factory or (lambda: admin_from_config(service().config)))

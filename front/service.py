@@ -75,6 +75,8 @@ class FrontService:
     _bad_keys: dict[str, float] = field(default_factory=dict)  # unknown key -> refused until
     _pointer: tuple[float, Manifest | None] = (0.0, None)
     _by_version: dict[tuple[str, int], Router] = field(default_factory=dict)
+    # (app, version) -> its results queue when it pushes its results, else None (versions are immutable)
+    _pushes: dict[tuple[str, int], str | None] = field(default_factory=dict)
     _io: list[ThreadPoolExecutor] = field(default_factory=list)  # started on first use
     _io_lock: threading.Lock = field(default_factory=threading.Lock)
     _waiters: dict[str, int] = field(default_factory=dict)  # API key -> its open long polls
@@ -375,7 +377,34 @@ class FrontService:
         out = self.results.get_request(request_id)
         if out is None:
             self.reject(404, "unknown_request", f"no request {request_id!r}")
+        queue = self._pushed_to(out.app)
+        if queue is not None:
+            name = queue.rsplit("/", 1)[-1]
+            self.reject(
+                409,
+                "results_pushed",
+                f"app {out.app!r} pushes its results to its results queue {name} "
+                f"(`skinflint results {out.app}` reads it); none are kept to read here",
+            )
         return out
+
+    def _pushed_to(self, app: str) -> str | None:
+        """The results queue of ``app`` when its deployment in service pushes its results; None for a
+        pull app (or one no longer deployed: its records, if any, are in the table)."""
+        if not _APP_NAME.fullmatch(app):
+            return None
+        now = self.clock()
+        manifest = self._manifest(now)
+        if manifest is None:
+            return None
+        key = (app, manifest.serving(now))
+        if key not in self._pushes:
+            router = self._by_version.get(key)
+            dep = router.deployment if router is not None else self.plans.deployment(key[1], app)
+            if len(self._pushes) >= 256:
+                self._pushes.clear()
+            self._pushes[key] = dep.results_queue if dep is not None and dep.results == "push" else None
+        return self._pushes[key]
 
 
 def _poll_delays() -> Iterator[float]:

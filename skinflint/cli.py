@@ -29,6 +29,7 @@ COMMAND_MODULES: list[str] = [
     "skinflint.commands.demo",
     "skinflint.commands.apps",
     "skinflint.commands.status",
+    "skinflint.commands.results",
     "skinflint.commands.loadtest",
     "skinflint.commands.report",
     "skinflint.commands.deploy",

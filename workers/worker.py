@@ -7,7 +7,8 @@ batches per the dispatch schedule (:mod:`workers.batching`), drops early what ca
 its deadline, runs the batch (:mod:`workers.runtimes`), forwards each result to the downstream
 modules through the same dispatch library as the front (the result travels in the children's
 ``lineage``; each child carries its crop of the frame, cut from the parent's decode: workers/crops.py),
-records the batch's terminal tasks (one record per POST, core/adapters/results.py) and
+records the batch's terminal tasks (one record per POST, core/adapters/results.py: in the results
+table, or for an app whose results are pushed, a message on its results queue) and
 emits metrics. A processed message's delete may wait up to ``delete_linger_s`` (default 1 s,
 ``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine others: its result
 is already recorded, so a redelivery before the delete is a duplicate (checked before it is recorded
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.adapters.outcomes import FrameOutcomes
 from core.adapters.queues import queue_gone
-from core.adapters.results import TaskRecord, split_weight
+from core.adapters.results import PushSink, TaskRecord, split_weight
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count, child_region
 from core.schema import TaskMessage
@@ -133,6 +134,7 @@ class Worker:
         self._prepared: dict[str, Future[_Prepared]] = {}
         self._prepare_lock = threading.Lock()
         self._preparer: ThreadPoolExecutor | None = None
+        self._push_sink: PushSink | None = None  # a push app's results queue (core/adapters/results.py)
         self._device_s = 0.0  # seconds this worker's batches held the device (its report's DeviceSeconds)
         self._device_reported = 0.0
         if self.outcomes is None and self.emit_outcomes:
@@ -318,7 +320,7 @@ class Worker:
         if rec is None:
             return
         try:
-            fresh, _ = self.results.record_tasks([rec])
+            fresh, _ = self._record_tasks([rec])
             self._observe_outcomes(fresh)
         except (DataPlaneError, ValueError) as e:
             log.warning("cannot record poison message of %s: %s", rec.key, e)
@@ -351,7 +353,7 @@ class Worker:
                 recheck=True,
             )
             try:
-                fresh, _ = self.results.record_tasks([rec])
+                fresh, _ = self._record_tasks([rec])
                 self._observe_outcomes(fresh)
                 self.metrics.put("PoisonMessages", 1, **self._dims)
             except DataPlaneError as e:
@@ -459,7 +461,7 @@ class Worker:
         # latency. A redelivery forwards again (at least once: a child's id is fixed, and readers
         # count each task once; the copies are marked to be checked before they count).
         out.forwarded = self._forward(children, enqueued_at=done, crops=crops)
-        fresh, repeats = self.results.record_tasks(records)
+        fresh, repeats = self._record_tasks(records)
         out.ran = len(run)
         out.duplicates = len(repeats)
         if self.crash_after_record:
@@ -479,6 +481,18 @@ class Worker:
             for counter in ("ran", "dropped", "duplicates", "forwarded"):
                 self.totals[counter] += getattr(out, counter)
         return out
+
+    def _record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
+        """Record terminal tasks where the app's results go (its deployment's ``results``): the
+        results table (pull), or the app's results queue (push: :class:`~core.adapters.results.PushSink`,
+        nothing written to the table). Returns (written, repeats)."""
+        dep = self._forward_router.deployment
+        if dep.results == "push" and dep.results_queue:
+            sink = self._push_sink
+            if sink is None or sink.queue_url != dep.results_queue:
+                sink = self._push_sink = PushSink(self.queues, dep.results_queue, clock=self.clock)
+            return sink.record_tasks(records)
+        return self.results.record_tasks(records)
 
     def _delete(self, receipts: list[str]) -> None:
         """Delete processed messages, at once or (``delete_linger_s`` > 0) with the next full

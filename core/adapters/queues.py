@@ -122,6 +122,12 @@ class TaskQueues:
         if failure is not None:
             raise failure
 
+    def send_bodies(self, queue_url: str, bodies: list[str]) -> None:
+        """Send raw message bodies (a push app's results, core/adapters/results.py), one
+        ``SendMessageBatch`` per 10 messages or :attr:`batch_limit_bytes` bytes."""
+        for group in batches(bodies, self.batch_limit_bytes):
+            self._send_batch(queue_url, [bodies[i] for i in group])
+
     def _send_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:

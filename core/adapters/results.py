@@ -30,17 +30,35 @@ is one eventually consistent Query of the POST's partition (0.5 read units per 4
 Every item carries ``expires_at``, the table's TTL attribute: epoch seconds, when it was written plus
 the retention (``SKINFLINT_RESULTS_RETENTION_DAYS``, default 7 days). A POST past its ``expires_at``
 reads as unknown even before DynamoDB deletes it.
+
+**Push** (an app whose spec says ``"results": "push"``; docs/dataplane.md, "Results: pull or push"):
+the workers send the same records to the app's results queue instead (:class:`PushSink`: one message
+per batch and POST, :func:`push_bodies`), nothing is written per batch, and the control loop's
+sweeper sends a ``due`` message per minute of POSTs past their deadline (:func:`due_bodies`). A
+consumer decodes a message with :func:`decode_pushed` and assembles frames with
+:class:`PushedFrames` (``skinflint results APP`` does both). The message, JSON:
+
+- ``{"v": 1, "kind": "records", "app", "post", "recorded_at", "frames": {"<index>": [accepted_at,
+  deadline]}, "tasks": "<base64 of the record item's compressed tasks>"}``: the request id of a
+  frame is the post id and its index (core/ids.py); the tasks are what a record item holds (each
+  terminal task with its weight ``w``, each ancestor its lineage carried, ``r`` the request id);
+- ``{"v": 1, "kind": "due", "app", "posts": {"<post id>": {"<index>": [accepted_at, deadline]}}}``:
+  every frame of these POSTs is past its deadline and the sweep's grace; one that the consumer has
+  not seen finished (its terminal weights summing to 1) is lost: :class:`PushedFrames` reports it
+  dropped, reason ``stranded``, as the sweeper records it for a pull app.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from core.adapters._aws import AWS_ERRORS
 from core.adapters._ddb import from_item, to_item
@@ -49,17 +67,31 @@ from core.ids import post_of
 from core.schema import ResultOut, TaskOut
 from core.settings import DEFAULT_RESULTS_RETENTION_DAYS
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from core.adapters.queues import TaskQueues
+
 __all__ = [
     "DUE_BUCKET_S",
     "DUE_SHARDS",
     "EXPIRES_AT",
+    "PUSH_VERSION",
+    "STRANDED",
     "FrameRecord",
     "FrameState",
+    "PushSink",
+    "PushedFrames",
+    "PushedMessage",
+    "PushedTask",
     "ResultStore",
     "TaskRecord",
+    "decode_pushed",
+    "due_bodies",
     "due_bucket",
     "due_key",
     "expires_at",
+    "push_bodies",
     "split_weight",
 ]
 
@@ -347,19 +379,8 @@ class ResultStore:
             recorded_at = part.get("recorded_at")
             for doc in _unpack(part):
                 state = states.get(str(doc.get("r")))
-                if state is None:
-                    continue
-                task = TaskOut.model_validate(doc["task"])
-                if "w" in doc:
-                    if task.task_id in state.weights:
-                        continue  # a redelivery's second record: counted once
-                    state.weights[task.task_id] = Fraction(str(doc["w"]))
-                    task = task.model_copy(update={"recorded_at": recorded_at})
-                    at = float(recorded_at) if isinstance(recorded_at, int | float) else task.finished_at
-                    state.finished_at = max(state.finished_at or at, at)
-                    state.tasks[task.task_id] = task
-                else:
-                    state.tasks.setdefault(task.task_id, task)
+                if state is not None:
+                    _add_doc(state, doc, recorded_at)
         return states
 
     def _query(self, post_id: str, consistent: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -425,6 +446,21 @@ def _pack(records: list[TaskRecord]) -> bytes:
     return zlib.compress(json.dumps(docs, separators=(",", ":")).encode(), 6)
 
 
+def _add_doc(state: FrameState, doc: dict[str, Any], recorded_at: Any) -> None:
+    """One task of a record (terminal, with its weight ``w``, or an ancestor) into its frame."""
+    task = TaskOut.model_validate(doc["task"])
+    if "w" in doc:
+        if task.task_id in state.weights:
+            return  # a redelivery's second record: counted once
+        state.weights[task.task_id] = Fraction(str(doc["w"]))
+        task = task.model_copy(update={"recorded_at": recorded_at})
+        at = float(recorded_at) if isinstance(recorded_at, int | float) else task.finished_at
+        state.finished_at = max(state.finished_at or at, at)
+        state.tasks[task.task_id] = task
+    else:
+        state.tasks.setdefault(task.task_id, task)
+
+
 def _unpack(part: dict[str, Any]) -> list[dict[str, Any]]:
     blob = part.get("tasks")
     if not blob:
@@ -440,3 +476,203 @@ def _expired(item: dict[str, Any], now: float) -> bool:
     """Past its ``expires_at`` (DynamoDB's TTL deletes such items within days, reads still see them)."""
     at = item.get(EXPIRES_AT)
     return isinstance(at, int | float) and at <= now
+
+
+# -- push: the results queue ------------------------------------------------------------------------
+#: the results-queue messages' schema version
+PUSH_VERSION = 1
+#: the reason (and task id) of the share of a frame that never finished (control/sweeper.py's STRANDED)
+STRANDED = "stranded"
+_DUE_POSTS_PER_MESSAGE = 200  # about 70 KB of a due message at 10 frames per POST
+
+
+def _frames_doc(frames: Iterable[tuple[str, float | None, float | None]], post: str) -> dict[str, list[Any]]:
+    return {rid[len(post) :]: [accepted, deadline] for rid, accepted, deadline in frames}
+
+
+def push_bodies(records: list[TaskRecord], now: float) -> list[str]:
+    """The results-queue messages of a batch's terminal tasks: one per POST among ``records``, its
+    tasks in the record item's compressed format (:func:`_pack`)."""
+    by_post: dict[str, list[TaskRecord]] = {}
+    for rec in records:
+        by_post.setdefault(post_of(rec.request_id), []).append(rec)
+    out = []
+    for post, of_post in by_post.items():
+        frames = {
+            rec.request_id: (rec.request_id, rec.accepted_at or 0.0, rec.deadline or 0.0) for rec in of_post
+        }
+        doc = {
+            "v": PUSH_VERSION,
+            "kind": "records",
+            "app": of_post[0].app,
+            "post": post,
+            "recorded_at": now,
+            "frames": _frames_doc(frames.values(), post),
+            "tasks": base64.b64encode(_pack(of_post)).decode(),
+        }
+        out.append(json.dumps(doc, separators=(",", ":")))
+    return out
+
+
+def due_bodies(app: str, posts: Mapping[str, Mapping[str, FrameState]]) -> list[str]:
+    """The sweeper's ``due`` messages for a push app: the frames of ``posts`` (post id -> its frames)
+    are past their deadline and the sweep's grace, up to 200 POSTs a message."""
+    ids = sorted(posts)
+    out = []
+    for first in range(0, len(ids), _DUE_POSTS_PER_MESSAGE):
+        chunk = {
+            post: _frames_doc(
+                ((rid, state.accepted_at, state.deadline) for rid, state in sorted(posts[post].items())), post
+            )
+            for post in ids[first : first + _DUE_POSTS_PER_MESSAGE]
+        }
+        doc = {"v": PUSH_VERSION, "kind": "due", "app": app, "posts": chunk}
+        out.append(json.dumps(doc, separators=(",", ":")))
+    return out
+
+
+@dataclass(frozen=True)
+class PushedTask:
+    """A task a results-queue message carries: terminal (``weight``: its share of the frame) or an
+    ancestor its lineage carried (``weight`` None)."""
+
+    request_id: str
+    task: TaskOut
+    weight: Fraction | None
+
+
+@dataclass(frozen=True)
+class PushedMessage:
+    """A decoded results-queue message (:func:`decode_pushed`)."""
+
+    kind: Literal["records", "due"]
+    app: str
+    frames: dict[str, tuple[float, float]]  # request id -> (accepted_at, deadline)
+    tasks: list[PushedTask] = field(default_factory=list)  # "records" only
+    recorded_at: float | None = None  # "records": when the worker sent it
+
+
+def _frames_of(post: str, doc: Any) -> dict[str, tuple[float, float]]:
+    if not isinstance(doc, dict):
+        raise ValueError("frames must be an object")
+    return {post + str(index): (float(times[0]), float(times[1])) for index, times in doc.items()}
+
+
+def decode_pushed(body: str) -> PushedMessage:
+    """A results-queue message body -> :class:`PushedMessage`. Raises :class:`ResultStoreError` (one
+    line) for a body that is not a results message of a version this code reads."""
+    try:
+        doc = json.loads(body)
+        if not isinstance(doc, dict) or doc.get("v") != PUSH_VERSION:
+            raise ValueError(f"not a results message of version {PUSH_VERSION}")
+        app = str(doc["app"])
+        if doc.get("kind") == "due":
+            frames: dict[str, tuple[float, float]] = {}
+            for post, of_post in dict(doc["posts"]).items():
+                frames.update(_frames_of(str(post), of_post))
+            return PushedMessage("due", app, frames)
+        if doc.get("kind") != "records":
+            raise ValueError(f"unknown kind {doc.get('kind')!r}")
+        post = str(doc["post"])
+        docs = _unpack({"tasks": base64.b64decode(doc["tasks"], validate=True), "sk": post})
+        tasks = [
+            PushedTask(
+                str(task["r"]),
+                TaskOut.model_validate(task["task"]),
+                Fraction(str(task["w"])) if "w" in task else None,
+            )
+            for task in docs
+        ]
+        recorded_at = float(doc["recorded_at"])
+        return PushedMessage("records", app, _frames_of(post, doc["frames"]), tasks, recorded_at)
+    except ResultStoreError:
+        raise
+    except (ValueError, KeyError, TypeError, IndexError, zlib.error) as exc:
+        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ResultStoreError(f"not a results message: {why}") from exc
+
+
+class PushedFrames:
+    """Frames assembled from results-queue messages, as a consumer receives them (in any order, a
+    message possibly twice). :meth:`add` returns the frames a message finished: each once, when the
+    weights of its distinct terminal tasks reach 1, as ``GET /v1/requests/{id}`` would have answered
+    it; for a ``due`` message, every frame it lists that is not finished, reported ``dropped`` with a
+    terminal task ``stranded`` carrying the missing share. ``remember`` bounds the finished frames
+    kept to ignore repeats (a repeat of a frame forgotten since is not reported again unless it
+    finishes a frame anew). :meth:`pending` lists the frames partly received."""
+
+    def __init__(self, remember: int = 200_000):
+        self._open: dict[str, FrameState] = {}
+        self._done: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember
+
+    def add(self, message: PushedMessage) -> list[ResultOut]:
+        if message.kind == "due":
+            return [
+                self._settle(rid, times, message.app)
+                for rid, times in sorted(message.frames.items())
+                if rid not in self._done
+            ]
+        touched: dict[str, FrameState] = {}
+        for pushed in message.tasks:
+            if pushed.request_id in self._done:
+                continue
+            state = self._state(pushed.request_id, message.app, message.frames.get(pushed.request_id))
+            doc: dict[str, Any] = {"task": pushed.task.model_dump()}
+            if pushed.weight is not None:
+                doc["w"] = str(pushed.weight)
+            _add_doc(state, doc, message.recorded_at)
+            touched[pushed.request_id] = state
+        return [self._finish(rid) for rid, state in touched.items() if state.weight >= 1]
+
+    def pending(self) -> list[ResultOut]:
+        return [state.result() for state in self._open.values()]
+
+    def _state(self, rid: str, app: str, times: tuple[float, float] | None) -> FrameState:
+        state = self._open.get(rid)
+        if state is None:
+            accepted, deadline = times if times is not None else (0.0, 0.0)
+            state = self._open[rid] = FrameState(rid, app, accepted, deadline, ())
+        return state
+
+    def _finish(self, rid: str) -> ResultOut:
+        state = self._open.pop(rid)
+        self._done[rid] = None
+        while len(self._done) > self._remember:
+            self._done.popitem(last=False)
+        return state.result()
+
+    def _settle(self, rid: str, times: tuple[float, float], app: str) -> ResultOut:
+        state = self._state(rid, app, times)
+        if state.accepted_at == 0.0:  # its records carried no times: the due message's
+            state.accepted_at, state.deadline = times
+        missing = state.missing
+        if missing > 0:
+            now = time.time()
+            state.tasks[STRANDED] = TaskOut(
+                task_id=STRANDED, module=STRANDED, status="dropped", hardware="none", emulated=False,
+                enqueued_at=now, started_at=now, finished_at=now, batch_size=0, reason=STRANDED,
+            )  # fmt: skip
+            state.weights[STRANDED] = missing
+            state.finished_at = now
+        return self._finish(rid)
+
+
+class PushSink:
+    """A push app's results: :meth:`record_tasks` sends a batch's terminal-task records to the app's
+    results queue, one message per POST among them (:func:`push_bodies`; ``SendMessageBatch``, ten
+    a call), and writes nothing to the results table. A record marked ``recheck`` (a redelivery,
+    or a child of one) cannot be checked against the table: it is sent again (the consumer counts a
+    task id once, :class:`PushedFrames`) and returned as a repeat, so its outcome is not counted
+    twice."""
+
+    def __init__(self, queues: TaskQueues, queue_url: str, clock: Any = time.time):
+        self.queues = queues
+        self.queue_url = queue_url
+        self._clock = clock
+
+    def record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
+        if not records:
+            return [], []
+        self.queues.send_bodies(self.queue_url, push_bodies(records, self._clock()))
+        return [rec for rec in records if not rec.recheck], [rec for rec in records if rec.recheck]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from control.deployments import app_change, build_deployment
-from control.queues import create_module_queues, ensure_app_dlq
+from control.queues import create_module_queues, ensure_app_dlq, ensure_results_queue
 from control.spec import RegistrationSpec
 from planner.packing import FleetPlan, Instance, plan_shares
 from workers.shares import ModelResolver, assignment_for
@@ -79,6 +79,7 @@ def publish_app(
     activate_at: float | None = None,
     visibility_timeout_s: int = 30,
     prices: Mapping[str, float] | None = None,
+    results: str = "pull",
 ) -> Published:
     """Publish ``app`` planned as ``plan`` at ``frame_rate`` in a new version (the app's
     ``slo_s`` unless given; schedule origin ``origin_s``, default now; active from ``activate_at``,
@@ -92,6 +93,7 @@ def publish_app(
         rate=frame_rate,
         modules=app.modules,
         edges=app.edges,
+        results=results,
     )
     emulated = sorted(set(emulated_hardware or []))
     previous = in_force.get(app.name)
@@ -121,6 +123,7 @@ def publish_app(
         make_queues=make_queues,
         emulated=emulated,
         overhead_s=overhead_s,
+        make_results_queue=lambda: ensure_results_queue(sqs, app.name, dlq_arn=dlq_arn),
     )
     fleet = dedicated_fleet(app.name, plan, prices)
     kept = [d for name, d in sorted(in_force.items()) if name != app.name]

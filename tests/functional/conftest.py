@@ -130,6 +130,16 @@ class Stack:
 
 @pytest.fixture
 def stack() -> Any:
+    yield from _stack("pull")
+
+
+@pytest.fixture
+def push_stack() -> Any:
+    """The stack with the traffic app's results pushed to its results queue (docs/dataplane.md)."""
+    yield from _stack("push")
+
+
+def _stack(results: str) -> Any:
     import boto3
     from moto import mock_aws
 
@@ -150,6 +160,7 @@ def stack() -> Any:
             origin_s=time.time() - 100.0,
             activate_at=time.time() - 100.0,
             visibility_timeout_s=1,
+            results=results,
         )
         yield Stack(
             cfg=cfg,
