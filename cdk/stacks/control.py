@@ -163,7 +163,8 @@ class ControlStack(Stack):
                 resources=[props.results_table.table_arn],
             ),
             # GC moves the messages of a superseded version's queue nothing consumes to the current
-            # version's queues (control/rehome.py): receive, send, then delete
+            # version's queues (control/rehome.py): receive, send, then delete; the sweep sends a push
+            # app's due messages to its results queue, skinflint-<app>-results (control/sweeper.py)
             iam.PolicyStatement(
                 sid="StrandedMessages",
                 actions=["sqs:ReceiveMessage", "sqs:SendMessage", "sqs:DeleteMessage"],

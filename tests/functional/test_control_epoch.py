@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from control.epoch import ControlConfig, Controller
+from control.errors import RegistrationError
 from control.service import Registrar, build_controller
 from core.adapters.metrics import MemoryMetrics
 from core.settings import DataPlaneConfig
@@ -245,6 +246,37 @@ def test_an_admission_reserve_plans_for_less_than_the_slo_frames_keep(env: Env) 
     assert cur is not None
     dep = env.ctl.plans.deployment(cur.version, "cams")
     assert dep is not None and dep.planning_slo_s is None
+
+
+def test_a_push_app_gets_its_results_queue_kept_across_versions(env: Env) -> None:
+    # GIVEN an app registered with its results pushed
+    env.register(SPEC | {"results": "push"})
+    assert env.ctl.run_epoch().status == "published"
+    cur = env.ctl.plans.current()
+    assert cur is not None
+    dep = env.ctl.plans.deployment(cur.version, "cams")
+    # THEN its deployment names its results queue, encrypted, redriven to the DLQ, kept 7 days
+    assert dep is not None and dep.results == "push"
+    assert dep.results_queue is not None and dep.results_queue.endswith("/skinflint-cams-results")
+    attrs = env.clients["sqs"].get_queue_attributes(QueueUrl=dep.results_queue, AttributeNames=["All"])
+    attrs = attrs["Attributes"]
+    assert attrs["SqsManagedSseEnabled"] == "true" and "deadLetterTargetArn" in attrs["RedrivePolicy"]
+    assert attrs["MessageRetentionPeriod"] == str(7 * 86_400)
+    assert env.ctl._push_queues == {"cams": dep.results_queue}
+    # AND a later version (the load tripled) keeps it
+    env.frames("cams", 20.0)
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "unchanged"
+    env.frames("cams", 25.0, shed=35.0)
+    env.clock.t += 60
+    assert env.ctl.run_epoch().status == "published"
+    later = env.ctl.plans.current()
+    assert later is not None and later.version > cur.version
+    again = env.ctl.plans.deployment(later.version, "cams")
+    assert again is not None and again.results_queue == dep.results_queue
+    # AND a bad value is refused at registration, in one line
+    with pytest.raises(RegistrationError, match="results must be one of pull, push, got 'kafka'"):
+        env.register(SPEC | {"results": "kafka"})
 
 
 def test_a_shed_target_reserve_is_chosen_again_when_the_rate_moves(env: Env) -> None:

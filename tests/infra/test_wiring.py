@@ -74,7 +74,8 @@ PLANNER_ACTIONS = _OWN_LOGS | {
     "cloudwatch:GetMetricData",  # adapters/rates.py
     "cloudwatch:PutMetricData",  # adapters/metrics.py
     # the fleet-events SQS event source (Lambda polls on the function's behalf); ReceiveMessage and
-    # DeleteMessage also on the task queues, with SendMessage: gc.py moves stranded messages (rehome.py)
+    # DeleteMessage also on the task queues, with SendMessage: gc.py moves stranded messages (rehome.py),
+    # and the sweep sends a push app's due messages to its results queue (sweeper.py)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl",
     "sqs:SendMessage",
     "dynamodb:Query",  # the stranded-frame sweep: deadline index, POST partitions (due_index.py, results.py)
@@ -100,7 +101,8 @@ WORKER_ACTIONS = {
     "dynamodb:BatchWriteItem", "dynamodb:Query",  # results.py: terminal tasks' records; a redelivery's check
     "dynamodb:DeleteItem",  # plan_store.py release (conditional)
     "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage",
-    "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires
+    "sqs:GetQueueAttributes",  # adapters/queues.py; depth before an old share retires; SendMessage: a
+    # push app's results queue too (results.py PushSink)
     "s3:GetObject",  # frames/ (worker.py), registry/ (instance.py resolver), profiles/ (onsite.py)
     "s3:PutObject",  # outputs/ (worker.py), frames/ (crops.py), profiles/data/ (onsite.py: measured on the instance)
     "s3:ListBucket",  # profiles/ (profiles/s3store.py, the on-instance sweep's store)
