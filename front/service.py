@@ -205,6 +205,14 @@ class FrontService:
                     "roots": deployment.roots,
                     "modules": list(deployment.plan.modules),
                     "emulated_hardware": deployment.emulated_hardware,
+                    # where its results go: "pull" (GET /v1/requests/{id}) or "push" (its results
+                    # queue, named; docs/dataplane.md "Results: pull or push")
+                    "results": deployment.results,
+                    **(
+                        {"results_queue": deployment.results_queue.rsplit("/", 1)[-1]}
+                        if deployment.results_queue
+                        else {}
+                    ),
                 }
             )
         return out

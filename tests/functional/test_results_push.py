@@ -95,6 +95,9 @@ def test_get_answers_409_naming_the_results_queue(push_stack):
         front(push_stack).result(rid)
     assert err.value.status == 409 and err.value.error == "results_pushed"
     assert "skinflint-traffic-results" in err.value.reason and "skinflint results traffic" in err.value.reason
+    # and the apps listing says where its results go
+    (listed,) = front(push_stack).list_apps()
+    assert (listed["results"], listed["results_queue"]) == ("push", "skinflint-traffic-results")
 
 
 def test_the_cli_consumer_decodes_prints_and_deletes(push_stack):
@@ -199,3 +202,20 @@ def test_decode_refuses_anything_but_a_results_message_in_one_line():
         with pytest.raises(ResultStoreError) as err:
             decode_pushed(body)
         assert "\n" not in str(err.value) and str(err.value).startswith("not a results message")
+
+
+def test_the_http_get_answers_409_as_its_openapi_says(push_stack):
+    from fastapi.testclient import TestClient
+
+    from front.app import create_app
+    from tests.functional.conftest import API_KEY
+
+    svc = front(push_stack)
+    client = TestClient(create_app(lambda: svc))
+    auth = {"x-api-key": API_KEY}
+    (rid,) = send_frames(push_stack, 1)
+    r = client.get(f"/v1/requests/{rid}", headers=auth)
+    assert r.status_code == 409 and r.json()["error"] == "results_pushed"
+    assert "skinflint-traffic-results" in r.json()["reason"]
+    spec = client.get("/openapi.json", headers=auth).json()
+    assert "409" in spec["paths"]["/v1/requests/{request_id}"]["get"]["responses"]
