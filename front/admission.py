@@ -473,7 +473,8 @@ class Admission:
         ``rate / keys``, paced like the app's limiter. Alone, a key has the whole rate. A
         refusal is 503 ``over_planned_rate`` (within the key's own limit, so it counts as demand).
         A key that has offered at most ``rate / keys`` is light: the app's limiter lets its frames pass
-        (what the estimates of the others lag behind is theirs to lose, not its). A key offering
+        (what the estimates of the others lag behind is theirs to lose, not its), a request of at
+        most that share's burst (``rate / keys x burst_s`` frames, at least one). A key offering
         more leaves the light keys' claims free in the batch windows (``reserve_rate``).
         Returns the key's share, or None without a key."""
         if digest is None:
@@ -490,7 +491,7 @@ class Admission:
         fair = rate / len(active)
         others = sum(s.claim(now, fair) for s in active if s is not mine)
         allowed = max(fair, (rate - others) * (1.0 - _SHARE_SLACK))
-        light = before <= fair
+        light = before <= fair and n_frames <= max(1.0, fair * self.config.burst_s)
         reserve = 0.0
         if not light:
             reserve = sum(s.claim(now, fair) for s in active if s is not mine and s.estimate(now) <= fair)

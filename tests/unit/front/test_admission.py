@@ -606,3 +606,21 @@ def test_a_key_back_after_a_pause_is_not_refused_for_the_flood_beside_it() -> No
     dep = deployment(frame_rate=4.0, det_batch=8, det_rate=32.0)  # windows far from binding
     kept, _ = _floods(admission(), [dep, dep])
     assert kept == [1.0, 1.0], kept
+
+
+def test_a_light_keys_frames_pass_the_apps_limiter_up_to_its_shares_burst() -> None:
+    # GIVEN an app admitting 4.4 frames/s (windows far from binding) whose limiter a flood keeps full
+    dep = deployment(frame_rate=4.0, det_batch=8, det_rate=32.0)
+    router = Router.for_deployment(dep)
+    adm = admission()
+    t0 = ORIGIN + 5.0
+    for k in range(600 * 3):
+        adm.admit(router, 1, t0 + k / 600, api_key="flood")
+    now = t0 + 3.0
+    assert isinstance(adm.admit(router, 1, now, api_key="flood"), Shed)
+    # WHEN a second key sends a batch over its share's burst (4.4 / 2 x 1 s = 2.2 frames), then one frame
+    big = adm.admit(router, 3, now, api_key="polite")
+    one = adm.admit(router, 1, now + 0.01, api_key="polite")
+    # THEN the batch meets the app's limiter like any frames over a share; the frame passes it
+    assert isinstance(big, Shed) and big.error == "over_planned_rate"
+    assert isinstance(one, Admitted)
