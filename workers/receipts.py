@@ -47,7 +47,7 @@ __all__ = ["JOURNAL_SUFFIX", "ReceiptJournal", "read_journal", "release_left"]
 log = logging.getLogger("skinflint.receipts")
 
 JOURNAL_SUFFIX = ".receipts"
-_COMPACT_LINES = 4096  # lines beyond twice the receipts held before the file is rewritten
+_COMPACT_LINES = 1024  # lines beyond twice the receipts held before the file is rewritten (~400 KB)
 _names = itertools.count()
 
 
