@@ -13,7 +13,8 @@ loop plans afterwards:
   (``max_frames``) instead of an endless ``Retry-After``;
 - 100 concurrent long polls (``GET /v1/requests/{id}?wait=5``) while ``/healthz`` is timed: its p99;
 - one key flooding ``POST /frames`` while a second key sends at half the app's planned rate: the second
-  key's accepted share, the flood's 429s, and the rate the control loop plans before and after;
+  key's accepted share (and the errors of its refusals), the flood's 429s, and the rate the control
+  loop plans before and after;
   repeated ``--flood-runs`` times (each flood moves the planned rate, a quiet pause between them moves
   it back: plan changes under load), then every frame accepted during the floods is read back: each
   must be answered or dropped with a reason, none lost (still queued past its deadline, or unknown);
@@ -281,6 +282,7 @@ def _flood(
     polite_rate = rate / 2
     frame = _frame(1)
     counts: dict[str, dict[int, int]] = {"flood": {}, "polite": {}}
+    polite_refused: dict[str, int] = {}  # "503 slot_full" -> count: why the second key was refused
     lock = threading.Lock()
     stop = threading.Event()
 
@@ -296,13 +298,21 @@ def _flood(
                     headers={"content-type": "image/jpeg", "x-api-key": key},
                 )
                 ids: list[str] = []
+                why = ""
                 if answer.status_code == 202:  # noqa: PLR2004 - accepted
                     try:
                         ids = [str(a["request_id"]) for a in answer.json()["accepted"]]
                     except (ValueError, KeyError, TypeError):
                         ids = []
+                elif who == "polite":
+                    try:
+                        why = f"{answer.status_code} {answer.json().get('error', '?')}"
+                    except (ValueError, AttributeError):
+                        why = str(answer.status_code)
                 with lock:
                     counts[who][answer.status_code] = counts[who].get(answer.status_code, 0) + 1
+                    if why:
+                        polite_refused[why] = polite_refused.get(why, 0) + 1
                     if accepted is not None:
                         accepted.extend(ids)
                 time.sleep(max(0.0, every_s - (time.time() - t0)))
@@ -324,7 +334,9 @@ def _flood(
             f"{label}one key flooding ({sum(flood.values())} requests in {seconds:g} s), a second at "
             f"{polite_rate:g} frames/s",
             "second key >= 95 % accepted, the flood gets 429s",
-            f"second key {100 * kept:.1f} % of {sent}; flood: "
+            f"second key {100 * kept:.1f} % of {sent}"
+            + "".join(f", {why} x{n}" for why, n in sorted(polite_refused.items()))
+            + "; flood: "
             + ", ".join(f"{code} x{n}" for code, n in sorted(flood.items())),
             kept >= 0.95 and flood.get(429, 0) > 0,
         )

@@ -155,6 +155,9 @@ def worker_boot_commands(boot: WorkerBoot) -> list[str]:
         f"User={C.WORKER_USER}",
         "EnvironmentFile=/etc/skinflint/worker.env",
         "WorkingDirectory=/opt/skinflint/app",
+        # /var/lib/skinflint ($STATE_DIRECTORY): the receipts the workers hold (workers/receipts.py),
+        # released by the agent restarted after a crash instead of waiting out the visibility timeout
+        "StateDirectory=skinflint",
         "ExecStart=/opt/skinflint/venv/bin/python -m workers.instance"
         " --hardware ${SKINFLINT_HARDWARE} --instance-id ${SKINFLINT_INSTANCE_ID}"
         f" --lifecycle-poll-s {C.DRAIN_POLL_S}",

@@ -9,7 +9,10 @@ local to the instance. Checks, in order (docs/loadtest.md has the reasoning and 
    with ``key_limits``), before anything app-wide; what a key took is not given back when a later
    check refuses the frames, so a flooding key exhausts its own bucket, not the app's capacity;
 2. **fair share** (503 ``over_planned_rate``): while several keys send to an app, each may use
-   what the others' offered rates leave of the admitted rate, and at least its max-min share;
+   what the others' offered rates leave of the admitted rate, and at least its max-min share; a key
+   within that share is not refused by the planned rate (3.), and a key over it leaves free, in the
+   batch windows a frame can reach (4.), the places the keys within theirs are expected to need
+   (503 ``slot_full`` otherwise);
 3. **planned rate** (503 ``over_planned_rate``): a GCRA (virtual scheduling) limiter at the app's
    planned frame rate plus a headroom, capped at the rate the plan's machines sustain
    (min over modules of schedule rate / requests per frame), with a burst tolerance in seconds;
@@ -258,8 +261,23 @@ class _KeyShare:
         return min(max(self.estimate(now), fair if young else 0.0), fair)
 
     def offer(self, frames: int, now: float) -> None:
+        if now - self.updated > _SHARE_ACTIVE_S:  # back after a pause: a newcomer again
+            self.first = now
         self.offered = self.estimate(now) + frames / _SHARE_TAU_S
         self.updated = now
+
+
+@dataclass(frozen=True)
+class _Share:
+    """A key's place among the keys sending to an app now: the pace of its share (``rate``
+    frames/s), whether it is ``light`` (within ``rate / keys`` while others send: the app's limiter
+    does not refuse its frames) and, for a key over its share, ``reserve_rate``: the frames/s the
+    light keys claim, for which it leaves places in the batch windows (:meth:`Admission._find_slot`)."""
+
+    key: _KeyShare
+    rate: float
+    light: bool = False
+    reserve_rate: float = 0.0
 
 
 @dataclass
@@ -424,6 +442,9 @@ class Admission:
         new_tat = None
         if st.gcra is not None:
             wait, new_tat = st.gcra.check(n_frames, now)
+            if wait > 0 and share is not None and share.light:
+                # within its max-min share: the others' frames, not this key's, are over the rate
+                wait, new_tat = 0.0, max(st.gcra.tat, now) + n_frames * st.gcra.interval
             if wait > 0:
                 return Shed(
                     503,
@@ -432,7 +453,7 @@ class Admission:
                     f"{st.rate:.3g} frames/s with a {self.config.burst_s:g} s burst",
                     wait,
                 )
-        out = self._reserve(router, st, n_frames, now, stale)
+        out = self._reserve(router, st, n_frames, now, stale, share.reserve_rate if share else 0.0)
         if isinstance(out, Shed):
             if out.error == "slot_full" and n_frames > 1:
                 return self._batch_shed(router, st, n_frames, out)
@@ -440,32 +461,40 @@ class Admission:
         if st.gcra is not None and new_tat is not None:
             st.gcra.commit(new_tat)
         if share is not None:
-            key_share, rate = share
-            key_share.tat = max(key_share.tat, now) + n_frames / rate
+            share.key.tat = max(share.key.tat, now) + n_frames / share.rate
         return out
 
     def _fair_share(
         self, app: str, digest: str | None, rate: float, n_frames: int, now: float
-    ) -> tuple[_KeyShare, float] | Shed | None:
+    ) -> _Share | Shed | None:
         """Max-min sharing of the app's admitted ``rate`` between the keys sending to it now: each
         other key claims its offered rate up to ``rate / keys``, this key may use what they leave
         (less ``_SHARE_SLACK``, so the app's limiter keeps room for the others' jitter) and at least
         ``rate / keys``, paced like the app's limiter. Alone, a key has the whole rate. A
         refusal is 503 ``over_planned_rate`` (within the key's own limit, so it counts as demand).
-        Returns the key's share and its rate to pace on admission, or None without a key."""
+        A key that has offered at most ``rate / keys`` is light: the app's limiter lets its frames pass
+        (what the estimates of the others lag behind is theirs to lose, not its), a request of at
+        most that share's burst (``rate / keys x burst_s`` frames, at least one). A key offering
+        more leaves the light keys' claims free in the batch windows (``reserve_rate``).
+        Returns the key's share, or None without a key."""
         if digest is None:
             return None
         shares = self._shares.setdefault(app, {})
         mine = shares.get(digest)
         if mine is None:
             mine = shares[digest] = _KeyShare(first=now)
+        before = mine.estimate(now)  # what it sent so far (with this request's, a steady key peaks over it)
         mine.offer(n_frames, now)
         active = [s for s in shares.values() if now - s.updated <= _SHARE_ACTIVE_S]
         if len(active) <= 1:
-            return mine, rate
+            return _Share(mine, rate)
         fair = rate / len(active)
         others = sum(s.claim(now, fair) for s in active if s is not mine)
         allowed = max(fair, (rate - others) * (1.0 - _SHARE_SLACK))
+        light = before <= fair and n_frames <= max(1.0, fair * self.config.burst_s)
+        reserve = 0.0
+        if not light:
+            reserve = sum(s.claim(now, fair) for s in active if s is not mine and s.estimate(now) <= fair)
         ahead = max(mine.tat, now) - now
         if ahead > self.config.burst_s + 1e-12:
             return Shed(
@@ -475,7 +504,7 @@ class Admission:
                 f"{rate:.3g} frames/s admitted",
                 ahead - self.config.burst_s,
             )
-        return mine, allowed
+        return _Share(mine, allowed, light, reserve)
 
     def _take_key(self, digest: str | None, n_frames: int, now: float) -> Shed | None:
         """The key's own limit, before anything app-wide: frames over it are 429 and never reach the
@@ -509,7 +538,13 @@ class Admission:
         )
 
     def _reserve(
-        self, router: Router, st: _AppState, n_frames: int, now: float, stale: list[str] | None
+        self,
+        router: Router,
+        st: _AppState,
+        n_frames: int,
+        now: float,
+        stale: list[str] | None,
+        reserve_rate: float = 0.0,
     ) -> Admitted | Shed:
         dep = router.deployment
         deadline = now + dep.slo_s - self.config.margin_s
@@ -524,7 +559,15 @@ class Admission:
             frame: dict[str, Route] = {}
             for module in dep.roots:
                 found = self._find_slot(
-                    router, st, module, now, deadline, stale, n_frames - index, (counted_here, held)
+                    router,
+                    st,
+                    module,
+                    now,
+                    deadline,
+                    stale,
+                    n_frames - index,
+                    (counted_here, held),
+                    reserve_rate,
                 )
                 if isinstance(found, Shed):
                     for slot_key in taken:  # all or nothing
@@ -561,11 +604,13 @@ class Admission:
         stale: list[str] | None,
         left: int = 1,
         shared: tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]] | None = None,
+        reserve_rate: float = 0.0,
     ) -> tuple[Route, int, bool | None] | Shed:
         """The first window from ``now`` on that can meet ``deadline`` and has room: (its route, the
         windows passed over, whether the shared counter counted the frame: True, False when there is
         none, None when it could not answer), or why none. ``left``: this request's frames still to
-        place (this one included); ``shared``: the request's (counted, held) places per window."""
+        place (this one included); ``shared``: the request's (counted, held) places per window;
+        ``reserve_rate``: frames/s of other keys this key leaves places for (:meth:`_kept`)."""
         sched = router.schedule(module)
         full = backlogged = 0
         at = now
@@ -581,6 +626,14 @@ class Admission:
             elif self._backlogged(route.queue_url, st.backlog_limit[(module, route.group)], now, stale):
                 backlogged += 1
             else:
+                if reserve_rate > 0 and self._kept(router, st, module, now, deadline, reserve_rate):
+                    return Shed(
+                        503,
+                        "slot_full",
+                        f"the places left in the batch windows of {module} that meet the deadline are "
+                        f"kept for the other API keys sending to {router.deployment.app} within their share",
+                        max(first_end - now, 0.01),
+                    )
                 if self.slots is None:
                     return route, hop, False
                 got = self._take_shared(router, st, module, route, cap, left, shared)
@@ -612,6 +665,32 @@ class Admission:
             f"every batch slot of {module} that can meet the deadline is full ({full} looked at)",
             max(first_end - now, 0.01),
         )
+
+    def _kept(
+        self, router: Router, st: _AppState, module: str, now: float, deadline: float, reserve_rate: float
+    ) -> bool:
+        """Whether the free places of the windows a frame arriving ``now`` can reach (those that meet
+        ``deadline``) are kept for the light keys: what they are expected to send before the last of
+        those windows ends (``reserve_rate`` x that time, rounded up), at most all the places but
+        one (so where a frame can reach a single place, a key over its share is not stopped for
+        good). Windows over their backlog limit, by the depth cached now, do not count as free.
+        Looks at the windows of this instance's counts (at most ``max_spill_slots + 1``), no I/O."""
+        sched = router.schedule(module)
+        places = free = 0
+        end = at = now
+        for _hop in range(self.config.max_spill_slots + 1):
+            route = router.route(module, at)
+            if _bound(sched, st, module, route) > deadline:
+                break
+            cap = _cap(sched, st, module, route)
+            places += cap
+            depth = self._depths.get(route.queue_url, (0.0, None))[1]
+            if depth is None or depth <= st.backlog_limit[(module, route.group)]:
+                free += max(0, cap - st.slots.get((module, route.batch_id), 0))
+            end = route.window_end
+            at = route.window_end + 1e-6
+        keep = min(math.ceil(reserve_rate * (end - now) - 1e-9), places - 1)
+        return free - 1 < keep
 
     def _take_shared(
         self,

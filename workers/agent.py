@@ -33,6 +33,11 @@ It applies the planner's decisions; it decides nothing itself.
 3. **Drain** (SIGTERM, the Auto Scaling termination hook, a Spot notice; :mod:`workers.lifecycle`):
    stop receiving, finish the batches in hand, release everything buffered, release the slot
    claims, complete the lifecycle action, log and report how long it took.
+4. **After a crash** (``receipts_dir``; :mod:`workers.receipts`): every worker journals the receipts
+   it holds; the agent, when it starts and before any worker, releases what its previous process's
+   journals still hold, so those messages are served at once rather than after the visibility
+   timeout (during which the front counts them as backlog). A worker thread that dies is replaced
+   after its pending deletes are sent and the rest of what it held is released.
 
 Heartbeats (plan store, ``instance#<id>``, an ``InstanceStatus``): instance id, hardware, state
 (``starting``, ``idle``, ``serving``, ``draining``, ``gone``), slot, newest version adopted and every
@@ -53,12 +58,14 @@ from core.adapters.queues import queue_gone
 from core.errors import DataPlaneError, QueueError
 from core.routing import Router
 from workers.lifecycle import DrainNotice, LifecycleError
+from workers.receipts import ReceiptJournal, release_left
 from workers.runtimes import ProviderError
 from workers.shares import RuntimeCache, ShareRunner, WorkerServices, assignment_for, runner_key
 from workers.worker import Device, Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from core.schema import Assignment, Deployment
     from planner.packing import Instance, Share
@@ -136,6 +143,9 @@ class InstanceAgent:
     # called with a plan version before a claim while this instance holds no slot (workers.onsite:
     # the provider check and the on-instance profiling); a ProviderError refuses every claim
     before_claim: Callable[[int], None] | None = None
+    # where the workers journal the receipts they hold (workers/receipts.py), one directory per
+    # instance; None: no journal (a crash leaves the messages in hand to the visibility timeout)
+    receipts_dir: Path | None = None
 
     def __post_init__(self) -> None:
         self.device = Device()
@@ -153,6 +163,7 @@ class InstanceAgent:
         self._wake = threading.Event()
         self.drain_report: DrainReport | None = None
         self.refused: str | None = None  # why this instance serves nothing (a ProviderError)
+        self.released_at_start = 0  # messages a crashed process of this agent held, released at start
 
     # -- control ---------------------------------------------------------------------------------
     def request_drain(self, notice: DrainNotice) -> None:
@@ -188,8 +199,24 @@ class InstanceAgent:
         if adopted or now - self._last_report >= self.report_s:
             self.report(now)  # at once after adopting: the heartbeat is what shows the slot served
 
+    def release_left(self) -> int:
+        """Release the messages the workers of a previous process of this agent held when it died
+        (their receipt journals, :func:`workers.receipts.release_left`): they are served at once,
+        not after the visibility timeout. Before any worker starts; :meth:`run` calls it."""
+        if self.receipts_dir is None:
+            return 0
+        try:
+            self.released_at_start = release_left(self.receipts_dir, self.services.queues)
+        except OSError as exc:
+            log.warning("cannot read the receipt journals in %s: %s", self.receipts_dir, exc)
+            return 0
+        if self.released_at_start:
+            log.info("released %d message(s) the previous process held", self.released_at_start)
+        return self.released_at_start
+
     def run(self) -> DrainReport:
         """Serve until a drain is requested; then drain and return the report."""
+        self.release_left()
         if self.watcher is not None:
             try:  # restarted on an instance already leaving: drain at once, claim nothing
                 notice = self.watcher.check()
@@ -318,6 +345,7 @@ class InstanceAgent:
             io_threads=services.io_threads,
             delete_linger_s=services.delete_linger_s,
             device=self.device,
+            journal=self._journal(assignment.queue_url),
         )
         thread = threading.Thread(
             target=worker.serve, name=f"share-{assignment.module}.g{assignment.group}.m{assignment.machine}"
@@ -325,6 +353,15 @@ class InstanceAgent:
         thread.daemon = True
         thread.start()
         return ShareRunner(runner_key(assignment), share, version, worker, thread)
+
+    def _journal(self, queue_url: str) -> ReceiptJournal | None:
+        if self.receipts_dir is None:
+            return None
+        try:
+            return ReceiptJournal(self.receipts_dir, queue_url)
+        except OSError as exc:  # serve without: a crash then leaves its messages to the timeout
+            log.warning("no receipt journal in %s: %s", self.receipts_dir, exc)
+            return None
 
     def _reschedule(self, manifest: Any, now: float) -> None:
         """Follow a moved activation of an adopted version (the control loop moves it earlier once
@@ -450,7 +487,7 @@ class InstanceAgent:
             if runner.thread.is_alive() or runner.retiring or runner.worker.queue_gone:
                 continue  # a stopped share whose queue was deleted is reaped, never restarted
             log.error("%s stopped unexpectedly; restarting it", runner.worker.assignment.worker_id)
-            runner.worker.release_buffered()
+            runner.worker.release_held()
             fresh = self._start(runner.share, runner.worker.assignment, runner.worker.router, runner.version)
             fresh.worker.forward_with(runner.worker.forward_router)
             self._runners[i] = fresh

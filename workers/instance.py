@@ -1,7 +1,8 @@
 """The instance agent: one process per fleet instance (``python -m workers.instance --hardware HW``).
 
 This module wires the agent (:mod:`workers.agent`) from the environment (the config and results
-tables, the queues, the bucket, the metrics sink, IMDS and the Auto Scaling termination hook), and
+tables, the queues, the bucket, the metrics sink, IMDS, the Auto Scaling termination hook and the
+directory of its workers' receipt journals, :func:`receipts_dir`), and
 its ``main`` runs it until a drain: SIGTERM, a scale-in or a Spot notice. Model names and profiles
 come from the app registry (registered apps), else from the profile store (the packaged demo apps);
 the registry is the control plane's store, read here only (the one import from ``control``).
@@ -47,9 +48,17 @@ from workers.runtimes import device_name, make_runtime
 from workers.shares import ModelResolver, RuntimeCache, WorkerServices
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
-__all__ = ["BOOT_CHECK_EXIT", "EMF_USAGE_EVERY_S", "PROFILES_PREFIX", "boot_problem", "build_agent", "main"]
+__all__ = [
+    "BOOT_CHECK_EXIT",
+    "EMF_USAGE_EVERY_S",
+    "PROFILES_PREFIX",
+    "boot_problem",
+    "build_agent",
+    "main",
+    "receipts_dir",
+]
 
 #: exit status of a failed boot check (systemd does not restart it: RestartPreventExitStatus)
 BOOT_CHECK_EXIT = 3
@@ -223,8 +232,20 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
         poll_s=args.poll_s,
         recheck_s=args.recheck_s,
         retire_grace_s=args.retire_grace_s,
+        receipts_dir=receipts_dir(instance_id),
     )
     return agent, metrics
+
+
+def receipts_dir(instance_id: str, env: Mapping[str, str] | None = None) -> Path:
+    """Where this instance's workers journal the receipts they hold (workers/receipts.py):
+    ``$SKINFLINT_STATE_DIR``, else systemd's ``$STATE_DIRECTORY`` (the unit's ``StateDirectory=``,
+    cdk/userdata.py), else ``<cache>/agents``; then ``<instance id>/receipts``: one per agent, also
+    where several agents share a machine (the local stack), the same across its restarts."""
+    environ = os.environ if env is None else env
+    base = environ.get("SKINFLINT_STATE_DIR") or environ.get("STATE_DIRECTORY", "").split(":")[0]
+    root = Path(base).expanduser() if base else cache_dir() / "agents"
+    return root / (instance_id or "instance").replace("/", "_") / "receipts"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from core.adapters.results import ResultStore
     from core.routing import Router
     from core.schema import Assignment, Payload
+    from workers.receipts import ReceiptJournal
     from workers.runtimes import Runtime
 
 __all__ = ["BatchOutcome", "Device", "Worker"]
@@ -103,6 +104,9 @@ class Worker:
     # :meth:`serve`), so a batch's inputs are ready when its window closes and the device does not
     # wait for them; without it (tests calling :meth:`process`) a batch prepares its own inputs
     prepare_ahead: bool = True
+    # the receipts it holds, on local disk (workers/receipts.py): the instance agent releases them
+    # when it starts again after a crash, rather than letting them wait out the visibility timeout
+    journal: ReceiptJournal | None = None
 
     def __post_init__(self) -> None:
         assignment = self.assignment
@@ -201,6 +205,8 @@ class Worker:
     def accept(self, received: list[Received]) -> int:
         """Parse and buffer received messages; a malformed one stays in the queue (it reaches the
         DLQ after maxReceiveCount receives) and is counted."""
+        if self.journal is not None:
+            self.journal.held(received_one.receipt for received_one in received)
         if self._stopping.is_set():  # received while stopping: give it straight back
             self._release([received_one.receipt for received_one in received])
             return 0
@@ -541,12 +547,18 @@ class Worker:
         """Delete processed messages; a queue deleted meanwhile took them with it (their results are
         recorded: the batch succeeded)."""
         if self._gone.is_set():
+            self._journal_done(receipts)
             return
         try:
             self.queues.delete(self.assignment.queue_url, receipts)
         except DataPlaneError as exc:
             if not self._check_gone(exc, "delete"):
                 raise
+        self._journal_done(receipts)
+
+    def _journal_done(self, receipts: list[str]) -> None:
+        if self.journal is not None:
+            self.journal.done(receipts)
 
     def _payload(self, message: TaskMessage) -> bytes:
         if message.payload.inline_b64 is not None:
@@ -807,6 +819,8 @@ class Worker:
         if receiver.is_alive():  # a receive still in flight: what it returns is released by accept()
             log.warning("receiver still in a long poll at shutdown")
         released = self.release_buffered()
+        if self.journal is not None:
+            self.journal.close()
         if self._preparer is not None:
             self._preparer.shutdown(wait=False, cancel_futures=True)
         emitted = self.outcomes.emitted if self.outcomes is not None else 0.0
@@ -819,17 +833,31 @@ class Worker:
         self._forget_prepared([pending.message for pending in left])
         return self._release([receipt for pending in left for receipt in pending.receipts])
 
+    def release_held(self) -> int:
+        """After the serving thread died (its batches have returned): send the pending deletes,
+        give back what is buffered and whatever else the journal says this worker still holds,
+        and close the journal. Returns how many messages were released."""
+        self.flush_deletes()
+        released = self.release_buffered()
+        if self.journal is not None:
+            released += self._release(self.journal.receipts())
+            self.journal.close()
+        return released
+
     def _release(self, receipts: list[str]) -> int:
         if receipts and self._gone.is_set():
+            self._journal_done(receipts)
             return 0  # the queue and its messages are gone: nothing to give back
         if receipts:
             try:
                 self.queues.release(self.assignment.queue_url, receipts)
             except DataPlaneError as exc:  # they come back after the visibility timeout instead
                 if self._check_gone(exc, "release"):
+                    self._journal_done(receipts)
                     return 0
                 log.warning("release of %d message(s) failed: %s", len(receipts), exc)
                 return 0
+            self._journal_done(receipts)
             self.metrics.put("Released", len(receipts), **self._dims)
             with self._lock:
                 self.totals["released"] += len(receipts)

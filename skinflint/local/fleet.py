@@ -289,10 +289,12 @@ class ProcessLauncher:
         return proc  # Popen has pid, poll(), terminate() (SIGTERM) and kill()
 
     def _env(self, instance_id: str) -> dict[str, str]:
+        # the receipt journals (workers/receipts.py) in the stack's directory, as /var/lib on EC2
+        env = {"SKINFLINT_STATE_DIR": str(self.log_dir / "state"), **self.env}
         if not self.emf:
-            return self.env
+            return env
         emf_file = self.log_dir / f"instance-{instance_id}.emf.jsonl"
-        return {**self.env, "SKINFLINT_METRICS_SINK": "emf", "SKINFLINT_EMF_FILE": str(emf_file)}
+        return {**env, "SKINFLINT_METRICS_SINK": "emf", "SKINFLINT_EMF_FILE": str(emf_file)}
 
 
 @dataclass

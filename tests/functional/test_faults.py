@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -249,6 +250,106 @@ def test_an_instance_killed_mid_batch_loses_nothing(server_stack, tmp_path):
     assert max(fresh._receives.values()) >= 2  # redelivered, not re-sent
     assert s.queues.depth(det.queue_url) == 0 and s.queues.depth(s.dlq) == 0
     assert s.metrics.total("SloAttainment") == 2  # both frames finished within the (20 s) SLO
+
+
+def _agent(s: _ServerStack, tmp_path: Path, name: str, state_dir: Path) -> subprocess.Popen[bytes]:
+    """``python -m workers.instance`` for ``i-kill`` (it claims t4/0: the detector's machine), its
+    receipt journals under ``state_dir``, its log in ``tmp_path/name``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKINFLINT_")}
+    env.update(s.cfg.to_env())
+    env["SKINFLINT_MODEL_DIR"] = str(tmp_path / "no-models")
+    env["SKINFLINT_STATE_DIR"] = str(state_dir)
+    command = [sys.executable, "-m", "workers.instance", "--hardware", "t4", "--instance-id", "i-kill"]
+    with (tmp_path / name).open("wb") as log:
+        return subprocess.Popen(
+            [*command, "--no-lifecycle", "--poll-s", "0.2"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+@pytest.fixture
+def slow_visibility_stack():
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        # moto's servers in one process share their state: forget an earlier test's tables
+        urllib.request.urlopen(
+            urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
+        )
+        # as server_stack, with the queues' production visibility timeout: 30 s
+        yield _ServerStack(port, chain_plan(det_batch=2, det_rate=2.0, det_d=1.5), visibility_s=30)
+    finally:
+        server.stop()
+
+
+def test_an_agent_restarted_after_a_crash_releases_what_its_workers_held(slow_visibility_stack, tmp_path):
+    s = slow_visibility_stack
+    det = next(a for a in s.assignments if a.module == "detector")
+    state = tmp_path / "state"
+    proc = _agent(s, tmp_path, "first.log", state)
+    again: subprocess.Popen[bytes] | None = None
+    try:
+        end = time.time() + 20
+        while not _serving(s, "i-kill"):
+            assert proc.poll() is None and time.time() < end, (tmp_path / "first.log").read_text()
+            time.sleep(0.1)
+        # GIVEN two frames in the detector worker's hands (a batch of two running for 1.5 s)
+        svc = front_for(s)
+        t = time.time()
+        svc.clock = lambda: t
+        ids = [
+            a.request_id
+            for a in svc.accept("traffic", [(jpeg(0), "image/jpeg"), (jpeg(1), "image/jpeg")]).accepted
+        ]
+        svc.clock = time.time
+        window_end = Router.for_deployment(s.deployment).route("detector", t).window_end
+        time.sleep(max(0.0, window_end + 0.5 - time.time()))
+        attrs = s.sqs.get_queue_attributes(QueueUrl=det.queue_url, AttributeNames=["All"])["Attributes"]
+        assert attrs["ApproximateNumberOfMessagesNotVisible"] == "2"
+        journals = list((state / "i-kill" / "receipts").glob("*.receipts"))
+        assert len(journals) == 1 and journals[0].read_text().count("\n+ ") == 2
+        # WHEN the agent is killed (SIGKILL: no drain, no release) and started again at once
+        _kill(proc)
+        restarted = time.time()
+        again = _agent(s, tmp_path, "again.log", state)
+        # THEN the restarted agent releases both messages when it starts (visibility 0), receives
+        # them and answers both frames long before the 30 s visibility timeout would have freed them
+        car = worker_for(s, s.deployment, "car")
+        end = restarted + 15
+        while time.time() < end and not frames_done(svc, ids):
+            pump(car, time.time() + 0.05, lambda: False)
+        took = time.time() - restarted
+        log = (tmp_path / "again.log").read_text()
+        assert frames_done(svc, ids), log
+        assert "released 2 message(s) the previous process held" in log
+        for rid in ids:
+            res = svc.result(rid)
+            assert res.status == "done", res
+            assert [task.task_id for task in res.tasks].count("detector") == 1
+        # and the queue's depth (visible + in flight: what the front's backlog check reads) is 0
+        # again once the deletes (which linger up to 1 s to share a batch) went out
+        while s.queues.depth(det.queue_url) > 0 and time.time() < end:
+            time.sleep(0.1)
+        empty = time.time() - restarted
+        assert took < 15 and empty < 15 and s.queues.depth(s.dlq) == 0, (took, empty)
+        print(f"answered {took:.1f} s, queue empty {empty:.1f} s after the restart (visibility 30 s)")
+    finally:
+        _kill(proc)
+        if again is not None:
+            _kill(again)
 
 
 # -- a worker dying in the middle of its result writes -----------------------------------------------

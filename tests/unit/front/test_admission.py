@@ -548,3 +548,79 @@ def test_with_the_default_limits_a_flood_takes_only_what_the_other_keys_leave(po
     # less what the polite key got (4.4 x 30 s + the 1 s burst)
     assert got >= 0.95 * sent, (got, sent)
     assert flood_in + got <= 4.4 * 30 + 6
+
+
+def _floods(adm: Admission, plans: list[Deployment], seconds: float = 15.0, pause_s: float = 27.0):
+    """One key sending 600 frames/s and another 2 frames/s for ``seconds``, then both quiet for
+    ``pause_s``, once per plan in ``plans`` (the app's deployment during that flood): the share of
+    the polite key's frames admitted in each flood, and the flood's refusals by error."""
+    kept: list[float] = []
+    refused: dict[str, int] = {}
+    t0 = ORIGIN + 5.0
+    for dep in plans:
+        router = Router.for_deployment(dep)
+        got = sent = 0
+        for k in range(round(600 * seconds)):
+            now = t0 + k / 600
+            out = adm.admit(router, 1, now, api_key="flood")
+            if isinstance(out, Shed):
+                refused[out.error] = refused.get(out.error, 0) + 1
+            if k % 300 == 7:  # 2 frames/s, from 12 ms after the flood starts
+                sent += 1
+                got += isinstance(adm.admit(router, 1, now + 1e-4, api_key="polite"), Admitted)
+        kept.append(got / sent)
+        t0 += seconds + pause_s
+    return kept, refused
+
+
+@pytest.mark.parametrize(
+    ("rates", "det_rates"),
+    [
+        # the windows bind, not the limiter: 1 frame per window, 5 windows/s against 4.4 admitted
+        ((4.0, 4.0), (5.0, 5.0)),
+        # the plan shrinks between the floods: 12 x 1.1 = 13.2 admitted in 16 windows/s, then
+        # 4.4 in 5 windows/s (the windows a frame reaches within its deadline: 2 to 3)
+        ((12.0, 4.0), (16.0, 5.0)),
+    ],
+)
+def test_a_second_key_keeps_its_frames_when_the_batch_windows_bind(rates, det_rates) -> None:
+    # GIVEN a plan of one-frame windows (detector batch 1) and the default key limits (100/s, far
+    # above the app); WHEN one key floods at 600 frames/s beside a key sending 2 frames/s, twice,
+    # with a pause between the floods long enough for the polite key to be forgotten as active
+    plans = [
+        deployment(frame_rate=rate, det_batch=1, det_rate=det_rate, version=v + 1)
+        for v, (rate, det_rate) in enumerate(zip(rates, det_rates, strict=True))
+    ]
+    kept, refused = _floods(admission(), plans)
+    # THEN the polite key keeps >= 95 % of its frames in each flood (its first frame, 12 ms into the
+    # flood, may find the windows the flood's first burst filled: 29 of 30 = 96.7 %)
+    assert min(kept) >= 0.95, kept
+    # and the flood still meets its own key's limit (429) and the app's (503)
+    assert refused["rate_limited"] > 0 and refused["over_planned_rate"] + refused["slot_full"] > 0
+
+
+def test_a_key_back_after_a_pause_is_not_refused_for_the_flood_beside_it() -> None:
+    # GIVEN a key that sent 2 frames/s, then paused past the 5 s of an active key, while another
+    # floods; WHEN it sends again THEN the app's limiter lets its frames pass (it claims its fair
+    # share at once, and its frames within that share are not refused for what the flood takes)
+    dep = deployment(frame_rate=4.0, det_batch=8, det_rate=32.0)  # windows far from binding
+    kept, _ = _floods(admission(), [dep, dep])
+    assert kept == [1.0, 1.0], kept
+
+
+def test_a_light_keys_frames_pass_the_apps_limiter_up_to_its_shares_burst() -> None:
+    # GIVEN an app admitting 4.4 frames/s (windows far from binding) whose limiter a flood keeps full
+    dep = deployment(frame_rate=4.0, det_batch=8, det_rate=32.0)
+    router = Router.for_deployment(dep)
+    adm = admission()
+    t0 = ORIGIN + 5.0
+    for k in range(600 * 3):
+        adm.admit(router, 1, t0 + k / 600, api_key="flood")
+    now = t0 + 3.0
+    assert isinstance(adm.admit(router, 1, now, api_key="flood"), Shed)
+    # WHEN a second key sends a batch over its share's burst (4.4 / 2 x 1 s = 2.2 frames), then one frame
+    big = adm.admit(router, 3, now, api_key="polite")
+    one = adm.admit(router, 1, now + 0.01, api_key="polite")
+    # THEN the batch meets the app's limiter like any frames over a share; the frame passes it
+    assert isinstance(big, Shed) and big.error == "over_planned_rate"
+    assert isinstance(one, Admitted)
