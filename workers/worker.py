@@ -778,8 +778,9 @@ class Worker:
 
     def release_buffered(self) -> int:
         """Give every message with a buffered (not yet run) task back to the queue at once; returns
-        how many. Its tasks that had finished come back with it: their redelivery is a duplicate
-        (receive count above 1: checked before anything is recorded or counted again)."""
+        how many requests (tasks) were buffered and given back. A message's tasks that had finished
+        come back with it: their redelivery is a duplicate (receive count above 1: checked before
+        anything is recorded or counted again)."""
         with self._lock:
             left = self.assembler.drain()
             receipts = [receipt for pending in left for receipt in pending.receipts]
@@ -790,9 +791,12 @@ class Worker:
             self._unfinished.clear()
             self._failed.clear()
         self._forget_prepared([pending.message for pending in left])
-        return self._release(list(dict.fromkeys(receipts)))
+        return self._release(list(dict.fromkeys(receipts)), len(left))
 
-    def _release(self, receipts: list[str]) -> int:
+    def _release(self, receipts: list[str], requests: int | None = None) -> int:
+        """Release ``receipts``; ``requests``: the requests they give back (default one a message),
+        what ``Released`` and the returned count say (0 when the release failed)."""
+        requests = len(receipts) if requests is None else requests
         if receipts and self._gone.is_set():
             return 0  # the queue and its messages are gone: nothing to give back
         if receipts:
@@ -803,7 +807,8 @@ class Worker:
                     return 0
                 log.warning("release of %d message(s) failed: %s", len(receipts), exc)
                 return 0
-            self.metrics.put("Released", len(receipts), **self._dims)
+            self.metrics.put("Released", requests, **self._dims)
             with self._lock:
-                self.totals["released"] += len(receipts)
-        return len(receipts)
+                self.totals["released"] += requests
+            return requests
+        return 0
