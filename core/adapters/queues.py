@@ -10,11 +10,12 @@ scale with the POSTs and parent batches, not with the tasks. SQS counts messages
 
 SQS refuses a ``SendMessageBatch`` whose messages together exceed the queue's maximum message size
 (``BatchRequestTooLong``): 256 KiB until August 2025, up to 1 MiB since, and 256 KiB on a queue whose
-``MaximumMessageSize`` says so. A frame's message carries up to ``SKINFLINT_INLINE_LIMIT_BYTES``
-(200 KiB) of base64 inline, and a parent's children carry its payload, so ten children of one
-frame are about 2 MB: batches are split by bytes as well as by count, at the lowest limit any queue
-may have (256 KiB). SQS bills each 64 KiB of a request as one request, so a split costs about
-nothing; the requests go in parallel. Larger frames never ride inline (the front stores them in S3
+``MaximumMessageSize`` says so. A frame's task carries up to ``SKINFLINT_INLINE_LIMIT_BYTES``
+(200 KiB) of base64 inline (a message carries one frame's bytes once, however many of its children
+it holds), so the frames of one POST may not fit one message: messages are cut at 256 KiB and
+batches are split by bytes as well as by count, at the lowest limit any queue may have (256 KiB).
+SQS bills each 64 KiB of a request as one request, so a split costs about nothing; the requests go
+in parallel. Larger frames never ride inline (the front stores them in S3
 and the message carries the key)."""
 
 from __future__ import annotations
