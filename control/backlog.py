@@ -177,7 +177,8 @@ def read_backlog(
         beat = beats.get(claim.instance_id) if claim is not None else None
         per_message = _tasks_per_message(beat, f"{app}.{module}.g{group_index}.m{machine}")
         tasks = max(queue_depth, math.floor(queue_depth * per_message + 0.5))
-        label, pending = queue_key(group_index, machine), undeleted_bound(rate, delete_linger_s)
+        label = queue_key(group_index, machine)
+        pending = undeleted_bound(rate, delete_linger_s, per_message)
         out.append(
             QueueBacklog(app, module, tasks, rate, batch, budget, served, queue=label, undeleted=pending)
         )
