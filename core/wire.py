@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
+from pydantic_core import to_json
+
 from core.schema import TaskMessage
 
 if TYPE_CHECKING:
@@ -42,7 +44,9 @@ _TASK_OVERHEAD = 16
 
 
 def _dumps(doc: Any) -> str:
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON, UTF-8 as is (pydantic's serializer: several times faster than ``json.dumps``
+    on a body of base64 frames)."""
+    return to_json(doc).decode()
 
 
 def _size(text: str) -> int:
