@@ -25,6 +25,7 @@ Nothing is read while a version activates (its queues are not in use yet).
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,17 @@ def _live(claim: Claim | None, beats: Mapping[str, InstanceStatus], now: float, 
     return beat.at >= now - stale_s and beat.state not in ("draining", "gone")
 
 
+def _tasks_per_message(beat: InstanceStatus | None, share: str) -> float:
+    """The mean tasks per message a heartbeat reports for its share ``app.module.gG.mM`` (what its
+    worker decoded from its queue, ``workers.agent``), else 1."""
+    shares = (beat.model_extra or {}).get("shares") if beat is not None else None
+    info = shares.get(share) if isinstance(shares, dict) else None
+    value = info.get("tasks_per_message") if isinstance(info, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 1 <= value < math.inf:
+        return float(value)
+    return 1.0
+
+
 def read_backlog(
     store: PlanStore,
     depth: Callable[[str], int],
@@ -103,7 +115,11 @@ def read_backlog(
     planned rate, batch and its module's budget, and whether a live instance holds its slot. Returns
     the readings and the queues that could not be read (gone, or an SQS error). ``delete_linger_s``:
     the workers' delete linger; the processed messages it keeps in flight are allowed for
-    (:func:`core.settings.undeleted_bound`)."""
+    (:func:`core.settings.undeleted_bound`). ``depth`` reads a queue in SQS messages as this
+    process knows them (``TaskQueues.depth`` of a TaskQueues that sent and received nothing: 1 task
+    a message); a message may carry several tasks (core/wire.py), so each reading is converted to
+    tasks with the mean tasks per message the worker of that queue reports in its heartbeat
+    (:func:`_tasks_per_message`; 1 when none does)."""
     deps = store.deployments(version)
     fleet = store.fleet(version)
     claims = store.claims(version, fleet) if fleet is not None else {}
@@ -156,12 +172,15 @@ def read_backlog(
             failed.append(url)
             continue
         slot = slot_of.get((app, module, group_index, machine))
-        served = slot is not None and _live(claims.get(slot), beats, now, stale_s)
-        label, pending = queue_key(group_index, machine), undeleted_bound(rate, delete_linger_s)
+        claim = claims.get(slot) if slot is not None else None
+        served = _live(claim, beats, now, stale_s)
+        beat = beats.get(claim.instance_id) if claim is not None else None
+        per_message = _tasks_per_message(beat, f"{app}.{module}.g{group_index}.m{machine}")
+        tasks = max(queue_depth, math.floor(queue_depth * per_message + 0.5))
+        label = queue_key(group_index, machine)
+        pending = undeleted_bound(rate, delete_linger_s, per_message)
         out.append(
-            QueueBacklog(
-                app, module, queue_depth, rate, batch, budget, served, queue=label, undeleted=pending
-            )
+            QueueBacklog(app, module, tasks, rate, batch, budget, served, queue=label, undeleted=pending)
         )
     return out, failed
 

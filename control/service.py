@@ -126,7 +126,7 @@ def build_controller(
         stored_profile=stored_entries(profile_store(s3, data.bucket)),  # measured on instances (#27)
         groups=FleetGroups(client("autoscaling"), control.asg_names),
         queues=QueueAdmin(sqs),
-        depth=TaskQueues(sqs).depth,
+        depth=TaskQueues(sqs).depth_messages,  # messages: the backlog check converts (control/backlog.py)
         tasks=TaskQueues(sqs),
         results=ResultStore(ddb, data.results_table, data.results_retention_s),
         metrics=report_to(CloudWatchMetrics(cw, data.metrics_namespace), "control"),

@@ -107,13 +107,15 @@ def results_retention_from_env(env: Mapping[str, str] | None = None) -> float:
     return value
 
 
-def undeleted_bound(rate: float, linger_s: float) -> float:
-    """How many processed messages a machine's queue may still hold in flight because their delete
-    lingers: those processed within the last ``1.25 x linger_s`` (a worker's flusher looks every
-    quarter linger) at the machine's rate, and never a full DeleteMessageBatch (ten go out at once)."""
+def undeleted_bound(rate: float, linger_s: float, tasks_per_message: float = 1.0) -> float:
+    """How many processed requests (tasks) a machine's queue may still hold in flight because their
+    message's delete lingers: those processed within the last ``1.25 x linger_s`` (a worker's
+    flusher looks every quarter linger) at the machine's rate (tasks/s), and never the tasks of a
+    full DeleteMessageBatch (ten messages go out at once; a message carries ``tasks_per_message``
+    tasks on average, core/wire.py)."""
     if linger_s <= 0:
         return 0.0
-    return min(DELETE_BATCH - 1.0, rate * 1.25 * linger_s)
+    return min((DELETE_BATCH - 1.0) * max(1.0, tasks_per_message), rate * 1.25 * linger_s)
 
 
 #: ``SKINFLINT_USAGE_METERING``: ``on`` (the default) counts the AWS requests of every client

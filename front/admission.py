@@ -348,10 +348,12 @@ def _caps(router: Router) -> dict[str, list[int]]:
 
 class Admission:
     """Admission control of one front instance (thread-safe). ``depth(queue_url)`` reads a queue's
-    visible + in-flight count (``TaskQueues.depth``); it is optional. ``slots``: the counts every front
-    instance shares (:class:`core.adapters.slots.SlotCounter`), consulted for a window this
-    instance finds free when ``config.shared_slots``; its call is made under the instance's lock (a
-    Lambda front serves one request at a time)."""
+    visible + in-flight count in tasks, the unit of the backlog limits (``TaskQueues.depth``: SQS's
+    message count times the tasks per message this front packed there, core/wire.py); it is
+    optional. ``slots``: the counts every front instance shares
+    (:class:`core.adapters.slots.SlotCounter`), consulted for a window this instance finds free when
+    ``config.shared_slots``; its call is made under the instance's lock (a Lambda front serves one
+    request at a time)."""
 
     def __init__(self, config: AdmissionConfig | None = None, slots: SlotCounter | None = None):
         self.config = config or AdmissionConfig()

@@ -231,7 +231,9 @@ class QueueBacklog:
 
     app: str
     module: str
-    depth: int  # messages visible + in flight (SQS ApproximateNumberOfMessages + NotVisible)
+    # requests (tasks) visible + in flight: SQS's ApproximateNumberOfMessages + NotVisible times the
+    # tasks a message carries (several since the v2 wire format; control/backlog.py converts)
+    depth: int
     rate: float  # the machine's planned rate, req/s (dummy included): its planned drain rate
     batch: int
     budget_s: float  # the module's latency budget in the plan, s

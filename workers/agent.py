@@ -602,6 +602,9 @@ class InstanceAgent:
                 "version": runner.version,
                 "retiring": runner.retiring,
                 "emulated": runner.worker.runtime.emulated,
+                # what its queue's messages carry (core/wire.py): the control loop's backlog check
+                # reads the queue in messages and converts with it (control/backlog.py)
+                "tasks_per_message": round(runner.worker.queues.tasks_per_message(assignment.queue_url), 3),
                 **runner.worker.totals,
             }
         info: dict[str, Any] = {

@@ -3,10 +3,12 @@ reads the reason (``GET /v1/requests/{id}``: status ``dropped``, the task's ``re
 message itself goes on to the DLQ after ``maxReceiveCount`` receives, for an operator.
 
 Two kinds (mechanism only; the worker decides when):
-- a body that does not parse as a :class:`~core.schema.TaskMessage`: its ids are read
-  best-effort from the JSON, and when it names a request and a task the task is recorded as
-  dropped with ``reason = "poison: <what is wrong>"``; a body without ids is only logged and
-  counted (there is no frame to answer);
+- a body that does not decode (:func:`core.wire.decode`: a v1 :class:`~core.schema.TaskMessage`,
+  or a v2 body of several): its tasks' ids are read best-effort from the JSON
+  (:func:`core.wire.raw_tasks`), and each task that names a request and a task is recorded as
+  dropped with ``reason = "poison: <what is wrong>"`` (a v2 body is decoded whole or not at all:
+  every task of it that names its ids is recorded); a body without ids is only logged and counted
+  (there is no frame to answer);
 - a request whose batch failed on every one of its receives (a frame the model cannot run, a
   payload that is gone): on its last receive it is recorded as dropped with
   ``reason = "failed N times: <error>"``.
@@ -14,14 +16,14 @@ Two kinds (mechanism only; the worker decides when):
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 from typing import Any
 
 from core.adapters.results import TaskRecord
 from core.ids import REQUEST_ID
+from core.wire import raw_tasks
 
-__all__ = ["describe_error", "poison_record"]
+__all__ = ["describe_error", "poison_record", "poison_records"]
 
 _MAX_REASON = 300  # characters kept of an error message
 
@@ -34,20 +36,27 @@ def describe_error(exc: BaseException) -> str:
     return out[:_MAX_REASON]
 
 
-def _ids(body: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(body)
-    except (ValueError, TypeError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+def poison_records(
+    body: str, why: str, module: str, hardware: str, emulated: bool, now: float
+) -> list[TaskRecord]:
+    """The ``dropped`` task records of an undecodable message: one per task of it that still names
+    its request and task (and this worker's module)."""
+    out = [_record(doc, why, module, hardware, emulated, now) for doc in raw_tasks(body)]
+    return [rec for rec in out if rec is not None]
 
 
 def poison_record(
     body: str, why: str, module: str, hardware: str, emulated: bool, now: float
 ) -> TaskRecord | None:
-    """The ``dropped`` task record of an unparseable message that still names its request and task
-    (and this worker's module), else None."""
-    doc = _ids(body)
+    """The ``dropped`` record of the first task of an undecodable message that names its ids, else
+    None (:func:`poison_records` gives all of them)."""
+    out = poison_records(body, why, module, hardware, emulated, now)
+    return out[0] if out else None
+
+
+def _record(
+    doc: dict[str, Any], why: str, module: str, hardware: str, emulated: bool, now: float
+) -> TaskRecord | None:
     request_id, task_id = doc.get("request_id"), doc.get("task_id")
     if not (isinstance(request_id, str) and isinstance(task_id, str) and REQUEST_ID.fullmatch(request_id)):
         return None

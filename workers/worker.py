@@ -8,16 +8,21 @@ its deadline, runs the batch (:mod:`workers.runtimes`), forwards each result to 
 modules through the same dispatch library as the front (the result travels in the children's
 ``lineage``; each child carries its crop of the frame, cut from the parent's decode: workers/crops.py),
 records the batch's terminal tasks (one record per POST, core/adapters/results.py: in the results
-table, or for an app whose results are pushed, a message on its results queue) and
-emits metrics. A processed message's delete may wait up to ``delete_linger_s`` (default 1 s,
-``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine others: its result
-is already recorded, so a redelivery before the delete is a duplicate (checked before it is recorded
-or counted again: its receive count is above 1), and the linger is far below the queues' 30 s
-visibility timeout. SIGTERM: the batch in hand is
-finished, pending deletes are sent, everything still buffered is released
-(ChangeMessageVisibility 0). A queue deleted under the worker (the control loop's garbage
-collector removes a superseded version's queues) is logged once: the worker stops receiving, runs
-what it already holds and stops (``queue_gone``); it neither retries nor restarts on it.
+table, or for an app whose results are pushed, a message on its results queue) and emits metrics.
+A message may carry several tasks (:mod:`core.wire`): each becomes a request of its own (its
+batch may differ from its message-mates'), and the message is deleted only once every task of it
+has finished (run and recorded or forwarded, or dropped with a record); a task that failed
+keeps its message in flight, so SQS redelivers all of it (the tasks that had finished are then
+duplicates, checked as below). A processed message's delete may wait up to ``delete_linger_s``
+(default 1 s, ``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine
+others: its results are already recorded, so a redelivery before the delete is a duplicate (checked
+before it is recorded or counted again: its receive count is above 1, which marks every task of it),
+and the linger is far below the queues' 30 s visibility timeout. SIGTERM: the batch in hand is
+finished, pending deletes are sent, and every message with a task still buffered is released
+(ChangeMessageVisibility 0): its finished tasks come back as duplicates. A queue deleted under the
+worker (the control loop's garbage collector removes a superseded version's queues) is logged once:
+the worker stops receiving, runs what it already holds and stops (``queue_gone``); it neither
+retries nor restarts on it.
 
 The workers of one instance, one per share of its slot, run in one process and share one
 :class:`~workers.device.Device`: their batches take the device in the order their windows close, as the fleet
@@ -40,14 +45,13 @@ from core.adapters.queues import queue_gone
 from core.adapters.results import PushSink, TaskRecord, split_weight
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count, child_region
-from core.schema import TaskMessage
 from core.settings import DELETE_BATCH, SQS_INLINE_LIMIT_BYTES
 from planner.dispatch import PHASE_KEY
 from workers.batch_metrics import BatchOutcome, _Dims, put_batch_metrics, put_hop_delays
 from workers.batching import BatchAssembler, Pending
 from workers.crops import Crop, child_input, cut_crops, open_frame
 from workers.device import Device
-from workers.poison import describe_error, poison_record
+from workers.poison import describe_error, poison_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
     from core.adapters.queues import Received, TaskQueues
     from core.adapters.results import ResultStore
     from core.routing import Router
-    from core.schema import Assignment, Payload
+    from core.schema import Assignment, Payload, TaskMessage
     from workers.receipts import ReceiptJournal
     from workers.runtimes import Runtime
 
@@ -131,6 +135,11 @@ class Worker:
         self._in_hand = 0  # batches taken from the assembler and not finished yet
         self._receives: dict[str, int] = {}  # idempotency key -> SQS receive count (poison path)
         self._to_delete: list[str] = []  # receipts of processed messages not deleted yet
+        # receipt -> idempotency keys of its message's tasks not finished yet (under _lock); a
+        # receipt leaves it (and is deleted) when the last one finishes
+        self._unfinished: dict[str, set[str]] = {}
+        self._failed: set[str] = set()  # receipts with a failed task: left for redelivery, not deleted
+        self._released: set[str] = set()  # receipts given back while a task of theirs was in hand
         self._to_delete_since = 0.0  # clock() when the oldest of them was added
         self._delete_lock = threading.Lock()
         # idempotency key -> its prepared input, the seconds preparing it took and its children's
@@ -203,8 +212,9 @@ class Worker:
 
     # -- receiving ---------------------------------------------------------------------------------
     def accept(self, received: list[Received]) -> int:
-        """Parse and buffer received messages; a malformed one stays in the queue (it reaches the
-        DLQ after maxReceiveCount receives) and is counted."""
+        """Decode and buffer received messages, one request per task; a malformed one stays in the
+        queue (it reaches the DLQ after maxReceiveCount receives) and is counted. Returns the
+        tasks buffered."""
         if self.journal is not None:
             self.journal.held(received_one.receipt for received_one in received)
         if self._stopping.is_set():  # received while stopping: give it straight back
@@ -220,7 +230,7 @@ class Worker:
                 self._receives.clear()
             for received_one in received:
                 try:
-                    msg = TaskMessage.parse(received_one.body)
+                    msgs = received_one.messages()
                 except ValueError as exc:
                     self.totals["poison"] += 1
                     self.metrics.put("PoisonMessages", 1, **self._dims)
@@ -229,13 +239,18 @@ class Worker:
                     )
                     poison.append((received_one, exc))
                     continue
-                self.assembler.add(msg, received_one.receipt, now)
-                self._receives[msg.idempotency_key] = received_one.receive_count
-                accepted.append(msg)
-                if received_one.receive_count <= 1:  # a redelivery waited out a visibility timeout
-                    delays.append(now - msg.enqueued_at)
-                count += 1
+                self._unfinished[received_one.receipt] = {msg.idempotency_key for msg in msgs}
+                for msg in msgs:
+                    self.assembler.add(msg, received_one.receipt, now)
+                    # a redelivered message: every task of it may have been recorded or forwarded
+                    self._receives[msg.idempotency_key] = received_one.receive_count
+                    accepted.append(msg)
+                    if received_one.receive_count <= 1:  # a redelivery waited out a visibility timeout
+                        delays.append(now - msg.enqueued_at)
+                count += len(msgs)
             self._lock.notify_all()
+        if count:
+            self.queues.observe(self.assignment.queue_url, count, len(received) - len(poison))
         self._prepare_ahead(accepted)
         self._hop_metrics(delays)
         for received_one, err in poison:
@@ -312,10 +327,10 @@ class Worker:
 
     # -- poison messages (workers/poison.py) ------------------------------------------------------
     def _record_poison(self, received: Received, exc: ValueError) -> None:
-        """An unparseable message that names its request: record its task as dropped with the
-        reason (the frame's owner reads it); the message itself goes on to the DLQ."""
+        """An undecodable message: record each task of it that names its request as dropped with
+        the reason (the frame's owner reads it); the message itself goes on to the DLQ."""
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        rec = poison_record(
+        recs = poison_records(
             received.body,
             why,
             self.assignment.module,
@@ -323,13 +338,13 @@ class Worker:
             self.runtime.emulated,
             self.clock(),
         )
-        if rec is None:
+        if not recs:
             return
         try:
-            fresh, _ = self._record_tasks([rec])
+            fresh, _ = self._record_tasks(recs)
             self._observe_outcomes(fresh)
         except (DataPlaneError, ValueError) as e:
-            log.warning("cannot record poison message of %s: %s", rec.key, e)
+            log.warning("cannot record poison message of %s: %s", recs[0].key, e)
 
     def _batch_failed(self, batch_id: int, items: list[Pending], exc: BaseException) -> None:
         """A failed batch stays in flight (SQS redelivers it; the DLQ takes it after
@@ -343,6 +358,7 @@ class Worker:
                 except Exception as one:  # noqa: BLE001 - each request's failure is handled alone
                     self._batch_failed(batch_id, [pending], one)
             return
+        self._finish(items, failed=True)
         for pending in items:
             tries = self._receives.get(pending.message.idempotency_key, 1)
             if tries < self.max_receive_count:
@@ -472,7 +488,7 @@ class Worker:
         out.duplicates = len(repeats)
         if self.crash_after_record:
             raise SystemExit("crash injected after recording")
-        self._delete([receipt for pending in items for receipt in pending.receipts])
+        self._delete(self._finish(items))
         self._metrics(
             items, run, [rec for rec in records if rec.status != "done"] + parents, out, start, done
         )
@@ -499,6 +515,34 @@ class Worker:
                 sink = self._push_sink = PushSink(self.queues, dep.results_queue, clock=self.clock)
             return sink.record_tasks(records)
         return self.results.record_tasks(records)
+
+    def _finish(self, items: list[Pending], *, failed: bool = False) -> list[str]:
+        """Mark ``items`` finished (``failed``: their batch failed, SQS must redeliver them) and
+        return the receipts of the messages none of whose tasks is left, less those with a failed
+        task: the ones to delete."""
+        out: list[str] = []
+        with self._lock:
+            for pending in items:
+                key = pending.message.idempotency_key
+                for receipt in pending.receipts:
+                    left = self._unfinished.get(receipt)
+                    if left is None:
+                        # released meanwhile: its message is visible again and a delete would drop
+                        # its other tasks; else a request handed to process() directly, one task
+                        if not failed and receipt not in self._released:
+                            out.append(receipt)
+                        continue
+                    if failed:
+                        self._failed.add(receipt)
+                    left.discard(key)
+                    if left:
+                        continue
+                    del self._unfinished[receipt]
+                    if receipt in self._failed:
+                        self._failed.discard(receipt)
+                    else:
+                        out.append(receipt)
+        return list(dict.fromkeys(out))
 
     def _delete(self, receipts: list[str]) -> None:
         """Delete processed messages, at once or (``delete_linger_s`` > 0) with the next full
@@ -827,11 +871,21 @@ class Worker:
         log.info("stopped: %s, released %d, outcomes of %.2f frames emitted", self.totals, released, emitted)
 
     def release_buffered(self) -> int:
-        """Give every buffered (not yet run) message back to the queue at once."""
+        """Give every message with a buffered (not yet run) task back to the queue at once; returns
+        how many requests (tasks) were buffered and given back. A message's tasks that had finished
+        come back with it: their redelivery is a duplicate (receive count above 1: checked before
+        anything is recorded or counted again)."""
         with self._lock:
             left = self.assembler.drain()
+            receipts = [receipt for pending in left for receipt in pending.receipts]
+            receipts += [receipt for receipt in self._unfinished if receipt not in self._failed]
+            if len(self._released) > 20_000:
+                self._released.clear()
+            self._released.update(self._unfinished)
+            self._unfinished.clear()
+            self._failed.clear()
         self._forget_prepared([pending.message for pending in left])
-        return self._release([receipt for pending in left for receipt in pending.receipts])
+        return self._release(list(dict.fromkeys(receipts)), len(left))
 
     def release_held(self) -> int:
         """After the serving thread died (its batches have returned): send the pending deletes,
@@ -844,7 +898,10 @@ class Worker:
             self.journal.close()
         return released
 
-    def _release(self, receipts: list[str]) -> int:
+    def _release(self, receipts: list[str], requests: int | None = None) -> int:
+        """Release ``receipts``; ``requests``: the requests they give back (default one a message),
+        what ``Released`` and the returned count say (0 when the release failed)."""
+        requests = len(receipts) if requests is None else requests
         if receipts and self._gone.is_set():
             self._journal_done(receipts)
             return 0  # the queue and its messages are gone: nothing to give back
@@ -858,7 +915,8 @@ class Worker:
                 log.warning("release of %d message(s) failed: %s", len(receipts), exc)
                 return 0
             self._journal_done(receipts)
-            self.metrics.put("Released", len(receipts), **self._dims)
+            self.metrics.put("Released", requests, **self._dims)
             with self._lock:
-                self.totals["released"] += len(receipts)
-        return len(receipts)
+                self.totals["released"] += requests
+            return requests
+        return 0

@@ -1,22 +1,32 @@
-"""SQS: send task messages in batches of at most 10 messages and :data:`SQS_BATCH_LIMIT_BYTES` bytes
-(several queues' batches in parallel), long-poll, delete, release (visibility 0).
+"""SQS: send tasks packed several to a message (:mod:`core.wire`), in batches of at most 10 messages
+and :data:`SQS_BATCH_LIMIT_BYTES` bytes (several queues' batches in parallel), long-poll, delete,
+release (visibility 0), and a queue's depth in tasks.
+
+A message holds as many of one queue's tasks (of one :meth:`TaskQueues.send_many`) as fit SQS's
+256 KiB (:func:`core.wire.pack`): receives, deletes and sends are priced per message, so they
+scale with the POSTs and parent batches, not with the tasks. SQS counts messages, not tasks:
+:meth:`TaskQueues.depth` converts with the tasks per message this process observed on the queue
+(what it sent there, what its receivers decoded there), see :meth:`TaskQueues.tasks_per_message`.
 
 SQS refuses a ``SendMessageBatch`` whose messages together exceed the queue's maximum message size
 (``BatchRequestTooLong``): 256 KiB until August 2025, up to 1 MiB since, and 256 KiB on a queue whose
-``MaximumMessageSize`` says so. A frame's message carries up to ``SKINFLINT_INLINE_LIMIT_BYTES``
-(200 KiB) of base64 inline, and a parent's children carry its payload, so ten children of one
-frame are about 2 MB: batches are split by bytes as well as by count, at the lowest limit any queue
-may have (256 KiB). SQS bills each 64 KiB of a request as one request, so a split costs about
-nothing; the requests go in parallel. Larger frames never ride inline (the front stores them in S3
+``MaximumMessageSize`` says so. A frame's task carries up to ``SKINFLINT_INLINE_LIMIT_BYTES``
+(200 KiB) of base64 inline (a message carries one frame's bytes once, however many of its children
+it holds), so the frames of one POST may not fit one message: messages are cut at 256 KiB and
+batches are split by bytes as well as by count, at the lowest limit any queue may have (256 KiB).
+SQS bills each 64 KiB of a request as one request, so a split costs about nothing; the requests go
+in parallel. Larger frames never ride inline (the front stores them in S3
 and the message carries the key)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from core import wire
 from core.adapters._aws import AWS_ERRORS, error_code
 from core.errors import QueueError
 
@@ -55,6 +65,11 @@ class Received:
     receive_count: int
     sent_at: float  # epoch s, SQS's SentTimestamp
 
+    def messages(self) -> list[TaskMessage]:
+        """The tasks the message carries (:func:`core.wire.decode`: one, or several in a v2 body).
+        Raises ``ValueError`` on a malformed body (a poison message)."""
+        return wire.decode(self.body)
+
 
 #: threads a :class:`TaskQueues` sends on in parallel (its own pool, started on first use)
 SEND_THREADS = 4
@@ -80,19 +95,60 @@ def batches(bodies: list[str], limit_bytes: int = SQS_BATCH_LIMIT_BYTES) -> list
     return out
 
 
+#: the weight of what was already observed of a queue when new messages are (per message): an
+#: exponentially decayed mean over about the last thousand messages
+_DECAY = 0.999
+
+
 class TaskQueues:
-    def __init__(self, client: Any, batch_limit_bytes: int = SQS_BATCH_LIMIT_BYTES):
+    def __init__(
+        self,
+        client: Any,
+        batch_limit_bytes: int = SQS_BATCH_LIMIT_BYTES,
+        default_tasks_per_message: float = 1.0,
+        max_tasks_per_message: int = 0,
+    ):
         self._sqs = client
         self.batch_limit_bytes = batch_limit_bytes
+        #: the tasks per message a queue this process never sent to nor received from is assumed to
+        #: hold (1: its depth in messages, a lower bound of its depth in tasks)
+        self.default_tasks_per_message = default_tasks_per_message
+        #: the most tasks one message carries (0: as many as fit; 1: a message per task, as before
+        #: the v2 wire format)
+        self.max_tasks_per_message = max_tasks_per_message
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._seen: dict[str, tuple[float, float]] = {}  # queue -> decayed (tasks, messages)
+        self._seen_lock = threading.Lock()
+
+    def observe(self, queue_url: str, tasks: int, messages: int) -> None:
+        """Count ``messages`` holding ``tasks`` in all as sent to or received from ``queue_url``
+        (:meth:`send_many` counts its own sends; a receiver counts what it decoded)."""
+        if messages <= 0:
+            return
+        with self._seen_lock:
+            old_tasks, old_messages = self._seen.get(queue_url, (0.0, 0.0))
+            keep = _DECAY**messages
+            self._seen[queue_url] = (old_tasks * keep + tasks, old_messages * keep + messages)
+
+    def tasks_per_message(self, queue_url: str) -> float:
+        """The mean tasks per message observed on ``queue_url`` (decayed, :meth:`observe`); a queue
+        never observed: the mean over every queue observed, else ``default_tasks_per_message``."""
+        with self._seen_lock:
+            seen = self._seen.get(queue_url)
+            if seen is None and self._seen:
+                seen = (sum(t for t, _ in self._seen.values()), sum(m for _, m in self._seen.values()))
+        if seen is None or seen[1] <= 0:
+            return self.default_tasks_per_message
+        return max(1.0, seen[0] / seen[1])
 
     def send(self, queue_url: str, messages: list[TaskMessage]) -> None:
         self.send_many({queue_url: messages})
 
     def send_many(self, by_queue: Mapping[str, list[TaskMessage]]) -> None:
-        """Send every queue's messages, one ``SendMessageBatch`` per 10 messages or
-        :attr:`batch_limit_bytes` bytes, whichever comes first (:func:`batches`). With more than one
+        """Send every queue's tasks, packed into as few messages as fit SQS's message size and
+        :attr:`batch_limit_bytes` (:func:`core.wire.pack`), one ``SendMessageBatch`` per 10 messages
+        or :attr:`batch_limit_bytes` bytes, whichever comes first (:func:`batches`). With more than one
         request they go in parallel: a message's delivery does not wait for the round trips of
         the requests before it (a parent's children on two queues, a burst of more than ten).
         Raises the first failure (:class:`QueueError`) once every request has returned; the
@@ -100,7 +156,12 @@ class TaskQueues:
         once, as a redelivered parent does)."""
         calls: list[tuple[str, list[str]]] = []
         for url, msgs in by_queue.items():
-            bodies = [message.model_dump_json(exclude_none=True) for message in msgs]
+            if not msgs:
+                continue
+            limit = min(wire.SQS_MESSAGE_LIMIT_BYTES, self.batch_limit_bytes)
+            packed = wire.pack(msgs, limit, self.max_tasks_per_message)
+            self.observe(url, len(msgs), len(packed))
+            bodies = [body for body, _ in packed]
             groups = batches(bodies, self.batch_limit_bytes)
             calls.extend((url, [bodies[i] for i in group]) for group in groups)
         if len(calls) <= 1:
@@ -185,6 +246,13 @@ class TaskQueues:
                 raise QueueError(f"{op} on {queue_url} failed: {exc}", queue_url=queue_url) from exc
 
     def depth(self, queue_url: str) -> int:
+        """Visible plus in-flight *tasks*: SQS's message count (:meth:`depth_messages`) times the
+        mean tasks per message observed on the queue (:meth:`tasks_per_message`), to the nearest
+        task; at least the messages (0 only when the queue holds no message)."""
+        messages = self.depth_messages(queue_url)
+        return max(messages, math.floor(messages * self.tasks_per_message(queue_url) + 0.5))
+
+    def depth_messages(self, queue_url: str) -> int:
         """Visible plus in-flight messages (approximate, as SQS reports them)."""
         try:
             attrs = self._sqs.get_queue_attributes(

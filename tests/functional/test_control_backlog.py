@@ -166,3 +166,33 @@ def test_processed_messages_awaiting_their_batched_delete_are_not_a_backlog(env:
     env.ctl.config = dataclasses.replace(env.ctl.config, delete_linger_s=0.0)
     out = env.ctl.check_backlog()
     assert len(out.late) == 1 and out.late[0].startswith("cams.det 0/0"), out.as_json()
+
+
+def test_packed_messages_count_as_the_tasks_their_worker_reports(env: Env) -> None:
+    # GIVEN a served plan whose detector queue holds fewer messages than its plan allows in tasks ...
+    v = publish_and_serve(env)
+    dep = env.ctl.plans.deployment(v, "cams")
+    assert dep is not None
+    mp = dep.plan.modules["det"]
+    g = mp.groups[0]
+    allowed = g.batch + g.rate_per_machine * mp.latency_budget_s
+    url = dep.queues["det"][queue_key(0, 0)]
+    n = max(1, int(allowed) // 2)
+    for i in range(0, n, 10):
+        entries = [{"Id": str(j), "MessageBody": "{}"} for j in range(min(10, n - i))]
+        env.clients["sqs"].send_message_batch(QueueUrl=url, Entries=entries)
+    assert env.ctl.check_backlog().status == "quiet"  # read as one task a message: no backlog
+    # ... WHEN its worker's heartbeat says its messages carry 10 tasks each (POSTs of 10 frames)
+    fleet = env.ctl.plans.fleet(v)
+    assert fleet is not None
+    share = "cams.det.g0.m0"
+    k, inst = next((k, i) for k, i in enumerate(fleet.instances) if any(s.module == "det" for s in i.shares))
+    beat = InstanceStatus(
+        instance_id=f"i-{k:04d}", hardware=inst.hardware, version=v, slot=inst.slot, at=env.clock()
+    )
+    env.ctl.plans.put_instance(beat.model_copy(update={"shares": {share: {"tasks_per_message": 10.0}}}))
+    out = env.ctl.check_backlog()
+    # THEN the check reads 10 x n tasks, over the plan's allowance: late
+    # (n = allowed // 2 messages x 10 = 5 x allowed > allowed)
+    assert out.status == "corrected", out.as_json()
+    assert any(line.startswith("cams.det 0/0") for line in out.late)

@@ -8,6 +8,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from core import wire
 from core.schema import TaskMessage
 from front.admission import Admission
 from front.app import create_app
@@ -117,6 +118,23 @@ def test_png_and_json_batch_forms(client, stack):
     assert r.status_code == 202, r.text
     assert len(r.json()["accepted"]) == 2
     assert _queued(stack) == 3
+
+
+def test_a_post_of_ten_frames_is_one_message_per_root_queue(client, stack):
+    # GIVEN a POST of ten frames (the JSON batch form's limit)
+    body = {"frames": [{"image_b64": base64.b64encode(jpeg_bytes(seed=i)).decode()} for i in range(10)]}
+    r = client.post("/v1/apps/traffic/frames", json=body, headers=AUTH)
+    assert r.status_code == 202, r.text
+    ids = [a["request_id"] for a in r.json()["accepted"]]
+    # THEN the detector queue holds one message (core/wire.py's v2 body) carrying the ten root tasks
+    url = stack.deployment.queues["detector"]["0/0"]
+    (raw,) = stack.messages(url)
+    tasks = wire.decode(raw["Body"])
+    assert json.loads(raw["Body"])["v"] == 2
+    assert [t.request_id for t in tasks] == ids and {t.task_id for t in tasks} == {"detector"}
+    assert len({t.payload.inline_b64 for t in tasks}) == 10  # each frame's own bytes, carried once
+    # AND its depth reads in tasks: one message of ten, as the front packed it
+    assert stack.queues.depth_messages(url) == 1 and _queued(stack) == 10
 
 
 @pytest.mark.parametrize(

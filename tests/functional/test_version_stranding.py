@@ -19,7 +19,7 @@ import pytest
 import tests.functional.test_instance as instance_tests
 from control.gc import GcConfig, collect
 from core.routing import Router
-from core.schema import Payload, TaskMessage
+from core.schema import Payload
 from planner.packing import FleetPlan, Instance, plan_shares
 from tests.functional.test_instance import T4, env, plan, wait_for  # noqa: F401 - fixture
 from workers.agent import InstanceAgent
@@ -156,10 +156,47 @@ def test_gc_moves_the_messages_of_a_superseded_queue_nobody_consumes(env):
     assert report.moved == 2, report.as_json()
     assert sum(depth(env, url) for url in v2_cars) == 2
     got = [m for url in v2_cars for m in env.queues.receive(url, max_messages=10, wait_s=0)]
-    msgs = [TaskMessage.parse(m.body) for m in got]
+    msgs = [task for m in got for task in m.messages()]
     assert {m.deployment_version for m in msgs} == {m2.version}
     assert {m.request_id for m in msgs} == set(accepted)
     gc_moving(env)
     assert env.plans.manifest(1) is None and not any(
         url in env.sqs.list_queues().get("QueueUrls", []) for url in stranded
     )
+
+
+def test_gc_moves_each_task_of_a_multi_task_message_and_leaves_a_mixed_one_whole(env):
+    # GIVEN v1 and v2, and on one v1 car queue two messages nobody consumes: one of three car tasks,
+    # and one of a car task with a task of a module v2 does not plan (a ghost)
+    env.publish(plan(detector_batch=4), changed=["detector", "car"])
+    m2 = env.publish(plan(detector_batch=2), changed=["detector", "car"])
+    router = Router.for_deployment(env.plans.deployment(1, "traffic"))
+    now = time.time()
+    accepted = env.send(4)
+    route = router.route("car", now)
+
+    def car(i: int, module: str = "car"):
+        return router.task(
+            route,
+            request_id=accepted[i],
+            task_id=f"detector/{module}.{i}",
+            accepted_at=now,
+            enqueued_at=now,
+            deadline=now + 30,
+            payload=Payload(content_type="image/jpeg", size=1, inline_b64="AA=="),
+        ).model_copy(update={"module": module})
+
+    url = route.queue_url
+    env.queues.send(url, [car(0), car(1), car(2)])
+    env.queues.send(url, [car(3), car(3, "ghost")])
+    assert env.queues.depth_messages(url) == 2
+    # WHEN the collector runs (no instance serves v1)
+    report = gc_moving(env)
+    # THEN the three car tasks were moved, re-routed for v2; the mixed message stays whole where it is
+    assert (report.moved, report.unmovable) == (3, 2), report.as_json()
+    v2_cars = car_queues(env, m2.version)
+    got = [m for u in v2_cars for m in env.queues.receive(u, max_messages=10, wait_s=0)]
+    moved = [task for m in got for task in m.messages()]
+    assert sorted(t.task_id for t in moved) == [f"detector/car.{i}" for i in range(3)]
+    assert {t.deployment_version for t in moved} == {m2.version}
+    assert env.queues.depth_messages(url) == 1  # not deleted (in flight until its visibility runs out)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from core import wire
 from core.adapters.queues import SQS_BATCH_LIMIT_BYTES, TaskQueues, batches
 from core.errors import QueueError
 from core.schema import Payload, TaskMessage
@@ -55,7 +56,7 @@ class SlowSqs:
 
 def test_two_queues_are_sent_in_parallel_and_bursts_in_tens() -> None:
     sqs = SlowSqs(0.2)
-    queues = TaskQueues(sqs)
+    queues = TaskQueues(sqs, max_tasks_per_message=1)  # a message per task
     t0 = time.perf_counter()
     queues.send_many({"q-car": [message(i) for i in range(12)], "q-person": [message(99)]})
     took = time.perf_counter() - t0
@@ -67,7 +68,7 @@ def test_two_queues_are_sent_in_parallel_and_bursts_in_tens() -> None:
 
 def test_one_request_is_sent_on_the_callers_thread() -> None:
     sqs = SlowSqs(0.0)
-    TaskQueues(sqs).send("q", [message(1), message(2)])
+    TaskQueues(sqs, max_tasks_per_message=1).send("q", [message(1), message(2)])
     assert [(q, ids, thread) for q, ids, thread in sqs.calls] == [
         ("q", ["0", "1"], threading.current_thread().name)
     ]
@@ -97,13 +98,95 @@ def test_batches_split_by_count_and_bytes(sizes: list[int], limit: int, groups: 
     assert batches(["x" * n for n in sizes], limit) == groups
 
 
-def test_inline_frames_children_are_sent_in_batches_within_the_byte_limit() -> None:
-    # seven children of a frame carrying 200 KiB of base64 inline: 7 x ~205 KiB = 1.4 MiB, over SQS's
-    # batch limit in one request; 256 KiB per request -> one child per request, seven requests
+def test_inline_frames_are_sent_in_batches_within_the_byte_limit() -> None:
+    # seven frames carrying 200 KiB of base64 inline each: 7 x ~205 KiB = 1.4 MiB, over SQS's batch
+    # limit in one request; 256 KiB per message and request -> one frame per request, seven requests
     sqs = SlowSqs(0.0)
-    big = message(1).model_copy(
-        update={"payload": Payload(content_type="image/jpeg", size=150_000, inline_b64="A" * 200 * 1024)}
-    )
-    TaskQueues(sqs).send("q", [big] * 7)
+    frames = [
+        message(i).model_copy(
+            update={
+                "payload": Payload(
+                    content_type="image/jpeg", size=150_000, inline_b64=chr(65 + i) * 200 * 1024
+                )
+            }
+        )
+        for i in range(7)
+    ]
+    TaskQueues(sqs).send("q", frames)
     assert [len(ids) for _, ids, _ in sqs.calls] == [1] * 7
     assert SQS_BATCH_LIMIT_BYTES == 256 * 1024
+
+
+def test_children_of_one_inline_frame_share_one_message() -> None:
+    # seven children of one frame (200 KiB inline): one message carries the frame once (~205 KiB)
+    sqs = Capture()
+    big = Payload(content_type="image/jpeg", size=150_000, inline_b64="A" * 200 * 1024)
+    children = [
+        message(1).model_copy(update={"payload": big, "task_id": f"detector/car.{i}"}) for i in range(7)
+    ]
+    TaskQueues(sqs).send("q", children)
+    [(_, [body])] = sqs.sent
+    assert len(body.encode()) < 210 * 1024
+    assert [m.task_id for m in wire.decode(body)] == [f"detector/car.{i}" for i in range(7)]
+
+
+def test_a_post_of_ten_frames_is_one_message_per_queue() -> None:
+    sqs = Capture()
+    queues = TaskQueues(sqs)
+    queues.send_many({"q-a": [message(i) for i in range(10)], "q-b": [message(i) for i in range(10, 13)]})
+    assert sorted((url, len(bodies)) for url, bodies in sqs.sent) == [("q-a", 1), ("q-b", 1)]
+    assert queues.tasks_per_message("q-a") == 10 and queues.tasks_per_message("q-b") == 3
+
+
+class Capture:
+    """Records each SendMessageBatch's bodies; answers depth with ``messages``."""
+
+    def __init__(self, messages: int = 0) -> None:
+        self.sent: list[tuple[str, list[str]]] = []
+        self.messages = messages
+        self._lock = threading.Lock()
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        with self._lock:
+            self.sent.append((QueueUrl, [e["MessageBody"] for e in Entries]))
+        return {"Successful": [{"Id": e["Id"]} for e in Entries]}
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:  # noqa: N803
+        visible = self.messages // 2
+        return {
+            "Attributes": {
+                "ApproximateNumberOfMessages": str(visible),
+                "ApproximateNumberOfMessagesNotVisible": str(self.messages - visible),
+            }
+        }
+
+
+@pytest.mark.parametrize(
+    ("sent", "messages", "depth"),
+    [
+        # nothing observed: the default, 1 task a message (depth in messages)
+        ([], 7, 7),
+        # one POST of 10 frames = 1 message of 10: 3 messages in the queue -> 30 tasks
+        ([10], 3, 30),
+        # POSTs of 10 and 4 frames (the older weighs 0.999): 13.99 / 1.999 = 6.9985 a message;
+        # 3 messages -> 20.996 -> 21 tasks
+        ([10, 4], 3, 21),
+        # an empty queue is 0 whatever the mean
+        ([10], 0, 0),
+    ],
+)
+def test_depth_is_in_tasks_by_the_observed_mean(sent: list[int], messages: int, depth: int) -> None:
+    sqs = Capture(messages)
+    queues = TaskQueues(sqs)
+    for n in sent:
+        queues.send("q", [message(i) for i in range(n)])
+    assert queues.depth_messages("q") == messages
+    assert queues.depth("q") == depth
+
+
+def test_a_queue_never_observed_takes_the_mean_of_those_observed() -> None:
+    queues = TaskQueues(Capture(2))
+    queues.send("q-seen", [message(i) for i in range(4)])
+    assert queues.depth("q-other") == 8  # 2 messages x 4 tasks a message
+    queues.observe("q-other", 2, 2)  # a receiver decoded 2 messages of 1 task
+    assert queues.depth("q-other") == 2

@@ -372,6 +372,8 @@ def test_undeleted_messages_are_allowed_for_up_to_one_delete_batch():
 
     assert undeleted_bound(4.0, 0.0) == 0.0  # deletes at once: nothing extra in flight
     assert undeleted_bound(4.0, 1.0) == 5.0  # 1.25 lingers at 4 req/s
+    # 1.25 lingers at 40 req/s = 50, but at most 9 messages pending: 9 x 3 tasks a message = 27
+    assert undeleted_bound(40.0, 1.0, tasks_per_message=3.0) == 27.0
     assert undeleted_bound(400.0, 1.0) == 9.0  # ten go out at once
     assert q(20, undeleted=9.0).allowed == q(20).allowed + 9.0
     assert q(20).late and not q(20, undeleted=20.0).late
