@@ -17,6 +17,7 @@ from PIL import Image
 
 from core.routing import child_region
 from core.schema import TaskMessage
+from core.wire import decode
 from tests.functional.conftest import jpeg_bytes
 from tests.functional.test_worker import deliver, front, make_worker, run_car_workers
 from workers.crops import open_frame, region_box
@@ -30,14 +31,17 @@ pytestmark = pytest.mark.functional
 def _car_messages(stack) -> list[TaskMessage]:
     out = []
     for url in stack.deployment.queues["car"].values():
-        out += [TaskMessage.parse(m["Body"]) for m in stack.messages(url)]
+        out += [task for m in stack.messages(url) for task in decode(m["Body"])]
     return sorted(out, key=lambda m: m.task_id)
 
 
 def _bodies(stack) -> dict[str, str]:
     out = {}
     for url in stack.deployment.queues["car"].values():
-        out.update({TaskMessage.parse(m["Body"]).task_id: m["Body"] for m in stack.messages(url)})
+        # a parent batch's children travel in one message (core/wire.py): each task's own JSON
+        out.update(
+            {task.task_id: task.model_dump_json() for m in stack.messages(url) for task in decode(m["Body"])}
+        )
     return out
 
 
