@@ -1,8 +1,9 @@
 """``skinflint bench tco``: the all-in cost of every demo app, $ per million frames itemised by service,
-for the data plane as the code is (``today``: a frame per POST, and ``today_batch``: N frames per POST)
-and with what remains of issue #25's target (``batched``, with its results pulled from DynamoDB or
-pushed to an SQS queue, and with the REST API + WAF option instead of the HTTP API), beside two ways a
-user could serve the same models instead (docs/cost.md):
+for the data plane as the code is (``today``: a frame per POST; ``today_batch``: N frames per POST,
+results pulled from the results table; ``today_push``: the same with the app's results pushed to its
+SQS results queue; ``today_rest_waf``: with the REST API + WAF option instead of the HTTP API), the
+wire before messages were packed and children cropped (``per_task``, N frames per POST, for
+comparison), beside two ways a user could serve the same models instead (docs/cost.md):
 
 - **Triton on EC2 behind an ALB**: the same models on the same hardware at the same measured (or
   derived) throughputs, one HTTP request per frame, the DAG in one server (an ensemble: no queues, no
@@ -16,8 +17,8 @@ user could serve the same models instead (docs/cost.md):
   that chains the endpoints (a client or a Lambda per frame) is not counted.
 
 Every app is planned as ``skinflint plan APP --rate R`` plans it (the control loop's defaults, not the
-environment's), once per batch floor; each design is priced on the plan of least all-in cost for it
-(today's design, at 1 and at N frames per POST: the fleet-only plan, as the code plans). Prices:
+environment's), once per batch floor; each design is priced on the floor plan of least all-in cost for
+it, as the control loop's all-in objective chooses (control/objective.py). Prices:
 ``profiles/aws_prices.json`` (from memory, dated) and ``profiles/hardware.json``.
 """
 
@@ -33,7 +34,7 @@ from control.config import ControlConfig
 from control.errors import ControlError
 from control.preview import AllInSpec, preview_app, reprice
 from control.spec import profile_lookup
-from profiles.allin import BATCHED, GB, SERVICES, TODAY
+from profiles.allin import GB, PER_TASK, SERVICES, TODAY
 from profiles.aws_prices import load_aws_prices
 from profiles.errors import ProfilesError
 from profiles.store import PACKAGE_ROOT, LocalStore
@@ -49,7 +50,8 @@ __all__ = ["PLOT", "add_arguments", "run_command", "tco"]
 
 APPS = ("traffic", "face", "pose", "caption", "actdet")
 PLOT = "tco.png"
-DESIGNS = ("today", "today_batch", "batched", "batched_push", "batched_rest_waf", "triton_alb", "sagemaker")
+DESIGNS = ("today", "today_batch", "today_push", "today_rest_waf", "per_task", "triton_alb", "sagemaker")
+TARGET_DESIGNS = ("today_batch", "today_push")  # issue #25's target rows: the code at N frames per POST
 ALB_FREE_RULES = 10  # rule evaluations: the first 10 rules of a request are free
 TARGET_USD_PER_M = 1.50  # issue #25: traffic, 8 KB, 10 frames per POST, 1,000 frames/s
 
@@ -159,8 +161,8 @@ def tco(
     prices = load_aws_prices()
     catalog = store.load_catalog()
     lookup = profile_lookup(store)
-    push = BATCHED.with_(name="batched_push", result_sink="sqs")
-    rest = BATCHED.with_(name="batched_rest_waf", api="rest", waf=True)  # the option: REST API + WAF
+    push = TODAY.with_(name="today_push", result_sink="sqs")  # an app with "results": "push"
+    rest = TODAY.with_(name="today_rest_waf", api="rest", waf=True)  # the option: REST API + WAF
     rows = []
     for app in apps:
         doc = store.load_app(app).model_dump(mode="json", exclude_none=True)
@@ -174,23 +176,24 @@ def tco(
                     catalog=catalog,
                     stored_profile=lookup,
                     config=ControlConfig(),
-                    all_in=AllInSpec(BATCHED, prices, sizes[0], per_post, fold=True),
+                    all_in=AllInSpec(TODAY, prices, sizes[0], per_post, fold=True),
                 )
             except ControlError as exc:
                 raise ScenarioError(f"{app} at {rate:g} frames/s: {str(exc).splitlines()[0]}") from exc
             for kb in sizes:
                 designs = {
-                    "today": _priced(reprice(preview, AllInSpec(TODAY, prices, kb, 1)), rate),
-                    "today_batch": _priced(reprice(preview, AllInSpec(TODAY, prices, kb, per_post)), rate),
-                    "batched": _priced(
-                        reprice(preview, AllInSpec(BATCHED, prices, kb, per_post, fold=True)), rate
-                    ),
-                    "batched_push": _priced(
-                        reprice(preview, AllInSpec(push, prices, kb, per_post, fold=True)), rate
-                    ),
-                    "batched_rest_waf": _priced(
-                        reprice(preview, AllInSpec(rest, prices, kb, per_post, fold=True)), rate
-                    ),
+                    "today": _priced(reprice(preview, AllInSpec(TODAY, prices, kb, 1, fold=True)), rate),
+                    **{
+                        name: _priced(
+                            reprice(preview, AllInSpec(policy, prices, kb, per_post, fold=True)), rate
+                        )
+                        for name, policy in (
+                            ("today_batch", TODAY),
+                            ("today_push", push),
+                            ("today_rest_waf", rest),
+                            ("per_task", PER_TASK),
+                        )
+                    },
                     "triton_alb": _triton(preview, rate, kb, prices),
                     "sagemaker": _sagemaker(preview, rate, kb, prices),
                 }
@@ -201,13 +204,13 @@ def tco(
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue #25's targets for the traffic app, 8 KB frames, at each rate: batched all-in <= $1.50 per
-    million frames and its data plane <= its fleet."""
+    """Issue #25's targets for the traffic app, 8 KB frames, at each rate: the code at N frames per POST
+    (results pulled, and pushed) all-in <= $1.50 per million frames and its data plane <= its fleet."""
     out = []
     for row in rows:
         if row["app"] != "traffic" or row["frame_kb"] != 8:  # noqa: PLR2004 -- the target's frame size
             continue
-        for design in ("batched", "batched_push"):
+        for design in TARGET_DESIGNS:
             d = row[design]
             out.append(
                 {
@@ -232,28 +235,28 @@ def render(rows: list[dict[str, Any]], plots: list[str]) -> None:
 
     console = Console(width=max(Console().width, 150))
     table = Table(title="all-in $ per million frames (fleet + data plane; Triton low-high; docs/cost.md)")
-    cols = ["app", "frames/s", "KB", "today", "today N/POST"]
-    cols += ["batched pull", "batched push", "batched REST+WAF"]
+    cols = ["app", "frames/s", "KB", "today 1/POST", "today N/POST"]
+    cols += ["today push", "today REST+WAF", "per task N/POST"]
     cols += ["Triton+ALB", "SageMaker"]
-    cols += ["batched fleet", "batched data plane", "batches (batched)"]  # batches in module order
+    cols += ["N/POST fleet", "N/POST data plane", "batches (N/POST)"]  # batches in module order
     for col in cols:
         table.add_column(
             col,
-            justify="left" if col in ("app", "batches (batched)") else "right",
-            no_wrap=col == "batches (batched)",
+            justify="left" if col in ("app", "batches (N/POST)") else "right",
+            no_wrap=col == "batches (N/POST)",
         )
     for row in rows:
-        b = row["batched"]
+        b = row["today_batch"]
         t = row["triton_alb"]
         table.add_row(
             row["app"],
             f"{row['rate']:,.0f}",
             f"{row['frame_kb']:g}",
             f"{row['today']['per_million_frames']:.2f}",
-            f"{row['today_batch']['per_million_frames']:.2f}",
             f"{b['per_million_frames']:.2f}",
-            f"{row['batched_push']['per_million_frames']:.2f}",
-            f"{row['batched_rest_waf']['per_million_frames']:.2f}",
+            f"{row['today_push']['per_million_frames']:.2f}",
+            f"{row['today_rest_waf']['per_million_frames']:.2f}",
+            f"{row['per_task']['per_million_frames']:.2f}",
             f"{t['low_per_million_frames']:.2f}-{t['per_million_frames']:.2f}",
             f"{row['sagemaker']['per_million_frames']:.2f}",
             f"{b['fleet_per_million_frames']:.2f}",
@@ -262,13 +265,13 @@ def render(rows: list[dict[str, Any]], plots: list[str]) -> None:
         )
     console.print(table)
     items = Table(
-        title="itemised, $ per million frames: today (1 frame per POST, and N per POST: today_batch) and "
-        "batched (N per POST, pull)"
+        title="itemised, $ per million frames: today (1 frame per POST), today_batch (N per POST, pull), "
+        "today_push (N per POST, push) and per_task (N per POST, the unpacked wire)"
     )
     for col in ["app", "frames/s", "KB", "design", "fleet", *SERVICES]:
         items.add_column(col, justify="left" if col in ("app", "design") else "right")
     for row in rows:
-        for design in ("today", "today_batch", "batched"):
+        for design in ("today", "today_batch", "today_push", "per_task"):
             it = row[design]["items"]
             items.add_row(
                 row["app"],
@@ -319,11 +322,12 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
 
     panels = sorted({(r["rate"], r["frame_kb"]) for r in rows})
     apps = list(dict.fromkeys(r["app"] for r in rows))
-    designs = ("today", "today_batch", "batched", "triton_alb", "sagemaker")
+    designs = ("today", "today_batch", "today_push", "per_task", "triton_alb", "sagemaker")
     labels = {
-        "today": "today",
+        "today": "today 1",
         "today_batch": "today N",
-        "batched": "batched",
+        "today_push": "push N",
+        "per_task": "per task N",
         "triton_alb": "Triton",
         "sagemaker": "SageMaker",
     }
@@ -331,7 +335,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(14, 4.5 * nrows), squeeze=False)
     colours = [plt.get_cmap("tab10")(i) for i in range(len(_STACK))]
-    width = 0.16
+    width = 0.13
     for ax, (rate, kb) in zip(axes.flat, panels, strict=False):
         by_app = {r["app"]: r for r in rows if r["rate"] == rate and r["frame_kb"] == kb}
         for d, design in enumerate(designs):
@@ -364,8 +368,8 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
     handles, names = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=len(_STACK), fontsize=8)
     fig.suptitle(
-        "All-in cost per million frames: today's data plane (1 and N frames per POST), the batched one, "
-        "Triton+ALB, SageMaker"
+        "All-in cost per million frames: the data plane as the code is (1 and N frames per POST, results "
+        "pulled or pushed), the unpacked wire, Triton+ALB, SageMaker"
     )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     out = Path(path)
@@ -382,9 +386,9 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "The all-in cost (EC2 fleet + data plane) of every demo app, $ per million frames itemised by "
-        "service, for today's data plane (1 and N frames per POST) and the batched one, beside Triton on "
-        "EC2 behind an ALB and SageMaker real-time endpoints (docs/cost.md). Pure arithmetic on the "
-        "plans: nothing runs."
+        "service, for the data plane as the code is (1 and N frames per POST; results pulled or pushed; "
+        "the REST API + WAF option) and the unpacked wire, beside Triton on EC2 behind an ALB and "
+        "SageMaker real-time endpoints (docs/cost.md). Pure arithmetic on the plans: nothing runs."
     )
     parser.add_argument(
         "--apps", default=",".join(APPS), help=f"apps, comma-separated (default {','.join(APPS)})"
@@ -399,7 +403,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--frames-per-post",
         type=int,
         default=10,
-        help="frames per POST of the batched design and of today_batch, 1-10 (default 10)",
+        help="frames per POST of every design but today's (a frame per POST), 1-10 (default 10)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(

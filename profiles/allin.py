@@ -6,15 +6,16 @@ A data plane is described by a :class:`DataPlanePolicy`: every request it makes 
 task and per batch is a named field, so the model can be audited against the code. Two policies:
 
 - :data:`TODAY`: the design as the code is (front/service.py, front/admission.py, workers/worker.py,
-  core/adapters/results.py, core/adapters/slots.py, docs/dataplane.md): 1-10 frames per POST behind a
-  REST API and WAF; per POST one ``BatchWriteItem`` of the POST item and its deadline-index item and one
-  slot-count ``UpdateItem`` per root module; one SQS message per task carrying the whole frame inline
-  (a child's also its ancestors' results, the ``lineage``, and its ``weight``); no per-task writes and
-  no outcome reads or claims: one compressed record item per batch and POST among its terminal tasks;
-- :data:`BATCHED`: what remains of issue #25's target on top of it: an HTTP API (the front checks the
-  key), frames carried once (inline in one root message per POST, or one S3 object per POST above
-  SQS's size limit), one child message per parent batch and child module carrying crops and the
-  parents' results instead of the whole frame per child.
+  workers/crops.py, core/wire.py, core/adapters/results.py, core/adapters/slots.py, docs/dataplane.md):
+  1-10 frames per POST behind an HTTP API (the front checks the key); per POST one ``BatchWriteItem`` of
+  the POST item and its deadline-index item and one slot-count ``UpdateItem`` per root module; the
+  tasks one send puts on a queue in one message (a POST's frames once per root queue; a parent batch's
+  children once per child queue, each with its crop of the frame and the ancestors' results once); no
+  per-task writes and no outcome reads or claims: one compressed record per batch and POST among its
+  terminal tasks, in the results table (pull) or on the app's results queue (push:
+  ``result_sink="sqs"``);
+- :data:`PER_TASK`: the same with the wire before it was packed and cropped (a message per task, each
+  child's carrying the whole frame and every ancestor's result in full), for comparison.
 
 The model's three kinds of terms: per POST and per frame (the front), per task (the bytes a task's
 message carries) and per batch (receive, delete and child-send calls, the result records of a batch
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from profiles.aws_prices import AwsPrices
 
 __all__ = [
-    "BATCHED",
+    "PER_TASK",
     "POLICIES",
     "SERVICES",
     "TODAY",
@@ -181,10 +182,11 @@ class DataPlanePolicy:
 TODAY = DataPlanePolicy(
     name="today",
     summary="the design as the code is: 1-10 frames per POST (HTTP API), a POST item and its index "
-    "item, a message per task carrying the whole frame (children: + the ancestors' results), a record "
-    "per batch and POST of the terminal tasks",
+    "item, a message per POST and root queue carrying the frames once, a message per parent batch and "
+    "child queue carrying each child's crop and the ancestors' results once, a record per batch and POST "
+    "of the terminal tasks (pull: the results table; push: the app's results queue)",
     # cdk/stacks/front.py: an HTTP API by default, the key checked by the front (-c front_api=rest: a
-    # REST API + WAF, two managed rule groups + a per-IP rate rule: bench tco's batched_rest_waf prices it)
+    # REST API + WAF, two managed rule groups + a per-IP rate rule: bench tco's today_rest_waf prices it)
     api="http",
     waf=False,
     # front/service.py accept: validate and route each frame, then the POST's BatchWriteItem and the root
@@ -199,45 +201,48 @@ TODAY = DataPlanePolicy(
     # POST and root module (SKINFLINT_ADMISSION_SHARED, on in cdk/stacks/front.py); a second one when the
     # window has room for part of the POST only, and one in the next window for the rest: not counted
     slot_updates_per_post=1.0,
-    # front/service.py: a message per root task (SendMessageBatch of the POST's messages), the frame inline
-    # base64 (core/settings.py SQS_INLINE_LIMIT_BYTES, 200 KB, else an S3 object per frame);
-    # workers/worker.py _forward: a message per child task, again with the whole frame inline
-    messages="per_task",
-    child_carries="frame",
-    # measured on TaskMessage.model_dump_json (core/adapters/queues.py): a root message without its frame
-    # is 512 B (the envelope and the task's fields are one: a message is one task)
-    envelope_bytes=212.0,
-    task_bytes=300.0,
-    # a child's lineage (core/schema.py TaskMessage.lineage): each ancestor's TaskOut JSON (411 B with
-    # the runtime's output, workers/runtimes.py OnnxRuntime.run) + the child's weight and crop box: 471 B
-    parent_result_bytes=471.0,
+    # core/wire.py + core/adapters/queues.py send_many: the tasks one send puts on a queue travel in one
+    # message of up to 256 KiB (a POST's root tasks per queue, a parent batch's children per queue), the
+    # fields they share once; a frame inline base64 (core/settings.py SQS_INLINE_LIMIT_BYTES, 200 KB,
+    # else an S3 object per frame, and the message carries its key)
+    messages="per_batch",
+    # workers/crops.py: a child carries its crop of the frame (a 0.4 x 0.4 box at the frame's resolution,
+    # re-encoded like the source), measured 1,838 B of an 8,135 B demo frame (0.23), 9,290 of 54.6 KB
+    # (0.17), 18,894 of 122 KB (0.15): 0.23 is the dearest
+    child_carries="crop",
+    crop_fraction=0.23,
+    # measured (core/wire.py v2 bodies, docs/dataplane.md "Wire format"): ten demo frames' root message
+    # 111,364 B, of which 108,480 B are the frames' base64: 2,884 B of envelope and task fields
+    envelope_bytes=300.0,
+    task_bytes=260.0,
+    # a child's lineage: each ancestor's TaskOut JSON, 471 B with the runtime's output (workers/runtimes.py
+    # OnnxRuntime.run), carried once per body for the children of one parent (the traffic app's 1.5-2 per
+    # parent request: about 240 B per child and ancestor)
+    parent_result_bytes=240.0,
     # core/adapters/results.py record_tasks / _pack: zlib JSON of the traffic app's terminal tasks with
     # their lineage, measured: 342 B for a lone task, 1,226 B for 16 (8 frames), 1,434 B for 20, so
-    # about 280 B + 60-80 B per task, plus 112 B of keys, recorded_at and expires_at per item
+    # about 280 B + 60-80 B per task, plus 112 B of keys, recorded_at and expires_at per item. A push
+    # app's (results: push) go to its results queue instead, one message per batch and POST (580 B for
+    # one task, 1,473 B for 20: one SQS request each): ``result_sink="sqs"`` (bench tco's today_push)
     result_sink="dynamodb",
     record_item_bytes=400.0,
     result_bytes_per_task=65.0,
 )
 
-BATCHED = TODAY.with_(
-    name="batched",
-    summary="what remains of issue #25's target: N frames per POST on an HTTP API (the front checks "
-    "the key), frames carried once, a message per parent batch with crops and the parents' results",
-    api="http",
-    waf=False,
-    front_ms_per_post=12.0,  # no WAF hop; the key check in the handler (estimate)
-    messages="per_batch",  # one root message per POST and root, one child message per parent batch
-    child_carries="crop",  # a crop (crop_fraction of the frame) and the parents' results, not the frame
-    envelope_bytes=600.0,  # the batch message's shared fields (an assumption)
-    # the lineage, compacted and shared by a parent's children in one message (an assumption; today's
-    # per-task message carries 471 B per ancestor)
-    parent_result_bytes=200.0,
+PER_TASK = TODAY.with_(
+    name="per_task",
+    summary="the data plane before messages were packed and children cropped: a message per task, "
+    "each child's carrying the whole frame and every ancestor's result (for comparison)",
+    messages="per_task",
+    child_carries="frame",
+    # measured on TaskMessage.model_dump_json: a root message without its frame is 512 B (the envelope
+    # and the task's fields are one: a message is one task); 471 B per ancestor in a child's lineage
+    envelope_bytes=212.0,
+    task_bytes=300.0,
+    parent_result_bytes=471.0,
 )
-# already in the code, so kept from TODAY: 1-10 frames per POST, the slot count per POST, the POST item
-# and its index item, no per-task writes, completion by weights (no outcome reads or claims), the result
-# records per batch and POST
 
-POLICIES: dict[str, DataPlanePolicy] = {TODAY.name: TODAY, BATCHED.name: BATCHED}
+POLICIES: dict[str, DataPlanePolicy] = {TODAY.name: TODAY, PER_TASK.name: PER_TASK}
 
 
 def policy_named(name: str) -> DataPlanePolicy:
@@ -261,11 +266,16 @@ def _root_task_bytes(policy: DataPlanePolicy, w: Workload) -> float:
 
 
 def _post_to_s3(policy: DataPlanePolicy, w: Workload) -> bool:
-    """Whether a POST's frames go to S3 (one object per POST, or per frame today) rather than inline."""
-    if policy.messages == "per_task":  # front/service.py _payload: base64 over 200 KB goes to S3
-        return _frame_inline(policy, w) > SQS_INLINE_LIMIT_BYTES
-    per_post = policy.envelope_bytes + w.frames_per_post * (policy.task_bytes + _frame_inline(policy, w))
-    return per_post > SQS_MAX_MESSAGE_BYTES
+    """Whether frames go to S3 (an object per frame, front/service.py _payload: base64 over the 200 KB
+    inline limit) rather than inline; inline frames of a POST fill as few messages as fit 256 KiB."""
+    return _frame_inline(policy, w) > SQS_INLINE_LIMIT_BYTES
+
+
+def _crop_to_s3(policy: DataPlanePolicy, w: Workload) -> bool:
+    """Whether a child's crop goes to S3 (workers/crops.py child_input: base64 over the inline limit)."""
+    return policy.child_carries == "crop" and policy.crop_fraction * _frame_inline(policy, w) > (
+        SQS_INLINE_LIMIT_BYTES
+    )
 
 
 def _ancestors(w: Workload, module: str) -> int:
@@ -283,7 +293,9 @@ def _child_task_bytes(policy: DataPlanePolicy, w: Workload, module: str) -> floa
     lineage = _ancestors(w, module) * policy.parent_result_bytes
     if policy.child_carries == "frame":
         return _root_task_bytes(policy, w) + lineage
-    return policy.task_bytes + policy.crop_fraction * _frame_inline(policy, w) + lineage
+    crop = 0.0 if _crop_to_s3(policy, w) else policy.crop_fraction * _frame_inline(policy, w)
+    envelope = policy.envelope_bytes if policy.messages == "per_task" else 0.0  # a message per task
+    return envelope + policy.task_bytes + crop + lineage
 
 
 def _task_bytes(policy: DataPlanePolicy, w: Workload, module: str) -> float:
@@ -392,17 +404,17 @@ def _batch_units(policy: DataPlanePolicy, w: Workload, module: ModuleLoad, batch
     units = _Units(sqs=sqs)
     if not module.children:  # a task that forwards children is not written: its result travels on
         units += _record_units(policy, w, module, batch)
-    if w.parent_of(module.name) is None and _post_to_s3(policy, w) and policy.messages == "per_batch":
-        units += _Units(s3_get=messages)  # a root message names its POST's object: one GET each
     return units
 
 
 def _task_units(policy: DataPlanePolicy, w: Workload, module: ModuleLoad) -> _Units:
-    """Units per task that do not depend on the batch: the S3 read of a frame a per-task message
-    names (frames over the inline limit; no per-task writes)."""
-    if policy.messages == "per_task" and _post_to_s3(policy, w):
-        return _Units(s3_get=1.0)
-    return _Units()
+    """Units per task that do not depend on the batch (no per-task writes): the S3 read of a frame
+    over the inline limit (a root task's; a child's too when it carries the frame), and a crop over
+    it (written by the parent's worker, read by the child's)."""
+    root = w.parent_of(module.name) is None
+    if root or policy.child_carries == "frame":
+        return _Units(s3_get=1.0) if _post_to_s3(policy, w) else _Units()
+    return _Units(s3_put=1.0, s3_get=1.0) if _crop_to_s3(policy, w) else _Units()
 
 
 def batch_usd(policy: DataPlanePolicy, w: Workload, module: str, batch: int, prices: AwsPrices) -> float:
@@ -494,10 +506,15 @@ def _front_units(policy: DataPlanePolicy, w: Workload) -> _Units:
         if policy.messages == "per_task":  # a message per frame, in SendMessageBatch calls of the POST's
             calls = posts * max(1.0, w.frames_per_post / SQS_MAX_ENTRIES)
             units += _Units(sqs=_sqs_billed(calls, w.frame_rate * _message_bytes(policy, w, root.name)))
-        else:  # one message per POST
-            units += _Units(sqs=_sqs_billed(posts, posts * _message_bytes(policy, w, root.name)))
-    if _post_to_s3(policy, w):
-        units += _Units(s3_put=w.frame_rate if policy.messages == "per_task" else posts)
+        else:  # a POST's frames in as few messages as fit 256 KiB, sent in as few calls as fit it
+            per_message = _tasks_per_message(policy, w, root.name)
+            messages = math.ceil(w.frames_per_post / per_message)
+            frames = w.frames_per_post * _task_bytes(policy, w, root.name)
+            post_bytes = messages * policy.envelope_bytes + frames
+            calls = max(1, math.ceil(post_bytes / SQS_MAX_MESSAGE_BYTES))
+            units += _Units(sqs=_sqs_billed(posts * calls, posts * post_bytes))
+    if _post_to_s3(policy, w):  # an object per frame
+        units += _Units(s3_put=w.frame_rate)
     return units
 
 

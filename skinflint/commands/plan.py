@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from control.preview import AppPreview
 
 PROFILE_SOURCES = ("packaged", "store")  # the profiles committed with the code; + this host's builds
-DATA_PLANE_POLICIES = ("today", "batched")  # profiles/allin.py POLICIES
+DATA_PLANE_POLICIES = ("today", "per_task")  # profiles/allin.py POLICIES
 DATA_PLANE_DEFAULT = "today"  # the design as the code is
-DEFAULT_FRAMES_PER_POST = {"today": 10, "batched": 10}  # clients POST batches (the demo, locust)
+DEFAULT_FRAMES_PER_POST = {"today": 10, "per_task": 10}  # clients POST batches (the demo, locust)
 DEFAULT_FRAME_KB = 8.0
 ALL_IN = "all-in"
 

@@ -86,7 +86,9 @@ def publish(store: PlanStore, marker: float, expected: int | None, apps: int = 2
 
 
 def table_keys(ddb: Any) -> list[str]:
-    return sorted(i["pk"]["S"] for i in ddb.scan(TableName="skinflint-config")["Items"])
+    """Every key of the table: a Scan returns at most 1 MB per page (a fleet's parts are 300 KB each)."""
+    pages = ddb.get_paginator("scan").paginate(TableName="skinflint-config", ProjectionExpression="pk")
+    return sorted(i["pk"]["S"] for page in pages for i in page["Items"])
 
 
 def test_publish_then_read_back(ddb: Any) -> None:

@@ -23,18 +23,22 @@ def test_a_tiny_tco_run_prices_every_design(capsys: pytest.CaptureFixture[str]) 
     rows = doc["rows"]
     assert [(r["app"], r["rate"], r["frame_kb"]) for r in rows] == [("traffic", 200, 8), ("traffic", 200, 60)]
     for row in rows:
-        for design in ("today", "batched", "batched_push", "batched_rest_waf", "triton_alb", "sagemaker"):
+        for design in (
+            "today", "today_batch", "today_push", "today_rest_waf", "per_task", "triton_alb", "sagemaker"
+        ):  # fmt: skip
             d = row[design]
             # each design's items add up to its total (rounded to 4 places each)
             assert sum(d["items"].values()) == pytest.approx(d["per_million_frames"], abs=5e-3), design
-        assert row["batched"]["per_million_frames"] < row["today"]["per_million_frames"] / 3
+        # ten frames per POST: a tenth of the front's requests and POST items
+        assert row["today_batch"]["per_million_frames"] < row["today"]["per_million_frames"] / 2
+        assert row["today_batch"]["per_million_frames"] < row["per_task"]["per_million_frames"]
         assert row["triton_alb"]["low_per_million_frames"] <= row["triton_alb"]["per_million_frames"]
     # the REST API + WAF option: 3.50 + 0.60 per million POSTs of 10 frames, against the HTTP API's 1.00
-    rest, http = rows[0]["batched_rest_waf"]["items"], rows[0]["batched"]["items"]
+    rest, http = rows[0]["today_rest_waf"]["items"], rows[0]["today_batch"]["items"]
     assert (rest["api_gateway"], rest["waf"], http["api_gateway"]) == pytest.approx((0.35, 0.06, 0.10))
     # a larger frame costs more in every design that carries it
     assert rows[1]["today"]["per_million_frames"] > rows[0]["today"]["per_million_frames"]
-    assert [t["design"] for t in doc["targets"]] == ["batched", "batched_push"]
+    assert [t["design"] for t in doc["targets"]] == ["today_batch", "today_push"]
     assert doc["plots"] and Path(doc["plots"][0]).is_file()  # the PNG, under docs/results/ of the test dir
     assert Path(doc["plots"][0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

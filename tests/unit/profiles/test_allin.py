@@ -1,6 +1,6 @@
 """The all-in cost model (profiles/allin.py): the data plane's billing units per frame under the two
-designs (the code as it is, and what remains of issue #25's target), by hand arithmetic on the traffic
-app (detector -> vehicle x2.0, person x1.5; batches of 16)."""
+designs (the code as it is, and the unpacked wire before it), by hand arithmetic on the traffic app
+(detector -> vehicle x2.0, person x1.5; batches of 16)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from profiles import allin
 from profiles.allin import (
-    BATCHED,
+    PER_TASK,
     SERVICES,
     TODAY,
     AllInError,
@@ -53,48 +53,56 @@ def test_today_counts_the_writes_the_code_makes_per_post_and_per_batch() -> None
     assert units["dynamodb_read_units"] == 0  # no outcome reads, no claims
     assert units["api_requests"] == units["lambda_invocations"] == pytest.approx(0.1)
     assert units["waf_requests"] == 0  # the HTTP API (the deployed default) has no web ACL
-    # a message per task with the frame inline: 512 + 8192 x 4/3 = 11,435 B (a child + 471 B of lineage)
-    # front: a SendMessageBatch of the POST's 10 messages, 2 chunks (0.2 per frame); detector per 16:
-    # receive 1.6 calls x 2 chunks + delete 1.6 + vehicle 3.2 x 2 + person 2.4 x 2 = 16 -> 1 per frame;
-    # vehicle (3.2 + 1.6) / 16 x 2 = 0.6; person 0.3 x 1.5 = 0.45
-    assert units["sqs_requests"] == pytest.approx(0.2 + 1 + 0.6 + 0.45)
+    # packed messages (core/wire.py): a root task is 260 B + the frame's base64 (10,922.67 B); a POST's
+    # ten are one message of 300 + 10 x 11,182.67 = 112,127 B: one SendMessageBatch of 2 chunks (0.2 per
+    # frame). A child carries its crop (0.23 of the frame's base64: 2,512 B) and its ancestor's result
+    # once per parent (240 B): 3,012 B; a detector batch's 32 vehicles are one message of 96,690 B and
+    # its 24 persons one of 72,593 B. Detector per 16 frames: 1.6 root messages in one receive of 3
+    # chunks + a delete + the vehicle and person sends of 2 chunks each = 8 (0.5 per frame); vehicle:
+    # half a message per batch (a receive of 2 chunks and a delete, per 2 batches): 1.5 per 16 x 2 / 16
+    # = 0.1875; person: 2/3 of a message per batch, 2.0 per 16 x 1.5 / 16 = 0.1875
+    assert units["sqs_requests"] == pytest.approx(0.2 + 0.5 + 0.1875 + 0.1875)
     assert units["tasks"] == pytest.approx(4.5)
     # a frame per POST: 2 + 1 units per frame, and records of fewer tasks (a batch of 16 spans 8.5 vehicle
-    # POSTs and 11 person POSTs, items under 512 B: 1 unit each); a SendMessageBatch per frame (1 chunk)
+    # POSTs and 11 person POSTs, items under 512 B: 1 unit each); a message per POST (11,483 B: a send of
+    # 1 chunk per frame) and 16 per detector batch (1.6 receives of 2 chunks + 1.6 deletes + 4 = 8.8)
     single = data_plane_bill(TODAY, traffic(per_post=1), PRICES).units_per_frame
     assert single["dynamodb_write_units"] == pytest.approx(3 + 8.5 / 16 * 2.0 + 11 / 16 * 1.5)
-    assert single["sqs_requests"] == pytest.approx(1 + 1 + 0.6 + 0.45)
+    assert single["sqs_requests"] == pytest.approx(1 + 8.8 / 16 + 0.1875 + 0.1875)
 
 
-def test_batched_carries_frames_once_and_writes_a_record_per_leaf_batch() -> None:
-    units = data_plane_bill(BATCHED, traffic(per_post=10), PRICES).units_per_frame
-    assert units["api_requests"] == units["lambda_invocations"] == pytest.approx(0.1)
-    assert units["waf_requests"] == 0 and units["dynamodb_read_units"] == 0
-    # the code's writes (POST and index items, slot count, a record per leaf batch and POST), as today
+def test_the_unpacked_wire_sends_a_message_per_task_with_the_whole_frame() -> None:
+    units = data_plane_bill(PER_TASK, traffic(per_post=10), PRICES).units_per_frame
+    # the same writes as today; a message per task with the frame inline: 512 + 8192 x 4/3 = 11,435 B (a
+    # child + 471 B of lineage). Front: a SendMessageBatch of the POST's 10 messages, 2 chunks (0.2 per
+    # frame); detector per 16: receive 1.6 calls x 2 chunks + delete 1.6 + vehicle 3.2 x 2 + person 2.4
+    # x 2 = 16 -> 1 per frame; vehicle (3.2 + 1.6) / 16 x 2 = 0.6; person 0.3 x 1.5 = 0.45
     assert units["dynamodb_write_units"] == pytest.approx(
         data_plane_bill(TODAY, traffic(per_post=10), PRICES).units_per_frame["dynamodb_write_units"]
     )
-    # root message 600 + 10 x (300 + 10,923) = 112,827 B: 2 chunks per POST (0.2); detector per 16 frames:
-    # receive 3 chunks + delete 1 + a vehicle and a person message of 2 chunks each = 8 (0.5 per frame);
-    # vehicle: a 32-task message per 2 batches (1 receive of 2 chunks + 0.5 delete per 16) x 2 / 16 =
-    # 0.1875; person: a 24-task message per 1.5 batches (2 per 16) x 1.5 / 16 = 0.1875
-    assert units["sqs_requests"] == pytest.approx(0.2 + 0.5 + 0.1875 + 0.1875)
-    assert units["s3_put_requests"] == 0
+    assert units["sqs_requests"] == pytest.approx(0.2 + 1 + 0.6 + 0.45)
+    single = data_plane_bill(PER_TASK, traffic(per_post=1), PRICES).units_per_frame
+    assert single["sqs_requests"] == pytest.approx(1 + 1 + 0.6 + 0.45)
 
 
-def test_large_posts_go_to_s3_once_and_http_api_meters_per_512_kb() -> None:
-    # 10 frames x 60 KB x 4/3 = 800 KB: over SQS's 256 KB (one S3 object per POST) and two 512 KB meters
-    units = data_plane_bill(BATCHED, traffic(frame_kb=60, per_post=10), PRICES).units_per_frame
-    assert units["s3_put_requests"] == pytest.approx(0.1)
+def test_frames_over_the_inline_limit_go_to_s3_and_http_api_meters_per_512_kb() -> None:
+    # 10 frames x 60 KB x 4/3 = 800 KB a POST: two 512 KB meters; each frame's 80 KB of base64 is under
+    # the front's 200 KB inline limit: no S3, three frames to a root message
+    units = data_plane_bill(TODAY, traffic(frame_kb=60, per_post=10), PRICES).units_per_frame
     assert units["api_requests"] == pytest.approx(0.2)
-    # today: a 60 KB frame still travels inline (80 KB of base64, under the front's 200 KB): no S3, but
-    # every child carries it
-    today = data_plane_bill(TODAY, traffic(frame_kb=60), PRICES).units_per_frame
-    assert today["s3_put_requests"] == 0 and today["sqs_requests"] > units["sqs_requests"] * 3
+    assert units["s3_put_requests"] == units["s3_get_requests"] == 0
+    assert allin._tasks_per_message(TODAY, traffic(frame_kb=60, per_post=10), "detector") == 3
+    # the unpacked wire: every child carries the whole frame, over twice today's SQS requests
+    per_task = data_plane_bill(PER_TASK, traffic(frame_kb=60, per_post=10), PRICES).units_per_frame
+    assert per_task["sqs_requests"] > 2 * units["sqs_requests"]
+    # a 200 KB frame (273 KB of base64) goes to S3: an object per frame, read by its root task; its
+    # children's crops (63 KB of base64) still travel inline
+    big = data_plane_bill(TODAY, traffic(frame_kb=200, per_post=10), PRICES).units_per_frame
+    assert big["s3_put_requests"] == pytest.approx(1.0) and big["s3_get_requests"] == pytest.approx(1.0)
 
 
 def test_the_bill_adds_up_and_says_where_its_prices_come_from() -> None:
-    bill = data_plane_bill(BATCHED, traffic(per_post=10), PRICES)
+    bill = data_plane_bill(TODAY, traffic(per_post=10), PRICES)
     assert tuple(bill.per_hour) == SERVICES
     items = bill.itemised()
     assert sum(v["per_hour"] for v in items.values()) == pytest.approx(bill.total_per_hour, abs=1e-5)
@@ -109,23 +117,23 @@ def test_the_bill_adds_up_and_says_where_its_prices_come_from() -> None:
 
 
 @pytest.mark.parametrize("fps", [1000, 50000])
-def test_batched_costs_less_than_today_on_every_service_but_s3(fps: float) -> None:
+def test_today_costs_no_more_than_the_unpacked_wire_on_any_service(fps: float) -> None:
     today = data_plane_bill(TODAY, traffic(fps, per_post=10), PRICES).per_hour
-    batched = data_plane_bill(BATCHED, traffic(fps, per_post=10), PRICES).per_hour
+    per_task = data_plane_bill(PER_TASK, traffic(fps, per_post=10), PRICES).per_hour
     for service in SERVICES:
-        if service != "s3":
-            assert batched[service] <= today[service], service
-    # today's data plane for traffic at 8 KB: about $7 per million frames at a frame per POST (an HTTP
-    # API request, a Lambda invocation, the slot count and POST items per frame), about $2 at 10 per POST
+        assert today[service] <= per_task[service] + 1e-12, service
+    assert today["sqs"] < per_task["sqs"] / 2
+    # today's data plane for traffic at 8 KB: about $6.4 per million frames at a frame per POST (an HTTP
+    # API request, a Lambda invocation, the slot count and POST items per frame), about $1.3 at 10
     bill = data_plane_bill(TODAY, traffic(fps), PRICES)
-    assert 6 < bill.per_million_frames(bill.total_per_hour) < 8
+    assert 6 < bill.per_million_frames(bill.total_per_hour) < 7
     bill = data_plane_bill(TODAY, traffic(fps, per_post=10), PRICES)
-    assert 1.5 < bill.per_million_frames(bill.total_per_hour) < 2.5
+    assert 1.1 < bill.per_million_frames(bill.total_per_hour) < 1.5
 
 
 def test_a_larger_batch_makes_fewer_requests_per_task() -> None:
     w = traffic(per_post=10)
-    per_task = [batch_usd(BATCHED, w, "vehicle", b, PRICES) / b for b in (1, 2, 4, 8, 16, 32)]
+    per_task = [batch_usd(TODAY, w, "vehicle", b, PRICES) / b for b in (1, 2, 4, 8, 16, 32)]
     assert per_task == sorted(per_task, reverse=True) and per_task[0] > 2 * per_task[-1]
 
 
@@ -145,7 +153,7 @@ def test_bad_input_is_one_line(kwargs: dict[str, float], message: str) -> None:
 
 
 def test_an_unknown_policy_or_a_missing_price_is_one_line() -> None:
-    with pytest.raises(AllInError, match="unknown data-plane policy 'nope'; choose one of today, batched"):
+    with pytest.raises(AllInError, match="unknown data-plane policy 'nope'; choose one of today, per_task"):
         policy_named("nope")
     doc = PRICES.model_dump()
     del doc["services"]["sqs"]
@@ -154,7 +162,7 @@ def test_an_unknown_policy_or_a_missing_price_is_one_line() -> None:
 
 
 def test_a_push_sink_keeps_only_the_posts_in_the_table() -> None:
-    push = BATCHED.with_(result_sink="sqs")
+    push = TODAY.with_(result_sink="sqs")
     bill = data_plane_bill(push, traffic(per_post=10), PRICES)
     # written: the slot count (0.1 WCU per frame) and the POST and index items (0.2), and kept: 100 POSTs/s
     # of 632 + 95 B for 7 days, at 0.25 + 0.20 (PITR) per GB-month
@@ -162,7 +170,7 @@ def test_a_push_sink_keeps_only_the_posts_in_the_table() -> None:
     kept_gb = 100 * (632 + 95) * 7 * 86400 / 1024**3
     assert bill.per_hour["dynamodb"] == pytest.approx(writes + kept_gb * 0.45 / 730)
     # the results queue: per leaf batch of 16 a send, a receive (1 chunk each) and a delete
-    pull = data_plane_bill(BATCHED, traffic(per_post=10), PRICES).units_per_frame
+    pull = data_plane_bill(TODAY, traffic(per_post=10), PRICES).units_per_frame
     assert bill.units_per_frame["sqs_requests"] == pytest.approx(pull["sqs_requests"] + 3 / 16 * 3.5)
 
 
@@ -175,10 +183,14 @@ def test_a_deeper_module_carries_each_ancestors_result() -> None:
         frame_kb=8,
         frames_per_post=10,
     )
-    per_ancestor = TODAY.parent_result_bytes
-    sizes = {m: allin._message_bytes(TODAY, w, m) for m in ("d", "t", "a")}
+    # the unpacked wire: a message per task, every one with the whole frame, each ancestor's result in full
+    per_ancestor = PER_TASK.parent_result_bytes
+    sizes = {m: allin._message_bytes(PER_TASK, w, m) for m in ("d", "t", "a")}
     assert sizes["t"] - sizes["d"] == pytest.approx(per_ancestor)
     assert sizes["a"] - sizes["d"] == pytest.approx(2 * per_ancestor)
+    # today: children carry crops, and a task's share of each ancestor's result carried once per parent
+    tasks = {m: allin._task_bytes(TODAY, w, m) for m in ("t", "a")}
+    assert tasks["a"] - tasks["t"] == pytest.approx(TODAY.parent_result_bytes)
 
 
 def test_each_configuration_carries_its_share_of_the_rate_not_the_dummy_load() -> None:
@@ -189,7 +201,7 @@ def test_each_configuration_carries_its_share_of_the_rate_not_the_dummy_load() -
     load = w.module("m")
     assert load.groups == ((16.0, 1000.0), (4.0, 500.0))
     assert load.batch == pytest.approx((16 * 1000 + 4 * 500) / 1500)  # 12
-    # today's deep queues: 10 messages per receive and per delete, whatever the batch; a receive of 10
-    # messages of 11,435 B is 2 chunks: per task a send 1, receive 0.2, delete 0.1
-    units = data_plane_bill(TODAY.with_(slot_updates_per_post=0.0), w, PRICES).units_per_frame
+    # the unpacked wire's deep queues: 10 messages per receive and per delete, whatever the batch; a
+    # receive of 10 messages of 11,435 B is 2 chunks: per task a send 1, receive 0.2, delete 0.1
+    units = data_plane_bill(PER_TASK.with_(slot_updates_per_post=0.0), w, PRICES).units_per_frame
     assert units["sqs_requests"] == pytest.approx(1 + 0.2 + 0.1)

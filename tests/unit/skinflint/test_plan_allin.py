@@ -11,7 +11,7 @@ import pytest
 
 from control.preview import AllInSpec, preview_app
 from control.spec import profile_lookup
-from profiles.allin import BATCHED
+from profiles.allin import PER_TASK
 from profiles.aws_prices import load_aws_prices
 from profiles.store import PACKAGE_ROOT, LocalStore
 from skinflint.cli import main
@@ -28,8 +28,8 @@ def plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
 def test_the_json_itemises_the_data_plane_and_adds_it_to_the_fleet(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    doc = plan_json(capsys, "traffic", "--rate", "200", "--policy", "batched", "--frames-per-post", "10")
-    assert doc["data_plane_policy"] == "batched" and doc["frames_per_post"] == 10 and doc["frame_kb"] == 8
+    doc = plan_json(capsys, "traffic", "--rate", "200", "--policy", "per_task", "--frames-per-post", "10")
+    assert doc["data_plane_policy"] == "per_task" and doc["frames_per_post"] == 10 and doc["frame_kb"] == 8
     assert doc["all_in_per_hour"] == pytest.approx(
         doc["fleet_per_hour"] + doc["data_plane_per_hour"], abs=1e-5
     )
@@ -47,7 +47,7 @@ def test_pricing_the_data_plane_leaves_the_plan_as_it_was() -> None:
     doc = STORE.load_app("traffic").model_dump(mode="json", exclude_none=True)
     kwargs: dict[str, Any] = {"catalog": STORE.load_catalog(), "stored_profile": profile_lookup(STORE)}
     bare = preview_app(doc, 300, **kwargs)
-    priced = preview_app(doc, 300, all_in=AllInSpec(BATCHED, load_aws_prices(), 8.0, 10), **kwargs)
+    priced = preview_app(doc, 300, all_in=AllInSpec(PER_TASK, load_aws_prices(), 8.0, 10), **kwargs)
     assert priced.plan.model_dump(exclude={"solve_ms", "solve_cpu_ms"}) == bare.plan.model_dump(
         exclude={"solve_ms", "solve_cpu_ms"}
     )
@@ -57,7 +57,7 @@ def test_pricing_the_data_plane_leaves_the_plan_as_it_was() -> None:
 def test_the_all_in_objective_never_costs_more_than_the_fleet_only_plan(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    common = ("traffic", "--rate", "50", "--policy", "batched")
+    common = ("traffic", "--rate", "50", "--policy", "today")
     fleet_only = plan_json(capsys, *common)
     all_in = plan_json(capsys, *common, "--objective", "all-in")
     # floor 1 (the fleet-only plan) is among the candidates, so the chosen one is no dearer
