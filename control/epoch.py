@@ -502,10 +502,11 @@ class Controller:
         seeds = self._seeds(
             {app: apps[app][0] for app in problems if app not in cur_deps or app in requested}, summary
         )
-        result = self._plan_fleet(problems, cur_fleet, cur_deps, seeds, exclude=set())
+        pushed = frozenset(app for app, (_, spec) in apps.items() if spec.results == "push")
+        result = self._plan_fleet(problems, cur_fleet, cur_deps, seeds, exclude=set(), pushed=pushed)
         over = over_caps(result.plans, machine_caps(self.config.machine_caps, self._growth))
         if over:  # a held or grown plan (not solved this epoch) uses more than a cap allows
-            result = self._plan_fleet(problems, cur_fleet, cur_deps, seeds, exclude=over)
+            result = self._plan_fleet(problems, cur_fleet, cur_deps, seeds, exclude=over, pushed=pushed)
         summary.seeded = sorted(result.seeded)
         summary.carried, summary.resolved = sorted(result.carried), sorted(result.resolved)
         summary.quick = sorted(result.quick)
@@ -544,9 +545,11 @@ class Controller:
         cur_deps: Mapping[str, Deployment],
         seeds: Mapping[str, Plan],
         exclude: set[str],
+        pushed: frozenset[str] = frozenset(),
     ) -> planner.fleet.FleetResult:
         """``plan_fleet`` with the epoch's solve; apps in ``exclude`` are solved again (neither their
-        plan in force nor their seed is held)."""
+        plan in force nor their seed is held); apps in ``pushed`` push their results (their data
+        plane is priced so)."""
         return planner.fleet.plan_fleet(
             problems,
             previous=cur_fleet,
@@ -555,7 +558,7 @@ class Controller:
             },
             seeds={app: seed for app, seed in seeds.items() if app not in exclude},
             policy=self.config.policy,
-            solver=dispatch_solver(self._solve_config()),
+            solver=dispatch_solver(self._solve_config(), pushed),
             solve_budget_s=self.config.solve_budget_s,
         )
 

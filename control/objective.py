@@ -18,7 +18,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from planner.errors import PlannerError
-from profiles.allin import DataPlanePolicy, data_plane_bill, policy_named, workload_from_plan
+from profiles.allin import DataPlanePolicy, data_plane_bill, policy_named, with_results, workload_from_plan
 from profiles.aws_prices import AwsPrices, load_aws_prices
 
 if TYPE_CHECKING:
@@ -30,10 +30,18 @@ __all__ = ["AllInPricing", "all_in_cost", "batch_floors", "plan_all_in", "profil
 
 
 class AllInPricing:
-    """What prices a plan's data plane: the design, frame size, frames per POST and the price table."""
+    """What prices a plan's data plane: the design, frame size, frames per POST, where the app's results
+    go (``results``: "pull" or "push", its spec's) and the price table."""
 
-    def __init__(self, policy: str, frame_kb: float, frames_per_post: int, prices: AwsPrices | None = None):
-        self.policy: DataPlanePolicy = policy_named(policy)
+    def __init__(
+        self,
+        policy: str,
+        frame_kb: float,
+        frames_per_post: int,
+        prices: AwsPrices | None = None,
+        results: str = "pull",
+    ):
+        self.policy: DataPlanePolicy = with_results(policy_named(policy), results)
         self.frame_kb = float(frame_kb)
         self.frames_per_post = int(frames_per_post)
         self.prices = prices or _packaged_prices()

@@ -160,7 +160,7 @@ def over_caps(plans: Mapping[str, Plan], caps: Mapping[str, int]) -> set[str]:
     }
 
 
-def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
+def dispatch_solver(config: ControlConfig, pushed: frozenset[str] = frozenset()) -> Callable[..., Plan]:
     """The epoch's solve for ``plan_fleet``: the dispatch-aware solve (docs/dispatch.md), each module's
     worst case being what the time-window dispatch realises (schedule bound, bursts of at most
     ``max_children_per_request`` children per parent request), children given the spread capacity
@@ -170,7 +170,8 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
     budgeted epoch has more apps without a plan than it can solve in full (they are solved in full in
     later epochs). With ``machine_caps``, within them (:func:`control.problems.solve_within_caps`). With
     ``objective = "all-in"``, the plan of least fleet + data plane among the batch floors
-    (:func:`control.objective.plan_all_in`).
+    (:func:`control.objective.plan_all_in`), the data plane of an app in ``pushed`` (its spec's
+    ``"results": "push"``; ``problem.name`` is the app) priced with its records on its results queue.
 
     Each solve runs within the epoch's ``solve_budget_s`` of CPU (this thread; none when it is None or
     0): past it the solver's anytime mode keeps the best plan found, with the gap its search proved
@@ -206,10 +207,18 @@ def dispatch_solver(config: ControlConfig) -> Callable[..., Plan]:
 
         if pricing is None or first_found:  # the quick mode stays quick: floors in the full solve
             return solve_capped(problem)
-        return plan_all_in(solve_capped, problem, pricing)
+        return plan_all_in(solve_capped, problem, pricing[problem.name in pushed])
 
     pricing = (
-        AllInPricing(config.data_plane_policy, config.frame_kb, config.frames_per_post)
+        {
+            push: AllInPricing(
+                config.data_plane_policy,
+                config.frame_kb,
+                config.frames_per_post,
+                results="push" if push else "pull",
+            )
+            for push in (False, True)
+        }
         if config.objective == "all-in"
         else None
     )

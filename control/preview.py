@@ -28,7 +28,7 @@ from control.planning import dispatch_solver
 from control.problems import app_problem
 from control.registration.checks import first_plan_rate
 from control.registration.validate import validate_spec
-from profiles.allin import data_plane_bill, workload_from_plan
+from profiles.allin import data_plane_bill, with_results, workload_from_plan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -233,7 +233,10 @@ def preview_app(
         fleet=base.fleet,
         floor_plans=floors,
     )
-    return reprice(preview, all_in) if all_in is not None else preview
+    if all_in is None:
+        return preview
+    # an app whose results are pushed pays for its results queue, not for records in the table
+    return reprice(preview, replace(all_in, policy=with_results(all_in.policy, spec.results)))
 
 
 def reprice(preview: AppPreview, all_in: AllInSpec) -> AppPreview:

@@ -48,6 +48,7 @@ __all__ = [
     "batch_usd",
     "data_plane_bill",
     "policy_named",
+    "with_results",
     "workload_from_plan",
 ]
 
@@ -243,6 +244,14 @@ PER_TASK = TODAY.with_(
 )
 
 POLICIES: dict[str, DataPlanePolicy] = {TODAY.name: TODAY, PER_TASK.name: PER_TASK}
+
+
+def with_results(policy: DataPlanePolicy, results: str) -> DataPlanePolicy:
+    """``policy`` for an app whose results are ``results`` (its spec's ``"results"``): "pull" keeps the
+    records in the results table; "push" sends them to the app's results queue (``<name>_push``)."""
+    if results == "push" and policy.result_sink != "sqs":
+        return policy.with_(name=f"{policy.name}_push", result_sink="sqs")
+    return policy
 
 
 def policy_named(name: str) -> DataPlanePolicy:

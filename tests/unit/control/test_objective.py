@@ -80,3 +80,22 @@ def test_the_environment_selects_the_objective() -> None:
         {"SKINFLINT_PLAN_OBJECTIVE": "all-in", "SKINFLINT_FRAMES_PER_POST": "4", "SKINFLINT_FRAME_KB": "60"}
     )
     assert (cfg.objective, cfg.frames_per_post, cfg.frame_kb) == ("all-in", 4, 60.0)
+
+
+def test_an_app_that_pushes_its_results_is_priced_with_its_results_queue(traffic_problem: Any) -> None:
+    pull, push = AllInPricing("today", 8.0, 10), AllInPricing("today", 8.0, 10, results="push")
+    assert (pull.policy.result_sink, push.policy.result_sink) == ("dynamodb", "sqs")
+    assert push.policy.name == "today_push"
+    plan = dispatch_solver(ControlConfig())(traffic_problem)
+    fleet, pulled = all_in_cost(traffic_problem, plan, pull)
+    same_fleet, pushed = all_in_cost(traffic_problem, plan, push)
+    # the records leave the results table for the results queue: a cheaper data plane for this app
+    assert same_fleet == fleet and pushed < pulled
+    # the epoch's solver prices the apps it is told push so (problem.name is the app)
+    config = ControlConfig(objective="all-in", data_plane_policy="today")
+    as_push = dispatch_solver(config, frozenset({traffic_problem.name}))(traffic_problem)
+    as_pull = dispatch_solver(config)(traffic_problem)
+    assert (
+        sum(all_in_cost(traffic_problem, as_push, push))
+        <= sum(all_in_cost(traffic_problem, as_pull, push)) + 1e-9
+    )

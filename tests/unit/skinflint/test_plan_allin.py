@@ -101,3 +101,15 @@ def test_bad_input_is_one_line_and_exit_1(
 def test_the_all_in_objective_needs_a_rate(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "examples/harpagon_m1.json", "--objective", "all-in"]) == 1
     assert "--objective all-in prices the data plane at a frame rate" in capsys.readouterr().err
+
+
+def test_an_app_that_pushes_its_results_is_priced_with_its_results_queue(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    doc = STORE.load_app("traffic").model_dump(mode="json", exclude_none=True)
+    spec = tmp_path / "pushed.json"
+    spec.write_text(json.dumps({**doc, "name": "pushed", "results": "push"}))
+    pulled = plan_json(capsys, "traffic", "--rate", "1000")
+    pushed = plan_json(capsys, str(spec), "--rate", "1000")
+    assert (pulled["data_plane_policy"], pushed["data_plane_policy"]) == ("today", "today_push")
+    assert pushed["data_plane"]["dynamodb"]["per_hour"] < pulled["data_plane"]["dynamodb"]["per_hour"]
