@@ -519,6 +519,7 @@ class _DynamoCalls:
 
 def test_the_workers_make_no_read_of_the_results_table_unless_a_task_is_redelivered(stack):
     from core.adapters.results import ResultStore
+    from core.wire import decode
     from tests.functional.test_worker import deliver, front, make_worker
 
     det_ddb, ddb = _DynamoCalls(stack.cfg.region), _DynamoCalls(stack.cfg.region)
@@ -543,7 +544,9 @@ def test_the_workers_make_no_read_of_the_results_table_unless_a_task_is_redelive
     assert ddb.names() == {"BatchWriteItem"}
     ddb.calls.clear()
     (again,) = deliver(car, raw, 2)
-    assert again.duplicates == 1
+    # every task of the message (a parent batch's children on one queue share one: core/wire.py) is
+    # a duplicate, checked with one consistent Query of their POST
+    assert again.duplicates == len(decode(raw["Body"])) >= 1
     assert ddb.calls == [("Query", True)]
 
 
