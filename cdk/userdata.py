@@ -168,7 +168,9 @@ def worker_boot_commands(boot: WorkerBoot) -> list[str]:
         # (exit 3: the agent marked the instance unhealthy, Auto Scaling replaces it) is not
         "Restart=on-failure",
         f"RestartPreventExitStatus={C.BOOT_CHECK_EXIT}",
-        "RestartSec=15",
+        # a restarted agent releases what the crashed one held (workers/receipts.py): the sooner it
+        # starts, the sooner the front's backlog check stops counting those messages
+        "RestartSec=3",
         "StandardOutput=append:/var/log/skinflint/worker.log",
         "StandardError=append:/var/log/skinflint/worker.log",
         "[Install]",
