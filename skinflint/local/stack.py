@@ -46,7 +46,7 @@ from core.settings import DataPlaneConfig
 from skinflint.errors import SkinflintError
 from skinflint.local.emf import EmfExtractor, emulation_client
 from skinflint.local.fleet import FleetEmulator, LocalImds, ProcessLauncher, create_groups
-from skinflint.local.moto_server import FREEZE_PATH, METER_PATH
+from skinflint.local.moto_server import CALLER_ENV, FREEZE_PATH, METER_PATH
 from skinflint.local.provision import create_base
 from workers.lifeline import child_env, module_argv
 
@@ -235,6 +235,7 @@ class LocalStack:
         this one dies without stopping it (:mod:`workers.lifeline`)."""
         log_path = self.log_dir / f"{name}.log"
         fh = log_path.open("wb")
+        env = {**env, CALLER_ENV: name}  # the meter counts each process's requests (moto_server.caller)
         proc = subprocess.Popen(
             argv, stdout=fh, stderr=subprocess.STDOUT, env=child_env(env), start_new_session=True
         )
@@ -266,6 +267,9 @@ class LocalStack:
         self._log(f"moto server on {endpoint} ({time.time() - t0:.1f} s)")
         cfg = DataPlaneConfig(endpoint_url=endpoint, results_retention_days=self.config.retention_s / 86_400)
         os.environ.update({key: value for key, value in FAKE_CREDENTIALS.items() if key not in os.environ})
+        # this process's clients (the control loop, the fleet emulator, the demo's reads) are "stack"
+        # in the request meter; each child names itself (_spawn, the fleet's launcher)
+        os.environ.setdefault(CALLER_ENV, "stack")
         clients = {
             service: make_client(service, cfg)
             for service in ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "ec2")
