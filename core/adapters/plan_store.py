@@ -455,10 +455,12 @@ class PlanStore:
     def deployments(self, version: int, apps: Iterable[str] | None = None) -> dict[str, Deployment]:
         """Every app's deployment in ``version`` (or those of ``apps``)."""
         if apps is None:
-            manifest = self.manifest(version)
-            if manifest is None:
+            # the apps of the version's manifest: its activation fields may be rewritten, its apps
+            # never, so any replica's copy names them (read as an immutable item)
+            doc = self._read_doc(_vkey(version, "manifest"), immutable=True)
+            if doc is None:
                 return {}
-            apps = manifest.apps
+            apps = Manifest.model_validate_json(doc).apps
         names = sorted(apps)
         docs = self._read_docs([_vkey(version, "app", app) for app in names])
         return {
@@ -685,12 +687,18 @@ class PlanStore:
         self._delete(keys)
 
     # -- slot claims --------------------------------------------------------------------------------
-    def claims(self, version: int, fleet: FleetPlan | None = None) -> dict[str, Claim]:
-        """Slot -> its claim, for every claimed slot of ``version``."""
+    def claims(
+        self, version: int, fleet: FleetPlan | None = None, consistent: bool = True
+    ) -> dict[str, Claim]:
+        """Slot -> its claim, for every claimed slot of ``version``. ``consistent=False``: an
+        eventually consistent read (half the read units), for a periodic check that may see a
+        claim a moment late (the backlog and activation checks)."""
         fl = fleet if fleet is not None else self.fleet(version)
         if fl is None:
             return {}
-        got = self._batch_get([_vkey(version, "claim", str(instance.slot)) for instance in fl.instances])
+        got = self._batch_get(
+            [_vkey(version, "claim", str(instance.slot)) for instance in fl.instances], consistent=consistent
+        )
         return {
             claim.slot: claim
             for claim in (Claim.model_validate_json(item["doc"]["S"]) for item in got.values())
