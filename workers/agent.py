@@ -436,7 +436,10 @@ class InstanceAgent:
             if now - runner.empty_since >= self.retire_quiet_s:
                 done.append(runner)
         for runner in done:
-            runner.stop()
+            # the instance keeps running: the worker's receiver may finish its poll (up to 20 s on
+            # an idle queue) after the worker stopped, giving back what it returns; this loop does
+            # not wait for it
+            runner.stop(wait_for_poll=False)
         for runner in done:
             runner.thread.join(timeout=10)
             self._runners.remove(runner)

@@ -145,6 +145,7 @@ class Worker:
         self._in_hand = 0  # batches taken from the assembler and not finished yet
         self._last_received = time.monotonic()  # when a receive last returned a message
         self._poll_ends = 0.0  # monotonic time by which the receive in flight returns
+        self._wait_for_poll = True  # a stop waits for the receive in flight (stop(wait_for_poll=...))
         self._receives: dict[str, int] = {}  # idempotency key -> SQS receive count (poison path)
         self._to_delete: list[str] = []  # receipts of processed messages not deleted yet
         # receipt -> idempotency keys of its message's tasks not finished yet (under _lock); a
@@ -779,7 +780,12 @@ class Worker:
         return sum(1 for slot in slots if slot.batch_id not in self._batches_run)
 
     # -- the loop ----------------------------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self, wait_for_poll: bool = True) -> None:
+        """Stop serving (:meth:`serve` returns once the batches in hand are done). ``wait_for_poll``:
+        :meth:`serve` also waits for the receive in flight (up to ``idle_wait_s``), which a process
+        about to exit needs (a drain); a share retired on a running instance does not (False): its
+        receiver thread lives on until the poll returns, and gives back what it returns."""
+        self._wait_for_poll = wait_for_poll
         self._stopping.set()
         with self._lock:
             self._lock.notify_all()
@@ -887,9 +893,13 @@ class Worker:
         # the receive in flight returns by _poll_ends (an idle worker's 20 s poll, else 1 s): waited
         # for, so that what it returns is released (accept) before this process may exit; a
         # message SQS handed to a poll nobody reads would wait out the visibility timeout
-        receiver.join(timeout=max(0.0, self._poll_ends - time.monotonic()) + 3)
+        poll_left = max(0.0, self._poll_ends - time.monotonic())
+        receiver.join(timeout=poll_left + 3 if self._wait_for_poll else min(3.0, poll_left + 3))
         if receiver.is_alive():  # still in flight: what it returns is released by accept()
-            log.warning("receiver still in a long poll at shutdown")
+            log.log(
+                logging.WARNING if self._wait_for_poll else logging.DEBUG,
+                "receiver still in a long poll at shutdown",
+            )
         released = self.release_buffered()
         if self.journal is not None:
             self.journal.close()

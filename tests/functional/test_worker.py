@@ -460,3 +460,25 @@ def test_what_a_poll_returns_while_stopping_is_given_back_at_once(stack):
     assert not server.is_alive()
     assert len(stack.messages(url)) == 1
     assert len(det.assembler) == 0 and det.totals["ran"] == 0
+
+
+def test_a_retired_share_does_not_wait_for_its_idle_poll_and_what_it_returns_is_given_back(stack):
+    # GIVEN a serving worker in an idle long poll (5 s here)
+    det = make_worker(stack, "detector", idle_after_s=0.0, idle_wait_s=5, grace_s=30.0)
+    url = det.assignment.queue_url
+    before = set(threading.enumerate())
+    server = threading.Thread(target=det.serve, kwargs={"report_s": 60.0}, daemon=True)
+    server.start()
+    time.sleep(0.5)
+    (receiver,) = [t for t in threading.enumerate() if t.name == "receiver" and t not in before]
+    # WHEN its share retires on an instance that keeps running (the agent does not wait for the poll)
+    t0 = time.monotonic()
+    det.stop(wait_for_poll=False)
+    server.join(timeout=15)
+    assert not server.is_alive() and time.monotonic() - t0 < 4.0  # not the rest of the 5 s poll
+    assert receiver.is_alive()
+    # THEN a frame the poll still returns is given back at once, not held to the visibility timeout
+    send_frames(stack, 1)
+    receiver.join(timeout=10)
+    assert not receiver.is_alive()
+    assert len(stack.messages(url)) == 1 and len(det.assembler) == 0
