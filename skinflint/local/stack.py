@@ -127,6 +127,7 @@ def registration_doc(lp: LocalPlan) -> dict[str, Any]:
 
 
 OVERHEAD_PROBES = 16  # timed hops the planned per-hop overhead is the worst of
+FLEET_STOP_S = 30.0  # s the agents get to drain when the stack stops (an idle worker's last poll: 20 s)
 
 
 @dataclass(frozen=True)
@@ -656,13 +657,16 @@ class LocalStack:
         ConfigStore(make_client("dynamodb", cfg), cfg.config_table).put_api_key(key, note)
 
     def stop(self, timeout_s: float = 8.0) -> None:
-        """Stop the epoch timer; drain every instance (SIGTERM); SIGTERM the front, then moto;
-        SIGKILL what is still alive after ``timeout_s``."""
+        """Stop the epoch timer; drain every instance (SIGTERM; SIGKILL after ``FLEET_STOP_S``, or
+        ``timeout_s`` if longer); SIGTERM the front, then moto; SIGKILL what is still alive after
+        ``timeout_s``."""
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=30)
         if self.fleet is not None:
-            self.fleet.stop(timeout_s=max(timeout_s, 20.0))
+            # an agent's drain waits for its workers' receives in flight: up to 20 s (+3) for a
+            # worker idle for 30 s, in SQS's longest poll (workers/worker.py)
+            self.fleet.stop(timeout_s=max(timeout_s, FLEET_STOP_S))
         if self._imds is not None:
             self._imds.stop()
             self._imds = None
