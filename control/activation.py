@@ -59,7 +59,9 @@ def slot_readiness(store: PlanStore, version: int, now: float, fresh_s: float) -
     fleet = store.fleet(version)
     if fleet is None:
         return 0, {}
-    claims = store.claims(version, fleet)
+    # eventually consistent, as the heartbeats' scan: a claim or heartbeat a moment old (the
+    # replicas' lag, under a second) only moves the activation to the next check
+    claims = store.claims(version, fleet, consistent=False)
     beats = store.instances()
     missing: dict[str, str] = {}
     for inst in fleet.instances:

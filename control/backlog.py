@@ -122,7 +122,9 @@ def read_backlog(
     (:func:`_tasks_per_message`; 1 when none does)."""
     deps = store.deployments(version)
     fleet = store.fleet(version)
-    claims = store.claims(version, fleet) if fleet is not None else {}
+    # eventually consistent (as the heartbeats' scan): a reading a moment old changes a check of
+    # minutes-old backlog by nothing
+    claims = store.claims(version, fleet, consistent=False) if fleet is not None else {}
     beats = store.instances()
     slot_of = (
         {

@@ -184,8 +184,11 @@ class Controller:
         t0 = time.perf_counter()
         config = self.config
         now = self.clock()
-        state = self.states.load()
-        cur = self.plans.current()
+        state = self.states.load()  # consistent: the save below is conditional on its epoch
+        # the pointer through its hint, eventually consistently (PlanStore.current_hinted): a
+        # pointer a moment old makes the activation's conditional rewrite report a conflict, and
+        # the next check (2 s locally, a minute on AWS) sees the new one
+        cur = self.plans.current_hinted()
         if cur is None:
             return BacklogSummary(status="no plan")
         out = BacklogSummary(status="quiet", version=cur.version)

@@ -45,6 +45,10 @@ _KEY_TTL_S = 10.0  # s an API key found known is trusted without reading it agai
 _BAD_KEY_TTL_S = 5.0  # s an API key found unknown is refused without reading it again
 _BAD_KEYS_KEPT = 4096  # unknown keys remembered at most
 _POINTER_TTL_S = 1.0  # s: the plan pointer is re-read this often (a version activates >= 1 s after publish)
+# finished results (done or dropped: final) of a POST's other frames, kept from the Query that read
+# one of them, so the GETs of a POST's frames that finished together cost one Query, not one each
+_FINISHED_TTL_S = 10.0
+_FINISHED_KEPT = 4096
 # a POST's id and the frame's index (core/ids.py): anything else cannot exist (and never hits DynamoDB)
 _REQUEST_ID = re.compile(r"[0-9a-f]{32}")
 _APP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -81,6 +85,8 @@ class FrontService:
     _io_lock: threading.Lock = field(default_factory=threading.Lock)
     _waiters: dict[str, int] = field(default_factory=dict)  # API key -> its open long polls
     _reads: dict[str, TokenBucket] = field(default_factory=dict)  # API key -> its GET bucket
+    # request id -> (kept until, its finished result), read with a sibling frame (_read_result)
+    _finished: dict[str, tuple[float, ResultOut]] = field(default_factory=dict)
 
     def _io_pool(self) -> ThreadPoolExecutor:
         with self._io_lock:
@@ -376,13 +382,37 @@ class FrontService:
                 if not self._waiters[who]:
                     del self._waiters[who]
 
+    def _read_finished(self, request_id: str) -> ResultOut | None:
+        """The frame's result: kept from a read of its POST's partition if it was finished then (a
+        finished frame's result is final: every task of it recorded, or dropped with a reason;
+        kept ``_FINISHED_TTL_S``), else one Query of the partition, whose finished frames are kept
+        for their own GETs. None: no such frame."""
+        now = time.monotonic()
+        with self._io_lock:
+            kept = self._finished.pop(request_id, None)
+        if kept is not None and kept[0] > now:
+            return kept[1]
+        frames = self.results.get_post_requests(request_id)
+        if frames is None:
+            return None
+        with self._io_lock:
+            if len(self._finished) + len(frames) > _FINISHED_KEPT:  # bounded: the expired, else all
+                for stale in [rid for rid, (until, _) in self._finished.items() if until <= now] or list(
+                    self._finished
+                ):
+                    del self._finished[stale]
+            for rid, result in frames.items():
+                if rid != request_id and result.status != "queued":
+                    self._finished[rid] = (now + _FINISHED_TTL_S, result)
+        return frames[request_id]
+
     def _check_request_id(self, request_id: str) -> None:
         append_keys(request_id=request_id[:140])
         if not _REQUEST_ID.fullmatch(request_id):
             self.reject(404, "unknown_request", f"no request {request_id[:140]!r}")
 
     def _read_result(self, request_id: str) -> ResultOut:
-        out = self.results.get_request(request_id)
+        out = self._read_finished(request_id)
         if out is None:
             self.reject(404, "unknown_request", f"no request {request_id!r}")
         queue = self._pushed_to(out.app)

@@ -7,7 +7,8 @@ It applies the planner's decisions; it decides nothing itself.
    class that are not measured there yet. A :class:`~workers.runtimes.ProviderError` refuses every
    claim: the heartbeat says ``refused`` and why.
 
-1. **Claim**: reads the current plan version (the pointer, every ``poll_s``), claims a slot of the
+1. **Claim**: reads the current plan version (the pointer's hint, every ``poll_s``: an eventually
+   consistent read while nothing changes, ``PlanStore.current_hinted``), claims a slot of the
    version's packed fleet for its hardware (a conditional write in the plan store; the slot it
    served before is preferred) and runs every share of the slot: one :class:`~workers.worker.
    Worker` per share, each on its machine's queue from the app's deployment, all on ONE
@@ -79,8 +80,10 @@ log = logging.getLogger("skinflint.instance")
 class PlanSource(Protocol):
     """What the agent reads of the versioned plan store (``core.adapters.plan_store``)."""
 
-    def current(self) -> Any:
-        """The manifest the pointer names (``version``, ``activate_at``), None before any plan."""
+    def current_hinted(self) -> Any:
+        """The manifest the pointer names (``version``, ``activate_at``), None before any plan: the
+        poll of :meth:`core.adapters.plan_store.PlanStore.current_hinted` (an eventually consistent
+        read of a hint while nothing changes; never older than what it returned before)."""
 
     def deployment(self, version: int, app: str) -> Deployment | None: ...
 
@@ -180,7 +183,7 @@ class InstanceAgent:
         """One control step: follow the pointer, switch at activation, retire, heartbeat."""
         now = self.clock()
         try:
-            manifest = self.plans.current()
+            manifest = self.plans.current_hinted()
         except DataPlaneError as exc:
             log.warning("cannot read the plan pointer: %s", exc)
             manifest = None
@@ -433,7 +436,10 @@ class InstanceAgent:
             if now - runner.empty_since >= self.retire_quiet_s:
                 done.append(runner)
         for runner in done:
-            runner.stop()
+            # the instance keeps running: the worker's receiver may finish its poll (up to 20 s on
+            # an idle queue) after the worker stopped, giving back what it returns; this loop does
+            # not wait for it
+            runner.stop(wait_for_poll=False)
         for runner in done:
             runner.thread.join(timeout=10)
             self._runners.remove(runner)

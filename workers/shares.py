@@ -219,8 +219,10 @@ class ShareRunner:
     retire_after: float = 0.0
     empty_since: float | None = None
 
-    def stop(self) -> None:
-        self.worker.stop()
+    def stop(self, wait_for_poll: bool = True) -> None:
+        """Stop the worker (:meth:`workers.worker.Worker.stop`: a retirement need not wait for its
+        receive in flight, a drain does)."""
+        self.worker.stop(wait_for_poll=wait_for_poll)
 
 
 def runner_key(assignment: Assignment) -> tuple[Any, ...]:

@@ -17,12 +17,15 @@ duplicates, checked as below). A processed message's delete may wait up to ``del
 (default 1 s, ``SKINFLINT_DELETE_LINGER_S``) to share one ``DeleteMessageBatch`` with up to nine
 others: its results are already recorded, so a redelivery before the delete is a duplicate (checked
 before it is recorded or counted again: its receive count is above 1, which marks every task of it),
-and the linger is far below the queues' 30 s visibility timeout. SIGTERM: the batch in hand is
-finished, pending deletes are sent, and every message with a task still buffered is released
-(ChangeMessageVisibility 0): its finished tasks come back as duplicates. A queue deleted under the
-worker (the control loop's garbage collector removes a superseded version's queues) is logged once:
-the worker stops receiving, runs what it already holds and stops (``queue_gone``); it neither
-retries nor restarts on it.
+and the linger is far below the queues' 30 s visibility timeout. The receive loop long-polls 1 s while
+messages come and 20 s (SQS's maximum) once its queue has been empty for 30 s, so an idle share
+costs three ``ReceiveMessage`` a minute rather than sixty. SIGTERM: the batch in hand is
+finished, pending deletes are sent, the receive in flight is waited for (at most its poll: 20 s
+for an idle worker) and what it returns is released with the rest: every message with a task
+still buffered is released (ChangeMessageVisibility 0): its finished tasks come back as
+duplicates. A queue deleted under the worker (the control loop's garbage collector removes a
+superseded version's queues) is logged once: the worker stops receiving, runs what it already
+holds and stops (``queue_gone``); it neither retries nor restarts on it.
 
 The workers of one instance, one per share of its slot, run in one process and share one
 :class:`~workers.device.Device`: their batches take the device in the order their windows close, as the fleet
@@ -111,6 +114,13 @@ class Worker:
     # the receipts it holds, on local disk (workers/receipts.py): the instance agent releases them
     # when it starts again after a crash, rather than letting them wait out the visibility timeout
     journal: ReceiptJournal | None = None
+    # the receive loop's long poll: ``busy_wait_s`` while messages come, ``idle_wait_s`` (SQS's
+    # maximum) once ``idle_after_s`` have passed without one: an idle queue costs a ReceiveMessage
+    # every 20 s rather than every second. A stop waits for the poll in flight (:meth:`_shutdown`):
+    # at most ``idle_wait_s``, and only for a worker idle that long
+    busy_wait_s: int = 1
+    idle_wait_s: int = 20
+    idle_after_s: float = 30.0
 
     def __post_init__(self) -> None:
         assignment = self.assignment
@@ -133,6 +143,9 @@ class Worker:
         self._children = dep.children(assignment.module)
         self._batches_run: set[int] = set()
         self._in_hand = 0  # batches taken from the assembler and not finished yet
+        self._last_received = time.monotonic()  # when a receive last returned a message
+        self._poll_ends = 0.0  # monotonic time by which the receive in flight returns
+        self._wait_for_poll = True  # a stop waits for the receive in flight (stop(wait_for_poll=...))
         self._receives: dict[str, int] = {}  # idempotency key -> SQS receive count (poison path)
         self._to_delete: list[str] = []  # receipts of processed messages not deleted yet
         # receipt -> idempotency keys of its message's tasks not finished yet (under _lock); a
@@ -217,18 +230,19 @@ class Worker:
         tasks buffered."""
         if self.journal is not None:
             self.journal.held(received_one.receipt for received_one in received)
-        if self._stopping.is_set():  # received while stopping: give it straight back
-            self._release([received_one.receipt for received_one in received])
-            return 0
         now = self.clock()
         count = 0
         poison: list[tuple[Received, ValueError]] = []
         delays: list[float] = []
         accepted: list[TaskMessage] = []
         with self._lock:
+            # received while stopping: given straight back (below). Checked under the lock that
+            # release_buffered drains under: what a poll returns is either buffered before the
+            # drain (and released by it) or released here, never left in the assembler
+            late = self._stopping.is_set()
             if len(self._receives) > 20_000:  # receive counts matter only while a request is in hand
                 self._receives.clear()
-            for received_one in received:
+            for received_one in () if late else received:
                 try:
                     msgs = received_one.messages()
                 except ValueError as exc:
@@ -249,6 +263,9 @@ class Worker:
                         delays.append(now - msg.enqueued_at)
                 count += len(msgs)
             self._lock.notify_all()
+        if late:
+            self._release([received_one.receipt for received_one in received])
+            return 0
         if count:
             self.queues.observe(self.assignment.queue_url, count, len(received) - len(poison))
         self._prepare_ahead(accepted)
@@ -388,6 +405,12 @@ class Worker:
 
     def poll_once(self, wait_s: int = 1) -> int:
         return self.accept(self.queues.receive(self.assignment.queue_url, wait_s=wait_s))
+
+    def receive_wait_s(self) -> int:
+        """The next receive's long poll: ``busy_wait_s`` until ``idle_after_s`` have passed since a
+        receive last returned a message, ``idle_wait_s`` after."""
+        idle = time.monotonic() - self._last_received >= self.idle_after_s
+        return self.idle_wait_s if idle else self.busy_wait_s
 
     # -- executing ---------------------------------------------------------------------------------
     def run_ready(self, now: float | None = None) -> list[BatchOutcome]:
@@ -757,7 +780,12 @@ class Worker:
         return sum(1 for slot in slots if slot.batch_id not in self._batches_run)
 
     # -- the loop ----------------------------------------------------------------------------------
-    def stop(self) -> None:
+    def stop(self, wait_for_poll: bool = True) -> None:
+        """Stop serving (:meth:`serve` returns once the batches in hand are done). ``wait_for_poll``:
+        :meth:`serve` also waits for the receive in flight (up to ``idle_wait_s``), which a process
+        about to exit needs (a drain); a share retired on a running instance does not (False): its
+        receiver thread lives on until the poll returns, and gives back what it returns."""
+        self._wait_for_poll = wait_for_poll
         self._stopping.set()
         with self._lock:
             self._lock.notify_all()
@@ -779,7 +807,10 @@ class Worker:
     def _receive_loop(self) -> None:
         while not self._stopping.is_set() and not self._gone.is_set():
             try:
-                self.poll_once(wait_s=1)
+                wait_s = self.receive_wait_s()
+                self._poll_ends = time.monotonic() + wait_s
+                if self.poll_once(wait_s=wait_s):
+                    self._last_received = time.monotonic()
             except DataPlaneError as exc:
                 if self._check_gone(exc, "receive"):
                     return
@@ -859,9 +890,16 @@ class Worker:
 
     def _shutdown(self, receiver: threading.Thread) -> None:
         self.flush_deletes()  # every batch has finished (the pool is closed): its deletes go now
-        receiver.join(timeout=3)
-        if receiver.is_alive():  # a receive still in flight: what it returns is released by accept()
-            log.warning("receiver still in a long poll at shutdown")
+        # the receive in flight returns by _poll_ends (an idle worker's 20 s poll, else 1 s): waited
+        # for, so that what it returns is released (accept) before this process may exit; a
+        # message SQS handed to a poll nobody reads would wait out the visibility timeout
+        poll_left = max(0.0, self._poll_ends - time.monotonic())
+        receiver.join(timeout=poll_left + 3 if self._wait_for_poll else min(3.0, poll_left + 3))
+        if receiver.is_alive():  # still in flight: what it returns is released by accept()
+            log.log(
+                logging.WARNING if self._wait_for_poll else logging.DEBUG,
+                "receiver still in a long poll at shutdown",
+            )
         released = self.release_buffered()
         if self.journal is not None:
             self.journal.close()

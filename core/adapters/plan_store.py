@@ -14,8 +14,11 @@ published earlier that never activated). The one thing that changes after publis
 activation time: :meth:`PlanStore.set_activation` moves ``activate_at`` earlier once the version's
 slots are served (a conditional rewrite of the pointer on the manifest read; the version's items,
 and so every reader's view of the plan, are untouched). Readers read the pointer, then the
-version's items, with consistent reads: every item of a version exists before the pointer names
-it and none changes afterwards, so a reader never sees half a plan. ``plan#seq`` hands out
+version's items: every item of a version exists before the pointer names it and none changes
+afterwards, so a reader never sees half a plan. The pointer is read consistently (a poller reads
+its hints instead, below); a version's deployments and fleet (immutable) eventually consistently,
+and consistently only when that read does not find them (written a moment before the pointer named
+them). ``plan#seq`` hands out
 version numbers (an atomic counter), so a writer that crashed half-way leaves an orphan, never a
 half-written version that a later writer would collide with.
 
@@ -32,11 +35,16 @@ document (*pending*: "the pointer may be changing to this"); after it succeeds, 
 pending on that checksum is given the document too when it is at most :data:`HINT_DOC_BYTES`
 (*settled*, a conditional write: a later writer's pending hint wins). A reader
 (:meth:`PlanStore.current_hinted`) reads one hint (its own, chosen at random: the reads spread over
-:data:`HINTS` keys) with one consistent read of one read unit; a settled hint is the pointer; a
-pending one whose checksum is the manifest the reader already holds means no change; anything else
-(pending, missing, failed) sends it to the pointer itself. A hint only ever carries a document after
-the pointer held it, and every writer makes the hints pending before it writes, so a settled hint
-never names a superseded pointer (a writer reads the pointer before its pending write).
+:data:`HINTS` keys) with one eventually consistent read (half a read unit: no strongly consistent
+read while nothing changes); a hint whose checksum is the manifest the reader holds, or one it held
+before, means no change; a settled hint of a later pointer document (a higher version, or the same
+version activating earlier) is that document; an older one is a replica behind, ignored; anything
+else (pending, missing, failed) sends it to the pointer itself, read consistently. A hint only ever
+carries a document after the pointer held it, and every writer makes the hints pending before it
+writes, so a settled hint names a document the pointer held (a writer reads the pointer before its
+pending write); read from a replica behind, perhaps one it held a moment ago, never one older than
+what the reader holds. The front (every second, through its cache) and the instance agents (every
+``poll_s``) poll this way.
 
 Instances report what they serve with :meth:`PlanStore.put_instance` (``instance#<id>``: every
 version whose shares they still run, :class:`InstanceStatus`); the control loop's garbage collector
@@ -48,6 +56,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -88,6 +97,7 @@ HINTS = 16  # hint items of the pointer (plan#current#h00..15): polling readers 
 HINT_DOC_BYTES = 3_800
 _PREFIX = "plan#v"
 _WRITERS = 8  # parallel PutItem calls when writing a version
+_REPLACED_KEPT = 16  # replaced pointer checksums a polling reader remembers
 
 
 class PlanStoreError(ConfigError):
@@ -205,6 +215,17 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _pointer_order(a: Manifest, b: Manifest) -> int:
+    """Which of two pointer documents the pointer held later: 1 ``a``, -1 ``b``, 0 cannot tell
+    (same version and activation). A publish raises the version; ``set_activation`` keeps the
+    version and moves ``activate_at`` earlier (or keeps it, recording a deadline: 0 here)."""
+    if a.version != b.version:
+        return 1 if a.version > b.version else -1
+    if a.activate_at != b.activate_at:
+        return 1 if a.activate_at < b.activate_at else -1
+    return 0
+
+
 def _load_fleet(text: str) -> FleetPlan:
     return FleetPlan.model_validate_json(text)
 
@@ -218,24 +239,27 @@ class PlanStore:
         # the hint this reader polls (current_hinted): at random, so readers spread over the HINTS keys
         self._hint_shard = (random.randrange(HINTS) if hint_shard is None else hint_shard) % HINTS  # noqa: S311
         self._seen: tuple[str, Manifest] | None = None  # the pointer document's checksum and manifest
+        # checksums of pointer documents this reader held and saw replaced: a hint naming one is a
+        # replica behind (a pointer document never comes back: versions and activations only move on)
+        self._replaced: deque[str] = deque(maxlen=_REPLACED_KEPT)
 
     # -- low-level items ------------------------------------------------------------------------
-    def _get(self, pk: str) -> dict[str, Any] | None:
+    def _get(self, pk: str, consistent: bool = True) -> dict[str, Any] | None:
         try:
-            item = self._ddb.get_item(TableName=self._table, Key={"pk": {"S": pk}}, ConsistentRead=True).get(
-                "Item"
-            )
+            item = self._ddb.get_item(
+                TableName=self._table, Key={"pk": {"S": pk}}, ConsistentRead=consistent
+            ).get("Item")
         except AWS_ERRORS as exc:
             raise PlanStoreError(f"cannot read {pk}: {exc}", key=pk) from exc
         return item if item else None
 
-    def _batch_get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+    def _batch_get(self, keys: list[str], consistent: bool = True) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for i in range(0, len(keys), 100):
             request: dict[str, Any] = {
                 self._table: {
                     "Keys": [{"pk": {"S": key}} for key in keys[i : i + 100]],
-                    "ConsistentRead": True,
+                    "ConsistentRead": consistent,
                 }
             }
             for attempt in range(8):
@@ -292,8 +316,21 @@ class PlanStore:
         head = {"pk": {"S": pk}, "sha256": {"S": digest}, "parts": {"N": str(len(parts))}}
         return [head] + [{"pk": {"S": f"{pk}#p{i}"}, "data": {"B": part}} for i, part in enumerate(parts)]
 
-    def _read_doc(self, pk: str, head: dict[str, Any] | None = None) -> str | None:
-        head = head if head is not None else self._get(pk)
+    def _immutable_get(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """Items that never change once written (a version's deployments, fleet and their parts):
+        an eventually consistent read (half a read unit), then a consistent one of those it did not
+        return. An item that exists is returned whole or not at all, and its content is the same in
+        every replica that has it: only "not yet there" needs the consistent read (an item written
+        a moment before the pointer named its version)."""
+        got = self._batch_get(keys, consistent=False)
+        missing = [key for key in keys if key not in got]
+        if missing:
+            got.update(self._batch_get(missing))
+        return got
+
+    def _read_doc(self, pk: str, head: dict[str, Any] | None = None, immutable: bool = False) -> str | None:
+        if head is None:
+            head = self._immutable_get([pk]).get(pk) if immutable else self._get(pk)
         if head is None:
             return None
         part_count = int(head.get("parts", {}).get("N", "0"))
@@ -301,7 +338,7 @@ class PlanStore:
             data = str(head["doc"]["S"]).encode()
         else:
             keys = [f"{pk}#p{i}" for i in range(part_count)]
-            got = self._batch_get(keys)
+            got = self._immutable_get(keys)  # parts are written once, under a fresh head's checksum
             missing = [key for key in keys if key not in got]
             if missing:
                 raise PlanStoreError(f"{pk}: {len(missing)} of {part_count} parts missing", key=pk)
@@ -311,7 +348,8 @@ class PlanStore:
         return data.decode()
 
     def _read_docs(self, keys: list[str]) -> dict[str, str]:
-        heads = self._batch_get(keys)
+        """Immutable documents (a version's deployments): :meth:`_immutable_get`."""
+        heads = self._immutable_get(keys)
         return {key: doc for key, head in heads.items() if (doc := self._read_doc(key, head)) is not None}
 
     # -- readers ----------------------------------------------------------------------------------
@@ -322,26 +360,49 @@ class PlanStore:
 
     def current_hinted(self) -> Manifest | None:
         """The manifest the pointer names, for a reader that polls it (the module doc, "Readers that
-        poll"): one consistent read of this reader's hint, and a read of the pointer only when the
-        hint does not settle it (a change, a pending or missing hint)."""
-        hint = self._get(hint_key(self._hint_shard))
+        poll"): one eventually consistent read of this reader's hint (half a read unit), and a
+        consistent read of the pointer only when the hint does not settle it.
+
+        The hint settles it when its checksum is the document this reader holds, or one it held
+        before and saw replaced (a replica behind: no change); when it carries a document of a
+        version newer than the one held, or of the same version with an earlier activation (every
+        pointer write moves one of them forward: publish raises the version, ``set_activation`` only
+        moves ``activate_at`` earlier), that document is taken (the pointer held it, perhaps a
+        moment ago; the first one a reader reads is taken as it is); one that is older is a replica
+        behind and is ignored. Anything else (a pending or missing hint, the same version and
+        activation in another document) reads the pointer itself, consistently.
+        So what a reader holds never goes back, and it is at most the replicas' lag (well under a
+        second on DynamoDB) behind what a consistent poll would hold: the activation notice (3 s)
+        covers a 1 s poll plus that lag."""
+        hint = self._get(hint_key(self._hint_shard), consistent=False)
         seen = self._seen
         if hint is not None:
             sha = str(hint["sha256"]["S"])
-            if seen is not None and seen[0] == sha:
+            if seen is not None and (sha == seen[0] or sha in self._replaced):
                 return seen[1]
             if "doc" in hint and _sha(str(hint["doc"]["S"]).encode()) == sha:
                 manifest = Manifest.model_validate_json(hint["doc"]["S"])
-                self._seen = (sha, manifest)
-                return manifest
+                order = 1 if seen is None else _pointer_order(manifest, seen[1])
+                if order > 0:
+                    self._hold(sha, manifest)
+                    return manifest
+                if order < 0 and seen is not None:
+                    self._replaced.append(sha)
+                    return seen[1]
         item = self._get(POINTER)
         if item is None:
             self._seen = None
             return None
         doc = str(item["doc"]["S"])
         manifest = Manifest.model_validate_json(doc)
-        self._seen = (_sha(doc.encode()), manifest)
+        self._hold(_sha(doc.encode()), manifest)
         return manifest
+
+    def _hold(self, sha: str, manifest: Manifest) -> None:
+        """Hold ``manifest`` (checksum ``sha``) as the pointer; the document held before is replaced."""
+        if self._seen is not None and self._seen[0] != sha:
+            self._replaced.append(self._seen[0])
+        self._seen = (sha, manifest)
 
     def _hints_pending(self, doc: str) -> None:
         """Before a pointer write: every hint says the pointer may be changing to ``doc`` (its
@@ -386,16 +447,20 @@ class PlanStore:
         return Manifest.model_validate_json(doc) if doc else None
 
     def deployment(self, version: int, app: str) -> Deployment | None:
-        doc = self._read_doc(_vkey(version, "app", app))
+        """The app's deployment in ``version`` (immutable: an eventually consistent read, and a
+        consistent one only when it does not find it)."""
+        doc = self._read_doc(_vkey(version, "app", app), immutable=True)
         return Deployment.model_validate_json(doc) if doc else None
 
     def deployments(self, version: int, apps: Iterable[str] | None = None) -> dict[str, Deployment]:
         """Every app's deployment in ``version`` (or those of ``apps``)."""
         if apps is None:
-            manifest = self.manifest(version)
-            if manifest is None:
+            # the apps of the version's manifest: its activation fields may be rewritten, its apps
+            # never, so any replica's copy names them (read as an immutable item)
+            doc = self._read_doc(_vkey(version, "manifest"), immutable=True)
+            if doc is None:
                 return {}
-            apps = manifest.apps
+            apps = Manifest.model_validate_json(doc).apps
         names = sorted(apps)
         docs = self._read_docs([_vkey(version, "app", app) for app in names])
         return {
@@ -405,7 +470,8 @@ class PlanStore:
         }
 
     def fleet(self, version: int) -> FleetPlan | None:
-        doc = self._read_doc(_vkey(version, "fleet"))
+        """The version's fleet plan (immutable: read as :meth:`deployment`)."""
+        doc = self._read_doc(_vkey(version, "fleet"), immutable=True)
         return _load_fleet(doc) if doc else None
 
     def versions(self) -> list[int]:
@@ -621,12 +687,18 @@ class PlanStore:
         self._delete(keys)
 
     # -- slot claims --------------------------------------------------------------------------------
-    def claims(self, version: int, fleet: FleetPlan | None = None) -> dict[str, Claim]:
-        """Slot -> its claim, for every claimed slot of ``version``."""
+    def claims(
+        self, version: int, fleet: FleetPlan | None = None, consistent: bool = True
+    ) -> dict[str, Claim]:
+        """Slot -> its claim, for every claimed slot of ``version``. ``consistent=False``: an
+        eventually consistent read (half the read units), for a periodic check that may see a
+        claim a moment late (the backlog and activation checks)."""
         fl = fleet if fleet is not None else self.fleet(version)
         if fl is None:
             return {}
-        got = self._batch_get([_vkey(version, "claim", str(instance.slot)) for instance in fl.instances])
+        got = self._batch_get(
+            [_vkey(version, "claim", str(instance.slot)) for instance in fl.instances], consistent=consistent
+        )
         return {
             claim.slot: claim
             for claim in (Claim.model_validate_json(item["doc"]["S"]) for item in got.values())

@@ -364,6 +364,19 @@ class ResultStore:
         state = frames.get(request_id) if frames else None
         return state.result() if state is not None else None
 
+    def get_post_requests(self, request_id: str) -> dict[str, ResultOut] | None:
+        """Every frame of ``request_id``'s POST, as :meth:`get_request` reads it (the same one
+        eventually consistent Query of the POST's partition); None when the POST is not recorded
+        (or has expired) or has no such frame."""
+        try:
+            post = post_of(request_id)
+        except ValueError:
+            return None
+        frames = self.post_frames(post)
+        if not frames or request_id not in frames:
+            return None
+        return {rid: state.result() for rid, state in frames.items()}
+
     def post_frames(self, post_id: str, consistent: bool = False) -> dict[str, FrameState] | None:
         """Every frame of a POST, as its partition records it; None when the POST item does not
         exist or has expired."""

@@ -336,6 +336,11 @@ def _fmt_requests(requests: dict[str, Any] | None) -> str:
         for action, count in list(requests["by_action"].items())[:5]
     )
     line = f"{requests['per_frame']:.1f} per frame ({requests['per_second']:.0f}/s): {top}"
+    callers = requests.get("by_caller_per_frame") or {}
+    if callers:
+        line += "; per frame by process: " + ", ".join(
+            f"{who} {figures['total']:.2f}" for who, figures in callers.items()
+        )
     units = requests.get("billing_units_per_frame") or {}
     if units:
         line += "; billed per frame: " + ", ".join(

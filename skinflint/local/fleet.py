@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.adapters._aws import AWS_ERRORS
 from core.errors import ConfigError
+from skinflint.local.moto_server import CALLER_ENV
 from workers.lifeline import child_env
 
 if TYPE_CHECKING:
@@ -282,15 +283,17 @@ class ProcessLauncher:
         with log_path.open("ab") as fh:
             # its own session (a Ctrl-C reaches the stack only); this process named as its parent:
             # the agent drains and exits if this process dies (workers.lifeline)
-            env = child_env(self._env(instance_id))
+            env = child_env(self._env(instance_id, hardware))
             proc = subprocess.Popen(
                 argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         return proc  # Popen has pid, poll(), terminate() (SIGTERM) and kill()
 
-    def _env(self, instance_id: str) -> dict[str, str]:
-        # the receipt journals (workers/receipts.py) in the stack's directory, as /var/lib on EC2
+    def _env(self, instance_id: str, hardware: str) -> dict[str, str]:
+        # the receipt journals (workers/receipts.py) in the stack's directory, as /var/lib on EC2; the
+        # request meter counts the instance's requests as instance-<hardware> (moto_server.caller)
         env = {"SKINFLINT_STATE_DIR": str(self.log_dir / "state"), **self.env}
+        env[CALLER_ENV] = f"instance-{hardware}"
         if not self.emf:
             return env
         emf_file = self.log_dir / f"instance-{instance_id}.emf.jsonl"

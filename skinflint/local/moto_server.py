@@ -14,8 +14,11 @@ moto's internals move, it falls back to ``moto.server.main`` unchanged.
 It also meters the requests it serves (:class:`RequestMeter`): ``GET /_skinflint/requests`` returns
 the count per service and action since the server started (``{"total": N, "by_action":
 {"sqs.SendMessageBatch": n, ...}, "cpu_s_by_action": ..., "max_wall_s_by_action": ..., "heavy":
-[...], "gc": {...}}``: requests, the server's time on them, and its garbage-collector pauses),
-which ``skinflint demo`` turns into AWS requests per frame and this server's CPU per action. On AWS
+[...], "gc": {...}, "by_caller": {"front": {"dynamodb.GetItem": n, ...}, ...}}``: requests, the
+server's time on them, its garbage-collector pauses, and the requests of each process of the stack,
+named by the ``app/<id>`` its SDK puts in the User-Agent (:data:`CALLER_ENV`, set per process by the
+stack; ``other`` without one), which ``skinflint demo`` turns into AWS requests per frame (by action
+and by caller) and this server's CPU per action. On AWS
 those requests are billed by the request; here they are the load on this server.
 """
 
@@ -44,11 +47,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
 __all__ = [
+    "CALLER_ENV",
     "FREEZE_PATH",
     "METER_PATH",
     "RETENTION_STATS",
     "GcMeter",
     "RequestMeter",
+    "caller",
     "classify",
     "expire_data",
     "frozen_full_collections",
@@ -130,6 +135,20 @@ BILLING_UNITS = (
 )
 _KB = 1024
 _SQS_CHUNK = 64 * _KB
+
+
+#: The environment variable the AWS SDKs read for the ``app/<id>`` part of their User-Agent: the
+#: local stack sets it per process (``front``, ``instance-<hardware>``, ``stack``) and the meter counts
+#: each caller's requests by it.
+CALLER_ENV = "AWS_SDK_UA_APP_ID"
+
+
+def caller(environ: dict[str, Any]) -> str:
+    """The caller a request's User-Agent names (``app/<id>``, :data:`CALLER_ENV`); ``other``."""
+    for part in str(environ.get("HTTP_USER_AGENT", "")).split():
+        if part.startswith("app/") and len(part) > 4:
+            return part[4:]
+    return "other"
 
 
 def _ddb_item_bytes(item: dict[str, Any]) -> int:
@@ -263,6 +282,7 @@ class RequestMeter:
         self._gc = gc_meter
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._by_caller: dict[str, Counter[str]] = {}
         self._cpu: dict[str, float] = {}
         self._max_wall: dict[str, float] = {}
         self._heavy: deque[tuple[float, str, float, float]] = deque(maxlen=self.HEAVY_KEPT)
@@ -272,12 +292,14 @@ class RequestMeter:
         with self._lock:
             billing = dict(self._billing)
             counts = dict(self._counts)
+            by_caller = {who: dict(sorted(seen.items())) for who, seen in sorted(self._by_caller.items())}
             cpu = dict(self._cpu)
             wall = dict(self._max_wall)
             heavy = [list(entry) for entry in self._heavy]
         return {
             "total": sum(counts.values()),
             "by_action": dict(sorted(counts.items())),
+            "by_caller": by_caller,
             "cpu_s_by_action": dict(sorted(cpu.items())),
             "max_wall_s_by_action": dict(sorted(wall.items())),
             "heavy": heavy,
@@ -307,6 +329,7 @@ class RequestMeter:
             return [body]
         started, wall, cpu = time.time(), time.perf_counter(), time.thread_time()
         service, action = classify(environ)
+        who = caller(environ)
         request = _json_body(environ) if service in ("dynamodb", "sqs") else b""
         response_bytes = 0
         try:
@@ -321,6 +344,7 @@ class RequestMeter:
                 for unit, value in units.items():
                     self._billing[unit] += value
                 self._counts[key] += 1
+                self._by_caller.setdefault(who, Counter())[key] += 1
                 self._cpu[key] = self._cpu.get(key, 0.0) + cpu
                 if wall > self._max_wall.get(key, 0.0):
                     self._max_wall[key] = wall

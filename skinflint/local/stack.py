@@ -46,7 +46,7 @@ from core.settings import DataPlaneConfig
 from skinflint.errors import SkinflintError
 from skinflint.local.emf import EmfExtractor, emulation_client
 from skinflint.local.fleet import FleetEmulator, LocalImds, ProcessLauncher, create_groups
-from skinflint.local.moto_server import FREEZE_PATH, METER_PATH
+from skinflint.local.moto_server import CALLER_ENV, FREEZE_PATH, METER_PATH
 from skinflint.local.provision import create_base
 from workers.lifeline import child_env, module_argv
 
@@ -127,6 +127,7 @@ def registration_doc(lp: LocalPlan) -> dict[str, Any]:
 
 
 OVERHEAD_PROBES = 16  # timed hops the planned per-hop overhead is the worst of
+FLEET_STOP_S = 30.0  # s the agents get to drain when the stack stops (an idle worker's last poll: 20 s)
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,7 @@ class LocalStack:
         this one dies without stopping it (:mod:`workers.lifeline`)."""
         log_path = self.log_dir / f"{name}.log"
         fh = log_path.open("wb")
+        env = {**env, CALLER_ENV: name}  # the meter counts each process's requests (moto_server.caller)
         proc = subprocess.Popen(
             argv, stdout=fh, stderr=subprocess.STDOUT, env=child_env(env), start_new_session=True
         )
@@ -266,6 +268,9 @@ class LocalStack:
         self._log(f"moto server on {endpoint} ({time.time() - t0:.1f} s)")
         cfg = DataPlaneConfig(endpoint_url=endpoint, results_retention_days=self.config.retention_s / 86_400)
         os.environ.update({key: value for key, value in FAKE_CREDENTIALS.items() if key not in os.environ})
+        # this process's clients (the control loop, the fleet emulator, the demo's reads) are "stack"
+        # in the request meter; each child names itself (_spawn, the fleet's launcher)
+        os.environ.setdefault(CALLER_ENV, "stack")
         clients = {
             service: make_client(service, cfg)
             for service in ("dynamodb", "sqs", "s3", "cloudwatch", "autoscaling", "ec2")
@@ -652,13 +657,16 @@ class LocalStack:
         ConfigStore(make_client("dynamodb", cfg), cfg.config_table).put_api_key(key, note)
 
     def stop(self, timeout_s: float = 8.0) -> None:
-        """Stop the epoch timer; drain every instance (SIGTERM); SIGTERM the front, then moto;
-        SIGKILL what is still alive after ``timeout_s``."""
+        """Stop the epoch timer; drain every instance (SIGTERM; SIGKILL after ``FLEET_STOP_S``, or
+        ``timeout_s`` if longer); SIGTERM the front, then moto; SIGKILL what is still alive after
+        ``timeout_s``."""
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=30)
         if self.fleet is not None:
-            self.fleet.stop(timeout_s=max(timeout_s, 20.0))
+            # an agent's drain waits for its workers' receives in flight: up to 20 s (+3) for a
+            # worker idle for 30 s, in SQS's longest poll (workers/worker.py)
+            self.fleet.stop(timeout_s=max(timeout_s, FLEET_STOP_S))
         if self._imds is not None:
             self._imds.stop()
             self._imds = None

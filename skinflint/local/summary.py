@@ -178,8 +178,10 @@ def aws_request_figures(
     requests (at least 20 ms of the server's CPU each) and the server's garbage-collector pauses of at
     least 10 ms (``[started_at, generation, seconds, collected]``) that started at or after ``since``,
     and its collections per generation between the readings. Every
-    process counts: the front, the workers, the control loop, the fleet emulator. None when either
-    reading is missing."""
+    process counts: the front, the workers, the control loop, the fleet emulator; ``by_caller_per_frame``
+    splits the requests per frame by the process that made them (``front``, ``instance-<hardware>``,
+    ``stack``: the control loop and the fleet emulator; the meter's ``by_caller``) and action. None
+    when either reading is missing."""
     if before is None or after is None:
         return None
     was = before.get("by_action", {})
@@ -219,6 +221,24 @@ def aws_request_figures(
         ],
     }
     cpu_total = sum(cpu.values())
+    callers_was = before.get("by_caller") or {}
+    by_caller: dict[str, dict[str, float]] = {}
+    for who, seen in sorted((after.get("by_caller") or {}).items()):
+        was_seen = callers_was.get(who, {})
+        counts = {
+            action: int(count) - int(was_seen.get(action, 0))
+            for action, count in seen.items()
+            if not action.startswith(EMULATION_PREFIX)
+        }
+        counts = {action: count for action, count in counts.items() if count > 0}
+        if counts and frames:
+            by_caller[who] = {
+                "total": sum(counts.values()) / frames,
+                **{
+                    action: count / frames
+                    for action, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+                },
+            }
     billing_was = before.get("billing") or {}
     billing = {
         unit: round(float(value) - float(billing_was.get(unit, 0.0)), 3)
@@ -235,6 +255,8 @@ def aws_request_figures(
         "per_second": total / seconds if seconds > 0 else math.nan,
         "seconds": seconds,
         "by_action": by_action,
+        # requests per frame by process and action (the meter's by_caller: the SDK's app id)
+        "by_caller_per_frame": by_caller,
         # the stand-ins for what AWS does by itself (the EMF extraction): not in the figures above
         "emulation_by_action": emulated,
         "server_cpu_s": cpu_total,

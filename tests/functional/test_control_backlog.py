@@ -196,3 +196,36 @@ def test_packed_messages_count_as_the_tasks_their_worker_reports(env: Env) -> No
     # (n = allowed // 2 messages x 10 = 5 x allowed > allowed)
     assert out.status == "corrected", out.as_json()
     assert any(line.startswith("cams.det 0/0") for line in out.late)
+
+
+def test_a_quiet_check_reads_the_plan_store_eventually_consistently(env: Env) -> None:
+    """The backlog (and activation) check runs every minute on AWS and every 2 s locally: the
+    pointer through its hint, the claims, the heartbeats and the version's deployments and fleet
+    are read eventually consistently (the control state alone consistently: its save is
+    conditional on it)."""
+    v = publish_and_serve(env)
+    real = env.ctl.plans._ddb
+    reads: list[tuple[str, bool, str]] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Any:
+            call = getattr(real, name)
+            if name not in ("get_item", "batch_get_item", "query", "scan"):
+                return call
+
+            def recorded(**kw: Any) -> Any:
+                wants = kw.get("RequestItems", {}).values()
+                consistent = bool(kw.get("ConsistentRead")) or any(w.get("ConsistentRead") for w in wants)
+                reads.append((name, consistent, str(kw.get("Key", ""))[:60]))
+                return call(**kw)
+
+            return recorded
+
+    env.ctl.plans._ddb = Recorder()
+    try:
+        for _ in range(3):
+            out = env.ctl.check_backlog()
+            assert out.status == "quiet" and out.version == v, out.as_json()
+    finally:
+        env.ctl.plans._ddb = real
+    assert reads and not [read for read in reads if read[1]], reads

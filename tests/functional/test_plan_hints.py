@@ -1,6 +1,7 @@
-"""The plan pointer's hints on moto: a polling reader (every front instance, every second) reads one
-small hint item, the pointer itself only on a change, and never sees a version the pointer does not
-name."""
+"""The plan pointer's hints on moto: a polling reader (every front instance and instance agent, every
+second) reads one small hint item, eventually consistently, the pointer itself (consistently) only
+when the hint cannot settle it, never sees a version the pointer does not name, and never goes back
+to an older document when a replica behind answers."""
 
 from __future__ import annotations
 
@@ -21,10 +22,16 @@ class Reads:
     def __init__(self, real: Any) -> None:
         self._real = real
         self.keys: list[str] = []
+        self.consistent: list[bool] = []
         self.fail_pointer_put = False
+        self.stale_hints: dict[str, Any] = {}  # key -> the item a replica behind answers instead
 
     def get_item(self, **kw: Any) -> Any:
-        self.keys.append(kw["Key"]["pk"]["S"])
+        key = kw["Key"]["pk"]["S"]
+        self.keys.append(key)
+        self.consistent.append(bool(kw.get("ConsistentRead")))
+        if key in self.stale_hints and not kw.get("ConsistentRead"):
+            return {"Item": self.stale_hints[key]}
         return self._real.get_item(**kw)
 
     def put_item(self, **kw: Any) -> Any:
@@ -44,6 +51,7 @@ def test_a_polling_reader_reads_one_hint_and_never_the_pointer_while_nothing_cha
     for _ in range(10):  # ten seconds of a front instance
         assert reader.current_hinted() == v1 == writer.current()
     assert reads.keys == [hint_key(5)] * 10  # a settled hint is the pointer: no pointer read at all
+    assert reads.consistent == [False] * 10  # and no strongly consistent read: half a read unit each
     item = ddb.get_item(TableName="skinflint-config", Key={"pk": {"S": hint_key(5)}})["Item"]
     assert len(item["doc"]["S"].encode()) <= HINT_DOC_BYTES  # one read unit (4 KB) per check
 
@@ -115,3 +123,81 @@ def test_a_settle_never_overwrites_a_later_writers_pending_hint(ddb: Any) -> Non
 def test_readers_spread_over_the_hints() -> None:
     shards = {PlanStore(object(), "t")._hint_shard for _ in range(400)}
     assert shards == set(range(HINTS))  # 400 draws of 16: all hit (chance of a miss ~ 16 x (15/16)^400)
+
+
+def _hint_item(client: Any, shard: int) -> Any:
+    return client.get_item(
+        TableName="skinflint-config", Key={"pk": {"S": hint_key(shard)}}, ConsistentRead=True
+    )["Item"]
+
+
+def test_a_replica_behind_never_takes_a_reader_back(ddb: Any) -> None:  # noqa: F811
+    # GIVEN a reader that saw v1, then v2 with its activation moved earlier
+    writer = PlanStore(ddb, "skinflint-config")
+    v1 = publish(writer, 1.0, None)
+    reads = Reads(ddb)
+    reader = PlanStore(reads, "skinflint-config", hint_shard=2)
+    assert reader.current_hinted() == v1
+    v1_hint = _hint_item(ddb, 2)
+    v2 = publish(writer, 2.0, v1.version)
+    assert reader.current_hinted() == v2
+    v2_hint = _hint_item(ddb, 2)
+    sooner = writer.set_activation(v2, v2.activate_at - 1.0, activation="ready")
+    assert reader.current_hinted() == sooner
+    reads.keys.clear()
+    # WHEN replicas behind answer its eventually consistent hint reads with the older documents
+    for stale in (v1_hint, v2_hint):
+        reads.stale_hints[hint_key(2)] = stale
+        # THEN it keeps the newest document it holds, without reading the pointer
+        assert reader.current_hinted() == sooner
+    assert reads.keys == [hint_key(2)] * 2
+    # and an older document it never held (v2 before the move, seen by a reader that started late)
+    late = PlanStore(reads, "skinflint-config", hint_shard=2)
+    reads.stale_hints.clear()
+    assert late.current_hinted() == sooner
+    reads.stale_hints[hint_key(2)] = v2_hint
+    assert late.current_hinted() == sooner  # the same version activating later: older, ignored
+
+
+def test_a_pending_hint_is_confirmed_by_one_consistent_pointer_read(ddb: Any) -> None:  # noqa: F811
+    writer = PlanStore(ddb, "skinflint-config")
+    v1 = publish(writer, 1.0, None)
+    reads = Reads(ddb)
+    reader = PlanStore(reads, "skinflint-config", hint_shard=4)
+    assert reader.current_hinted() == v1
+    # a writer between its pending write and its flip: the reader asks the pointer (still v1)
+    writer._hints_pending('{"another": "document"}')
+    reads.keys.clear()
+    reads.consistent.clear()
+    assert reader.current_hinted() == v1
+    assert list(zip(reads.keys, reads.consistent, strict=True)) == [(hint_key(4), False), (POINTER, True)]
+
+
+def test_the_immutable_plan_items_are_read_eventually_consistently_then_consistently_if_missing(
+    ddb: Any,  # noqa: F811
+) -> None:
+    class BatchReads(Reads):
+        def __init__(self, real: Any) -> None:
+            super().__init__(real)
+            self.batches: list[bool] = []
+            self.lagging = False  # a replica that does not have the items yet
+
+        def batch_get_item(self, **kw: Any) -> Any:
+            consistent = all(bool(want.get("ConsistentRead")) for want in kw["RequestItems"].values())
+            self.batches.append(consistent)
+            if self.lagging and not consistent:
+                return {"Responses": {}, "UnprocessedKeys": {}}
+            return self._real.batch_get_item(**kw)
+
+    writer = PlanStore(ddb, "skinflint-config")
+    v1 = publish(writer, 1.0, None)
+    reads = BatchReads(ddb)
+    reader = PlanStore(reads, "skinflint-config")
+    app = next(iter(v1.apps))
+    assert reader.deployment(v1.version, app) == writer.deployment(v1.version, app) is not None
+    assert reader.fleet(v1.version) is not None
+    assert reads.batches == [False, False]  # found: no consistent read
+    reads.batches.clear()
+    reads.lagging = True
+    assert reader.deployment(v1.version, app) is not None  # not there yet: the consistent read finds it
+    assert reads.batches == [False, True]

@@ -152,6 +152,37 @@ def test_get_is_one_eventually_consistent_query_of_the_post(stack):
     assert len(ddb.calls) == 1
 
 
+def test_the_frames_of_a_post_read_by_one_query_serve_the_fronts_gets_of_the_finished_ones(stack):
+    class Counting:
+        def __init__(self, real: Any) -> None:
+            self._real, self.calls = real, 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+        def query(self, **kw: Any) -> dict[str, Any]:
+            self.calls += 1
+            return self._real.query(**kw)
+
+    # GIVEN a POST of two frames, both finished (one done, one dropped), and one of another POST
+    stack.results.create_frames(frames(RID, R1))
+    stack.results.record_tasks([rec("detector"), rec("detector", status="dropped", rid=R1)])
+    ddb = Counting(stack.ddb)
+    results = ResultStore(ddb, stack.cfg.results_table)
+    got = results.get_post_requests(R1)
+    assert got is not None and {rid: out.status for rid, out in got.items()} == {RID: "done", R1: "dropped"}
+    assert results.get_post_requests(request_id(new_post_id(), 0)) is None  # no such POST
+    # WHEN the front answers a GET of each frame
+    svc = FrontService(
+        config=stack.cfg, store=stack.store, plans=stack.plans, results=results, queues=stack.queues,
+        blobs=stack.blobs, metrics=stack.metrics,
+    )  # fmt: skip
+    ddb.calls = 0
+    assert [svc.result(rid).status for rid in (RID, R1)] == ["done", "dropped"]
+    # THEN one Query of the POST's partition answered both
+    assert ddb.calls == 1
+
+
 def test_outcome_shares_count_each_frame_once_across_its_terminal_tasks(stack):
     metrics = MemoryMetrics()
     outcomes = FrameOutcomes(metrics)

@@ -417,3 +417,68 @@ def test_each_first_delivery_reports_its_hop(stack):
     assert stack.metrics.total("HopDelayBucket", App="traffic") == 1.0
     # the hop's series are per app and module, not per hardware (one histogram per queue's module)
     assert stack.metrics.raw["HopDelayMs"][-1][1] == {"App": "traffic", "Module": "detector"}
+
+
+def test_an_idle_worker_long_polls_twenty_seconds_and_a_busy_one_one(stack):
+    det = make_worker(stack, "detector")
+    assert (det.busy_wait_s, det.idle_wait_s, det.idle_after_s) == (1, 20, 30.0)
+    assert det.receive_wait_s() == 1  # just started: as if a message had just come
+    det._last_received = time.monotonic() - 31.0  # nothing for 31 s
+    assert det.receive_wait_s() == 20  # SQS's longest poll: three receives a minute
+    det._last_received = time.monotonic()  # a message came
+    assert det.receive_wait_s() == 1
+
+
+def test_a_stop_during_an_idle_long_poll_waits_for_it_and_releases_what_it_returns(stack):
+    # GIVEN a serving worker idle long enough to long-poll its idle wait (5 s here)
+    det = make_worker(stack, "detector", idle_after_s=0.0, idle_wait_s=5, grace_s=30.0)
+    before = set(threading.enumerate())
+    server = threading.Thread(target=det.serve, kwargs={"report_s": 60.0}, daemon=True)
+    server.start()
+    time.sleep(0.5)  # in its poll
+    (receiver,) = [t for t in threading.enumerate() if t.name == "receiver" and t not in before]
+    # WHEN it stops (SIGTERM)
+    det.stop()
+    server.join(timeout=15)
+    # THEN the stop returned only once the poll had: a process that exits then leaves no poll in
+    # flight (a message SQS handed to it would wait out the visibility timeout)
+    assert not server.is_alive() and not receiver.is_alive()
+
+
+def test_what_a_poll_returns_while_stopping_is_given_back_at_once(stack):
+    # GIVEN a serving worker in an idle long poll
+    det = make_worker(stack, "detector", idle_after_s=0.0, idle_wait_s=5, grace_s=30.0)
+    url = det.assignment.queue_url
+    server = threading.Thread(target=det.serve, kwargs={"report_s": 60.0}, daemon=True)
+    server.start()
+    time.sleep(0.5)
+    # WHEN it stops and a frame arrives while that poll is still in flight
+    det.stop()
+    send_frames(stack, 1)
+    server.join(timeout=15)
+    # THEN what the poll returned was released (visible again), not buffered nor run
+    assert not server.is_alive()
+    assert len(stack.messages(url)) == 1
+    assert len(det.assembler) == 0 and det.totals["ran"] == 0
+
+
+def test_a_retired_share_does_not_wait_for_its_idle_poll_and_what_it_returns_is_given_back(stack):
+    # GIVEN a serving worker in an idle long poll (5 s here)
+    det = make_worker(stack, "detector", idle_after_s=0.0, idle_wait_s=5, grace_s=30.0)
+    url = det.assignment.queue_url
+    before = set(threading.enumerate())
+    server = threading.Thread(target=det.serve, kwargs={"report_s": 60.0}, daemon=True)
+    server.start()
+    time.sleep(0.5)
+    (receiver,) = [t for t in threading.enumerate() if t.name == "receiver" and t not in before]
+    # WHEN its share retires on an instance that keeps running (the agent does not wait for the poll)
+    t0 = time.monotonic()
+    det.stop(wait_for_poll=False)
+    server.join(timeout=15)
+    assert not server.is_alive() and time.monotonic() - t0 < 4.0  # not the rest of the 5 s poll
+    assert receiver.is_alive()
+    # THEN a frame the poll still returns is given back at once, not held to the visibility timeout
+    send_frames(stack, 1)
+    receiver.join(timeout=10)
+    assert not receiver.is_alive()
+    assert len(stack.messages(url)) == 1 and len(det.assembler) == 0

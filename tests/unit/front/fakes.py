@@ -63,6 +63,14 @@ class FakeResults:
             self.reads += 1
         return self.frames.get(request_id)
 
+    def get_post_requests(self, request_id: str) -> dict[str, ResultOut] | None:
+        """Every frame of the request's POST (its first 30 digits), one read."""
+        with self.lock:
+            self.reads += 1
+        if request_id not in self.frames:
+            return None
+        return {rid: out for rid, out in self.frames.items() if rid[:30] == request_id[:30]}
+
 
 @dataclass
 class FakeQueues:

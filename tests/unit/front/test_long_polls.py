@@ -112,3 +112,27 @@ def test_reads_are_rate_limited_per_key():
     assert c.get("/v1/apps", headers={"x-api-key": "key-b"}).status_code == 200  # another key is not limited
     svc.clock.now += 0.5  # one token back
     assert c.get("/v1/apps", headers={"x-api-key": "key-a"}).status_code == 200
+
+
+def test_the_frames_of_a_post_that_finished_together_cost_one_read():
+    """A Query of a POST's partition reads every frame of it: the finished ones (final) are kept a
+    few seconds for their own GETs; a queued one is read again."""
+    svc = service()
+    post = "1" * 30
+    rids = [post + f"{i:02x}" for i in range(4)]
+    for i, rid in enumerate(rids):
+        svc.results.frames[rid] = ResultOut(
+            request_id=rid, app="traffic", status="queued" if i == 3 else "done", accepted_at=0, deadline=1
+        )
+    _queued(svc, "2" * 32)  # another POST's frame: never served from this POST's read
+    with client(svc) as c:
+        for rid in rids[:3]:
+            got = c.get(f"/v1/requests/{rid}", headers={"x-api-key": "key-a"})
+            assert got.status_code == 200 and got.json()["status"] == "done"
+        assert svc.results.reads == 1  # the first GET's read served the other two
+        assert c.get(f"/v1/requests/{rids[3]}", headers={"x-api-key": "key-a"}).json()["status"] == "queued"
+        assert svc.results.reads == 2  # queued when read: not kept, read again
+        # that read kept the finished siblings again; a kept result serves one GET, the next reads
+        for reads in (2, 3):
+            assert c.get(f"/v1/requests/{rids[1]}", headers={"x-api-key": "key-a"}).status_code == 200
+            assert svc.results.reads == reads

@@ -143,3 +143,15 @@ def test_a_bad_probe_request_of_ours_propagates(tmp_path: Path, failing: str) ->
     bug = ParamValidationError(report="Missing required parameter")
     with pytest.raises(ParamValidationError):
         stack(tmp_path)._hop_overhead(probe_clients(bug, failing), MOTO)
+
+
+def test_the_stack_gives_draining_agents_an_idle_workers_last_poll() -> None:
+    """An agent's drain waits for its workers' receives in flight (a worker idle for
+    ``idle_after_s`` is in an ``idle_wait_s`` poll): the stack's stop must not kill it before."""
+    import dataclasses
+
+    from skinflint.local.stack import FLEET_STOP_S
+    from workers.worker import Worker
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Worker)}
+    assert FLEET_STOP_S > defaults["idle_wait_s"] + 3

@@ -334,3 +334,55 @@ def test_the_demo_prices_its_measured_units_all_in_with_the_prices_date() -> Non
     assert got["all_in_per_hour"] == pytest.approx(1.0 + got["data_plane_per_hour"])
     assert got["all_in_per_million_frames"] == pytest.approx(got["all_in_per_hour"] / (10 * 3600) * 1e6)
     assert "as of 2025-01" in got["prices"] and "profiles/hardware.json" in got["prices"]
+
+
+def test_the_meter_counts_each_caller_by_the_app_id_in_its_user_agent() -> None:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    meter = RequestMeter(app)
+    ua = "Boto3/1.35 md/Botocore#1.35 ua/2.1 os/linux#6 lang/python#3.11 app/front cfg/retry-mode#legacy"
+    get = signed("dynamodb", HTTP_X_AMZ_TARGET="DynamoDB_20120810.GetItem", HTTP_USER_AGENT=ua)
+    receive = signed(
+        "sqs", HTTP_X_AMZ_TARGET="AmazonSQS.ReceiveMessage", HTTP_USER_AGENT="Boto3/1.35 app/instance-t4"
+    )
+    for environ in (get, get, receive, signed("sqs", HTTP_X_AMZ_TARGET="AmazonSQS.ReceiveMessage")):
+        meter(environ, lambda s, h: None)
+    snap = json.loads(b"".join(meter({"REQUEST_METHOD": "GET", "PATH_INFO": METER_PATH}, lambda s, h: None)))
+    assert snap["by_caller"] == {
+        "front": {"dynamodb.GetItem": 2},
+        "instance-t4": {"sqs.ReceiveMessage": 1},
+        "other": {"sqs.ReceiveMessage": 1},  # no app id: a client the stack did not name
+    }
+    # the demo's figures: per frame, by caller, between two readings
+    before = {"by_action": {}, "by_caller": {"front": {"dynamodb.GetItem": 1}}}
+    figures = aws_request_figures(before, snap, frames=2, seconds=1.0)
+    assert figures is not None
+    assert figures["by_caller_per_frame"] == {
+        "front": {"total": 0.5, "dynamodb.GetItem": 0.5},
+        "instance-t4": {"total": 0.5, "sqs.ReceiveMessage": 0.5},
+        "other": {"total": 0.5, "sqs.ReceiveMessage": 0.5},
+    }
+
+
+def test_the_stack_names_each_process_for_the_meter(tmp_path: Any) -> None:
+    from skinflint.local.fleet import ProcessLauncher
+    from skinflint.local.moto_server import CALLER_ENV
+
+    launcher = ProcessLauncher({"PATH": "/bin", CALLER_ENV: "stack"}, tmp_path)
+    assert launcher._env("i-1", "c6i.large")[CALLER_ENV] == "instance-c6i.large"
+
+
+def test_the_demo_line_names_the_requests_per_frame_of_each_process() -> None:
+    from skinflint.commands.demo import _fmt_requests
+
+    requests = {
+        "total": 30,
+        "per_frame": 3.0,
+        "per_second": 15.0,
+        "seconds": 2.0,
+        "by_action": {"sqs.ReceiveMessage": 20, "dynamodb.GetItem": 10},
+        "by_caller_per_frame": {"instance-t4": {"total": 2.0}, "front": {"total": 1.0}},
+    }
+    assert "per frame by process: instance-t4 2.00, front 1.00" in _fmt_requests(requests)
