@@ -100,6 +100,8 @@ def open_frame(data: bytes, max_pixels: int | None = None) -> DecodedFrame:
             rgb = img.convert("RGB")  # decodes
     except ValueError:
         raise
+    except Image.DecompressionBombError as exc:  # past Pillow's own cap (179 MP): never decoded
+        raise ValueError(f"a frame over the worker's cap of {cap:,} pixels: {exc}") from exc
     except (OSError, SyntaxError, EOFError) as exc:
         raise ValueError(f"the payload does not decode: {exc}") from exc
     return DecodedFrame(rgb, fmt, options)

@@ -102,7 +102,11 @@ def decode_frame(
     from PIL import Image
 
     cap = worker_max_pixels_from_env() if max_pixels is None else max_pixels
-    with Image.open(BytesIO(data)) as img:  # reads the header only
+    try:
+        img = Image.open(BytesIO(data))  # reads the header only
+    except Image.DecompressionBombError as exc:  # past Pillow's own cap (179 MP): never decoded
+        raise ValueError(f"a frame over the worker's cap of {cap:,} pixels: {exc}") from exc
+    with img:
         width, height = img.size
         if width * height > cap:
             raise ValueError(f"a frame of {width}x{height} pixels is over the worker's cap of {cap:,} pixels")

@@ -104,3 +104,16 @@ def test_prepare_from_the_workers_decode_equals_prepare_from_the_bytes(gray_mode
     data = buf.getvalue()
     for region in (None, [0.1, 0.2, 0.5, 0.6]):
         assert np.array_equal(rt.prepare_frame(open_frame(data).image, region), rt.prepare(data, region))
+
+
+@pytest.mark.parametrize("side", [10_000, 20_000])  # under and over Pillow's own cap (179 MP)
+def test_a_decompression_bomb_is_refused_from_its_header_by_both_decode_paths(side: int) -> None:
+    from bench.abuse import png_bomb
+    from workers.crops import open_frame
+    from workers.runtimes import decode_frame
+
+    bomb = png_bomb(side, side, rows=16)  # a few KB on the wire
+    with pytest.raises(ValueError, match="over the worker's cap"):
+        decode_frame(bomb, None, (4, 4))
+    with pytest.raises(ValueError, match="over the worker's cap"):
+        open_frame(bomb)
