@@ -145,11 +145,24 @@ FLEET = FleetPlan(
 )
 
 
+def _items_by_key(*items: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    """BatchGetItem answering each requested key that ``items`` hold."""
+    held = {item["pk"]["S"]: item for item in items}
+
+    def batch_get_item(**kwargs: Any) -> dict[str, Any]:
+        keys = [key["pk"]["S"] for key in kwargs["RequestItems"][TABLE]["Keys"]]
+        return {"Responses": {TABLE: [held[key] for key in keys if key in held]}}
+
+    return batch_get_item
+
+
 def fleet_answers(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Version 3's fleet (one t4 slot) readable, no claim yet."""
+    """Version 3's fleet (one t4 slot) readable, no claim yet (the fleet, immutable, is read with
+    BatchGetItem: core/adapters/plan_store.py _immutable_get)."""
+    fleet = doc_item("plan#v00000003#fleet", FLEET.model_dump_json())
     return {
-        "get_item": {"Item": doc_item("plan#v00000003#fleet", FLEET.model_dump_json())},
-        "batch_get_item": {"Responses": {TABLE: []}},
+        "get_item": {"Item": fleet},
+        "batch_get_item": _items_by_key(fleet),
         **(extra or {}),
     }
 
@@ -158,7 +171,8 @@ def claimed_answers() -> dict[str, Any]:
     """Version 3's fleet with slot t4/0 claimed by instance i-1."""
     claim = json.dumps({"slot": "t4/0", "instance_id": "i-1", "hardware": "t4", "at": 1.0})
     held = {"pk": {"S": "plan#v00000003#claim#t4/0"}, "doc": {"S": claim}, "holder": {"S": "i-1"}}
-    return fleet_answers({"batch_get_item": {"Responses": {TABLE: [held]}}})
+    fleet = doc_item("plan#v00000003#fleet", FLEET.model_dump_json())
+    return fleet_answers({"batch_get_item": _items_by_key(fleet, held)})
 
 
 def pointer_put_fails(error: Exception) -> Callable[..., Any]:
