@@ -19,9 +19,10 @@ from core.ids import request_id as frame_request_id
 from core.logs import append_keys
 from core.routing import Router
 from core.schema import FrameAccepted, FramesAccepted, Payload, ResultOut, TaskMessage
-from front.admission import Shed, TokenBucket
+from front.admission import Shed
 from front.errors import RequestRejectedError
 from front.images import IMAGE_TYPES, LimitsConfig, check_image
+from front.limiters import TokenBucket
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import TYPE_CHECKING, Any
 
+from core.routing import child_count, child_region
 from core.schema import Payload
 from core.settings import worker_max_pixels_from_env
 
@@ -37,8 +38,18 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from core.adapters.blobs import BlobStore
+    from core.schema import TaskMessage
 
-__all__ = ["Crop", "DecodedFrame", "child_input", "cut_crops", "open_frame", "region_box"]
+__all__ = [
+    "Crop",
+    "DecodedFrame",
+    "child_boxes",
+    "child_input",
+    "cut_crops",
+    "message_child_input",
+    "open_frame",
+    "region_box",
+]
 
 _FORMATS = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"))
 _CONTENT_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png"}
@@ -146,3 +157,37 @@ def child_input(
     key = f"frames/{request_id}/{task_id.replace('/', '_')}"
     blobs.put(key, crop.data, crop.content_type)
     return Payload(content_type=crop.content_type, size=len(crop.data), s3_key=key), None
+
+
+def child_boxes(task_key: str, children: Sequence[tuple[str, float]]) -> list[tuple[str, int, list[float]]]:
+    """``(child, index, region)`` of each child request the task ``task_key`` forwards to
+    ``children`` (child module, fan-out): deterministic (:func:`core.routing.child_count`,
+    :func:`core.routing.child_region`)."""
+    return [
+        (child, index, child_region(task_key, child, index))
+        for child, fan in children
+        for index in range(child_count(task_key, child, fan))
+    ]
+
+
+def message_child_input(
+    message: TaskMessage,
+    child: str,
+    index: int,
+    crop: Crop | None,
+    *,
+    blobs: BlobStore,
+    inline_limit_bytes: int,
+) -> tuple[Payload, list[float] | None]:
+    """What the ``index``-th ``child`` request of ``message`` carries: its crop (region None), or
+    without one (a payload the parent's worker does not decode; a child added by a newer plan
+    version since the parent was prepared) the parent's payload and the child's region."""
+    return child_input(
+        message.payload,
+        child_region(message.idempotency_key, child, index),
+        crop,
+        request_id=message.request_id,
+        task_id=f"{message.task_id}/{child}.{index}",
+        blobs=blobs,
+        inline_limit_bytes=inline_limit_bytes,
+    )

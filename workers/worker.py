@@ -47,14 +47,15 @@ from core.adapters.outcomes import FrameOutcomes
 from core.adapters.queues import queue_gone
 from core.adapters.results import PushSink, TaskRecord, split_weight
 from core.errors import DataPlaneError, QueueError
-from core.routing import child_count, child_region
-from core.settings import DELETE_BATCH, SQS_INLINE_LIMIT_BYTES
+from core.routing import child_count
+from core.settings import SQS_INLINE_LIMIT_BYTES
 from planner.dispatch import PHASE_KEY
 from workers.batch_metrics import BatchOutcome, _Dims, put_batch_metrics, put_hop_delays
 from workers.batching import BatchAssembler, Pending
-from workers.crops import Crop, child_input, cut_crops, open_frame
+from workers.crops import Crop, child_boxes, cut_crops, message_child_input, open_frame
 from workers.device import Device
 from workers.poison import describe_error, poison_records
+from workers.settling import MessageSettling
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
     from core.adapters.queues import Received, TaskQueues
     from core.adapters.results import ResultStore
     from core.routing import Router
-    from core.schema import Assignment, Payload, TaskMessage
+    from core.schema import Assignment, TaskMessage
     from workers.receipts import ReceiptJournal
     from workers.runtimes import Runtime
 
@@ -82,7 +83,7 @@ _Prepared = tuple[Any, float, dict[tuple[str, int], Crop]]
 
 
 @dataclass
-class Worker:
+class Worker(MessageSettling):
     assignment: Assignment
     router: Router
     queues: TaskQueues
@@ -294,7 +295,7 @@ class Worker:
         pixel cap, cuts none (its children carry the payload and their region)."""
         t0 = time.perf_counter()
         data = self._payload(message)
-        boxes = self._child_boxes(message)
+        boxes = child_boxes(message.idempotency_key, self._children)
         frame = None
         if boxes:
             try:
@@ -311,16 +312,6 @@ class Worker:
             cut = cut_crops(frame, [region for _, _, region in boxes])
             crops = {(child, index): crop for (child, index, _), crop in zip(boxes, cut, strict=True)}
         return prepared, time.perf_counter() - t0, crops
-
-    def _child_boxes(self, message: TaskMessage) -> list[tuple[str, int, list[float]]]:
-        """``(child, index, region)`` of each child request ``message`` will forward (deterministic:
-        :func:`core.routing.child_count`, :func:`core.routing.child_region`)."""
-        key = message.idempotency_key
-        return [
-            (child, index, child_region(key, child, index))
-            for child, fan in self._children
-            for index in range(child_count(key, child, fan))
-        ]
 
     def _take_prepared(self, message: TaskMessage) -> _Prepared:
         """The request's input: prepared ahead (waiting for it if it is still being prepared), else
@@ -539,94 +530,6 @@ class Worker:
             return sink.record_tasks(records)
         return self.results.record_tasks(records)
 
-    def _finish(self, items: list[Pending], *, failed: bool = False) -> list[str]:
-        """Mark ``items`` finished (``failed``: their batch failed, SQS must redeliver them) and
-        return the receipts of the messages none of whose tasks is left, less those with a failed
-        task: the ones to delete."""
-        out: list[str] = []
-        with self._lock:
-            for pending in items:
-                key = pending.message.idempotency_key
-                for receipt in pending.receipts:
-                    left = self._unfinished.get(receipt)
-                    if left is None:
-                        # released meanwhile: its message is visible again and a delete would drop
-                        # its other tasks; else a request handed to process() directly, one task
-                        if not failed and receipt not in self._released:
-                            out.append(receipt)
-                        continue
-                    if failed:
-                        self._failed.add(receipt)
-                    left.discard(key)
-                    if left:
-                        continue
-                    del self._unfinished[receipt]
-                    if receipt in self._failed:
-                        self._failed.discard(receipt)
-                    else:
-                        out.append(receipt)
-        return list(dict.fromkeys(out))
-
-    def _delete(self, receipts: list[str]) -> None:
-        """Delete processed messages, at once or (``delete_linger_s`` > 0) with the next full
-        ``DeleteMessageBatch`` or flush."""
-        if self.delete_linger_s <= 0:
-            self._delete_now(receipts)
-            return
-        with self._delete_lock:
-            if not self._to_delete:
-                self._to_delete_since = self.clock()
-            self._to_delete.extend(receipts)
-            full = len(self._to_delete) // DELETE_BATCH * DELETE_BATCH
-            take, self._to_delete = self._to_delete[:full], self._to_delete[full:]
-        if take:
-            self._delete_now(take)
-
-    @property
-    def pending_deletes(self) -> int:
-        """Processed messages whose delete has not been sent yet."""
-        with self._delete_lock:
-            return len(self._to_delete)
-
-    def flush_deletes(self, force: bool = True) -> int:
-        """Send the pending deletes (``force=False``: only once the oldest has waited
-        ``delete_linger_s``). Returns how many were sent. A failure (other than the queue being gone)
-        is logged: the messages come back after the visibility timeout and their redelivery is a
-        duplicate, checked against the records before it counts (``TaskRecord.recheck``)."""
-        with self._delete_lock:
-            due = force or self.clock() - self._to_delete_since >= self.delete_linger_s
-            if not self._to_delete or not due:
-                return 0
-            take, self._to_delete = self._to_delete, []
-        try:
-            self._delete_now(take)
-        except DataPlaneError as exc:
-            log.warning("delete of %d processed message(s) failed (redelivered later): %s", len(take), exc)
-            return 0
-        return len(take)
-
-    def _flush_loop(self) -> None:
-        period = max(0.02, self.delete_linger_s / 4)
-        while not self._stopping.wait(period):
-            self.flush_deletes(force=False)
-
-    def _delete_now(self, receipts: list[str]) -> None:
-        """Delete processed messages; a queue deleted meanwhile took them with it (their results are
-        recorded: the batch succeeded)."""
-        if self._gone.is_set():
-            self._journal_done(receipts)
-            return
-        try:
-            self.queues.delete(self.assignment.queue_url, receipts)
-        except DataPlaneError as exc:
-            if not self._check_gone(exc, "delete"):
-                raise
-        self._journal_done(receipts)
-
-    def _journal_done(self, receipts: list[str]) -> None:
-        if self.journal is not None:
-            self.journal.done(receipts)
-
     def _payload(self, message: TaskMessage) -> bytes:
         if message.payload.inline_b64 is not None:
             return base64.b64decode(message.payload.inline_b64)
@@ -703,7 +606,14 @@ class Worker:
         for child, reqs in children.items():
             burst = router.route_burst(child, at, len(reqs), parent=self.assignment.module)
             for (message, index, parent), route in zip(reqs, burst, strict=True):
-                payload, region = self._child_input(message, child, index, crops)
+                payload, region = message_child_input(
+                    message,
+                    child,
+                    index,
+                    (crops or {}).get(message.idempotency_key, {}).get((child, index)),
+                    blobs=self.blobs,
+                    inline_limit_bytes=self.payload_inline_limit_bytes,
+                )
                 msg = router.task(
                     route,
                     request_id=message.request_id,
@@ -721,28 +631,6 @@ class Worker:
                 count += 1
         self.queues.send_many(sends)  # every child queue at once: none waits for another's send
         return count
-
-    def _child_input(
-        self,
-        message: TaskMessage,
-        child: str,
-        index: int,
-        crops: dict[str, dict[tuple[str, int], Crop]] | None,
-    ) -> tuple[Payload, list[float] | None]:
-        """What the ``index``-th ``child`` request of ``message`` carries: its crop (region None), or
-        without one (a payload this worker does not decode; a child added by a newer plan version
-        since the parent was prepared) the parent's payload and the child's region
-        (workers/crops.py)."""
-        crop = (crops or {}).get(message.idempotency_key, {}).get((child, index))
-        return child_input(
-            message.payload,
-            child_region(message.idempotency_key, child, index),
-            crop,
-            request_id=message.request_id,
-            task_id=f"{message.task_id}/{child}.{index}",
-            blobs=self.blobs,
-            inline_limit_bytes=self.payload_inline_limit_bytes,
-        )
 
     def _metrics(
         self,
@@ -907,54 +795,3 @@ class Worker:
             self._preparer.shutdown(wait=False, cancel_futures=True)
         emitted = self.outcomes.emitted if self.outcomes is not None else 0.0
         log.info("stopped: %s, released %d, outcomes of %.2f frames emitted", self.totals, released, emitted)
-
-    def release_buffered(self) -> int:
-        """Give every message with a buffered (not yet run) task back to the queue at once; returns
-        how many requests (tasks) were buffered and given back. A message's tasks that had finished
-        come back with it: their redelivery is a duplicate (receive count above 1: checked before
-        anything is recorded or counted again)."""
-        with self._lock:
-            left = self.assembler.drain()
-            receipts = [receipt for pending in left for receipt in pending.receipts]
-            receipts += [receipt for receipt in self._unfinished if receipt not in self._failed]
-            if len(self._released) > 20_000:
-                self._released.clear()
-            self._released.update(self._unfinished)
-            self._unfinished.clear()
-            self._failed.clear()
-        self._forget_prepared([pending.message for pending in left])
-        return self._release(list(dict.fromkeys(receipts)), len(left))
-
-    def release_held(self) -> int:
-        """After the serving thread died (its batches have returned): send the pending deletes,
-        give back what is buffered and whatever else the journal says this worker still holds,
-        and close the journal. Returns how many messages were released."""
-        self.flush_deletes()
-        released = self.release_buffered()
-        if self.journal is not None:
-            released += self._release(self.journal.receipts())
-            self.journal.close()
-        return released
-
-    def _release(self, receipts: list[str], requests: int | None = None) -> int:
-        """Release ``receipts``; ``requests``: the requests they give back (default one a message),
-        what ``Released`` and the returned count say (0 when the release failed)."""
-        requests = len(receipts) if requests is None else requests
-        if receipts and self._gone.is_set():
-            self._journal_done(receipts)
-            return 0  # the queue and its messages are gone: nothing to give back
-        if receipts:
-            try:
-                self.queues.release(self.assignment.queue_url, receipts)
-            except DataPlaneError as exc:  # they come back after the visibility timeout instead
-                if self._check_gone(exc, "release"):
-                    self._journal_done(receipts)
-                    return 0
-                log.warning("release of %d message(s) failed: %s", len(receipts), exc)
-                return 0
-            self._journal_done(receipts)
-            self.metrics.put("Released", requests, **self._dims)
-            with self._lock:
-                self.totals["released"] += requests
-            return requests
-        return 0

@@ -9,15 +9,8 @@ import pytest
 
 from core.routing import Router
 from core.schema import Deployment
-from front.admission import (
-    Admission,
-    AdmissionConfig,
-    Admitted,
-    Gcra,
-    Shed,
-    TokenBucket,
-    requests_per_frame,
-)
+from front.admission import Admission, AdmissionConfig, Admitted, Shed, requests_per_frame
+from front.limiters import Gcra, TokenBucket
 from planner.models import MachineGroup, ModulePlan, Plan
 
 ORIGIN = 1_000.0
