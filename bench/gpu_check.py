@@ -13,9 +13,15 @@ Each point is the median of ``--runs`` timed calls after warm-ups, synchronised 
 per runtime goes to ``--out`` (``<runtime>.json``, anchors relative to it; ``skinflint profile derive
 MODEL.onnx --gpu <runtime>.json`` reads it), and derived against measured is printed: each model
 predicted from all the others (leave-one-out), when the ``onnx`` package is there to count the graphs.
-Without a CUDA device (or without torch) it says so and exits 0. It needs no network and no onnxruntime.
+Without a CUDA device (or without torch) it says so and exits 0. It needs no network and no onnxruntime,
+and not the planner's own dependencies (pydantic): the roofline is loaded from its files.
 
-Usage: ``skinflint bench gpu-check [--out DIR] [--batches 1,8,32] [--runs 40]``, or
+``--held-out NAMES`` also measures architectures from outside the project (``timm`` models by name,
+randomly initialised, no weights downloaded; skipped with a line when timm is not installed) and prints
+each one derived from a fit to all the demo anchors of the same run against what it measured: the
+test of a derivation on models nobody fitted it to.
+
+Usage: ``skinflint bench gpu-check [--out DIR] [--batches 1,8,32] [--runs 40] [--held-out NAMES]``, or
 ``python bench/gpu_check.py ...`` / ``python -m bench.gpu_check ...`` from the repository root.
 """
 
@@ -286,12 +292,31 @@ def write_spec(
     return spec
 
 
+def _roofline() -> Any:
+    """``profiles.roofline`` (and ``profiles.onnxgraph``, which it reads ONNX files with). When the
+    ``profiles`` package cannot be imported (its ``__init__`` loads the planner's pydantic models, which a
+    bare GPU machine may lack), the two modules are loaded from their files under a bare package."""
+    try:
+        from profiles import roofline
+    except ImportError:
+        import types
+
+        root = Path(__file__).resolve().parents[1] / "profiles"
+        bare = types.ModuleType("profiles")
+        bare.__path__ = [str(root)]
+        sys.modules["profiles"] = bare
+        from profiles import roofline
+    return roofline
+
+
 def _compare(spec_path: Path, measured: Mapping[str, Mapping[int, float]]) -> dict[str, Any] | None:
     """Leave-one-out derived against measured, printed; None when ``onnx`` is missing."""
     try:
         import onnx  # noqa: F401  optional heavy dependency: onnx (to count the graphs)
 
-        from profiles.roofline import leave_one_out, load_spec, model_work, within_summary
+        roofline = _roofline()
+        leave_one_out, load_spec = roofline.leave_one_out, roofline.load_spec
+        model_work, within_summary = roofline.model_work, roofline.within_summary
     except ImportError as exc:
         print(f"  {exc.name} is not installed: derived against measured skipped (the spec is written)")
         return None
@@ -302,21 +327,116 @@ def _compare(spec_path: Path, measured: Mapping[str, Mapping[int, float]]) -> di
     spec = load_spec(spec_path)
     works = {name: model_work(spec_path.parent / f"{name}.onnx", name) for name in measured}
     loo = leave_one_out(spec, measured, works)
-    print(f"  {'model':18} {'batch':>5} {'measured ms':>12} {'derived ms':>11} {'ratio':>6}")
-    ratios = []
-    for model, pts in loo.items():
-        for batch, (derived, meas) in pts.items():
-            ratios.append(derived / meas)
-            flag = "" if 0.7 <= derived / meas <= 1.45 else "  outside"
-            print(
-                f"  {model:18} {batch:5} {meas * 1e3:12.3f} {derived * 1e3:11.3f} {derived / meas:6.2f}{flag}"
-            )
-    summary = within_summary(ratios)
+    ratios = _ratio_table([(m, b, d, t) for m, pts in loo.items() for b, (d, t) in pts.items()])
+    summary: dict[str, Any] = within_summary(ratios)
     print(
         f"  leave-one-out: {summary['within']:.0%} of {int(summary['points'])} points within [0.7, 1.45], "
         f"min ratio {summary['min']:.2f}"
     )
     return summary
+
+
+def _ratio_table(rows: Sequence[tuple[str, int, float, float]]) -> list[float]:
+    """Print ``(model, batch, derived_s, measured_s)`` rows; returns the derived/measured ratios."""
+    print(f"  {'model':22} {'batch':>5} {'measured ms':>12} {'derived ms':>11} {'ratio':>6}")
+    ratios = []
+    for model, batch, derived, meas in rows:
+        ratios.append(derived / meas)
+        flag = "" if 0.7 <= derived / meas <= 1.45 else "  outside"
+        print(f"  {model:22} {batch:5} {meas * 1e3:12.3f} {derived * 1e3:11.3f} {derived / meas:6.2f}{flag}")
+    return ratios
+
+
+def build_timm(name: str) -> tuple[Any, tuple[int, ...], str, tuple[str, ...]]:
+    """A ``timm`` architecture by name, randomly initialised (seed 0, no weights fetched), in eval mode."""
+    import timm  # optional heavy dependency: timm (held-out architectures; not a project dependency)
+    import torch  # optional heavy dependency: torch
+
+    torch.manual_seed(0)
+    module = timm.create_model(name, pretrained=False).eval()
+    shape = tuple(int(v) for v in (module.pretrained_cfg or {}).get("input_size", (3, 224, 224)))
+    return module, shape, "input", ("output",)
+
+
+def export_module(
+    module: Any, shape: Sequence[int], input_name: str, outputs: Sequence[str], path: Path
+) -> None:
+    """Export as :func:`export_demo` does (TorchScript exporter, opset 17, dynamic batch)."""
+    import torch  # optional heavy dependency: torch
+
+    axes = {input_name: {0: "batch"}} | {output: {0: "batch"} for output in outputs}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module.eval(), (torch.zeros(2, *shape),), str(path), input_names=[input_name],
+            output_names=list(outputs), dynamic_axes=axes, opset_version=17, do_constant_folding=True,
+            dynamo=False,
+        )  # fmt: skip
+
+
+def held_out_check(
+    out: Path,
+    names: Sequence[str],
+    runtimes: Sequence[str],
+    batches: Sequence[int],
+    runs: int,
+    *,
+    build: Callable[[str], tuple[Any, tuple[int, ...], str, tuple[str, ...]]] = build_timm,
+    measure: Callable[[Any, Sequence[int], int, str, int], float] | None = None,
+) -> dict[str, Any]:
+    """Measure architectures from outside the project and derive each from the run's own spec (every demo
+    anchor; the held-out models are never in the fit): ``{runtime: {"points": [...], "summary": ...}}``."""
+    import onnx  # noqa: F401  optional heavy dependency: onnx (to count the graphs)
+
+    roofline = _roofline()
+    timed = measure or measure_torch
+    held = out / "held-out"
+    held.mkdir(parents=True, exist_ok=True)
+    works: dict[str, Any] = {}
+    modules: dict[str, tuple[Any, tuple[int, ...]]] = {}
+    for name in names:
+        print(f"building and exporting held-out {name}", file=sys.stderr)
+        try:
+            module, shape, input_name, outputs = build(name)
+            path = held / f"{name}.onnx"
+            if not path.is_file():
+                export_module(module, shape, input_name, outputs, path)
+            works[name] = roofline.model_work(path, name)
+            modules[name] = (module, shape)
+        except Exception as exc:  # one architecture that will not build, export or count: the others run
+            print(f"  held-out {name}: skipped ({type(exc).__name__}: {str(exc)[:120]})")
+    result: dict[str, Any] = {}
+    for runtime in runtimes:
+        spec_path = out / f"{runtime}.json"
+        fit = roofline.fit_spec(roofline.load_spec(spec_path))
+        mode = "graph" if runtime == "torch-cudagraph-fp32" else "eager"
+        print(f"== held-out architectures, {runtime}: derived from the {spec_path.name} anchors ==")
+        rows = []
+        for name, (module, shape) in modules.items():
+            print(f"measuring held-out {name} ({runtime})", file=sys.stderr)
+            for batch in batches:
+                try:
+                    measured = timed(module, shape, batch, mode, runs)
+                except Exception as exc:  # e.g. a model CUDA graphs cannot capture
+                    print(
+                        f"  held-out {name} b{batch}: not measured ({type(exc).__name__}: {str(exc)[:120]})"
+                    )
+                    continue
+                rows.append((name, batch, fit.predict(works[name], batch), measured))
+        ratios = _ratio_table(rows)
+        summary = roofline.within_summary(ratios)
+        print(
+            f"  held-out: {summary['within']:.0%} of {int(summary['points'])} points within [0.7, 1.45], "
+            f"min ratio {summary['min']:.2f}"
+        )
+        result[runtime] = {
+            "points": [
+                {"model": m, "batch": b, "derived_s": d, "measured_s": t, "ratio": d / t}
+                for m, b, d, t in rows
+            ],
+            "summary": summary,
+        }
+    return result
 
 
 def run_check(
@@ -371,6 +491,13 @@ def _batches(text: str) -> tuple[int, ...]:
     return vals
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated model names, got {text!r}")
+    return names
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (__doc__ or "").split("\n\n")[0]
     parser.add_argument(
@@ -378,6 +505,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batches", type=_batches, default=(1, 8, 32), help="default 1,8,32")
     parser.add_argument("--runs", type=int, default=40, help="timed calls per point (default 40)")
+    parser.add_argument(
+        "--held-out",
+        type=_names,
+        default=(),
+        metavar="NAMES",
+        help="comma-separated timm architectures to derive from this run's anchors and measure (needs timm)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     add_results_arguments(parser)
 
@@ -401,6 +535,16 @@ def main(
         )
     runtimes = ("ort-cuda-fp32",) if ort_cuda_available() else ("torch-eager-fp32", "torch-cudagraph-fp32")
     figures = run_check(args.out, device, runtimes, args.batches, max(1, args.runs))
+    held_out = tuple(getattr(args, "held_out", ()) or ())
+    if held_out:
+        if importlib.util.find_spec("timm") is None:
+            print("gpu-check: timm is not installed: the held-out architectures were not measured")
+        elif runtimes == ("ort-cuda-fp32",):
+            print("gpu-check: held-out architectures are measured with torch runtimes only: skipped")
+        else:
+            figures["held_out"] = held_out_check(
+                args.out, held_out, runtimes, args.batches, max(1, args.runs)
+            )
     if args.json:
         print(json.dumps(figures, indent=1, default=str))
     return 0

@@ -6,6 +6,9 @@ with what was measured:
 - on the H100 figures of ``profiles/data/gpu/h100_demo_models.json`` (measured outside the project; its
   ``about`` says how): torch eager, fp32 with TF32 off, the host-to-device input copy included (``run1``,
   eight demo models and ResNet-50), and the same calls replayed as CUDA graphs (``run2``, five models);
+- on the H100 figures ``bench/gpu_check.py`` measured in a session lent a GPU
+  (``profiles/data/gpu/h100_gpu_check_2026-11-27.json``): the eight demo models and ResNet-50, eager and
+  CUDA graph, in one run; with the held-out architectures (timm, never fitted) that run derived and measured;
 - on this machine's CPU profiles (``profiles/data/<model>.json``, one 2-thread onnxruntime session on the
   2-vCPU development host).
 
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from profiles.roofline import ModelWork
 
 H100_DATA = PACKAGE_ROOT / "data" / "gpu" / "h100_demo_models.json"
+CHECK_DATA = PACKAGE_ROOT / "data" / "gpu" / "h100_gpu_check_2026-11-27.json"
 BATCHES = (1, 8, 32)
 CPU_BATCHES = (1, 2, 4, 8, 16)
 DEMO = (
@@ -90,6 +94,31 @@ def h100_measured(data: Mapping[str, Any], mode: str) -> dict[str, dict[int, flo
         model: {b: float(v[f"graph_b{b}"]["median_s"]) for b in BATCHES}
         for model, v in data["run2"]["models"].items()
     }
+
+
+def check_measured(data: Mapping[str, Any], runtime: str) -> dict[str, dict[int, float]]:
+    """``{model: {batch: median_s}}`` of one runtime of a ``bench/gpu_check.py --json`` record."""
+    return {
+        model: {int(b): float(s) for b, s in pts.items()}
+        for model, pts in data["runtimes"][runtime]["measured"].items()
+    }
+
+
+def held_out_recorded(data: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Print the held-out architectures of a ``gpu_check`` record (derived there, from that run's
+    anchors, with this roofline); returns their summaries by runtime."""
+    summaries = {}
+    for runtime, held in data.get("held_out", {}).items():
+        print(f"== held-out architectures (timm, never fitted), {runtime}, as recorded on {data['date']} ==")
+        print(f"  {'model':22} {'batch':>5} {'measured ms':>12} {'derived ms':>11} {'ratio':>6}")
+        for p in held["points"]:
+            flag = "" if 0.7 <= p["ratio"] <= 1.45 else "  outside"
+            measured, derived = p["measured_s"] * 1e3, p["derived_s"] * 1e3
+            print(
+                f"  {p['model']:22} {p['batch']:5} {measured:12.3f} {derived:11.3f} {p['ratio']:6.2f}{flag}"
+            )
+        summaries[runtime] = within_summary([p["ratio"] for p in held["points"]])
+    return summaries
 
 
 def cpu_measured(data_dir: Path) -> dict[str, dict[int, float]]:
@@ -222,7 +251,7 @@ def _table(title: str, loo: Mapping[str, Mapping[int, tuple[float, float]]]) -> 
 
 def _summary_line(name: str, summary: Mapping[str, float]) -> str:
     return (
-        f"  {name:50} {int(summary['points']):3} points, {summary['within']:6.1%} within [0.7, 1.45], "
+        f"  {name:62} {int(summary['points']):3} points, {summary['within']:6.1%} within [0.7, 1.45], "
         f"min {summary['min']:.2f}, max {summary['max']:.2f}, geomean {summary['geomean']:.2f}"
     )
 
@@ -235,7 +264,7 @@ def plot(results: Mapping[str, Mapping[str, Mapping[int, tuple[float, float]]]],
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
     lo, hi = math.inf, 0.0
-    for (name, loo), marker in zip(results.items(), "osd^", strict=False):
+    for (name, loo), marker in zip(results.items(), "osd^vP", strict=False):
         pairs = [pt for pts in loo.values() for pt in pts.values()]
         derived, measured = [p[0] for p in pairs], [p[1] for p in pairs]
         lo, hi = min(lo, *derived, *measured), max(hi, *derived, *measured)
@@ -290,6 +319,17 @@ def main(args: argparse.Namespace, page: Recording | None = None) -> int:
             dataclasses.replace(H100, runtime="torch-cudagraph-fp32"),
             h100_measured(data, "graph"),
         ),
+    }
+    check = json.loads(CHECK_DATA.read_text())
+    sets |= {
+        f"H100 torch eager, gpu-check {check['date']}": (
+            dataclasses.replace(H100, overlap=True),
+            check_measured(check, "torch-eager-fp32"),
+        ),
+        f"H100 CUDA graph, gpu-check {check['date']}": (
+            dataclasses.replace(H100, runtime="torch-cudagraph-fp32"),
+            check_measured(check, "torch-cudagraph-fp32"),
+        ),
         "CPU, this host (onnxruntime, 2 threads)": (HOST_CPU, cpu_measured(PACKAGE_ROOT / "data")),
     }
     for spec, measured in list(sets.values())[:2]:  # the H100 specs, next to the ONNX files they name
@@ -306,13 +346,19 @@ def main(args: argparse.Namespace, page: Recording | None = None) -> int:
             summaries[name] = within_summary(ratios)
     old = within_summary(old_method_ratios(h100_measured(data, "eager"), paths))
     if args.json:
-        print(json.dumps({"summaries": summaries, "old_method_h100_eager": old, "results": {
+        held = {
+            r: within_summary([p["ratio"] for p in h["points"]]) for r, h in check.get("held_out", {}).items()
+        }
+        print(json.dumps({"summaries": summaries, "old_method_h100_eager": old, "held_out": held, "results": {
             name: {m: {str(b): {"derived_s": d, "measured_s": s} for b, (d, s) in pts.items()}
                    for m, pts in loo.items()} for name, loo in results.items()}}, indent=1))  # fmt: skip
     else:
+        held_summaries = held_out_recorded(check)
         print("== summary (targets: >= 80 % within [0.7, 1.45], min >= 0.5) ==")
         for name, summary in summaries.items():
-            print(_summary_line(name, summary))
+            print(_summary_line(f"leave-one-out: {name}", summary))
+        for runtime, summary in held_summaries.items():
+            print(_summary_line(f"held-out (timm), {runtime}, {check['date']}", summary))
         print(_summary_line("H100 eager, old method (ResNet-50 scaled)", old))
         print(f"== sensitivity to the ridge tying the classes' coefficients (used: {RIDGE}) ==")
         for ridge in (0.1, 1.0):

@@ -120,3 +120,91 @@ def test_demo_models_load_without_the_profiles_package():
     module, shape, input_name, outputs = gpu_check.build_demo("landmark_net")
     assert shape == (3, 96, 96) and input_name == "input" and outputs == ("output",)
     assert not module.training
+
+
+def _tiny_net(name):
+    """A held-out stand-in: a small conv net whose width grows with the name (a real builder uses timm)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    width = 2 * len(name)
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(width, 4),
+    )  # fmt: skip
+    return module.eval(), (3, 16, 16), "input", ("output",)
+
+
+def test_held_out_architectures_are_derived_from_the_runs_anchors_and_never_fitted(capsys, tmp_path):
+    out = tmp_path / "out"
+    run_check(
+        out, H100, ["torch-eager-fp32"], (1, 8), 2,
+        models=("aa", "bbbb", "cccccc", "dddddddd"), measure=_fake_measure, export=_fake_export,
+    )  # fmt: skip
+    anchors_before = (out / "torch-eager-fp32.json").read_text()
+    seen = []
+
+    def measure(module, shape, batch, mode, runs):
+        seen.append((shape, batch, mode, runs))
+        if batch == 8 and len(seen) > 2:
+            raise RuntimeError("capture failed")  # one point that cannot be measured is reported, not fatal
+        return 1e-4 * batch
+
+    def build(name):
+        if name == "broken":
+            raise ValueError("no such architecture")
+        return _tiny_net(name)
+
+    result = gpu_check.held_out_check(
+        out, ["netx", "broken", "netyy"], ["torch-eager-fp32"], (1, 8), 3, build=build, measure=measure
+    )
+    text = capsys.readouterr().out
+    assert "held-out broken: skipped (ValueError: no such architecture)" in text
+    assert "held-out netyy b8: not measured (RuntimeError: capture failed)" in text
+    points = result["torch-eager-fp32"]["points"]
+    assert [(p["model"], p["batch"]) for p in points] == [("netx", 1), ("netx", 8), ("netyy", 1)]
+    assert all(p["derived_s"] > 0 and p["ratio"] == p["derived_s"] / p["measured_s"] for p in points)
+    assert result["torch-eager-fp32"]["summary"]["points"] == 3
+    assert (out / "held-out" / "netx.onnx").is_file()
+    assert (out / "torch-eager-fp32.json").read_text() == anchors_before  # held-out models never anchor
+    assert seen[0] == ((3, 16, 16), 1, "eager", 3)
+
+
+def test_held_out_without_timm_is_skipped_with_a_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(gpu_check, "ort_cuda_available", lambda: False)
+    monkeypatch.setattr(gpu_check, "run_check", lambda *a: {})
+    monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name: None)
+    assert gpu_check.main(_args(tmp_path, held_out=("vit_tiny_patch16_224",)), detect=lambda: H100) == 0
+    assert "timm is not installed" in capsys.readouterr().out
+
+
+def test_roofline_loads_without_the_planners_dependencies(tmp_path):
+    """On a bare GPU machine pydantic is missing: the roofline still loads and counts an ONNX file."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _fake_export("abc", tmp_path / "abc.onnx")
+    script = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'pydantic': raise ImportError('no pydantic here')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from bench import gpu_check\n"
+        "roofline = gpu_check._roofline()\n"
+        f"work = roofline.model_work({str(tmp_path / 'abc.onnx')!r})\n"
+        "assert 'planner.models' not in sys.modules\n"
+        "print(work.name, work.launches)\n"
+    )
+    root = Path(gpu_check.__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "abc"
+
+
+def test_held_out_names_parse():
+    assert gpu_check._names(" a, b ,") == ("a", "b")
+    with pytest.raises(argparse.ArgumentTypeError):
+        gpu_check._names(" , ")

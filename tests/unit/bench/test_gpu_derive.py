@@ -6,7 +6,17 @@ import json
 
 import pytest
 
-from bench.gpu_derive import BATCHES, DEMO, H100_DATA, cpu_measured, h100_measured, plot
+from bench.gpu_derive import (
+    BATCHES,
+    CHECK_DATA,
+    DEMO,
+    H100_DATA,
+    check_measured,
+    cpu_measured,
+    h100_measured,
+    held_out_recorded,
+    plot,
+)
 from profiles.store import PACKAGE_ROOT
 
 
@@ -38,3 +48,16 @@ def test_plot_writes_a_png(tmp_path):
     results = {"H100 eager": {"m": {1: (1e-3, 1.2e-3), 8: (2e-3, 1.9e-3)}}, "CPU": {"m": {1: (5e-3, 4e-3)}}}
     plot(results, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_gpu_check_record_as_measured_points_and_held_out(capsys):
+    data = json.loads(CHECK_DATA.read_text())
+    for runtime in ("torch-eager-fp32", "torch-cudagraph-fp32"):
+        measured = check_measured(data, runtime)
+        assert set(measured) == {*DEMO, "resnet50"}
+        assert all(set(points) == set(BATCHES) for points in measured.values())
+    assert check_measured(data, "torch-cudagraph-fp32")["resnet50"][32] == pytest.approx(0.01176, rel=1e-3)
+    summaries = held_out_recorded(data)
+    assert set(summaries) == {"torch-eager-fp32", "torch-cudagraph-fp32"}
+    assert summaries["torch-cudagraph-fp32"]["points"] == 21
+    assert "vit_tiny_patch16_224" in capsys.readouterr().out
