@@ -187,7 +187,7 @@ def table_units(
             "limits: DynamoDB's service quotas page"
         ),
         "not_counted": (
-            "clients' result reads (GET /v1/requests/{id}: one Query of the POST's items), and "
+            "clients' result reads (GET /v1/requests/{id}: the POST item and one Query of its records), and "
             "slot-count writes refused because another front filled the window (one per front and full "
             "window tried)"
         ),

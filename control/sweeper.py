@@ -3,9 +3,9 @@
 Every frame the front accepts is answered (``done``), dropped with a reason, or still in flight.
 Each epoch the control loop sweeps the deadline minutes whose frames are all past their deadline
 plus ``grace_s`` (a worker drops early any request that can no longer meet its deadline, so by
-then every frame whose messages still exist is finished): it reads the minute's POSTs from the
-deadline index (``core.adapters.results``, one Query per shard) and each POST's partition (one
-eventually consistent Query: the POST item and its result records), and for each frame:
+then every frame whose messages still exist is finished): it reads the minute's POST items from the
+deadline index (``core.adapters.results``: the POST items are kept in their due minute's partitions,
+one Query per shard) and each POST's records (one eventually consistent Query), and for each frame:
 
 - finished (its terminal tasks' weights sum to 1): answered, or dropped with the reasons its
   tasks carry;
@@ -22,22 +22,22 @@ counts the frames the sweeper recorded dropped; ``SweepErrors`` is 1 for a sweep
 read error (then ``FramesUnaccounted`` is emitted only if a minute was swept: a sweep that cannot
 read never reports 0).
 
-**Push apps** (``"results": "push"``, docs/dataplane.md "Results: pull or push"): their records
-are on the app's results queue, not in the table, so the sweep cannot tell which of their frames
-finished. It reads each of their POSTs (the POST item alone: the accept time and deadline of every
-frame) and sends the app's results queue one ``due`` message per minute (200 POSTs a message,
-:func:`core.adapters.results.due_bodies`): its consumer (:class:`core.adapters.results.PushedFrames`,
-``skinflint results``) reports every listed frame it has not seen finished as dropped, ``stranded``.
-Those frames count as ``pushed`` (accounted by the consumer and by counts: ``FramesFinished``,
-queue depths, the DLQ), neither answered nor unaccounted here. A minute swept twice sends its due
-message twice; the consumer reports a frame once.
+**Push apps** (``"results": "push"``, docs/dataplane.md "Results: pull or push"): their records are
+on the app's results queue, not in the table, so the sweep cannot tell which of their frames
+finished. It takes each of their POSTs as the index listed it (the POST item: the accept time and
+deadline of every frame; no further read) and sends the app's results queue one ``due`` message per
+minute (200 POSTs a message, :func:`core.adapters.results.due_bodies`): its consumer
+(:class:`core.adapters.results.PushedFrames`, ``skinflint results``) reports every listed frame it
+has not seen finished as dropped, ``stranded``. Those frames count as ``pushed`` (accounted by the
+consumer and by counts: ``FramesFinished``, queue depths, the DLQ), neither answered nor unaccounted
+here. A minute swept twice sends its due message twice; the consumer reports a frame once.
 
 Idempotent: a minute swept twice (a state write lost, two planners) finds every frame finished
 (the stranded records count once: their task id is fixed).
 
-Cost (DynamoDB, per epoch): ``DUE_SHARDS`` Queries per swept minute (about 120 bytes an index
-item, one per POST) plus one eventually consistent Query per POST (0.5 read units per 4 KB of its
-records): in proportion to the traffic, whatever the size of the table. Only a frame not finished
+Cost (DynamoDB, per epoch): ``DUE_SHARDS`` Queries per swept minute (the POST items, about 0.7 KB
+each for 10 frames) plus one eventually consistent Query per pull POST (0.5 read units per 4 KB of
+its records): in proportion to the traffic, whatever the size of the table. Only a frame not finished
 (rare) costs a write. A sweep stops after ``max_frames`` frames (the rest of the minutes the next
 epoch)."""
 
@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.adapters.due_index import DueIndex
 from core.adapters.outcomes import FrameOutcomes
-from core.adapters.results import DUE_BUCKET_S, TaskRecord, due_bodies
+from core.adapters.results import DUE_BUCKET_S, TaskRecord, due_bodies, frame_states
 from core.errors import DataPlaneError
 
 if TYPE_CHECKING:
@@ -135,8 +135,8 @@ def _sweep_post(
     results: ResultStore, outcomes: FrameOutcomes, post: DuePost, now: float
 ) -> tuple[dict[str, str], int]:
     """Each frame's status after the sweep ("done", "dropped", "stranded": recorded dropped here,
-    "unknown") and how many frames the POST's index item counts."""
-    frames = results.post_frames(post.post_id)
+    "unknown") and how many frames the POST item counts."""
+    frames = results.post_frames(post.post_id, head=post.head or None)
     if frames is None:
         return {}, post.frames
     stranded = [frame for frame in frames.values() if frame.status == "queued"]
@@ -160,12 +160,12 @@ def _sweep_post(
 def _push_due(
     results: ResultStore, queues: TaskQueues, push: Mapping[str, str], posts: list[DuePost]
 ) -> tuple[int, list[DuePost]]:
-    """Send the due messages of a minute's POSTs of push apps (their POST items read); returns the
-    frames they list and the POSTs whose item is gone (their frames unaccounted)."""
+    """Send the due messages of a minute's POSTs of push apps (their POST items as the index listed
+    them); returns the frames they list and the POSTs whose item is gone (their frames unaccounted)."""
     by_app: dict[str, dict[str, dict[str, FrameState]]] = {}
     gone: list[DuePost] = []
     for post in posts:
-        frames = results.post_frames(post.post_id)
+        frames = frame_states(post.post_id, post.head) if post.head else results.post_frames(post.post_id)
         if frames:
             by_app.setdefault(post.app, {})[post.post_id] = frames
         else:

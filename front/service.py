@@ -256,12 +256,12 @@ class FrontService:
         records: list[FrameRecord] = []
         by_queue: dict[str, list[TaskMessage]] = {}
         accepted: list[FrameAccepted] = []
-        post = new_post_id()
+        deadline = now + dep.slo_s
+        post = new_post_id(deadline)  # the minute its frames fall due: where its item is kept
         for i, (data, content_type) in enumerate(frames):
             request_id = frame_request_id(post, i)
             append_keys(request_id=request_id)  # the correlation id of the logs from here on
             payload = self._payload(request_id, data, content_type)
-            deadline = now + dep.slo_s
             t0 = time.perf_counter()
             routes: list[Route] = (
                 [admitted[i][module] for module in dep.roots]

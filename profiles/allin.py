@@ -8,7 +8,8 @@ task and per batch is a named field, so the model can be audited against the cod
 - :data:`TODAY`: the design as the code is (front/service.py, front/admission.py, workers/worker.py,
   workers/crops.py, core/wire.py, core/adapters/results.py, core/adapters/slots.py, docs/dataplane.md):
   1-10 frames per POST behind an HTTP API (the front checks the key); per POST one ``BatchWriteItem`` of
-  the POST item and its deadline-index item and one slot-count ``UpdateItem`` per root module; the
+  the POST item (kept in its due minute's partition: it is the deadline index too) and one slot-count
+  ``UpdateItem`` per root module; the
   tasks one send puts on a queue in one message (a POST's frames once per root queue; a parent batch's
   children once per child queue, each with its crop of the frame and the ancestors' results once); no
   per-task writes and no outcome reads or claims: one compressed record per batch and POST among its
@@ -145,10 +146,12 @@ class DataPlanePolicy:
     front_ms_per_frame: float = 3.0  # estimate: decode, validate, route one frame
     front_log_bytes_per_post: float = 1500.0  # EMF metric lines + Lambda's START/END/REPORT lines
     # -- DynamoDB writes made by the front, per POST: one BatchWriteItem of the POST item (a base plus
-    # each frame's index, accept time, deadline and roots) and its deadline-index item
+    # each frame's index, accept time, deadline and roots) and, with ``index_item``, a separate
+    # deadline-index item (without it the POST item is kept in its due minute's partition instead)
     post_items: bool = True
-    post_item_bytes: float = 72.0
-    post_item_bytes_per_frame: float = 56.0
+    post_item_bytes: float = 103.0
+    post_item_bytes_per_frame: float = 58.0
+    index_item: bool = False
     index_item_bytes: float = 95.0
     # admission's shared slot count (a conditional UpdateItem), per root module: per frame, or per POST
     slot_updates_per_frame: float = 0.0
@@ -182,8 +185,8 @@ class DataPlanePolicy:
 
 TODAY = DataPlanePolicy(
     name="today",
-    summary="the design as the code is: 1-10 frames per POST (HTTP API), a POST item and its index "
-    "item, a message per POST and root queue carrying the frames once, a message per parent batch and "
+    summary="the design as the code is: 1-10 frames per POST (HTTP API), a POST item in its due minute's "
+    "partition, a message per POST and root queue carrying the frames once, a message per parent batch and "
     "child queue carrying each child's crop and the ancestors' results once, a record per batch and POST "
     "of the terminal tasks (pull: the results table; push: the app's results queue)",
     # cdk/stacks/front.py: an HTTP API by default, the key checked by the front (-c front_api=rest: a
@@ -194,10 +197,11 @@ TODAY = DataPlanePolicy(
     # messages' SendMessageBatch in parallel (estimates, not measured on AWS)
     front_ms_per_post=20.0,
     front_ms_per_frame=3.0,
-    # core/adapters/results.py create_frames: one BatchWriteItem of the POST item (measured with
-    # core/adapters/usage.py item_size: 72 B + 56 B per frame, 631 B for 10 frames) and its deadline-index
-    # item (95 B): 2 write units per POST of up to 10 frames
+    # core/adapters/results.py create_frames: one BatchWriteItem of the POST item, keyed by its due minute
+    # and shard (measured with core/adapters/usage.py item_size: 161 B for 1 frame, 683 B for 10: 103 B +
+    # 58 B per frame): 1 write unit per POST of up to 10 frames; no separate deadline-index item
     post_items=True,
+    index_item=False,
     # front/admission.py _take_shared -> core/adapters/slots.py take_upto: one conditional UpdateItem per
     # POST and root module (SKINFLINT_ADMISSION_SHARED, on in cdk/stacks/front.py); a second one when the
     # window has room for part of the POST only, and one in the next window for the rest: not counted
@@ -505,12 +509,11 @@ def _front_units(policy: DataPlanePolicy, w: Workload) -> _Units:
         wcu=(w.frame_rate * policy.slot_updates_per_frame + posts * policy.slot_updates_per_post)
         * len(w.roots)
     )
-    if policy.post_items:  # one BatchWriteItem: the POST item and its deadline-index item
+    if policy.post_items:  # one BatchWriteItem: the POST item (and a deadline-index item, if separate)
         post_item = policy.post_item_bytes + w.frames_per_post * policy.post_item_bytes_per_frame
-        wcu = math.ceil(post_item / DDB_WRITE_UNIT_BYTES) + math.ceil(
-            policy.index_item_bytes / DDB_WRITE_UNIT_BYTES
-        )
-        units += _Units(wcu=posts * wcu, kept=posts * (post_item + policy.index_item_bytes))
+        index = policy.index_item_bytes if policy.index_item else 0.0
+        wcu = math.ceil(post_item / DDB_WRITE_UNIT_BYTES) + math.ceil(index / DDB_WRITE_UNIT_BYTES)
+        units += _Units(wcu=posts * wcu, kept=posts * (post_item + index))
     for root in w.roots:
         if policy.messages == "per_task":  # a message per frame, in SendMessageBatch calls of the POST's
             calls = posts * max(1.0, w.frames_per_post / SQS_MAX_ENTRIES)

@@ -356,10 +356,10 @@ class FrontStack(Stack):
                 resources=[props.config_table.table_arn],
                 conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(C.FRONT_CONFIG_KEYS)}},
             ),
-            # POST items (batch write) and a request's results (one Query of its POST's partition)
+            # POST items (batch write) and a request's results (the POST item and a Query of its records)
             iam.PolicyStatement(
                 sid="Results",
-                actions=["dynamodb:BatchWriteItem", "dynamodb:Query"],
+                actions=["dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:Query"],
                 resources=[props.results_table.table_arn],
             ),
             # admission's shared batch-slot counts (conditional ADD), only their keys

@@ -1,11 +1,12 @@
 """The deadline index of accepted POSTs, read by the control loop's stranded-frame sweep
-(control/sweeper.py). The front writes an index item with every POST item
-(:meth:`core.adapters.results.ResultStore.create_frames`: ``pk = due#<minute>#<shard>``, ``sk`` = the
-POST id, with its app, latest deadline and number of frames); only the control loop reads the index."""
+(control/sweeper.py). The index is the POST items themselves: the front writes each in its due
+minute's partition (:meth:`core.adapters.results.ResultStore.create_frames`: ``pk =
+due#<minute>#<shard>``, ``sk`` = the POST id, with its app, latest deadline, number of frames and
+the frames' accept times and deadlines); only the control loop reads a minute of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.adapters._aws import AWS_ERRORS
@@ -24,6 +25,7 @@ class DuePost:
     app: str
     deadline: float  # its frames' latest
     frames: int
+    head: dict[str, Any] = field(default_factory=dict, compare=False)  # the POST item, as listed
 
 
 class DueIndex:
@@ -34,9 +36,9 @@ class DueIndex:
         self._table = table
 
     def due_posts(self, bucket: int) -> list[DuePost]:
-        """The POSTs whose deadline falls in ``bucket`` (:func:`core.adapters.results.due_bucket`): one
-        Query per shard (each page up to 1 MB, about 8,000 index items), eventually consistent (the
-        items were written a minute or more before)."""
+        """The POSTs whose deadline falls in ``bucket`` (:func:`core.ids.due_bucket`), each with its
+        item: one Query per shard (each page up to 1 MB, about 1,500 POST items of 10 frames),
+        eventually consistent (the items were written a minute or more before)."""
         out: list[DuePost] = []
         for shard in range(DUE_SHARDS):
             kwargs: dict[str, Any] = {
@@ -56,7 +58,8 @@ class DueIndex:
                             str(doc["sk"]),
                             str(doc.get("app", "")),
                             float(doc["deadline"]),
-                            int(doc.get("frames", 1)),
+                            int(doc.get("n", 1)),
+                            doc,
                         )
                     )
                 if not page.get("LastEvaluatedKey"):

@@ -1,15 +1,20 @@
-"""The results table: a POST's frames and every result record of them in one partition.
+"""The results table: a POST's item in its due minute's partition, and its result records.
 
-Every frame of a POST shares the POST's id as the prefix of its request id (``core/ids.py``), and
-the table keeps, under ``pk = <POST id>``:
+Every frame of a POST shares the POST's id as the prefix of its request id, and the post id carries
+the minute its frames fall due (``core/ids.py``). The table keeps:
 
-- ``sk = "post"``: written by the front, once per POST: the app, and per frame its index, accept
-  time, deadline and root modules;
-- ``sk = "part#<unique>"``: written by a worker, once per batch and POST: the batch's *terminal*
-  tasks of that POST's frames (a task that forwarded no children, or was dropped) with their
-  outputs, each with the **lineage** its message carried (what its ancestors produced, as they would
-  have been recorded), compressed. Nothing is written per task, and a task that forwards children
-  is never written itself: its result travels with its children.
+- the **POST item**, ``pk = due#<due minute>#<shard>``, ``sk = <POST id>`` (the shard a hash of the
+  id, :data:`DUE_SHARDS` of them a minute): written by the front, once per POST: the app, the
+  latest deadline, the number of frames and per frame its index, accept time, deadline and root
+  modules. It is also the **deadline index**: the control loop's sweeper reads a minute's POSTs with
+  one Query per shard (core/adapters/due_index.py), and a reader finds a POST's item from its id
+  alone (one ``GetItem``);
+- the **record items**, ``pk = <POST id>``, ``sk = "part#<unique>"``: written by a worker, once per
+  batch and POST: the batch's *terminal* tasks of that POST's frames (a task that forwarded no
+  children, or was dropped) with their outputs, each with the **lineage** its message carried (what
+  its ancestors produced, as they would have been recorded), compressed. Nothing is written per
+  task, and a task that forwards children is never written itself: its result travels with its
+  children.
 
 Completion is by weights, not by reads of a task tree. A root task carries weight 1; a task with k
 children gives each 1/k of its own (exact fractions, ``TaskMessage.weight``). A frame is finished
@@ -18,14 +23,13 @@ dropped (a task past its deadline, poison, or swept as stranded by control/sweep
 ``done``; its completion time is the latest write of a terminal task. A redelivered task may be
 written twice: readers count each task id once.
 
-The front also writes one deadline-index item per POST (``pk = due#<deadline minute>#<shard>``,
-``sk`` = the POST id) in the same ``BatchWriteItem``: the control loop's sweeper reads a minute's
-POSTs from it with one Query per shard and accounts for their frames (core/adapters/due_index.py).
-
-Cost per POST of N frames: one ``BatchWriteItem`` of two items (the POST item and its index item;
-about 1 write unit each for N = 10). Per batch: one ``BatchWriteItem`` with an item per POST among
-its terminal tasks (a write unit per KB of compressed record). Readers: ``GET /v1/requests/{id}``
-is one eventually consistent Query of the POST's partition (0.5 read units per 4 KB).
+Cost per POST of N frames: one ``BatchWriteItem`` of its item (about 0.7 KB for N = 10: one write
+unit). Per batch: one
+``BatchWriteItem`` with an item per POST among its terminal tasks (a write unit per KB of compressed
+record). Readers: ``GET /v1/requests/{id}`` is one eventually consistent ``GetItem`` of the POST item
+and one eventually consistent Query of its records (0.5 read units each per 4 KB). Partitions: the
+POST items of a minute spread over :data:`DUE_SHARDS` partition keys (at 50,000 frames/s in POSTs of
+10, about 310 writes/s each, under DynamoDB's 1,000 per key); the records spread by POST.
 
 Every item carries ``expires_at``, the table's TTL attribute: epoch seconds, when it was written plus
 the retention (``SKINFLINT_RESULTS_RETENTION_DAYS``, default 7 days). A POST past its ``expires_at``
@@ -63,7 +67,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from core.adapters._aws import AWS_ERRORS
 from core.adapters._ddb import from_item, to_item
 from core.errors import ResultStoreError
-from core.ids import post_of
+from core.ids import DUE_BUCKET_S, due_bucket, due_minute, post_of
 from core.schema import ResultOut, TaskOut
 from core.settings import DEFAULT_RESULTS_RETENTION_DAYS
 
@@ -91,29 +95,24 @@ __all__ = [
     "due_bucket",
     "due_key",
     "expires_at",
+    "frame_states",
+    "post_key",
     "push_bodies",
     "split_weight",
 ]
 
-_POST_SK = "post"
 _PART_PREFIX = "part#"
 #: the results table's TTL attribute (cdk/constants.py RESULTS_TTL_ATTRIBUTE): epoch seconds
 EXPIRES_AT = "expires_at"
 _BATCH_WRITE = 25  # items per BatchWriteItem
 
 
-#: The deadline index (read by the stranded-frame sweeper, control/sweeper.py): one small item per
-#: POST, ``pk = due#<deadline minute>#<shard>``, ``sk = <POST id>``, written with the POST item in
-#: the same BatchWriteItem. A minute's POSTs are read back with one Query per shard, so finding the
-#: frames whose deadline passed costs reads in proportion to those POSTs, never a Scan.
-DUE_BUCKET_S = 60  # s of deadlines per index partition
-DUE_SHARDS = 4  # partitions per minute: spreads the index writes (1,000 writes/s per partition key)
+#: The deadline index (read by the stranded-frame sweeper, control/sweeper.py) is the POST items
+#: themselves: ``pk = due#<due minute>#<shard>``, ``sk = <POST id>``. A minute's POSTs are read back
+#: with one Query per shard, so finding the frames whose deadline passed costs reads in proportion to
+#: those POSTs, never a Scan.
+DUE_SHARDS = 16  # partition keys per minute: spreads the POST writes (1,000 writes/s per partition key)
 _DUE_PREFIX = "due#"
-
-
-def due_bucket(deadline: float) -> int:
-    """The index bucket (minute number since the epoch) of a deadline."""
-    return int(deadline // DUE_BUCKET_S)
 
 
 def due_key(bucket: int, shard: int) -> str:
@@ -122,6 +121,11 @@ def due_key(bucket: int, shard: int) -> str:
 
 def _shard(key: str) -> int:
     return zlib.crc32(key.encode()) % DUE_SHARDS
+
+
+def post_key(post_id: str) -> dict[str, Any]:
+    """The key of a POST's item: its due minute's partition (from the id) and the id."""
+    return {"pk": {"S": due_key(due_minute(post_id), _shard(post_id))}, "sk": {"S": post_id}}
 
 
 def expires_at(written_at: float, retention_s: float) -> int:
@@ -254,8 +258,10 @@ class ResultStore:
 
     # -- front -------------------------------------------------------------------------------------
     def create_frames(self, frames: list[FrameRecord]) -> None:
-        """One item per POST (its frames: index, accept time, deadline, roots) and its deadline-index
-        item, in as few ``BatchWriteItem`` calls as fit (one for a POST)."""
+        """One item per POST (its frames: index, accept time, deadline, roots) in its due minute's
+        partition, in as few ``BatchWriteItem`` calls as fit (one for a POST: one item). Raises
+        ValueError when a post id's due minute is earlier than its frames' latest deadline (the
+        sweeper would sweep them before they are due) or a POST's frames name several apps."""
         expiry = expires_at(time.time(), self.retention_s)
         posts: dict[str, list[FrameRecord]] = {}
         for frame in frames:
@@ -266,33 +272,20 @@ class ResultStore:
             apps = {frame.app for frame in of_post}
             if len(apps) != 1:
                 raise ValueError(f"the frames of POST {post} name {len(apps)} apps")
+            if due_minute(post) < due_bucket(deadline):
+                raise ValueError(f"POST {post} is due in minute {due_minute(post)}, its frames later")
             frames_doc = {
                 frame.request_id[len(post) :]: [frame.accepted_at, frame.deadline, list(frame.roots)]
                 for frame in of_post
             }
-            items.append(
-                to_item(
-                    {
-                        "pk": post,
-                        "sk": _POST_SK,
-                        "app": of_post[0].app,
-                        "frames": json.dumps(frames_doc, separators=(",", ":")),
-                        EXPIRES_AT: expiry,
-                    }
-                )
-            )
-            items.append(
-                to_item(
-                    {
-                        "pk": due_key(due_bucket(deadline), _shard(post)),
-                        "sk": post,
-                        "app": of_post[0].app,
-                        "deadline": deadline,
-                        "frames": len(of_post),
-                        EXPIRES_AT: expiry,
-                    }
-                )
-            )
+            doc = {
+                "app": of_post[0].app,
+                "deadline": deadline,
+                "n": len(of_post),
+                "frames": json.dumps(frames_doc, separators=(",", ":")),
+                EXPIRES_AT: expiry,
+            }
+            items.append(post_key(post) | to_item(doc))
         self._write(items, f"{len(frames)} frame record(s)")
 
     # -- workers -----------------------------------------------------------------------------------
@@ -339,7 +332,7 @@ class ResultStore:
     def recorded(self, post_id: str) -> set[tuple[str, str]]:
         """(request id, task id) of every terminal task the POST's partition holds (a consistent
         Query: what a redelivery checks before it counts)."""
-        _, parts = self._query(post_id, consistent=True)
+        parts = self._parts(post_id, consistent=True)
         out: set[tuple[str, str]] = set()
         for part in parts:
             for doc in _unpack(part):
@@ -350,7 +343,7 @@ class ResultStore:
     # -- readers -----------------------------------------------------------------------------------
     def warm(self) -> None:
         """Open the client's connection to the table (a Query of a partition that never exists)."""
-        self._query("0" * 30, consistent=False)
+        self._parts("0" * 30, consistent=False)
 
     def get_request(self, request_id: str) -> ResultOut | None:
         """The frame and every task recorded for it or carried in a record's lineage; None when its
@@ -377,18 +370,18 @@ class ResultStore:
             return None
         return {rid: state.result() for rid, state in frames.items()}
 
-    def post_frames(self, post_id: str, consistent: bool = False) -> dict[str, FrameState] | None:
-        """Every frame of a POST, as its partition records it; None when the POST item does not
-        exist or has expired."""
-        head, parts = self._query(post_id, consistent=consistent)
-        if head is None or _expired(head, time.time()):
+    def post_frames(
+        self, post_id: str, consistent: bool = False, head: Mapping[str, Any] | None = None
+    ) -> dict[str, FrameState] | None:
+        """Every frame of a POST, as its item and its records say; None when the POST item does not
+        exist or has expired. Two reads: the POST item (``GetItem``; none when ``head``, the item as
+        the deadline index listed it, is given) and its records (a Query)."""
+        if head is None:
+            head = self.post_head(post_id, consistent)
+        states = frame_states(post_id, head) if head is not None else None
+        if states is None:
             return None
-        app = str(head.get("app", ""))
-        states: dict[str, FrameState] = {}
-        for suffix, (accepted_at, deadline, roots) in json.loads(head.get("frames") or "{}").items():
-            rid = post_id + suffix
-            states[rid] = FrameState(rid, app, float(accepted_at), float(deadline), tuple(roots))
-        for part in parts:
+        for part in self._parts(post_id, consistent):
             recorded_at = part.get("recorded_at")
             for doc in _unpack(part):
                 state = states.get(str(doc.get("r")))
@@ -396,15 +389,27 @@ class ResultStore:
                     _add_doc(state, doc, recorded_at)
         return states
 
-    def _query(self, post_id: str, consistent: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """The POST item and its record items (every page)."""
+    def post_head(self, post_id: str, consistent: bool = False) -> dict[str, Any] | None:
+        """The POST item (as a document), or None when there is none (or the id is malformed)."""
+        try:
+            key = post_key(post_id)
+        except ValueError:
+            return None
+        try:
+            out = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=consistent)
+        except AWS_ERRORS as exc:
+            raise ResultStoreError(f"cannot read POST {post_id}: {exc}") from exc
+        item = out.get("Item")
+        return from_item(item) if item else None
+
+    def _parts(self, post_id: str, consistent: bool) -> list[dict[str, Any]]:
+        """The POST's record items (every page)."""
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "pk = :pk",
             "ExpressionAttributeValues": {":pk": {"S": post_id}},
             "ConsistentRead": consistent,
         }
-        head: dict[str, Any] | None = None
         parts: list[dict[str, Any]] = []
         while True:
             try:
@@ -414,13 +419,11 @@ class ResultStore:
             for raw in page.get("Items", []):
                 blob = raw.get("tasks", {}).get("B")
                 doc = from_item({k: v for k, v in raw.items() if k != "tasks"})
-                if doc.get("sk") == _POST_SK:
-                    head = doc
-                elif str(doc.get("sk", "")).startswith(_PART_PREFIX):
+                if str(doc.get("sk", "")).startswith(_PART_PREFIX):
                     doc["tasks"] = blob
                     parts.append(doc)
             if not page.get("LastEvaluatedKey"):
-                return head, parts
+                return parts
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _write(self, items: list[dict[str, Any]], what: str) -> None:
@@ -440,6 +443,18 @@ class ResultStore:
                     raise ResultStoreError(f"DynamoDB left {what} unprocessed after 6 tries")
         except AWS_ERRORS as exc:
             raise ResultStoreError(f"cannot write {what}: {exc}") from exc
+
+
+def frame_states(post_id: str, head: Mapping[str, Any]) -> dict[str, FrameState] | None:
+    """The frames a POST item lists, none finished yet; None when the item has expired."""
+    if _expired(head, time.time()):
+        return None
+    app = str(head.get("app", ""))
+    states: dict[str, FrameState] = {}
+    for suffix, (accepted_at, deadline, roots) in json.loads(head.get("frames") or "{}").items():
+        rid = post_id + suffix
+        states[rid] = FrameState(rid, app, float(accepted_at), float(deadline), tuple(roots))
+    return states
 
 
 def _pack(records: list[TaskRecord]) -> bytes:
@@ -485,7 +500,7 @@ def _unpack(part: dict[str, Any]) -> list[dict[str, Any]]:
     return docs if isinstance(docs, list) else []
 
 
-def _expired(item: dict[str, Any], now: float) -> bool:
+def _expired(item: Mapping[str, Any], now: float) -> bool:
     """Past its ``expires_at`` (DynamoDB's TTL deletes such items within days, reads still see them)."""
     at = item.get(EXPIRES_AT)
     return isinstance(at, int | float) and at <= now

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.functional
 def test_each_epoch_sweeps_the_due_minutes_once(env: Env) -> None:
     # GIVEN a frame accepted 6 minutes ago (deadline 5 minutes ago) that nothing ever answered
     now = env.clock()
-    lost = request_id(new_post_id(), 0)
+    lost = request_id(new_post_id(now - 300), 0)
     env.ctl.results.create_frames([FrameRecord(lost, "cams", now - 360, now - 300, ("det",))])
     # WHEN an epoch runs
     out = env.ctl.run_epoch()

@@ -381,7 +381,7 @@ def test_a_late_branch_lowers_slo_attainment_by_its_share_and_the_report_reads_t
 
     cfg, ddb, sqs, cw = aws
     t = time.time()
-    a, b = request_id(new_post_id(), 0), request_id(new_post_id(), 0)
+    a, b = request_id(new_post_id(t + 0.5), 0), request_id(new_post_id(t + 0.5), 0)
     # GIVEN two frames (SLO 0.5 s): a's two cars, one in time and one late; b's three cars, one late
     # and one dropped, recorded by two workers
     left = [
@@ -435,7 +435,7 @@ def test_a_dropped_task_emits_frames_dropped_by_its_share() -> None:
     from core.adapters.outcomes import FrameOutcomes
 
     t = time.time()
-    rid, whole = request_id(new_post_id(), 0), request_id(new_post_id(), 1)
+    rid, whole = request_id(new_post_id(t + 0.5), 0), request_id(new_post_id(t + 0.5), 1)
     metrics = MemoryMetrics()
     outcomes = FrameOutcomes(metrics)
     # GIVEN a frame with four cars of which one was dropped, and a frame dropped at its root

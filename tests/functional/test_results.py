@@ -12,9 +12,9 @@ from botocore.exceptions import ClientError
 
 from core.adapters.metrics import MemoryMetrics
 from core.adapters.outcomes import FrameOutcomes
-from core.adapters.results import EXPIRES_AT, FrameRecord, ResultStore, TaskRecord
+from core.adapters.results import DUE_SHARDS, EXPIRES_AT, FrameRecord, ResultStore, TaskRecord, post_key
 from core.errors import ResultStoreError
-from core.ids import new_post_id, post_of, request_id
+from core.ids import due_bucket, due_minute, new_post_id, post_of, request_id
 from front.app import create_app
 from front.service import FrontService
 from tests.functional.conftest import API_KEY
@@ -113,43 +113,75 @@ def test_a_recheck_is_written_only_when_its_post_does_not_hold_the_task(stack):
     assert stack.results.recorded(POST) == {(RID, "detector"), (R1, "detector")}
 
 
-def test_one_item_per_post_and_one_record_per_batch_and_post(stack):
+def post_item(stack: Any, post: str) -> dict[str, Any] | None:
+    return stack.ddb.get_item(TableName=stack.cfg.results_table, Key=post_key(post), ConsistentRead=True).get(
+        "Item"
+    )
+
+
+def test_one_item_per_post_in_its_due_minute_and_one_record_per_batch_and_post(stack):
     # GIVEN two POSTs of three frames
-    a, b = new_post_id(), new_post_id()
+    a, b = new_post_id(3.0), new_post_id(3.0)
     rids_a, rids_b = [request_id(a, i) for i in range(3)], [request_id(b, i) for i in range(3)]
     stack.results.create_frames(frames(*rids_a, *rids_b))
-    assert partition(stack, a) == ["post"] and partition(stack, b) == ["post"]
+    # THEN each POST is one item, kept in its due minute's partition of the deadline index (no
+    # separate index item), and its own partition holds nothing yet
+    for post in (a, b):
+        item = post_item(stack, post)
+        assert item is not None and item["n"]["N"] == "3" and item["app"]["S"] == "traffic"
+        shard = int(item["pk"]["S"].rsplit("#", 1)[1])
+        assert item["pk"]["S"] == f"due#{due_bucket(3.0)}#{shard}" and 0 <= shard < DUE_SHARDS
+        assert partition(stack, post) == []
     # WHEN one batch finishes a task of every frame
     stack.results.record_tasks([rec("detector", rid=rid) for rid in rids_a + rids_b])
     # THEN each POST got one record, and every frame reads done from it
-    assert partition(stack, a) == ["part", "post"] and partition(stack, b) == ["part", "post"]
+    assert partition(stack, a) == ["part"] and partition(stack, b) == ["part"]
     assert all(stack.results.get_request(rid).status == "done" for rid in rids_a + rids_b)
     assert stack.results.get_request(request_id(a, 3)) is None  # no such frame in the POST
     assert {post_of(rid) for rid in rids_a} == {a}
 
 
-def test_get_is_one_eventually_consistent_query_of_the_post(stack):
+def test_get_is_one_eventually_consistent_get_of_the_post_item_and_one_query_of_its_records(stack):
     class Counting:
         def __init__(self, real: Any) -> None:
             self._real, self.calls = real, []
 
         def __getattr__(self, name: str) -> Any:
-            if name in ("scan", "batch_get_item", "get_item"):
-                raise AssertionError(f"{name} on the results table: one Query of the POST")
+            if name in ("scan", "batch_get_item"):
+                raise AssertionError(f"{name} on the results table: the POST item and its records")
             return getattr(self._real, name)
 
         def query(self, **kw: Any) -> dict[str, Any]:
-            self.calls.append(kw)
+            self.calls.append(("query", kw))
             return self._real.query(**kw)
+
+        def get_item(self, **kw: Any) -> dict[str, Any]:
+            self.calls.append(("get_item", kw))
+            return self._real.get_item(**kw)
 
     stack.results.create_frames(frames(RID))
     stack.results.record_tasks([rec("detector")])
     ddb = Counting(stack.ddb)
     out = ResultStore(ddb, stack.cfg.results_table).get_request(RID)
     assert out is not None and out.status == "done"
-    assert len(ddb.calls) == 1 and ddb.calls[0]["ConsistentRead"] is False
+    assert [name for name, _ in ddb.calls] == ["get_item", "query"]
+    assert all(kw["ConsistentRead"] is False for _, kw in ddb.calls)
+    assert ddb.calls[0][1]["Key"] == post_key(POST)  # found from the id alone
     assert ResultStore(ddb, stack.cfg.results_table).get_request("warm-up") is None  # not an id: no read
-    assert len(ddb.calls) == 1
+    assert len(ddb.calls) == 2
+    # AND a POST that was never written reads as unknown after the one GetItem
+    ddb.calls.clear()
+    assert ResultStore(ddb, stack.cfg.results_table).get_request(request_id(new_post_id(3.0), 0)) is None
+    assert [name for name, _ in ddb.calls] == ["get_item"]
+
+
+def test_a_post_id_due_before_its_frames_is_refused(stack):
+    early = new_post_id(3.0)
+    with pytest.raises(ValueError, match="is due in minute"):
+        stack.results.create_frames(
+            [FrameRecord(request_id(early, 0), "traffic", 1.0, 3.0 + 120, ("detector",))]
+        )
+    assert due_minute(early) == 0 and post_item(stack, early) is None
 
 
 def test_the_frames_of_a_post_read_by_one_query_serve_the_fronts_gets_of_the_finished_ones(stack):
@@ -171,7 +203,7 @@ def test_the_frames_of_a_post_read_by_one_query_serve_the_fronts_gets_of_the_fin
     results = ResultStore(ddb, stack.cfg.results_table)
     got = results.get_post_requests(R1)
     assert got is not None and {rid: out.status for rid, out in got.items()} == {RID: "done", R1: "dropped"}
-    assert results.get_post_requests(request_id(new_post_id(), 0)) is None  # no such POST
+    assert results.get_post_requests(request_id(new_post_id(3.0), 0)) is None  # no such POST
     # WHEN the front answers a GET of each frame
     svc = FrontService(
         config=stack.cfg, store=stack.store, plans=stack.plans, results=results, queues=stack.queues,
@@ -208,8 +240,14 @@ def test_a_failed_read_is_a_result_store_error(stack):
         def query(self, **kw: Any) -> dict[str, Any]:
             raise ClientError({"Error": {"Code": "InternalServerError", "Message": "down"}}, "Query")
 
-    with pytest.raises(ResultStoreError, match=f"cannot read POST {POST}"):
-        ResultStore(Broken(stack.ddb), stack.cfg.results_table).get_request(RID)
+    class BrokenGet(Broken):
+        def get_item(self, **kw: Any) -> dict[str, Any]:
+            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "down"}}, "GetItem")
+
+    stack.results.create_frames(frames(RID))
+    for broken in (Broken, BrokenGet):  # the records' Query, and the POST item's GetItem
+        with pytest.raises(ResultStoreError, match=f"cannot read POST {POST}"):
+            ResultStore(broken(stack.ddb), stack.cfg.results_table).get_request(RID)
 
 
 # -- retention ----------------------------------------------------------------------------------------
@@ -230,8 +268,8 @@ def test_every_item_of_a_request_expires_a_retention_after_its_write(stack):
         TableName=stack.cfg.results_table,
         KeyConditionExpression="pk = :r",
         ExpressionAttributeValues={":r": {"S": POST}},
-    )["Items"]
-    assert sorted(i["sk"]["S"].split("#")[0] for i in items) == ["part", "post"]
+    )["Items"] + [post_item(stack, POST)]
+    assert sorted(i["sk"]["S"].split("#")[0] for i in items) == [POST, "part"]
     for item in items:
         assert before + 86_400 <= float(item[EXPIRES_AT]["N"]) <= math.ceil(after + 86_400)
 
@@ -243,7 +281,7 @@ def test_a_frame_past_its_expiry_reads_as_unknown_before_dynamodb_deletes_it(sta
     assert client.get(f"/v1/requests/{RID}", headers=AUTH).json()["status"] == "done"
     stack.ddb.update_item(
         TableName=stack.cfg.results_table,
-        Key={"pk": {"S": POST}, "sk": {"S": "post"}},
+        Key=post_key(POST),
         UpdateExpression="SET #e = :e",
         ExpressionAttributeNames={"#e": EXPIRES_AT},
         ExpressionAttributeValues={":e": {"N": str(int(time.time()) - 1)}},

@@ -21,6 +21,7 @@ from core.adapters.results import (
     due_bucket,
 )
 from core.errors import ResultStoreError
+from core.ids import post_of
 from front.errors import RequestRejectedError
 from skinflint.commands.results import consume, line
 from tests.functional.test_worker import front, make_worker, run_car_workers, send_frames
@@ -66,8 +67,10 @@ def test_a_push_apps_records_go_to_its_results_queue_not_to_the_table(push_stack
     assert attrs["MessageRetentionPeriod"] == str(7 * 86_400)
     # GIVEN two frames through the detector and the cars
     ids = send_frames(stack, 2)
-    before = _table_items(stack)  # the POST item and its deadline-index item (the front's)
-    assert sorted(item["sk"]["S"] for item in before if not item["pk"]["S"].startswith("due#")) == ["post"]
+    before = _table_items(stack)  # the POST item, in its due minute's partition (the front's)
+    assert [
+        (item["pk"]["S"][:4], item["sk"]["S"]) for item in before if not item["pk"]["S"].startswith("slot#")
+    ] == [("due#", post_of(ids[0]))]
     _drain_detector(stack, 2)
     cars = run_car_workers(stack)
     ran = sum(w.totals["ran"] for w in cars)
@@ -169,8 +172,8 @@ def test_the_sweep_lists_a_push_apps_due_frames_and_the_consumer_reports_the_los
     deadlines = {
         rid: frame[1]
         for i in before
-        if i["sk"]["S"] == "post"
-        for rid, frame in ((i["pk"]["S"] + idx, f) for idx, f in json.loads(i["frames"]["S"]).items())
+        if i["pk"]["S"].startswith("due#")
+        for rid, frame in ((i["sk"]["S"] + idx, f) for idx, f in json.loads(i["frames"]["S"]).items())
     }
     deadline = max(deadlines.values())
     cfg = SweepConfig(grace_s=120.0)

@@ -87,7 +87,7 @@ FRONT_ACTIONS = _OWN_LOGS | {
     "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan",  # keys, plan in force, apps
     "dynamodb:PutItem", "dynamodb:UpdateItem",  # admin.py: appspec#<app>, control#replan; slots.py
     "dynamodb:BatchWriteItem",  # adapters/results.py: POST items
-    "dynamodb:Query",  # adapters/results.py: GET /v1/requests/{id} reads its POST's partition
+    "dynamodb:Query",  # adapters/results.py: GET /v1/requests/{id} reads its POST's records
     "sqs:SendMessage",  # adapters/queues.py send (SendMessageBatch)
     "sqs:GetQueueAttributes",  # front/admission.py backlog check (TaskQueues.depth)
     "s3:PutObject",  # frames/ (service.py), registry/ (admin registration)
@@ -207,13 +207,14 @@ TABLE_OF_MODULE = {
 TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
     "planner": {
         "config": {a for a in PLANNER_ACTIONS if a.startswith("dynamodb:") and a != "dynamodb:Query"},
-        # the stranded-frame sweep (control/sweeper.py): index, POST partitions, stranded records
+        # the stranded-frame sweep (control/sweeper.py): POST items by due minute, records, stranded records
         "results": {"dynamodb:Query", "dynamodb:BatchWriteItem"},
     },
     "front": {
         "config": {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Scan", "dynamodb:PutItem",
                    "dynamodb:UpdateItem"},
         "results": {"dynamodb:BatchWriteItem", "dynamodb:Query",  # POST items; GET /v1/requests
+                    "dynamodb:GetItem",  # GET /v1/requests: the POST item (results.py post_head)
                     "dynamodb:UpdateItem"},  # slots.py: shared batch-slot counts (slot#* keys only)
     },
     "worker": {
@@ -224,12 +225,15 @@ TABLE_GRANTS = {  # role -> table -> the DynamoDB actions it holds there
 # Operations a module in the role's import closure names on a table but the role never reaches there,
 # each with the code path that does reach it. Exact: an entry that stops applying fails the test too.
 NOT_REACHED = {
-    "planner": {},
+    "planner": {
+        ("results", "dynamodb:GetItem"): "results.py post_head: the front's GET (the sweep lists POST items)",
+    },
     "front": {
         ("config", "dynamodb:BatchWriteItem"): "plan_store.py publish/GC: the planner",
         ("config", "dynamodb:DeleteItem"): "plan_store.py claims and GC, registry.py remove: planner, CLI",
     },
     "worker": {
+        ("results", "dynamodb:GetItem"): "results.py post_head: the front's GET",
         ("config", "dynamodb:Scan"): "config_store.py/registry.py listings: front, planner, CLI",
         ("config", "dynamodb:BatchWriteItem"): "plan_store.py publish/GC: the planner",
         ("config", "dynamodb:UpdateItem"): "plan_store.py pointer flip, registry.py: planner, front",

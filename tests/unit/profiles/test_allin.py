@@ -42,14 +42,14 @@ def traffic(fps: float = 1000, frame_kb: float = 8, per_post: int = 1, batch: in
 
 def test_today_counts_the_writes_the_code_makes_per_post_and_per_batch() -> None:
     units = data_plane_bill(TODAY, traffic(per_post=10), PRICES).units_per_frame
-    # per POST of 10: the POST item (72 + 10 x 56 = 632 B) and its index item (95 B), 1 unit each, and
-    # the slot count (one root): 0.3 per frame. No per-task writes: a record item per leaf batch and
+    # per POST of 10: the POST item (103 + 10 x 58 = 683 B, in its due minute's partition: no index
+    # item), 1 unit, and the slot count (one root): 0.2 per frame. No per-task writes: a record item per leaf batch and
     # POST, max(1, KB + 0.5) units each (the mean of a unit per started KB over items of spread sizes).
     # vehicle: 20 tasks per POST, so a batch of 16 spans 1 + 15 / 20 = 1.75 POSTs, items of
     # 400 + (16 / 1.75 - 1) x 65 = 929 B; person: 15 per POST, 2 POSTs per batch, 855 B items
     vehicle = 1.75 * (929.2857 / 1024 + 0.5) / 16 * 2.0
     person = 2 * (855 / 1024 + 0.5) / 16 * 1.5
-    assert units["dynamodb_write_units"] == pytest.approx(0.3 + vehicle + person)
+    assert units["dynamodb_write_units"] == pytest.approx(0.2 + vehicle + person)
     assert units["dynamodb_read_units"] == 0  # no outcome reads, no claims
     assert units["api_requests"] == units["lambda_invocations"] == pytest.approx(0.1)
     assert units["waf_requests"] == 0  # the HTTP API (the deployed default) has no web ACL
@@ -63,11 +63,11 @@ def test_today_counts_the_writes_the_code_makes_per_post_and_per_batch() -> None
     # = 0.1875; person: 2/3 of a message per batch, 2.0 per 16 x 1.5 / 16 = 0.1875
     assert units["sqs_requests"] == pytest.approx(0.2 + 0.5 + 0.1875 + 0.1875)
     assert units["tasks"] == pytest.approx(4.5)
-    # a frame per POST: 2 + 1 units per frame, and records of fewer tasks (a batch of 16 spans 8.5 vehicle
+    # a frame per POST: 1 + 1 units per frame (the POST item, the slot count), and records of fewer tasks (a batch of 16 spans 8.5 vehicle
     # POSTs and 11 person POSTs, items under 512 B: 1 unit each); a message per POST (11,483 B: a send of
     # 1 chunk per frame) and 16 per detector batch (1.6 receives of 2 chunks + 1.6 deletes + 4 = 8.8)
     single = data_plane_bill(TODAY, traffic(per_post=1), PRICES).units_per_frame
-    assert single["dynamodb_write_units"] == pytest.approx(3 + 8.5 / 16 * 2.0 + 11 / 16 * 1.5)
+    assert single["dynamodb_write_units"] == pytest.approx(2 + 8.5 / 16 * 2.0 + 11 / 16 * 1.5)
     assert single["sqs_requests"] == pytest.approx(1 + 8.8 / 16 + 0.1875 + 0.1875)
 
 
@@ -123,10 +123,10 @@ def test_today_costs_no_more_than_the_unpacked_wire_on_any_service(fps: float) -
     for service in SERVICES:
         assert today[service] <= per_task[service] + 1e-12, service
     assert today["sqs"] < per_task["sqs"] / 2
-    # today's data plane for traffic at 8 KB: about $6.4 per million frames at a frame per POST (an HTTP
-    # API request, a Lambda invocation, the slot count and POST items per frame), about $1.3 at 10
+    # today's data plane for traffic at 8 KB: about $5.8 per million frames at a frame per POST (an HTTP
+    # API request, a Lambda invocation, the slot count and the POST item per frame), about $1.2 at 10
     bill = data_plane_bill(TODAY, traffic(fps), PRICES)
-    assert 6 < bill.per_million_frames(bill.total_per_hour) < 7
+    assert 5.5 < bill.per_million_frames(bill.total_per_hour) < 6
     bill = data_plane_bill(TODAY, traffic(fps, per_post=10), PRICES)
     assert 1.1 < bill.per_million_frames(bill.total_per_hour) < 1.5
 
@@ -164,10 +164,10 @@ def test_an_unknown_policy_or_a_missing_price_is_one_line() -> None:
 def test_a_push_sink_keeps_only_the_posts_in_the_table() -> None:
     push = TODAY.with_(result_sink="sqs")
     bill = data_plane_bill(push, traffic(per_post=10), PRICES)
-    # written: the slot count (0.1 WCU per frame) and the POST and index items (0.2), and kept: 100 POSTs/s
-    # of 632 + 95 B for 7 days, at 0.25 + 0.20 (PITR) per GB-month
-    writes = 0.3 * 1000 * 3600 * 0.625e-6
-    kept_gb = 100 * (632 + 95) * 7 * 86400 / 1024**3
+    # written: the slot count (0.1 WCU per frame) and the POST item (0.1), and kept: 100 POSTs/s of
+    # 683 B for 7 days, at 0.25 + 0.20 (PITR) per GB-month
+    writes = 0.2 * 1000 * 3600 * 0.625e-6
+    kept_gb = 100 * 683 * 7 * 86400 / 1024**3
     assert bill.per_hour["dynamodb"] == pytest.approx(writes + kept_gb * 0.45 / 730)
     # the results queue: per leaf batch of 16 a send, a receive (1 chunk each) and a delete
     pull = data_plane_bill(TODAY, traffic(per_post=10), PRICES).units_per_frame
@@ -205,3 +205,10 @@ def test_each_configuration_carries_its_share_of_the_rate_not_the_dummy_load() -
     # receive of 10 messages of 11,435 B is 2 chunks: per task a send 1, receive 0.2, delete 0.1
     units = data_plane_bill(PER_TASK.with_(slot_updates_per_post=0.0), w, PRICES).units_per_frame
     assert units["sqs_requests"] == pytest.approx(1 + 0.2 + 0.1)
+
+
+def test_a_separate_deadline_index_item_costs_a_write_unit_per_post() -> None:
+    w = traffic(per_post=10)
+    with_index = data_plane_bill(TODAY.with_(index_item=True), w, PRICES).units_per_frame
+    today = data_plane_bill(TODAY, w, PRICES).units_per_frame
+    assert with_index["dynamodb_write_units"] - today["dynamodb_write_units"] == pytest.approx(0.1)
