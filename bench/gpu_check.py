@@ -244,17 +244,8 @@ def build_demo(name: str) -> tuple[Any, tuple[int, ...], str, tuple[str, ...]]:
 def export_demo(name: str, path: Path) -> None:
     """Export as ``profiles.onnxgraph.export_torch`` does (TorchScript exporter, opset 17, dynamic batch),
     without importing ``profiles`` (see :func:`_nets`)."""
-    import torch  # optional heavy dependency: torch
-
     module, shape, input_name, outputs = build_demo(name)
-    axes = {input_name: {0: "batch"}} | {output: {0: "batch"} for output in outputs}
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module.eval(), (torch.zeros(2, *shape),), str(path), input_names=[input_name],
-            output_names=list(outputs), dynamic_axes=axes, opset_version=17, do_constant_folding=True,
-            dynamo=False,
-        )  # fmt: skip
+    export_module(module, shape, input_name, outputs, path)
 
 
 def measure_demo(
@@ -361,7 +352,7 @@ def build_timm(name: str) -> tuple[Any, tuple[int, ...], str, tuple[str, ...]]:
 def export_module(
     module: Any, shape: Sequence[int], input_name: str, outputs: Sequence[str], path: Path
 ) -> None:
-    """Export as :func:`export_demo` does (TorchScript exporter, opset 17, dynamic batch)."""
+    """Export a torch module to ONNX: the TorchScript exporter, opset 17, the batch axis dynamic."""
     import torch  # optional heavy dependency: torch
 
     axes = {input_name: {0: "batch"}} | {output: {0: "batch"} for output in outputs}
