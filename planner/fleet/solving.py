@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, cast
 
 from planner.errors import PlannerError
 from planner.fleet.carry import at_rates, carry_plan, sticky_plan
-from planner.fleet.keys import BOUND_KEY, CARRIED_KEY, DIGEST_KEY, RATES_KEY, SHAPE_KEY, problem_digest
+from planner.fleet.keys import (
+    BOUND_KEY,
+    CARRIED_KEY,
+    DIGEST_KEY,
+    FULL_SOLVE_KEY,
+    RATES_KEY,
+    SHAPE_KEY,
+    problem_digest,
+)
 from planner.fleet.planning import Memo, Planning, Solved
 from planner.robust import FIRST_FOUND_KEY, schedule_key
 
@@ -168,9 +176,12 @@ def _resolve(
 ) -> None:
     """Solve the apps on a carried plan again, dearest first, while the solve phase has spent less than
     ``how.budget`` CPU seconds (since ``started``); the others keep their carried plan (``out.carried``).
-    An app whose solve fails keeps it too. The fresh plan is taken as an epoch without a budget takes
-    it (through :func:`sticky_plan` when only the rates changed): once none is carried every app has the
-    solver plan such an epoch gives it."""
+    An app whose solve fails keeps it too; a quick plan (realisable, made for the problem the app has)
+    is then taken as the app's plan, no longer carried, with the full solve's error under
+    :data:`FULL_SOLVE_KEY` (otherwise the dearest quick plans whose full solve fails would take the
+    budget of every later epoch and the others would never be solved). The fresh plan is taken as an
+    epoch without a budget takes it (through :func:`sticky_plan` when only the rates changed): once none
+    is carried every app has the solver plan such an epoch gives it."""
     assert how.budget is not None or not pending
     order = sorted(pending, key=lambda a: (-out.plans[a].billed_per_hour, a))
     for app in order:
@@ -179,13 +190,19 @@ def _resolve(
             continue
         problem = problems[app]
         schedules = memo.of(app)
-        try:
-            plan = _solved_plan(problem, how, schedules)
-        except PlannerError:
-            out.carried.append(app)
-            continue
         carried = out.plans[app]
         mark = (carried.model_extra or {}).get(CARRIED_KEY)
+        try:
+            plan = _solved_plan(problem, how, schedules)
+        except PlannerError as exc:
+            if isinstance(mark, dict) and mark.get("quick"):  # its problem's own realisable plan: kept
+                kept = carried.model_copy(update={FULL_SOLVE_KEY: (str(exc).splitlines() or ["failed"])[0]})
+                kept.model_extra.pop(CARRIED_KEY, None)  # type: ignore[union-attr]
+                out.plans[app] = kept
+                out.resolved.append(app)
+            else:
+                out.carried.append(app)
+            continue
         if isinstance(mark, dict) and mark.get("sticky") and how.stick > 0:  # carried over higher rates
             plan = sticky_plan(problem, carried, plan, how, memo.cache, schedules)
         digest = problem_digest(problem, how.policy, how.tighten)
