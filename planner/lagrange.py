@@ -474,7 +474,13 @@ class _Choice:
         mu = lam @ self.incidence
         val = np.where(alive, self.cost + mu[self.mod] * self.lat, np.inf)
         mins = np.minimum.reduceat(val, self.start)
-        arg = [int(s + np.argmin(val[s : s + z])) for s, z in zip(self.start, self.sizes, strict=True)]
+        # each module's first option at its minimum (np.argmin of its slice, without a call per module):
+        # the options at their module's minimum, in order, and the first of each module
+        at = np.flatnonzero(val == mins[self.mod])
+        first = np.empty(len(at), dtype=bool)
+        first[:1] = True
+        np.not_equal(self.mod[at[1:]], self.mod[at[:-1]], out=first[1:])
+        arg = at[first].tolist()
         return float(mins.sum() - self.slo * lam.sum()), mins, val, arg
 
     def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, list[int]]:
