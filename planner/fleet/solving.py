@@ -93,13 +93,22 @@ def _solve_unplanned(
     mode (``first_found``), once the solve phase's CPU so far plus the rest at the mean CPU of this
     epoch's full solves would pass the budget, an app that is new to its problem's shape (no previous
     plan to stick to) gets the solver's first realisable plan, marked carried (``quick``): it is solved
-    in full in a later epoch, dearest first, as carried plans are (:func:`_resolve`)."""
+    in full in a later epoch, dearest first, as carried plans are (:func:`_resolve`). With a budget, an
+    app whose solve failed in this process's last epoch (``memo.cache``, :meth:`RealisationCache.failure`)
+    fails again with the same error without a solve while its problem is the same: the solve is
+    deterministic but for its CPU budget, and such apps, solved first in every epoch, would otherwise
+    spend the budget that the carried plans need."""
     full_cpu: list[float] = []
     for i, app in enumerate(apps):
         problem = problems[app]
         old = previous_plans.get(app)
         shape = problem_digest(_rateless(problem), how.policy, how.tighten)
         sticks = old is not None and (old.model_extra or {}).get(SHAPE_KEY) == shape and how.stick > 0
+        digest = problem_digest(problem, how.policy, how.tighten)
+        known = memo.cache.failure(digest) if memo.cache is not None and how.budget is not None else None
+        if known is not None:  # failed in a recent epoch: not solved again while its problem is the same
+            out.failed[app] = known
+            continue
         quick = False
         if how.budget is not None and how.quick and not sticks and full_cpu:
             mean = sum(full_cpu) / len(full_cpu)
@@ -109,11 +118,12 @@ def _solve_unplanned(
             plan = _solved_plan(problem, how, memo.of(app), first_found=quick)
         except PlannerError as exc:
             out.failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
+            if memo.cache is not None and how.budget is not None:
+                memo.cache.fail(digest, out.failed[app])
             continue
         if not quick:
             full_cpu.append(time.thread_time() - began)
         if (plan.model_extra or {}).get(FIRST_FOUND_KEY):
-            digest = problem_digest(problem, how.policy, how.tighten)
             plan = _stamped(problem, plan, digest, shape, memo.of(app))
             mark = {"digest": digest, "sticky": False, "quick": True}
             out.plans[app] = plan.model_copy(update={CARRIED_KEY: mark})

@@ -188,3 +188,41 @@ def test_a_quick_plan_whose_full_solve_fails_is_kept_and_no_longer_carried(
         assert solved_plans({app: later.plans[app]}) == solved_plans({app: first.plans[app]})
     again = next_epoch(problems, later, cache, 60.0, _NoFullSolve())
     assert set(again.reused) >= set(first.quick) and not again.resolved and not again.carried
+
+
+class _Failing:
+    """The control loop's solver, except that every solve of ``app``'s problem fails; counts those."""
+
+    def __init__(self, problem: ProblemSpec) -> None:
+        self.problem, self.tries = problem, 0
+
+    def __call__(
+        self, problem: ProblemSpec, *, schedules: Schedules | None = None, first_found: bool = False
+    ) -> Plan:
+        if problem == self.problem:
+            self.tries += 1
+            raise InfeasibleError("infeasible: no dispatch-realisable plan (test)")
+        return solve_dispatchable(problem, schedules=schedules, first_found=first_found)
+
+
+def test_an_app_that_failed_is_not_solved_again_while_its_problem_is_the_same(
+    problems: dict[str, ProblemSpec],
+) -> None:
+    # GIVEN an app whose solve fails, and quick plans for the others (budget 0)
+    cache = RealisationCache()
+    solver = _Failing(problems["a1"])
+    first = plan_fleet(problems, solver=solver, cache=cache, solve_budget_s=0.0)
+    assert set(first.failed) == {"a1"} and solver.tries == 1
+    # WHEN the next epochs plan the same problems
+    later = next_epoch(problems, first, cache, 60.0, solver)
+    # THEN it fails with the same error without a solve, and the budget goes to the carried apps
+    assert later.failed == first.failed and solver.tries == 1
+    assert later.resolved == first.quick and not later.carried
+    # a changed problem is solved again, and so is every app without a budget (nothing is remembered)
+    changed = {**problems, "a1": problems["a1"].model_copy(update={"slo_s": problems["a1"].slo_s * 1.01})}
+    solver.problem = changed["a1"]
+    next_epoch(changed, later, cache, 60.0, solver)
+    assert solver.tries == 2
+    plan_fleet(changed, solver=solver, cache=cache)
+    plan_fleet(changed, solver=solver, cache=cache)
+    assert solver.tries == 4
