@@ -93,7 +93,7 @@ def is_tc(plan: Plan) -> bool:
 def proven_gap(plan: Plan) -> float | None:
     """The proven optimality gap of ``plan`` as an epoch took it: (cost - bound) / cost in its
     objective, with the solver's certified bound for the problem the plan serves (0: proven optimal);
-    None where there is none (no certified bound, a quick plan, a plan held at new rates or carried to
+    None where there is none (no certified bound, a plan held at new rates or carried to
     another problem: its bound was proven for another problem)."""
     extra = plan.model_extra or {}
     bound = extra.get("lower_bound_per_hour")
