@@ -8,6 +8,7 @@ machine at run time; nothing is hard-coded. ``skinflint bench planner``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
@@ -19,6 +20,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.results import Recording, add_results_arguments, emit, record
+from control.config import ControlConfig
 from planner.check import check_plan
 from planner.errors import InfeasibleError
 from planner.generate import generate_problems
@@ -26,8 +28,6 @@ from planner.policies import BASELINES
 from planner.solve import solve
 
 if TYPE_CHECKING:
-    import argparse
-
     from planner.models import Objective, Plan, ProblemSpec
 
 DEFAULT_POLICIES = ["skinflint", "harpagon", "piccolo", *BASELINES]
@@ -200,13 +200,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--suite",
-        choices=["small", "large"],
+        choices=["small", "large", "epoch"],
         default="small",
         help="small: 1-4-module problems, every policy (default); large: 5-10-module DAGs with joins, "
-        "skinflint, harpagon and piccolo against the reference (bench/planner_large.py)",
+        "skinflint, harpagon and piccolo against the reference (bench/planner_large.py); epoch: cold "
+        "epochs of a generated fleet with the control loop's solver and solve budget, each app's proven "
+        "gap (bench/planner_epoch.py)",
     )
     parser.add_argument(
-        "--problems", type=int, default=None, help="number of problems (default 300 small, 120 large)"
+        "--problems",
+        type=int,
+        default=None,
+        help="number of problems (default 300 small, 120 large; epoch: apps per fleet, 100)",
     )
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--ablations", action="store_true", help="also run Harpagon's §IV-C ablations")
@@ -229,11 +234,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="large suite: CPU seconds a policy may take per solve (past it: a timeout; default 60)",
     )
+    parser.add_argument(
+        "--apps",
+        choices=["small", "large"],
+        default="small",
+        help="epoch suite: the fleet's apps, 1-4 modules (small, as bench fleet; default) or 5-10 (large)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=3, help="epoch suite: fleets of seeds SEED..SEED+N-1 (default 3)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=_budget,
+        default=ControlConfig().solve_budget_s,
+        metavar="S",
+        help="epoch suite: the epoch's solve budget, CPU s or 'none' (default the control loop's, "
+        f"{ControlConfig().solve_budget_s:g})",
+    )
+    parser.add_argument(
+        "--max-epochs", type=int, default=12, help="epoch suite: epochs at most per fleet (default 12)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     add_results_arguments(parser)
 
 
+def _budget(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a budget is finite seconds >= 0 or 'none', got {text!r}")
+    return value
+
+
 def run_command(args: argparse.Namespace) -> int:
+    if args.suite == "epoch":
+        from bench import planner_epoch  # noqa: PLC0415 - the epoch suite's own module
+
+        seeds = list(range(args.seed, args.seed + args.seeds))
+        return record(
+            "planner-epoch",
+            args,
+            lambda page: planner_epoch.main(
+                args.problems or 100, seeds, args.apps, args.budget, args.max_epochs, args.json, page
+            ),
+        )
     if args.suite == "large":
         from bench import planner_large  # the large suite's own module (its generator, its reference)
 

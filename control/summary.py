@@ -49,7 +49,7 @@ class EpochSummary:
     resolved: list[str] = field(default_factory=list)  # apps whose carried plan was replaced
     quick: list[str] = field(default_factory=list)  # apps given the solve's quick plan (also carried)
     # app -> the proven optimality gap of its plan ((cost - certified bound) / cost; 0: proven optimal;
-    # None: unknown, e.g. a quick plan or one held at new rates) (planner.fleet.keys.proven_gap)
+    # None: unknown, e.g. a plan held at new rates) (planner.fleet.keys.proven_gap)
     proven_gaps: dict[str, float | None] = field(default_factory=dict)
     # app -> the admission reserve chosen again for its shed_target at the rate planned (reserves.py)
     reserves: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -108,6 +108,22 @@ class _Problem:
         return self.beta / x + m * (self.d + x), self.d + x
 
 
+def _first_at_min(val: np.ndarray, mins: np.ndarray, mod: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per module (options ``start[m]``.. in ``val``, module ``mod[k]`` of option ``k``, its minimum
+    ``mins[m]``) the index of its first option at that minimum: what ``np.argmin`` of each module's slice
+    gives, in one vectorised pass (the options at their module's minimum, in order, and the first of
+    each module). A module without one (a NaN value) falls back to ``np.argmin`` per slice."""
+    at = np.flatnonzero(val == mins[mod])
+    first = np.empty(len(at), dtype=bool)
+    first[:1] = True
+    np.not_equal(mod[at[1:]], mod[at[:-1]], out=first[1:])
+    out = at[first]
+    if len(out) != len(start):
+        ends = [*start[1:], len(val)]
+        out = np.array([int(s + np.argmin(val[s:e])) for s, e in zip(start, ends, strict=True)], dtype=int)
+    return out
+
+
 def _maximal(paths: Sequence[Sequence[int]]) -> list[list[int]]:
     """The paths whose module set is not inside another's (a join reached by a shortcut edge gives a
     path that another contains: its constraint is implied, every latency being positive)."""
@@ -185,9 +201,7 @@ class _Search:
         val, lat = p.phi(mu)
         val = np.where(alive, val, np.inf)
         mins = np.minimum.reduceat(val, p.start)
-        arg = np.array(
-            [int(s + np.argmin(val[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)]
-        )
+        arg = _first_at_min(val, mins, p.mod, p.start)
         return float(mins.sum() - p.slo * lam.sum()), mins, val, lat[arg] if arg.size else lat
 
     def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, np.ndarray]:
@@ -229,9 +243,7 @@ class _Search:
         p = self.p
         val, _ = p.phi(lam @ p.incidence)
         val = np.where(alive, val, np.inf)
-        return np.array(
-            [int(s + np.argmin(val[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)]
-        )
+        return _first_at_min(val, np.minimum.reduceat(val, p.start), p.mod, p.start)
 
     # ----------------------------------------------------------------- branching
 
@@ -474,7 +486,7 @@ class _Choice:
         mu = lam @ self.incidence
         val = np.where(alive, self.cost + mu[self.mod] * self.lat, np.inf)
         mins = np.minimum.reduceat(val, self.start)
-        arg = [int(s + np.argmin(val[s : s + z])) for s, z in zip(self.start, self.sizes, strict=True)]
+        arg = _first_at_min(val, mins, self.mod, self.start).tolist()
         return float(mins.sum() - self.slo * lam.sum()), mins, val, arg
 
     def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, list[int]]:

@@ -31,6 +31,7 @@ from planner.fleet.epoch import EPOCH_GC_THRESHOLDS, KEEPS, FleetResult, plan_fl
 from planner.fleet.keys import (
     CARRIED_KEY,
     DIGEST_KEY,
+    FULL_SOLVE_KEY,
     KEEP_KEY,
     RATES_KEY,
     SHAPE_KEY,
@@ -53,6 +54,7 @@ __all__ = [
     "Share",
     "CARRIED_KEY",
     "DIGEST_KEY",
+    "FULL_SOLVE_KEY",
     "EPOCH_GC_THRESHOLDS",
     "FleetPlan",
     "FleetResult",

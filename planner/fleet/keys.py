@@ -15,6 +15,7 @@ __all__ = [
     "BOUND_KEY",
     "CARRIED_KEY",
     "DIGEST_KEY",
+    "FULL_SOLVE_KEY",
     "KEEP_KEY",
     "RATES_KEY",
     "SHAPE_KEY",
@@ -46,6 +47,10 @@ KEEP_KEY = "packing_keep"
 #: realisable plan, made when a budgeted epoch has more apps without a plan than it can solve in full)
 #: carries the same mark with ``quick: True`` and its own problem's digest.
 CARRIED_KEY = "carried_from"
+
+#: Plan extra key of a quick plan taken as its app's plan because the full solve of the same problem
+#: failed (no realisable plan in its rounds): that solve's one-line error.
+FULL_SOLVE_KEY = "full_solve_error"
 
 #: Plan extra key: the digest of the problem the plan's ``lower_bound_per_hour`` (the solver's certified
 #: bound on the optimum, :func:`planner.robust.solve_dispatchable`) was proven for. A plan held at new
@@ -88,7 +93,7 @@ def is_tc(plan: Plan) -> bool:
 def proven_gap(plan: Plan) -> float | None:
     """The proven optimality gap of ``plan`` as an epoch took it: (cost - bound) / cost in its
     objective, with the solver's certified bound for the problem the plan serves (0: proven optimal);
-    None where there is none (no certified bound, a quick plan, a plan held at new rates or carried to
+    None where there is none (no certified bound, a plan held at new rates or carried to
     another problem: its bound was proven for another problem)."""
     extra = plan.model_extra or {}
     bound = extra.get("lower_bound_per_hour")

@@ -104,6 +104,22 @@ class RealisationCache:
         self._now: dict[str, dict[str, Any]] = {}
         self._last: dict[str, dict[str, Any]] = {}
         self._problems: dict[int, tuple[ProblemSpec, str]] = {}
+        # problem digest -> the one-line error its solve failed with (kept as the figures are)
+        self._failed_now: dict[str, str] = {}
+        self._failed_last: dict[str, str] = {}
+
+    def failure(self, digest: str) -> str | None:
+        """The error the solve of the problem of ``digest`` failed with in this epoch or the last one
+        (:meth:`fail`), kept for the next epoch; None if none."""
+        hit = self._failed_now.get(digest)
+        if hit is None:
+            hit = self._failed_last.pop(digest, None)
+            if hit is not None:
+                self._failed_now[digest] = hit
+        return hit
+
+    def fail(self, digest: str, error: str) -> None:
+        self._failed_now[digest] = error
 
     def key(self, problem: ProblemSpec, plan: Plan) -> str:
         held = self._problems.get(id(problem))
@@ -127,6 +143,7 @@ class RealisationCache:
     def rotate(self) -> None:
         """End an epoch: what was not used since the previous rotation is dropped."""
         self._last, self._now = self._now, {}
+        self._failed_last, self._failed_now = self._failed_now, {}
         self._problems.clear()
 
     def __len__(self) -> int:

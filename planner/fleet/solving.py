@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, cast
 
 from planner.errors import PlannerError
 from planner.fleet.carry import at_rates, carry_plan, sticky_plan
-from planner.fleet.keys import BOUND_KEY, CARRIED_KEY, DIGEST_KEY, RATES_KEY, SHAPE_KEY, problem_digest
+from planner.fleet.keys import (
+    BOUND_KEY,
+    CARRIED_KEY,
+    DIGEST_KEY,
+    FULL_SOLVE_KEY,
+    RATES_KEY,
+    SHAPE_KEY,
+    problem_digest,
+)
 from planner.fleet.planning import Memo, Planning, Solved
 from planner.robust import FIRST_FOUND_KEY, schedule_key
 
@@ -85,13 +93,22 @@ def _solve_unplanned(
     mode (``first_found``), once the solve phase's CPU so far plus the rest at the mean CPU of this
     epoch's full solves would pass the budget, an app that is new to its problem's shape (no previous
     plan to stick to) gets the solver's first realisable plan, marked carried (``quick``): it is solved
-    in full in a later epoch, dearest first, as carried plans are (:func:`_resolve`)."""
+    in full in a later epoch, dearest first, as carried plans are (:func:`_resolve`). With a budget, an
+    app whose solve failed in this process's last epoch (``memo.cache``, :meth:`RealisationCache.failure`)
+    fails again with the same error without a solve while its problem is the same: the solve is
+    deterministic but for its CPU budget, and such apps, solved first in every epoch, would otherwise
+    spend the budget that the carried plans need."""
     full_cpu: list[float] = []
     for i, app in enumerate(apps):
         problem = problems[app]
         old = previous_plans.get(app)
         shape = problem_digest(_rateless(problem), how.policy, how.tighten)
         sticks = old is not None and (old.model_extra or {}).get(SHAPE_KEY) == shape and how.stick > 0
+        digest = problem_digest(problem, how.policy, how.tighten)
+        known = memo.cache.failure(digest) if memo.cache is not None and how.budget is not None else None
+        if known is not None:  # failed in a recent epoch: not solved again while its problem is the same
+            out.failed[app] = known
+            continue
         quick = False
         if how.budget is not None and how.quick and not sticks and full_cpu:
             mean = sum(full_cpu) / len(full_cpu)
@@ -101,11 +118,12 @@ def _solve_unplanned(
             plan = _solved_plan(problem, how, memo.of(app), first_found=quick)
         except PlannerError as exc:
             out.failed[app] = (str(exc).splitlines() or [type(exc).__name__])[0]
+            if memo.cache is not None and how.budget is not None:
+                memo.cache.fail(digest, out.failed[app])
             continue
         if not quick:
             full_cpu.append(time.thread_time() - began)
         if (plan.model_extra or {}).get(FIRST_FOUND_KEY):
-            digest = problem_digest(problem, how.policy, how.tighten)
             plan = _stamped(problem, plan, digest, shape, memo.of(app))
             mark = {"digest": digest, "sticky": False, "quick": True}
             out.plans[app] = plan.model_copy(update={CARRIED_KEY: mark})
@@ -168,9 +186,12 @@ def _resolve(
 ) -> None:
     """Solve the apps on a carried plan again, dearest first, while the solve phase has spent less than
     ``how.budget`` CPU seconds (since ``started``); the others keep their carried plan (``out.carried``).
-    An app whose solve fails keeps it too. The fresh plan is taken as an epoch without a budget takes
-    it (through :func:`sticky_plan` when only the rates changed): once none is carried every app has the
-    solver plan such an epoch gives it."""
+    An app whose solve fails keeps it too; a quick plan (realisable, made for the problem the app has)
+    is then taken as the app's plan, no longer carried, with the full solve's error under
+    :data:`FULL_SOLVE_KEY` (otherwise the dearest quick plans whose full solve fails would take the
+    budget of every later epoch and the others would never be solved). The fresh plan is taken as an
+    epoch without a budget takes it (through :func:`sticky_plan` when only the rates changed): once none
+    is carried every app has the solver plan such an epoch gives it."""
     assert how.budget is not None or not pending
     order = sorted(pending, key=lambda a: (-out.plans[a].billed_per_hour, a))
     for app in order:
@@ -179,13 +200,19 @@ def _resolve(
             continue
         problem = problems[app]
         schedules = memo.of(app)
-        try:
-            plan = _solved_plan(problem, how, schedules)
-        except PlannerError:
-            out.carried.append(app)
-            continue
         carried = out.plans[app]
         mark = (carried.model_extra or {}).get(CARRIED_KEY)
+        try:
+            plan = _solved_plan(problem, how, schedules)
+        except PlannerError as exc:
+            if isinstance(mark, dict) and mark.get("quick"):  # its problem's own realisable plan: kept
+                kept = carried.model_copy(update={FULL_SOLVE_KEY: (str(exc).splitlines() or ["failed"])[0]})
+                kept.model_extra.pop(CARRIED_KEY, None)  # type: ignore[union-attr]
+                out.plans[app] = kept
+                out.resolved.append(app)
+            else:
+                out.carried.append(app)
+            continue
         if isinstance(mark, dict) and mark.get("sticky") and how.stick > 0:  # carried over higher rates
             plan = sticky_plan(problem, carried, plan, how, memo.cache, schedules)
         digest = problem_digest(problem, how.policy, how.tighten)

@@ -15,6 +15,7 @@ from planner.robust.realisation import annotate
 from planner.robust.search import Attempt, DispatchSearch, Key
 from planner.robust.spread import RATE_STEP
 from planner.robust.staircase import RealisedSearch, adopt_picks
+from planner.solve import solve
 from planner.split import topology
 
 if TYPE_CHECKING:
@@ -164,9 +165,11 @@ def _first_found(
     parents: Mapping[str, Sequence[str]],
     max_rounds: int,
     should_stop: Callable[[], bool] | None = None,
-) -> Attempt | None:
+) -> tuple[Attempt | None, Plan | None]:
     """The first realisable attempt of the rounds started at ``QUICK_HEADROOM`` and ``QUICK_SLO``
-    (``round``: how many it took), or None."""
+    (``round``: how many it took), or None; and the plain problem's plan (:func:`~planner.solve.solve`
+    on the unchanged problem, not realised: its certified bound bounds the quick plan), None when the
+    plain problem is infeasible (the rounds are then not tried)."""
     search = DispatchSearch(
         problem,
         policy=policy,
@@ -175,6 +178,19 @@ def _first_found(
         schedules=schedules,
         should_stop=should_stop,
     )
+    try:  # the rounds' solves share its module optima (the search's BilledCache)
+        plain = solve(problem, policy, objective, cache=search.billed, should_stop=should_stop)
+    except InfeasibleError:
+        return None, None
+    return _quick_rounds(search, parents, max_rounds), plain
+
+
+def _quick_rounds(
+    search: DispatchSearch, parents: Mapping[str, Sequence[str]], max_rounds: int
+) -> Attempt | None:
+    """The first realisable attempt of the rounds of ``search`` (with no attempt yet) started at
+    ``QUICK_HEADROOM`` and ``QUICK_SLO`` (``round``: how many it took), or None."""
+    problem = search.problem
     rates = {m: s.rate * (1 + QUICK_HEADROOM) if parents[m] else s.rate for m, s in problem.modules.items()}
     try:
         first = search.attempt(problem.slo_s * QUICK_SLO, rates, {})
@@ -183,6 +199,26 @@ def _first_found(
     _rounds(search, first, rates, {}, max_rounds)
     found = next((a for a in search.attempts if a.ok), None)
     return None if found is None else replace(found, round=search.attempts.index(found) + 1)
+
+
+def _quick_start(
+    search: DispatchSearch, parents: Mapping[str, Sequence[str]], max_rounds: int
+) -> Attempt | None:
+    """:func:`_quick_rounds` for the problem of ``search``, whose rounds found nothing: a search of its
+    own (the repair's chase starts afresh), sharing the module optima and schedules; its attempts are
+    added to ``search``'s."""
+    quick = DispatchSearch(
+        search.problem,
+        policy=search.policy,
+        objective=search.objective,
+        fan_out=search.fan_out,
+        schedules=search.schedules,
+        should_stop=search.should_stop,
+    )
+    quick.billed = search.billed
+    found = _quick_rounds(quick, parents, max_rounds)
+    search.attempts.extend(quick.attempts)
+    return found
 
 
 def solve_dispatchable(
@@ -216,7 +252,8 @@ def solve_dispatchable(
     plan records the plain optimum (``solve`` on the unchanged problem), the price of realisability and
     what the search did (``dispatch_search``: work, complete, improved, the repaired cost it started
     from; None when there was no search). Raises :class:`~planner.errors.InfeasibleError` when
-    ``max_rounds`` solves find no realisable plan (or the plain problem is infeasible).
+    ``max_rounds`` solves find no realisable plan, nor ``max_rounds`` more started as ``first_found``'s
+    are (or the plain problem is infeasible).
 
     ``schedules``: where the module schedules the rounds build are kept (:func:`realise`'s ``cache``;
     default a dict of this call's own). A caller that passes one dict gets them back, e.g. to realise
@@ -228,16 +265,23 @@ def solve_dispatchable(
     children at ``QUICK_HEADROOM`` above their rate and the splitter SLO at ``QUICK_SLO`` of the SLO
     (no plain attempt), and the first realisable plan is returned, without the search, the re-planned
     children or the bisections: about 0.6 of the full solve's CPU on generated problems, and about 9 %
-    dearer. It records ``first_found: True`` and no plain optimum. When those rounds find nothing, the
-    full solve runs.
+    dearer. It records ``first_found: True`` and no plain optimum, but the plain problem is solved (not
+    realised; its module optima are shared with the rounds) for its certified bound, so a quick plan
+    carries ``lower_bound_per_hour`` and ``proven_gap`` too. When those rounds find nothing, the full
+    solve runs.
 
     ``should_stop``: the caller's budget, given to every round's :func:`~planner.solve.solve` (the
     anytime mode of its large searches: once it returns True each round keeps the best plan it found).
     The plan records ``lower_bound_per_hour``, a certified lower bound on the objective's cost of every
     realisable plan (the plain problem's: a realisable plan is a plain plan), and ``proven_gap``, (cost -
     bound) / cost, 0 when the plan is at the proven plain optimum (it includes the price of
-    realisability); both None where no bound is certified (a plain solve without one, or ``first_found``).
-    A plain solve stopped by ``should_stop`` gives the bound its search proved.
+    realisability); both None where no bound is certified (a plain solve without one). A plain solve
+    stopped by ``should_stop`` gives the bound its search proved. Why the plain bound holds: every
+    realisable plan is a feasible plan of the plain problem with the same billed cost. Its modules are
+    planned for at least their rates (children only raised), from subsets of their profiles (a join's
+    batches, one configuration), within a splitter SLO of at most the SLO, and each module's realised
+    worst case is at least its Theorem-1 figure (:func:`realise_module`: ``max(planned, schedule) +
+    burst``), so every path's Theorem-1 sum is within the SLO.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
@@ -249,13 +293,16 @@ def solve_dispatchable(
     parents = topology(problem).parents
     base = {m: s.rate for m, s in problem.modules.items()}
     if first_found:
-        quick = _first_found(problem, policy, objective, fan_out, schedules, parents, max_rounds, should_stop)
+        quick, bounded = _first_found(
+            problem, policy, objective, fan_out, schedules, parents, max_rounds, should_stop
+        )
         if quick is not None:
             plan = _assemble(
                 problem,
                 quick,
                 None,
                 None,
+                bound=None if bounded is None else plain_bound(bounded),
                 child_headroom=QUICK_HEADROOM,
                 rounds=quick.round,
                 solve_ms=(time.perf_counter() - started) * 1000,
@@ -282,6 +329,8 @@ def solve_dispatchable(
         last = plain
     _rounds(search, last, rates, only, max_rounds)
     good = search.best()
+    if good is None:  # the quick mode's start (children raised, the splitter SLO lowered) realises more often
+        good = _quick_start(search, parents, max_rounds)
     if good is None:
         raise InfeasibleError(
             f"infeasible: no dispatch-realisable plan within the SLO of {problem.slo_s:g} s "
@@ -317,6 +366,7 @@ def solve_dispatchable(
         best,
         plain,
         searched,
+        bound=plain_bound(plain.plan),
         child_headroom=child_headroom,
         rounds=len(search.attempts),
         solve_ms=(time.perf_counter() - started) * 1000,
@@ -375,9 +425,9 @@ def plain_bound(plain: Plan) -> float | None:
     return None
 
 
-def _gap_figures(best: Attempt, plain: Attempt | None) -> dict[str, Any]:
-    """The realised plan's certified bound and proven gap (module doc of :func:`solve_dispatchable`)."""
-    bound = None if plain is None else plain_bound(plain.plan)
+def _gap_figures(best: Attempt, bound: float | None) -> dict[str, Any]:
+    """The realised plan's certified bound and proven gap (module doc of :func:`solve_dispatchable`),
+    from ``bound``, a certified lower bound on the plain problem's optimum (:func:`plain_bound`)."""
     if bound is None:
         return {"lower_bound_per_hour": None, "proven_gap": None}
     bound = min(bound, best.cost)
@@ -404,6 +454,7 @@ def _assemble(
     plain: Attempt | None,
     searched: dict[str, Any] | None,
     *,
+    bound: float | None,
     child_headroom: float,
     rounds: int,
     solve_ms: float,
@@ -430,7 +481,7 @@ def _assemble(
             "dispatch_rounds": rounds,
             "child_headroom": child_headroom,
             **_plain_figures(problem, best, plain),
-            **_gap_figures(best, plain),
+            **_gap_figures(best, bound),
             "dispatch_search": searched,
         }
     )

@@ -6,8 +6,8 @@ app the planned frame rate against the rate observed over the last ``--window`` 
 hardware class: measured on instance, measured, derived) and the admission reserve the control loop
 chose again for its ``shed_target`` (control/reserves.py), if it did, its plan's proven optimality gap
 (column ``gap``, ``proven_gap`` in JSON: (cost - the solver's certified lower bound) / cost; 0 when proven
-optimal, unknown for a quick plan or one held at new rates), instances per hardware type (planned,
-the Auto Scaling group's desired and in-service counts, instances heartbeating), the billed and
+optimal; a quick plan has one too; unknown for a plan held at new rates), instances per hardware
+type (planned, the Auto Scaling group's desired and in-service counts, instances heartbeating), the billed and
 occupancy cost per hour, and the last epoch's outcome. ``--json`` for programs; ``--endpoint`` for a
 local stack.
 """

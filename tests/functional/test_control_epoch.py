@@ -899,6 +899,7 @@ def test_new_apps_past_the_budget_get_quick_plans_and_a_later_epoch_solves_them(
     from dataclasses import replace
 
     from planner.fleet import CARRIED_KEY
+    from skinflint.commands.status import gap_text
 
     assert env.ctl.run_epoch().status == "unchanged"
     for name in ("cams", "cams2"):
@@ -916,8 +917,15 @@ def test_new_apps_past_the_budget_get_quick_plans_and_a_later_epoch_solves_them(
     assert dep is not None and (dep.plan.model_extra or {})[CARRIED_KEY]["quick"] is True
     from skinflint.cli import main
 
+    # the quick plan carries its proven gap (against the plain problem's bound), and status shows it
+    gap = out.proven_gaps["cams2"]
+    assert gap is not None and 0 <= gap < 1
     assert main(["status"]) == 0
-    assert "1 of them on a quick plan" in " ".join(capsys.readouterr().out.split())
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 of them on a quick plan" in text and gap_text(gap) in text
+    assert main(["status", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["apps"]["cams2"]["proven_gap"]
+    assert shown == pytest.approx(gap, abs=1e-6)
     env.ctl.config = replace(env.ctl.config, solve_budget_s=budget)
     for name in ("cams", "cams2"):
         env.frames(name, 20.0)

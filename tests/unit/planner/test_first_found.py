@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from bench.fleet import solved_plans, without_timings
 from planner.errors import InfeasibleError
 from planner.fleet import CARRIED_KEY, KEEP_KEY, RealisationCache, plan_fleet, realised, redispatch
+from planner.fleet.keys import FULL_SOLVE_KEY
 from planner.generate import generate_problem
+from planner.generate_large import generate_large_problem
 from planner.packing import check_fleet
 from planner.robust import FIRST_FOUND_KEY, QUICK_SLO, solve_dispatchable
 from tests.unit.planner.test_carry import next_epoch
@@ -139,3 +141,88 @@ def test_a_solver_without_a_quick_mode_solves_every_new_app_in_full(problems: di
 
     res = plan_fleet(problems, solver=plain_call, cache=RealisationCache(), solve_budget_s=0.0)
     assert not res.quick and not res.carried
+
+
+def test_the_full_solve_starts_again_from_the_quick_start_when_its_rounds_find_nothing() -> None:
+    # 6-module chain (generate_large_problems(2)[1]): the 12 rounds from the plain plan find no
+    # realisable plan, the rounds from the quick start do (a full solve used to raise InfeasibleError)
+    problem = generate_large_problem(1, modules=6, shape="chain")
+    plan = solve_dispatchable(problem)
+    assert FIRST_FOUND_KEY not in (plan.model_extra or {})
+    assert redispatch(problem, plan) is not None  # realised afresh: every path within the SLO
+    assert (plan.model_extra or {})["proven_gap"] is not None
+
+
+class _NoFullSolve:
+    """A solver whose full solve fails after its first ``works`` calls (no realisable plan in its
+    rounds); its quick mode works."""
+
+    def __init__(self, works: int = 0) -> None:
+        self.works = works
+
+    def __call__(
+        self, problem: ProblemSpec, *, schedules: Schedules | None = None, first_found: bool = False
+    ) -> Plan:
+        if not first_found:
+            if self.works <= 0:
+                raise InfeasibleError(f"infeasible: no dispatch-realisable plan for {problem.name}")
+            self.works -= 1
+        return solve_dispatchable(problem, schedules=schedules, first_found=first_found)
+
+
+def test_a_quick_plan_whose_full_solve_fails_is_kept_and_no_longer_carried(
+    problems: dict[str, ProblemSpec],
+) -> None:
+    # GIVEN quick plans (budget 0: only the first app is solved in full)
+    cache = RealisationCache()
+    first = plan_fleet(problems, solver=_NoFullSolve(works=1), cache=cache, solve_budget_s=0.0)
+    assert first.quick == sorted(set(problems) - {"a0"}) and not first.failed
+    # WHEN a later epoch has the budget to solve them in full, and every full solve fails
+    later = next_epoch(problems, first, cache, 60.0, _NoFullSolve())
+    # THEN each keeps its quick plan as its plan (not carried: the next epochs do not try again)
+    assert later.resolved == first.quick and not later.carried
+    for app in first.quick:
+        extra = later.plans[app].model_extra or {}
+        assert CARRIED_KEY not in extra and extra[FULL_SOLVE_KEY].startswith("infeasible")
+        assert extra["proven_gap"] is not None
+        assert solved_plans({app: later.plans[app]}) == solved_plans({app: first.plans[app]})
+    again = next_epoch(problems, later, cache, 60.0, _NoFullSolve())
+    assert set(again.reused) >= set(first.quick) and not again.resolved and not again.carried
+
+
+class _Failing:
+    """The control loop's solver, except that every solve of ``app``'s problem fails; counts those."""
+
+    def __init__(self, problem: ProblemSpec) -> None:
+        self.problem, self.tries = problem, 0
+
+    def __call__(
+        self, problem: ProblemSpec, *, schedules: Schedules | None = None, first_found: bool = False
+    ) -> Plan:
+        if problem == self.problem:
+            self.tries += 1
+            raise InfeasibleError("infeasible: no dispatch-realisable plan (test)")
+        return solve_dispatchable(problem, schedules=schedules, first_found=first_found)
+
+
+def test_an_app_that_failed_is_not_solved_again_while_its_problem_is_the_same(
+    problems: dict[str, ProblemSpec],
+) -> None:
+    # GIVEN an app whose solve fails, and quick plans for the others (budget 0)
+    cache = RealisationCache()
+    solver = _Failing(problems["a1"])
+    first = plan_fleet(problems, solver=solver, cache=cache, solve_budget_s=0.0)
+    assert set(first.failed) == {"a1"} and solver.tries == 1
+    # WHEN the next epochs plan the same problems
+    later = next_epoch(problems, first, cache, 60.0, solver)
+    # THEN it fails with the same error without a solve, and the budget goes to the carried apps
+    assert later.failed == first.failed and solver.tries == 1
+    assert later.resolved == first.quick and not later.carried
+    # a changed problem is solved again, and so is every app without a budget (nothing is remembered)
+    changed = {**problems, "a1": problems["a1"].model_copy(update={"slo_s": problems["a1"].slo_s * 1.01})}
+    solver.problem = changed["a1"]
+    next_epoch(changed, later, cache, 60.0, solver)
+    assert solver.tries == 2
+    plan_fleet(changed, solver=solver, cache=cache)
+    plan_fleet(changed, solver=solver, cache=cache)
+    assert solver.tries == 4

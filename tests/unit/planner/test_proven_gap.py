@@ -59,9 +59,22 @@ def test_a_realisable_plan_at_the_plain_optimum_is_proven_optimal() -> None:
     assert extra(dearer)["proven_gap"] > 0
 
 
-def test_a_quick_plan_has_no_gap() -> None:
-    plan = solve_dispatchable(generate_problem(0), first_found=True)
-    assert extra(plan)["proven_gap"] is None and extra(plan)["lower_bound_per_hour"] is None
+def test_a_quick_plan_is_bounded_by_the_plain_optimum() -> None:
+    # a quick plan is realisable, so a plain plan: the plain optimum (proven at 1-4 modules) bounds it
+    problem = generate_problem(0)
+    plan = solve_dispatchable(problem, first_found=True)
+    plain = solve(problem, objective="billed")
+    assert extra(plan)["first_found"] is True and extra(plain)["proven_optimal"] is True
+    assert extra(plan)["lower_bound_per_hour"] == pytest.approx(plain.billed_per_hour)
+    assert extra(plan)["proven_gap"] == pytest.approx(1 - plain.billed_per_hour / plan.billed_per_hour)
+
+
+def test_a_quick_plan_stopped_at_once_keeps_the_anytime_bound() -> None:
+    stopped = solve(LARGE, should_stop=lambda: True)
+    plan = solve_dispatchable(LARGE, first_found=True, should_stop=lambda: True)
+    assert extra(plan)["first_found"] is True
+    assert extra(plan)["lower_bound_per_hour"] == pytest.approx(extra(stopped)["lower_bound_per_hour"])
+    assert 0 < extra(plan)["proven_gap"] < 1
 
 
 def test_the_control_loops_solver_stops_at_the_epoch_budget_with_the_anytime_gap() -> None:
