@@ -12,13 +12,15 @@ one item. A write goes out at the earliest of:
 - the call is full (as many POSTs as its sink takes in one call, :attr:`RecordSink.items_per_call`);
 - the oldest record held has waited ``linger_s`` (``SKINFLINT_RECORD_LINGER_S``);
 - the earliest frame deadline among the records held, less ``margin_s``
-  (``SKINFLINT_RECORD_MARGIN_S``): a frame's completion time is its last record's write, so a
-  linger never pushes a frame that would have met its deadline past it, unless the write itself takes
-  longer than the margin;
+  (``SKINFLINT_RECORD_MARGIN_S``) and less the slowest recent write (a decayed maximum of the
+  writes' durations, :attr:`RecordLinger.slow_write_s`): a frame's completion time is its last
+  record's write, so a linger never pushes a frame that would have met its deadline past it, unless
+  that write takes longer than the margin plus the slowest recent one;
 - :meth:`RecordLinger.close` (the agent's drain, after its workers stopped).
 
 So the linger adds at most ``linger_s`` to a frame's end-to-end latency (the write of its last
-record), and never makes it later than its deadline less the margin plus the write's own time.
+record), and never holds a record past its frame's deadline less the margin and the slowest recent
+write.
 
 :meth:`RecordLinger.record` blocks its caller (a batch's I/O thread) until the write has returned and
 returns what it wrote, exactly as the sink's ``record_tasks`` does: the worker deletes the batch's
@@ -172,6 +174,9 @@ class RecordLinger:
         #: calls made and batches they carried (the linger's effect: batches / calls)
         self.calls = 0
         self.batches = 0
+        #: s the slowest recent write took (a decayed maximum: each write keeps 0.9 of it): added to
+        #: the margin, so a loaded table or server moves the deadline bound earlier
+        self.slow_write_s = 0.0
 
     def record(
         self, sink: RecordSink, records: list[TaskRecord]
@@ -211,7 +216,7 @@ class RecordLinger:
         group.held.append(held)
         group.posts |= posts
         if deadline is not None:
-            group.due_at = min(group.due_at, deadline - self.margin_s)
+            group.due_at = min(group.due_at, deadline - self.margin_s - self.slow_write_s)
         if len(group.posts) >= group.per_call:
             group.due_at = now
         self._start()
@@ -268,6 +273,7 @@ class RecordLinger:
     def _write(self, group: _Group) -> None:
         """One call of the sink for every batch held in ``group``; each gets its own records back."""
         combined = [rec for held in group.held for rec in held.records]
+        t0 = time.perf_counter()
         try:
             fresh, repeats = group.sink.record_tasks(combined)
         except BaseException as exc:  # noqa: BLE001 - every batch of the call fails with it
@@ -275,9 +281,11 @@ class RecordLinger:
                 held.error = exc
                 held.done.set()
             return
+        took = time.perf_counter() - t0
         with self._cond:
             self.calls += 1
             self.batches += len(group.held)
+            self.slow_write_s = max(took, 0.9 * self.slow_write_s)
         fresh_ids, repeat_ids = {id(rec) for rec in fresh}, {id(rec) for rec in repeats}
         for held in group.held:
             held.written = (

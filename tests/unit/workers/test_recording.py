@@ -147,3 +147,17 @@ def test_the_settings_are_read_from_the_environment_and_checked() -> None:
     assert pace_lead_from_env({"SKINFLINT_RECEIVE_PACE_LEAD_S": "off"}) is None
     with pytest.raises(ValueError, match="SKINFLINT_RECEIVE_PACE_LEAD_S"):
         pace_lead_from_env({"SKINFLINT_RECEIVE_PACE_LEAD_S": "2"})
+
+
+def test_a_slow_write_moves_the_deadline_bound_earlier() -> None:
+    class SlowSink(FakeSink):
+        def record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
+            time.sleep(0.2)
+            return super().record_tasks(records)
+
+    sink, linger = SlowSink(), RecordLinger(linger_s=5.0, margin_s=0.05)
+    linger.record(sink, [rec(1, deadline=time.time())])  # past its deadline: at once, and slow
+    assert linger.slow_write_s >= 0.2
+    t0 = time.time()
+    linger.record(sink, [rec(2, deadline=t0 + 0.5)])  # due at 0.5 - 0.05 - 0.2: about 0.25 s
+    assert time.time() - t0 < 0.5 + 0.05  # written (0.2 s) by its deadline less the margin
