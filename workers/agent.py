@@ -581,7 +581,12 @@ class InstanceAgent:
         )
         linger = self.services.record_linger
         if linger is not None:
-            log.info("record linger: %d write(s) for %d batch(es)", linger.calls, linger.batches)
+            log.info(
+                "record linger: %d write(s) for %d batch(es), slowest recent write %.3f s",
+                linger.calls,
+                linger.batches,
+                linger.slow_write_s,
+            )
         self._safe_heartbeat(self.clock())
         return self.drain_report
 

@@ -18,6 +18,10 @@ one item. A write goes out at the earliest of:
   that write takes longer than the margin plus the slowest recent one;
 - :meth:`RecordLinger.close` (the agent's drain, after its workers stopped).
 
+The thread of the first batch of a call waits for it to be due and makes it, the others wait for
+it (no thread of the linger's own): a call that is due goes out even while a slow earlier one has not
+returned.
+
 So the linger adds at most ``linger_s`` to a frame's end-to-end latency (the write of its last
 record), and never holds a record past its frame's deadline less the margin and the slowest recent
 write.
@@ -154,7 +158,9 @@ def _post(rec: TaskRecord) -> str:
 
 
 class RecordLinger:
-    """Writes the records of several batches in one call per sink (module docstring)."""
+    """Writes the records of several batches in one call per sink (module docstring). The thread of
+    the first batch of a call (its leader) waits for the call to be due and makes it; the others
+    wait for it: no thread of its own, and a call never waits for another."""
 
     def __init__(
         self,
@@ -168,9 +174,8 @@ class RecordLinger:
         self.margin_s = float(margin_s)
         self.clock = clock
         self._cond = threading.Condition()
-        self._groups: dict[int, _Group] = {}  # id(sink) -> what is held for it
+        self._groups: dict[int, _Group] = {}  # id(sink) -> the call being filled for it
         self._closed = False
-        self._thread: threading.Thread | None = None
         #: calls made and batches they carried (the linger's effect: batches / calls)
         self.calls = 0
         self.batches = 0
@@ -192,35 +197,46 @@ class RecordLinger:
         posts = {_post(rec) for rec in records}
         deadline = min((rec.deadline for rec in records if rec.deadline is not None), default=None)
         with self._cond:
-            closed = self._closed
-            if not closed:
-                self._hold(sink, held, posts, deadline)
-        if closed:  # the agent is draining: at once
+            direct = self._closed  # the agent is draining: at once
+            lead = None if direct else self._hold(sink, held, posts, deadline)
+            if lead is not None:  # this batch leads the call: wait until it is due
+                while lead.due_at > self.clock():
+                    self._cond.wait(timeout=lead.due_at - self.clock())
+                if self._groups.get(id(sink)) is lead:
+                    del self._groups[id(sink)]
+        if direct:
             return self._count(sink.record_tasks(records))
+        if lead is not None:
+            self._write(lead)
         held.done.wait()
         if held.error is not None:
             raise held.error
         assert held.written is not None
         return held.written
 
-    def _hold(self, sink: RecordSink, held: _Held, posts: set[str], deadline: float | None) -> None:
-        """Add one batch's records to what is held for ``sink`` (under the lock) and set when the
-        call goes out: at the linger, the deadline less the margin, or at once when full."""
+    def _hold(self, sink: RecordSink, held: _Held, posts: set[str], deadline: float | None) -> _Group | None:
+        """Add one batch's records to the call being filled for ``sink`` (under the lock) and move
+        when it is due: the linger, the deadline less the margin (and the slowest recent write), or
+        now when full. Returns the call when this batch starts it (its thread leads it), else None."""
         now = self.clock()
         group = self._groups.get(id(sink))
+        lead = None
         if group is not None and len(group.posts | posts) > group.per_call:
-            self._take(group)  # this batch would not fit the call: the held ones go first
+            group.due_at = float("-inf")  # this batch would not fit: the held ones go first
+            del self._groups[id(sink)]
             group = None
         if group is None:
-            group = self._groups[id(sink)] = _Group(sink, _items_per_call(sink), now, now + self.linger_s)
+            group = lead = self._groups[id(sink)] = _Group(
+                sink, _items_per_call(sink), now, now + self.linger_s
+            )
         group.held.append(held)
         group.posts |= posts
         if deadline is not None:
             group.due_at = min(group.due_at, deadline - self.margin_s - self.slow_write_s)
         if len(group.posts) >= group.per_call:
-            group.due_at = now
-        self._start()
-        self._cond.notify_all()
+            group.due_at = float("-inf")
+        self._cond.notify_all()  # the leader waits for its call's due time, which may have moved
+        return lead
 
     def _count(
         self, written: tuple[list[TaskRecord], list[TaskRecord]]
@@ -231,44 +247,13 @@ class RecordLinger:
         return written
 
     def close(self) -> None:
-        """Write everything held now; later records are written at once."""
+        """Every call being filled goes out now (its leader writes it); later records are written
+        at once."""
         with self._cond:
             self._closed = True
-            for group in list(self._groups.values()):
+            for group in self._groups.values():
                 group.due_at = float("-inf")
             self._cond.notify_all()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout=30)
-
-    def _start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="record-linger", daemon=True)
-            self._thread.start()
-
-    def _take(self, group: _Group) -> None:
-        """Hand ``group`` to a writer thread (under the lock): its call goes out now."""
-        self._groups.pop(id(group.sink), None)
-        threading.Thread(target=self._write, args=(group,), name="record-write", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._groups:
-                    if self._closed:
-                        return
-                    self._cond.wait(timeout=1.0)
-                    continue
-                now = self.clock()
-                due = [group for group in self._groups.values() if group.due_at <= now]
-                if not due:
-                    nxt = min(group.due_at for group in self._groups.values())
-                    self._cond.wait(timeout=max(0.001, nxt - now))
-                    continue
-                for group in due:
-                    self._groups.pop(id(group.sink), None)
-            for group in due:
-                self._write(group)
 
     def _write(self, group: _Group) -> None:
         """One call of the sink for every batch held in ``group``; each gets its own records back."""

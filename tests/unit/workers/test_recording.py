@@ -161,3 +161,22 @@ def test_a_slow_write_moves_the_deadline_bound_earlier() -> None:
     t0 = time.time()
     linger.record(sink, [rec(2, deadline=t0 + 0.5)])  # due at 0.5 - 0.05 - 0.2: about 0.25 s
     assert time.time() - t0 < 0.5 + 0.05  # written (0.2 s) by its deadline less the margin
+
+
+def test_a_call_that_is_due_goes_out_while_a_slow_one_is_in_flight() -> None:
+    started: list[float] = []
+
+    class SlowSink(FakeSink):
+        def record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
+            started.append(time.time())
+            time.sleep(0.5)
+            return super().record_tasks(records)
+
+    sink, linger = SlowSink(), RecordLinger(linger_s=0.05, margin_s=0.0)
+    first = threading.Thread(target=linger.record, args=(sink, [rec(1)]))
+    first.start()
+    time.sleep(0.15)  # the first call is in flight
+    t1 = time.time()
+    linger.record(sink, [rec(2)])
+    first.join(timeout=2)
+    assert len(started) == 2 and started[1] - t1 < 0.3  # not after the first call's 0.5 s
