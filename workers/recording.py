@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_RECORD_LINGER_S",
-    "DEFAULT_PACE_LEAD_S",
     "DEFAULT_RECORD_MARGIN_S",
     "RecordLinger",
     "RecordSink",
@@ -101,20 +100,15 @@ def record_linger_from_env(env: Mapping[str, str] | None = None) -> tuple[float,
     )
 
 
-#: s before a buffered batch's close at which a paced receiver receives again
-#: (SKINFLINT_RECEIVE_PACE_LEAD_S; workers.worker.Worker.pace_lead_s)
-DEFAULT_PACE_LEAD_S = 0.05
-
-
 def pace_lead_from_env(env: Mapping[str, str] | None = None) -> float | None:
-    """``SKINFLINT_RECEIVE_PACE_LEAD_S``: the receive pacing's lead (0-1 s, default
-    :data:`DEFAULT_PACE_LEAD_S`), or None for ``off`` (every receive at once). Raises ValueError
-    naming the setting."""
+    """``SKINFLINT_RECEIVE_PACE_LEAD_S``: the receive pacing's lead (0-1 s, e.g. 0.05), or None
+    (unset, empty or ``off``: every receive at once, the default; in the demo runs of 2026-11-27 it
+    never engaged, docs/dataplane.md). Raises ValueError naming the setting."""
     env = os.environ if env is None else env
     raw = env.get("SKINFLINT_RECEIVE_PACE_LEAD_S")
-    if raw is not None and raw.strip().lower() == "off":
+    if raw is None or not raw.strip() or raw.strip().lower() == "off":
         return None
-    return _seconds(env, "SKINFLINT_RECEIVE_PACE_LEAD_S", DEFAULT_PACE_LEAD_S, 1.0)
+    return _seconds(env, "SKINFLINT_RECEIVE_PACE_LEAD_S", 0.0, 1.0)
 
 
 class RecordSink(Protocol):
