@@ -347,6 +347,8 @@ class InstanceAgent:
             payload_inline_limit_bytes=services.payload_inline_limit_bytes,
             io_threads=services.io_threads,
             delete_linger_s=services.delete_linger_s,
+            record_linger=services.record_linger,
+            pace_lead_s=services.pace_lead_s,
             device=self.device,
             journal=self._journal(assignment.queue_url),
         )
@@ -544,6 +546,8 @@ class InstanceAgent:
         )
         for runner in self._runners:
             runner.stop()
+        if self.services.record_linger is not None:  # what the batches in hand record goes at once
+            self.services.record_linger.close()
         for runner in self._runners:
             runner.thread.join(timeout=60)
             if runner.thread.is_alive():
@@ -575,6 +579,14 @@ class InstanceAgent:
             completed,
             f", window {notice.window_s:.0f} s" if notice.window_s is not None else "",
         )
+        linger = self.services.record_linger
+        if linger is not None:
+            log.info(
+                "record linger: %d write(s) for %d batch(es), slowest recent write %.3f s",
+                linger.calls,
+                linger.batches,
+                linger.slow_write_s,
+            )
         self._safe_heartbeat(self.clock())
         return self.drain_report
 

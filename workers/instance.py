@@ -44,6 +44,7 @@ from workers.lifecycle import (
 )
 from workers.lifeline import install as install_lifeline
 from workers.onsite import BeforeClaim, instance_info, nvidia_driver
+from workers.recording import RecordLinger, pace_lead_from_env, record_linger_from_env
 from workers.runtimes import device_name, make_runtime
 from workers.shares import ModelResolver, RuntimeCache, WorkerServices
 
@@ -191,6 +192,12 @@ def _before_claim(
 EMF_USAGE_EVERY_S = 60.0
 
 
+def _record_linger(args: argparse.Namespace) -> RecordLinger | None:
+    """The instance's record linger (workers/recording.py; main() read its settings), None at 0 s."""
+    linger_s, margin_s = getattr(args, "record_linger", None) or record_linger_from_env()
+    return RecordLinger(linger_s, margin_s) if linger_s > 0 else None
+
+
 def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
     """Wire an agent from the environment (tables, clients, IMDS, lifecycle)."""
     cfg = DataPlaneConfig.from_env()
@@ -220,6 +227,8 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
             output_inline_limit_bytes=cfg.output_inline_limit_bytes,
             payload_inline_limit_bytes=cfg.inline_limit_bytes,
             delete_linger_s=args.delete_linger_s,
+            record_linger=_record_linger(args),
+            pace_lead_s=args.pace_lead_s if hasattr(args, "pace_lead_s") else pace_lead_from_env(),
         ),
         resolve=resolver,
         runtimes=runtimes,
@@ -327,6 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     elif not 0 <= args.delete_linger_s <= 10:
         linger = args.delete_linger_s
         print(f"instance: --delete-linger-s must be within [0, 10], got {linger:g}", file=sys.stderr)
+        return 2
+    try:
+        args.record_linger = record_linger_from_env()
+        args.pace_lead_s = pace_lead_from_env()
+    except ValueError as exc:
+        print(f"instance: {exc}", file=sys.stderr)
         return 2
     name = args.instance_id or "instance"
     checked = _boot_gate(args, name)

@@ -204,6 +204,11 @@ class WorkerServices:
     grace_s: float = 0.02
     io_threads: int = 3  # threads for the I/O of finished batches (result writes, forwarding, deletes)
     delete_linger_s: float = 0.0  # workers.worker.Worker.delete_linger_s (main(): from the environment)
+    # the records of several batches in one write (workers/recording.py), shared by every worker of
+    # the instance; None: each batch's records at once (main(): SKINFLINT_RECORD_LINGER_S)
+    record_linger: Any = None
+    # receive pacing (workers.worker.Worker.pace_lead_s; main(): SKINFLINT_RECEIVE_PACE_LEAD_S)
+    pace_lead_s: float | None = None
 
 
 @dataclass(eq=False)  # compared by identity

@@ -19,7 +19,12 @@ others: its results are already recorded, so a redelivery before the delete is a
 before it is recorded or counted again: its receive count is above 1, which marks every task of it),
 and the linger is far below the queues' 30 s visibility timeout. The receive loop long-polls 1 s while
 messages come and 20 s (SQS's maximum) once its queue has been empty for 30 s, so an idle share
-costs three ``ReceiveMessage`` a minute rather than sixty. SIGTERM: the batch in hand is
+costs three ``ReceiveMessage`` a minute rather than sixty; with receive pacing (``pace_lead_s``) a
+receive of a few messages into open windows is followed by a wait until just before the earliest of
+them closes, and one receive then takes what arrived meanwhile. With a record linger
+(:mod:`workers.recording`, shared by the instance's workers) a batch's records share one write with
+other batches', at most ``linger_s`` later and never later than a frame's deadline less a margin; the
+batch's messages are deleted only after that write returned. SIGTERM: the batch in hand is
 finished, pending deletes are sent, the receive in flight is waited for (at most its poll: 20 s
 for an idle worker) and what it returns is released with the rest: every message with a task
 still buffered is released (ChangeMessageVisibility 0): its finished tasks come back as
@@ -44,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.adapters.outcomes import FrameOutcomes
-from core.adapters.queues import queue_gone
+from core.adapters.queues import SQS_BATCH_MESSAGES, queue_gone
 from core.adapters.results import PushSink, TaskRecord, split_weight
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count
@@ -67,6 +72,7 @@ if TYPE_CHECKING:
     from core.routing import Router
     from core.schema import Assignment, TaskMessage
     from workers.receipts import ReceiptJournal
+    from workers.recording import RecordLinger
     from workers.runtimes import Runtime
 
 __all__ = ["BatchOutcome", "Device", "Worker"]
@@ -77,6 +83,11 @@ log = logging.getLogger("skinflint.worker")
 #: larger one is stored in S3 and they carry its key. With the frame inline (up to
 #: ``SQS_INLINE_LIMIT_BYTES`` of base64) a child message keeps room for ten ancestors under SQS's 256 KiB.
 LINEAGE_OUTPUT_INLINE_BYTES = 4 * 1024
+
+#: threads a worker adds for its finished batches waiting for a shared record write (the record
+#: linger, workers/recording.py): with a linger of L s a worker finishing B batches a second holds
+#: about B x (L + the write) of them; 16 covers 100 batches/s at the default 0.1 s
+LINGER_THREADS = 16
 
 #: a request's prepared input, the seconds preparing it took, and its children's crops by (child, index)
 _Prepared = tuple[Any, float, dict[tuple[str, int], Crop]]
@@ -115,6 +126,9 @@ class Worker(MessageSettling):
     # the receipts it holds, on local disk (workers/receipts.py): the instance agent releases them
     # when it starts again after a crash, rather than letting them wait out the visibility timeout
     journal: ReceiptJournal | None = None
+    # writes the records of several batches in one call (workers/recording.py; shared by the workers
+    # of an instance, which the agent gives ``SKINFLINT_RECORD_LINGER_S``); None: each batch at once
+    record_linger: RecordLinger | None = None
     # the receive loop's long poll: ``busy_wait_s`` while messages come, ``idle_wait_s`` (SQS's
     # maximum) once ``idle_after_s`` have passed without one: an idle queue costs a ReceiveMessage
     # every 20 s rather than every second. A stop waits for the poll in flight (:meth:`_shutdown`):
@@ -122,6 +136,14 @@ class Worker(MessageSettling):
     busy_wait_s: int = 1
     idle_wait_s: int = 20
     idle_after_s: float = 30.0
+    # receive pacing: after a receive that returned fewer than ten messages while every batch it
+    # holds is still open and short of full, the next receive waits until ``pace_lead_s`` before the
+    # earliest of those batches closes (at most ``pace_max_s``), and then takes what arrived
+    # meanwhile in one call: what a window's messages wait for is its close, not their receive.
+    # None: receive again at once (each arrival its own receive). The agent gives
+    # ``SKINFLINT_RECEIVE_PACE_LEAD_S`` (workers/instance.py)
+    pace_lead_s: float | None = None
+    pace_max_s: float = 1.0
 
     def __post_init__(self) -> None:
         assignment = self.assignment
@@ -166,6 +188,8 @@ class Worker(MessageSettling):
         self._device_reported = 0.0
         if self.outcomes is None and self.emit_outcomes:
             self.outcomes = FrameOutcomes(self.metrics)
+        self.receives = 0  # ReceiveMessage calls of the receive loop
+        self.paced = 0  # of which were followed by a pacing wait (pace_s)
         self.totals: dict[str, int] = {
             "ran": 0, "dropped": 0, "duplicates": 0, "forwarded": 0, "poison": 0, "released": 0,
         }  # fmt: skip
@@ -349,7 +373,7 @@ class Worker(MessageSettling):
         if not recs:
             return
         try:
-            fresh, _ = self._record_tasks(recs)
+            fresh, _ = self._record_tasks(recs, linger=False)  # on the receiver's thread: not held
             self._observe_outcomes(fresh)
         except (DataPlaneError, ValueError) as e:
             log.warning("cannot record poison message of %s: %s", recs[0].key, e)
@@ -518,17 +542,24 @@ class Worker(MessageSettling):
                 self.totals[counter] += getattr(out, counter)
         return out
 
-    def _record_tasks(self, records: list[TaskRecord]) -> tuple[list[TaskRecord], list[TaskRecord]]:
+    def _record_tasks(
+        self, records: list[TaskRecord], linger: bool = True
+    ) -> tuple[list[TaskRecord], list[TaskRecord]]:
         """Record terminal tasks where the app's results go (its deployment's ``results``): the
         results table (pull), or the app's results queue (push: :class:`~core.adapters.results.PushSink`,
-        nothing written to the table). Returns (written, repeats)."""
+        nothing written to the table). With a record linger (and ``linger``) they share a call with
+        other batches' records (workers/recording.py); either way this returns once they are
+        written. Returns (written, repeats)."""
         dep = self._forward_router.deployment
+        sink: ResultStore | PushSink = self.results
         if dep.results == "push" and dep.results_queue:
-            sink = self._push_sink
-            if sink is None or sink.queue_url != dep.results_queue:
-                sink = self._push_sink = PushSink(self.queues, dep.results_queue, clock=self.clock)
-            return sink.record_tasks(records)
-        return self.results.record_tasks(records)
+            push = self._push_sink
+            if push is None or push.queue_url != dep.results_queue:
+                push = self._push_sink = PushSink(self.queues, dep.results_queue, clock=self.clock)
+            sink = push
+        if linger and self.record_linger is not None:
+            return self.record_linger.record(sink, records)
+        return sink.record_tasks(records)
 
     def _payload(self, message: TaskMessage) -> bytes:
         if message.payload.inline_b64 is not None:
@@ -697,13 +728,36 @@ class Worker(MessageSettling):
             try:
                 wait_s = self.receive_wait_s()
                 self._poll_ends = time.monotonic() + wait_s
-                if self.poll_once(wait_s=wait_s):
+                received = self.queues.receive(self.assignment.queue_url, wait_s=wait_s)
+                self.receives += 1
+                self.accept(received)
+                if received:
                     self._last_received = time.monotonic()
+                pause = self.pace_s(len(received))
+                if pause > 0:
+                    self.paced += 1
+                    self._poll_ends = time.monotonic() + pause
+                    self._stopping.wait(pause)
             except DataPlaneError as exc:
                 if self._check_gone(exc, "receive"):
                     return
                 log.warning("receive failed: %s", exc)
                 time.sleep(0.5)
+
+    def pace_s(self, received: int) -> float:
+        """Seconds the receiver waits before its next receive (receive pacing, ``pace_lead_s``): 0
+        unless pacing is on, the last receive returned messages but fewer than ten (none waits in
+        the queue that it left behind) and every batch buffered is open and short of full; then until
+        ``pace_lead_s`` before the earliest of them closes, at most ``pace_max_s``. A message that
+        arrives meanwhile for a window that closes earlier (SQS does not order deliveries), or one
+        already late, waits at most that long."""
+        if self.pace_lead_s is None or not 0 < received < SQS_BATCH_MESSAGES:
+            return 0.0
+        with self._lock:
+            close_at = self.assembler.next_close()
+        if close_at is None:  # nothing buffered
+            return 0.0
+        return min(self.pace_max_s, max(0.0, close_at - self.pace_lead_s - self.clock()))
 
     def serve(self, heartbeat: Callable[[dict[str, Any]], None] | None = None, report_s: float = 5.0) -> None:
         """Run until :meth:`stop`; then release what is still buffered."""
@@ -723,8 +777,12 @@ class Worker(MessageSettling):
         if self.delete_linger_s > 0:
             threading.Thread(target=self._flush_loop, name="delete-flusher", daemon=True).start()
         # ``concurrency`` copies of the model run at once (``_model_slots``); the extra threads do the
-        # I/O of finished batches (result writes, forwarding, deletes) while the model runs the next
+        # I/O of finished batches (result writes, forwarding, deletes) while the model runs the next.
+        # With a record linger a finished batch's thread waits up to the linger for its write (which
+        # costs no CPU): LINGER_THREADS more, so the batches behind it do not queue for a thread
         threads = self.assignment.concurrency + self.io_threads
+        if self.record_linger is not None:
+            threads += LINGER_THREADS
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="batch") as pool:
             while not self._stopping.is_set() and not (self._gone.is_set() and self.idle()):
                 with self._lock:
@@ -794,4 +852,11 @@ class Worker(MessageSettling):
         if self._preparer is not None:
             self._preparer.shutdown(wait=False, cancel_futures=True)
         emitted = self.outcomes.emitted if self.outcomes is not None else 0.0
-        log.info("stopped: %s, released %d, outcomes of %.2f frames emitted", self.totals, released, emitted)
+        log.info(
+            "stopped: %s, released %d, outcomes of %.2f frames emitted, %d receive(s), %d paced",
+            self.totals,
+            released,
+            emitted,
+            self.receives,
+            self.paced,
+        )

@@ -247,6 +247,10 @@ class ResultStore:
     """``retention_s``: how long after it is written an item stays (its ``expires_at``); every writer of
     one table should use the same figure (``DataPlaneConfig.results_retention_s``)."""
 
+    #: record items (POSTs) one ``record_tasks`` call writes in one request (``BatchWriteItem``'s
+    #: limit); the workers' record linger fills a call up to it (workers/recording.py)
+    items_per_call = _BATCH_WRITE
+
     def __init__(
         self, client: Any, table: str, retention_s: float = DEFAULT_RESULTS_RETENTION_DAYS * 86_400.0
     ):
@@ -693,6 +697,9 @@ class PushSink:
     or a child of one) cannot be checked against the table: it is sent again (the consumer counts a
     task id once, :class:`PushedFrames`) and returned as a repeat, so its outcome is not counted
     twice."""
+
+    #: messages (POSTs) one ``record_tasks`` call sends in one request (``SendMessageBatch``'s limit)
+    items_per_call = 10
 
     def __init__(self, queues: TaskQueues, queue_url: str, clock: Any = time.time):
         self.queues = queues

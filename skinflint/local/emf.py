@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def emulation_client(client: Any) -> Any:
-    """``client`` (boto3) marked as a stand-in for AWS itself: each request carries
+    """``client`` (boto3) marked as a stand-in for AWS itself (this module's extraction, the fleet
+    emulator's Auto Scaling, skinflint/local/fleet.py): each request carries
     :data:`~skinflint.local.moto_server.EMULATION_HEADER`, so the local server's request meter
     counts it apart from the components' requests (the demo's requests per frame leave it out)."""
 

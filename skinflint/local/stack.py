@@ -415,8 +415,11 @@ class LocalStack:
             beat = store.instances().get(iid)
             return beat is not None and beat.state == "idle"
 
+        # the emulator plays Auto Scaling itself (launch, scale-in, terminate after the hook): its
+        # own client, marked as AWS's stand-in, so the meter leaves its polls out of the components'
+        # requests (the control loop's Auto Scaling calls stay counted, on clients["autoscaling"])
         self.fleet = FleetEmulator(
-            clients["autoscaling"],
+            emulation_client(make_client("autoscaling", cfg)),
             groups,
             launcher,
             self._imds,

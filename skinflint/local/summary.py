@@ -318,7 +318,7 @@ def task_rows(
 ) -> list[dict[str, Any]]:
     """One row per task of every answered or dropped frame (what ``skinflint demo`` writes to
     ``tasks.jsonl`` in its log directory): the request, module, hardware, batch size, enqueue /
-    start / finish times, queue wait, run time, the planned worst case it was held to and whether it
+    start / finish / record times, queue wait, run time, the planned worst case it was held to and whether it
     was over it."""
     rows: list[dict[str, Any]] = []
     for result in results:
@@ -337,6 +337,10 @@ def task_rows(
                 "finished_at": task.finished_at,
                 "received_at": task.received_at,
                 "device_at": task.device_at,
+                # when its record was written (a terminal task; an ancestor: when its children were
+                # sent), and how long after its finish: the record linger's part of the latency
+                "recorded_at": task.recorded_at,
+                "record_s": None if task.recorded_at is None else task.recorded_at - task.finished_at,
             }
             if task.status == "done":
                 took = task.finished_at - task.enqueued_at

@@ -482,3 +482,58 @@ def test_a_retired_share_does_not_wait_for_its_idle_poll_and_what_it_returns_is_
     receiver.join(timeout=10)
     assert not receiver.is_alive()
     assert len(stack.messages(url)) == 1 and len(det.assembler) == 0
+
+
+def test_a_paced_receiver_waits_for_its_open_window_and_only_then(stack):
+    # GIVEN a worker with receive pacing whose buffered batch closes 0.5 s from now
+    det = make_worker(stack, "detector", pace_lead_s=0.05, grace_s=0.5)
+    assert det.pace_s(1) == 0.0  # nothing buffered: receive again at once
+    send_frames(stack, 1)
+    assert det.poll_once(wait_s=1) == 1
+    (close_at,) = [slot.close_at for slot in det.assembler._open.values()]
+    # THEN after a receive of one message it waits until 50 ms before the close (at most pace_max_s)
+    assert det.pace_s(1) == pytest.approx(min(det.pace_max_s, close_at - 0.05 - time.time()), abs=0.02)
+    assert 0.0 < det.pace_s(1) <= det.pace_max_s
+    assert det.pace_s(10) == 0.0  # a full receive: more may be waiting
+    assert det.pace_s(0) == 0.0  # an empty one: the long poll already waited
+    det.pace_lead_s = None
+    assert det.pace_s(1) == 0.0  # pacing off
+    det.pace_lead_s = 0.05
+    det.assembler.batch = 1  # the batch is full: it goes at once, and so does the next receive
+    assert det.pace_s(1) == 0.0
+
+
+def test_paced_receivers_with_a_record_linger_answer_every_frame_once(stack):
+    # GIVEN serving detector and car workers that pace their receives and share a record linger
+    from workers.recording import RecordLinger
+
+    linger = RecordLinger(linger_s=0.3, margin_s=0.05)
+    det = make_worker(stack, "detector", pace_lead_s=0.05, record_linger=linger, delete_linger_s=0.2)
+    cars = [
+        make_worker(stack, "car", 0, m, pace_lead_s=0.05, record_linger=linger, delete_linger_s=0.2)
+        for m in range(2)
+    ]
+    servers = [threading.Thread(target=w.serve, kwargs={"report_s": 60.0}, daemon=True) for w in [det, *cars]]
+    for server in servers:
+        server.start()
+    # WHEN frames arrive in three POSTs
+    ids = [rid for _ in range(3) for rid in send_frames(stack, 3)]
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        if all(front(stack).result(rid).status == "done" for rid in ids):
+            break
+        time.sleep(0.2)
+    for w in [det, *cars]:
+        w.stop()
+    for server in servers:
+        server.join(timeout=10)
+    # THEN every frame is done once, every message was deleted (after its records were written),
+    # and the records went out in fewer calls than batches
+    for rid in ids:
+        res = front(stack).result(rid)
+        assert res.status == "done", res
+        names = [t.task_id for t in res.tasks if t.module == "car"]
+        assert len(names) == len(set(names)) >= 1
+    assert sum(stack.all_queue_depths().values()) == 0
+    assert sum(w.totals["duplicates"] for w in cars) == 0
+    assert linger.batches >= linger.calls >= 1
