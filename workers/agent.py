@@ -348,7 +348,6 @@ class InstanceAgent:
             io_threads=services.io_threads,
             delete_linger_s=services.delete_linger_s,
             record_linger=services.record_linger,
-            pace_lead_s=services.pace_lead_s,
             device=self.device,
             journal=self._journal(assignment.queue_url),
         )

@@ -44,7 +44,7 @@ from workers.lifecycle import (
 )
 from workers.lifeline import install as install_lifeline
 from workers.onsite import BeforeClaim, instance_info, nvidia_driver
-from workers.recording import RecordLinger, pace_lead_from_env, record_linger_from_env
+from workers.recording import RecordLinger, record_linger_from_env
 from workers.runtimes import device_name, make_runtime
 from workers.shares import ModelResolver, RuntimeCache, WorkerServices
 
@@ -228,7 +228,6 @@ def build_agent(args: argparse.Namespace) -> tuple[InstanceAgent, Any]:
             payload_inline_limit_bytes=cfg.inline_limit_bytes,
             delete_linger_s=args.delete_linger_s,
             record_linger=_record_linger(args),
-            pace_lead_s=args.pace_lead_s if hasattr(args, "pace_lead_s") else pace_lead_from_env(),
         ),
         resolve=resolver,
         runtimes=runtimes,
@@ -339,7 +338,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         args.record_linger = record_linger_from_env()
-        args.pace_lead_s = pace_lead_from_env()
     except ValueError as exc:
         print(f"instance: {exc}", file=sys.stderr)
         return 2

@@ -63,7 +63,6 @@ __all__ = [
     "DEFAULT_RECORD_MARGIN_S",
     "RecordLinger",
     "RecordSink",
-    "pace_lead_from_env",
     "record_linger_from_env",
 ]
 
@@ -98,17 +97,6 @@ def record_linger_from_env(env: Mapping[str, str] | None = None) -> tuple[float,
         _seconds(env, "SKINFLINT_RECORD_LINGER_S", DEFAULT_RECORD_LINGER_S, 5.0),
         _seconds(env, "SKINFLINT_RECORD_MARGIN_S", DEFAULT_RECORD_MARGIN_S, 5.0),
     )
-
-
-def pace_lead_from_env(env: Mapping[str, str] | None = None) -> float | None:
-    """``SKINFLINT_RECEIVE_PACE_LEAD_S``: the receive pacing's lead (0-1 s, e.g. 0.05), or None
-    (unset, empty or ``off``: every receive at once, the default; in the demo runs of 2026-11-27 it
-    never engaged, docs/dataplane.md). Raises ValueError naming the setting."""
-    env = os.environ if env is None else env
-    raw = env.get("SKINFLINT_RECEIVE_PACE_LEAD_S")
-    if raw is None or not raw.strip() or raw.strip().lower() == "off":
-        return None
-    return _seconds(env, "SKINFLINT_RECEIVE_PACE_LEAD_S", 0.0, 1.0)
 
 
 class RecordSink(Protocol):

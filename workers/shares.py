@@ -207,8 +207,6 @@ class WorkerServices:
     # the records of several batches in one write (workers/recording.py), shared by every worker of
     # the instance; None: each batch's records at once (main(): SKINFLINT_RECORD_LINGER_S)
     record_linger: Any = None
-    # receive pacing (workers.worker.Worker.pace_lead_s; main(): SKINFLINT_RECEIVE_PACE_LEAD_S)
-    pace_lead_s: float | None = None
 
 
 @dataclass(eq=False)  # compared by identity

@@ -19,9 +19,7 @@ others: its results are already recorded, so a redelivery before the delete is a
 before it is recorded or counted again: its receive count is above 1, which marks every task of it),
 and the linger is far below the queues' 30 s visibility timeout. The receive loop long-polls 1 s while
 messages come and 20 s (SQS's maximum) once its queue has been empty for 30 s, so an idle share
-costs three ``ReceiveMessage`` a minute rather than sixty; with receive pacing (``pace_lead_s``) a
-receive of a few messages into open windows is followed by a wait until just before the earliest of
-them closes, and one receive then takes what arrived meanwhile. With a record linger
+costs three ``ReceiveMessage`` a minute rather than sixty. With a record linger
 (:mod:`workers.recording`, shared by the instance's workers) a batch's records share one write with
 other batches', at most ``linger_s`` later and never later than a frame's deadline less a margin; the
 batch's messages are deleted only after that write returned. SIGTERM: the batch in hand is
@@ -49,17 +47,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.adapters.outcomes import FrameOutcomes
-from core.adapters.queues import SQS_BATCH_MESSAGES, queue_gone
+from core.adapters.queues import queue_gone
 from core.adapters.results import PushSink, TaskRecord, split_weight
 from core.errors import DataPlaneError, QueueError
 from core.routing import child_count
 from core.settings import SQS_INLINE_LIMIT_BYTES
 from planner.dispatch import PHASE_KEY
-from workers.batch_metrics import BatchOutcome, _Dims, put_batch_metrics, put_hop_delays
+from workers.batch_metrics import BatchOutcome, _Dims
 from workers.batching import BatchAssembler, Pending
 from workers.crops import Crop, child_boxes, cut_crops, message_child_input, open_frame
 from workers.device import Device
 from workers.poison import describe_error, poison_records
+from workers.reporting import WorkerReporting
 from workers.settling import MessageSettling
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ _Prepared = tuple[Any, float, dict[tuple[str, int], Crop]]
 
 
 @dataclass
-class Worker(MessageSettling):
+class Worker(MessageSettling, WorkerReporting):
     assignment: Assignment
     router: Router
     queues: TaskQueues
@@ -136,14 +135,6 @@ class Worker(MessageSettling):
     busy_wait_s: int = 1
     idle_wait_s: int = 20
     idle_after_s: float = 30.0
-    # receive pacing: after a receive that returned fewer than ten messages while every batch it
-    # holds is still open and short of full, the next receive waits until ``pace_lead_s`` before the
-    # earliest of those batches closes (at most ``pace_max_s``), and then takes what arrived
-    # meanwhile in one call: what a window's messages wait for is its close, not their receive.
-    # None: receive again at once (each arrival its own receive). The agent gives
-    # ``SKINFLINT_RECEIVE_PACE_LEAD_S`` (workers/instance.py)
-    pace_lead_s: float | None = None
-    pace_max_s: float = 1.0
 
     def __post_init__(self) -> None:
         assignment = self.assignment
@@ -189,7 +180,6 @@ class Worker(MessageSettling):
         if self.outcomes is None and self.emit_outcomes:
             self.outcomes = FrameOutcomes(self.metrics)
         self.receives = 0  # ReceiveMessage calls of the receive loop
-        self.paced = 0  # of which were followed by a pacing wait (pace_s)
         self.totals: dict[str, int] = {
             "ran": 0, "dropped": 0, "duplicates": 0, "forwarded": 0, "poison": 0, "released": 0,
         }  # fmt: skip
@@ -352,10 +342,6 @@ class Worker(MessageSettling):
                 future = self._prepared.pop(msg.idempotency_key, None)
                 if future is not None:
                     future.cancel()
-
-    def _hop_metrics(self, delays: list[float]) -> None:
-        """Each first delivery's hop (:func:`workers.batch_metrics.put_hop_delays`)."""
-        put_hop_delays(self.metrics, self.assignment.app, self.assignment.module, delays)
 
     # -- poison messages (workers/poison.py) ------------------------------------------------------
     def _record_poison(self, received: Received, exc: ValueError) -> None:
@@ -663,41 +649,6 @@ class Worker(MessageSettling):
         self.queues.send_many(sends)  # every child queue at once: none waits for another's send
         return count
 
-    def _metrics(
-        self,
-        items: list[Pending],
-        run: list[Pending],
-        records: list[TaskRecord],
-        out: BatchOutcome,
-        start: float,
-        done: float,
-    ) -> None:
-        put_batch_metrics(self.metrics, self._dims, self.assignment, items, run, records, out, start, done)
-
-    def _device_metrics(self, device_s: float, prepare_s: float, prepare_wait_s: float) -> None:
-        """A batch's time on the device (``DeviceMs``: what the plan counts as occupancy; the
-        reporter sums it per interval as ``DeviceSeconds``), the CPU work that prepared its inputs
-        (``PrepareMs``: decode, crop, resize; on the preparer thread while the window was open) and
-        what of it the batch still waited for when its window closed (``PrepareWaitMs``: the part
-        not overlapped, which a batch's latency carries)."""
-        put, dims = self.metrics.put, self._dims
-        put("DeviceMs", device_s * 1e3, "Milliseconds", **dims)
-        put("PrepareMs", prepare_s * 1e3, "Milliseconds", **dims)
-        put("PrepareWaitMs", prepare_wait_s * 1e3, "Milliseconds", **dims)
-        with self._lock:
-            self._device_s += device_s / max(1, self.assignment.concurrency)
-
-    def count_empty_slots(self, t_from: float, t_to: float) -> int:
-        """Windows of this machine that closed in [t_from, t_to) without a request."""
-        schedule = self.router.schedule(self.assignment.module)
-        if schedule is None:
-            return 0
-        origin = self.router.origin(self.assignment.module)
-        slots = schedule.slots_for_machine(
-            self.assignment.group, self.assignment.machine, t_from - origin, t_to - origin
-        )
-        return sum(1 for slot in slots if slot.batch_id not in self._batches_run)
-
     # -- the loop ----------------------------------------------------------------------------------
     def stop(self, wait_for_poll: bool = True) -> None:
         """Stop serving (:meth:`serve` returns once the batches in hand are done). ``wait_for_poll``:
@@ -733,31 +684,11 @@ class Worker(MessageSettling):
                 self.accept(received)
                 if received:
                     self._last_received = time.monotonic()
-                pause = self.pace_s(len(received))
-                if pause > 0:
-                    self.paced += 1
-                    self._poll_ends = time.monotonic() + pause
-                    self._stopping.wait(pause)
             except DataPlaneError as exc:
                 if self._check_gone(exc, "receive"):
                     return
                 log.warning("receive failed: %s", exc)
                 time.sleep(0.5)
-
-    def pace_s(self, received: int) -> float:
-        """Seconds the receiver waits before its next receive (receive pacing, ``pace_lead_s``): 0
-        unless pacing is on, the last receive returned messages but fewer than ten (none waits in
-        the queue that it left behind) and every batch buffered is open and short of full; then until
-        ``pace_lead_s`` before the earliest of them closes, at most ``pace_max_s``. A message that
-        arrives meanwhile for a window that closes earlier (SQS does not order deliveries), or one
-        already late, waits at most that long."""
-        if self.pace_lead_s is None or not 0 < received < SQS_BATCH_MESSAGES:
-            return 0.0
-        with self._lock:
-            close_at = self.assembler.next_close()
-        if close_at is None:  # nothing buffered
-            return 0.0
-        return min(self.pace_max_s, max(0.0, close_at - self.pace_lead_s - self.clock()))
 
     def serve(self, heartbeat: Callable[[dict[str, Any]], None] | None = None, report_s: float = 5.0) -> None:
         """Run until :meth:`stop`; then release what is still buffered."""
@@ -808,32 +739,6 @@ class Worker(MessageSettling):
             log.exception("batch %d failed, left for redelivery", batch_id)
             self._batch_failed(batch_id, items, exc)
 
-    def _report_loop(self, heartbeat: Callable[[dict[str, Any]], None] | None, report_s: float) -> None:
-        last = self.clock()
-        while not self._stopping.wait(report_s):
-            now = self.clock()
-            self._report(last, now - self.grace_s, heartbeat)
-            last = now
-
-    def _report(self, t_from: float, t_to: float, heartbeat: Callable[[dict[str, Any]], None] | None) -> None:
-        self.metrics.put("InstanceSeconds", t_to - t_from, "Seconds", **self._dims)
-        with self._lock:
-            device_s, self._device_reported = self._device_s - self._device_reported, self._device_s
-        # device-seconds (a concurrency-c batch holds 1/c of it) against the InstanceSeconds above:
-        # the machine's measured occupancy, which the plan's rate x duration / batch predicts
-        self.metrics.put("DeviceSeconds", device_s, "Seconds", **self._dims)
-        try:
-            self.metrics.put("EmptySlots", self.count_empty_slots(t_from, t_to), **self._dims)
-        except Exception as exc:  # noqa: BLE001 - a metric must never stop serving
-            log.warning("empty-slot count failed: %s", exc)
-        if len(self._batches_run) > 10_000:
-            self._batches_run.clear()
-        if heartbeat:
-            try:
-                heartbeat({"ready": True, "at": t_to, "emulated": self.runtime.emulated, **self.totals})
-            except DataPlaneError as exc:
-                log.warning("heartbeat failed: %s", exc)
-
     def _shutdown(self, receiver: threading.Thread) -> None:
         self.flush_deletes()  # every batch has finished (the pool is closed): its deletes go now
         # the receive in flight returns by _poll_ends (an idle worker's 20 s poll, else 1 s): waited
@@ -853,10 +758,9 @@ class Worker(MessageSettling):
             self._preparer.shutdown(wait=False, cancel_futures=True)
         emitted = self.outcomes.emitted if self.outcomes is not None else 0.0
         log.info(
-            "stopped: %s, released %d, outcomes of %.2f frames emitted, %d receive(s), %d paced",
+            "stopped: %s, released %d, outcomes of %.2f frames emitted, %d receive(s)",
             self.totals,
             released,
             emitted,
             self.receives,
-            self.paced,
         )

@@ -484,35 +484,13 @@ def test_a_retired_share_does_not_wait_for_its_idle_poll_and_what_it_returns_is_
     assert len(stack.messages(url)) == 1 and len(det.assembler) == 0
 
 
-def test_a_paced_receiver_waits_for_its_open_window_and_only_then(stack):
-    # GIVEN a worker with receive pacing whose buffered batch closes 0.5 s from now
-    det = make_worker(stack, "detector", pace_lead_s=0.05, grace_s=0.5)
-    assert det.pace_s(1) == 0.0  # nothing buffered: receive again at once
-    send_frames(stack, 1)
-    assert det.poll_once(wait_s=1) == 1
-    (close_at,) = [slot.close_at for slot in det.assembler._open.values()]
-    # THEN after a receive of one message it waits until 50 ms before the close (at most pace_max_s)
-    assert det.pace_s(1) == pytest.approx(min(det.pace_max_s, close_at - 0.05 - time.time()), abs=0.02)
-    assert 0.0 < det.pace_s(1) <= det.pace_max_s
-    assert det.pace_s(10) == 0.0  # a full receive: more may be waiting
-    assert det.pace_s(0) == 0.0  # an empty one: the long poll already waited
-    det.pace_lead_s = None
-    assert det.pace_s(1) == 0.0  # pacing off
-    det.pace_lead_s = 0.05
-    det.assembler.batch = 1  # the batch is full: it goes at once, and so does the next receive
-    assert det.pace_s(1) == 0.0
-
-
-def test_paced_receivers_with_a_record_linger_answer_every_frame_once(stack):
-    # GIVEN serving detector and car workers that pace their receives and share a record linger
+def test_workers_sharing_a_record_linger_answer_every_frame_once(stack):
+    # GIVEN serving detector and car workers that share a record linger
     from workers.recording import RecordLinger
 
     linger = RecordLinger(linger_s=0.3, margin_s=0.05)
-    det = make_worker(stack, "detector", pace_lead_s=0.05, record_linger=linger, delete_linger_s=0.2)
-    cars = [
-        make_worker(stack, "car", 0, m, pace_lead_s=0.05, record_linger=linger, delete_linger_s=0.2)
-        for m in range(2)
-    ]
+    det = make_worker(stack, "detector", record_linger=linger, delete_linger_s=0.2)
+    cars = [make_worker(stack, "car", 0, m, record_linger=linger, delete_linger_s=0.2) for m in range(2)]
     servers = [threading.Thread(target=w.serve, kwargs={"report_s": 60.0}, daemon=True) for w in [det, *cars]]
     for server in servers:
         server.start()

@@ -11,7 +11,7 @@ import pytest
 
 from core.adapters.results import TaskRecord
 from core.errors import ResultStoreError
-from workers.recording import RecordLinger, pace_lead_from_env, record_linger_from_env
+from workers.recording import RecordLinger, record_linger_from_env
 
 
 class FakeSink:
@@ -143,11 +143,6 @@ def test_the_settings_are_read_from_the_environment_and_checked() -> None:
         record_linger_from_env({"SKINFLINT_RECORD_LINGER_S": "soon"})
     with pytest.raises(ValueError, match="SKINFLINT_RECORD_MARGIN_S"):
         record_linger_from_env({"SKINFLINT_RECORD_MARGIN_S": "-1"})
-    assert pace_lead_from_env({}) is None  # off unless set
-    assert pace_lead_from_env({"SKINFLINT_RECEIVE_PACE_LEAD_S": "off"}) is None
-    assert pace_lead_from_env({"SKINFLINT_RECEIVE_PACE_LEAD_S": "0.05"}) == 0.05
-    with pytest.raises(ValueError, match="SKINFLINT_RECEIVE_PACE_LEAD_S"):
-        pace_lead_from_env({"SKINFLINT_RECEIVE_PACE_LEAD_S": "2"})
 
 
 def test_a_slow_write_moves_the_deadline_bound_earlier() -> None:
