@@ -68,8 +68,11 @@ __all__ = [
 
 log = logging.getLogger("skinflint.worker")
 
-#: s the oldest record held may wait for others (SKINFLINT_RECORD_LINGER_S; 0: none)
-DEFAULT_RECORD_LINGER_S = 0.1
+#: s the oldest record held may wait for others (SKINFLINT_RECORD_LINGER_S; 0, the default: none).
+#: Off by default: DynamoDB bills a pull app's records per item, so the linger saves no write unit
+#: there, and at 4 frames/s it added its 0.1 s to most frames' latency (docs/dataplane.md); a push
+#: app's records are billed per SQS call, where 0.1 s of linger saves requests
+DEFAULT_RECORD_LINGER_S = 0.0
 #: s before the earliest frame deadline among the records held by which they are written
 #: (SKINFLINT_RECORD_MARGIN_S): the write's own round trip must fit in it
 DEFAULT_RECORD_MARGIN_S = 0.1
@@ -146,7 +149,7 @@ class RecordLinger:
 
     def __init__(
         self,
-        linger_s: float = DEFAULT_RECORD_LINGER_S,
+        linger_s: float = 0.1,
         margin_s: float = DEFAULT_RECORD_MARGIN_S,
         clock: Callable[[], float] = time.time,
     ):

@@ -489,6 +489,11 @@ def test_workers_sharing_a_record_linger_answer_every_frame_once(stack):
     from workers.recording import RecordLinger
 
     linger = RecordLinger(linger_s=0.3, margin_s=0.05)
+    # (the fixture's 1 s visibility timeout, meant for the crash tests, could redeliver a message held
+    # by both lingers on a loaded host; 30 s, as deployed, leaves no redelivery to count as duplicates)
+    for shares in stack.deployment.queues.values():
+        for url in shares.values():
+            stack.sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "30"})
     det = make_worker(stack, "detector", record_linger=linger, delete_linger_s=0.2)
     cars = [make_worker(stack, "car", 0, m, record_linger=linger, delete_linger_s=0.2) for m in range(2)]
     servers = [threading.Thread(target=w.serve, kwargs={"report_s": 60.0}, daemon=True) for w in [det, *cars]]

@@ -134,7 +134,7 @@ def test_no_linger_writes_at_once_on_the_callers_thread_and_after_close_too() ->
 
 
 def test_the_settings_are_read_from_the_environment_and_checked() -> None:
-    assert record_linger_from_env({}) == (0.1, 0.1)
+    assert record_linger_from_env({}) == (0.0, 0.1)  # off unless set
     assert record_linger_from_env({"SKINFLINT_RECORD_LINGER_S": "0", "SKINFLINT_RECORD_MARGIN_S": "0.2"}) == (
         0.0,
         0.2,
