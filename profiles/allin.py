@@ -224,14 +224,16 @@ TODAY = DataPlanePolicy(
     # OnnxRuntime.run), carried once per body for the children of one parent (the traffic app's 1.5-2 per
     # parent request: about 240 B per child and ancestor)
     parent_result_bytes=240.0,
-    # core/adapters/results.py record_tasks / _pack: zlib JSON of the traffic app's terminal tasks with
-    # their lineage, measured: 342 B for a lone task, 1,226 B for 16 (8 frames), 1,434 B for 20, so
-    # about 280 B + 60-80 B per task, plus 112 B of keys, recorded_at and expires_at per item. A push
-    # app's (results: push) go to its results queue instead, one message per batch and POST (580 B for
-    # one task, 1,473 B for 20: one SQS request each): ``result_sink="sqs"`` (bench tco's today_push)
+    # core/adapters/results.py record_tasks / _pack: the traffic app's terminal tasks with their lineage
+    # as JSON compressed against the records' preset dictionary (core/record_codec.py), measured with
+    # realistic timestamps and outputs: 159 B for a lone task, 1,031 B for 16 (8 frames), 1,299 B for
+    # 20 (plain zlib: 339, 1,266, 1,536), plus 112 B of keys, recorded_at and expires_at per item: about
+    # 280 B + 60 B per further task. A push app's go to its results queue instead, one message per batch
+    # and POST (390 B for one task, 2,312 B for 20: one SQS request each): ``result_sink="sqs"`` (bench
+    # tco's today_push)
     result_sink="dynamodb",
-    record_item_bytes=400.0,
-    result_bytes_per_task=65.0,
+    record_item_bytes=280.0,
+    result_bytes_per_task=60.0,
 )
 
 PER_TASK = TODAY.with_(

@@ -68,6 +68,7 @@ from core.adapters._aws import AWS_ERRORS
 from core.adapters._ddb import from_item, to_item
 from core.errors import ResultStoreError
 from core.ids import DUE_BUCKET_S, due_bucket, due_minute, post_of
+from core.record_codec import pack_docs, unpack_docs
 from core.schema import ResultOut, TaskOut
 from core.settings import DEFAULT_RESULTS_RETENTION_DAYS
 
@@ -463,7 +464,8 @@ def frame_states(post_id: str, head: Mapping[str, Any]) -> dict[str, FrameState]
 
 def _pack(records: list[TaskRecord]) -> bytes:
     """A record item's tasks: each terminal task (with its weight ``w``) and each distinct ancestor
-    its lineage carries, as compressed JSON (``r``: request id)."""
+    its lineage carries, as JSON compressed against the records' dictionary (``r``: request id;
+    core/record_codec.py)."""
     docs: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
     for rec in records:
@@ -475,7 +477,7 @@ def _pack(records: list[TaskRecord]) -> bytes:
         docs.append(
             {"r": rec.request_id, "w": rec.weight, "task": rec.task_out().model_dump(exclude_none=True)}
         )
-    return zlib.compress(json.dumps(docs, separators=(",", ":")).encode(), 6)
+    return pack_docs(docs)
 
 
 def _add_doc(state: FrameState, doc: dict[str, Any], recorded_at: Any) -> None:
@@ -498,7 +500,7 @@ def _unpack(part: dict[str, Any]) -> list[dict[str, Any]]:
     if not blob:
         return []
     try:
-        docs = json.loads(zlib.decompress(blob if isinstance(blob, bytes) else bytes(blob)))
+        docs = unpack_docs(blob if isinstance(blob, bytes) else bytes(blob))
     except (zlib.error, ValueError) as exc:
         raise ResultStoreError(f"unreadable record {part.get('sk')}: {exc}") from exc
     return docs if isinstance(docs, list) else []

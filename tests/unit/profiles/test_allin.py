@@ -46,9 +46,9 @@ def test_today_counts_the_writes_the_code_makes_per_post_and_per_batch() -> None
     # item), 1 unit, and the slot count (one root): 0.2 per frame. No per-task writes: a record item per leaf batch and
     # POST, max(1, KB + 0.5) units each (the mean of a unit per started KB over items of spread sizes).
     # vehicle: 20 tasks per POST, so a batch of 16 spans 1 + 15 / 20 = 1.75 POSTs, items of
-    # 400 + (16 / 1.75 - 1) x 65 = 929 B; person: 15 per POST, 2 POSTs per batch, 855 B items
-    vehicle = 1.75 * (929.2857 / 1024 + 0.5) / 16 * 2.0
-    person = 2 * (855 / 1024 + 0.5) / 16 * 1.5
+    # 280 + (16 / 1.75 - 1) x 60 = 768.6 B; person: 15 per POST, 2 POSTs per batch, 700 B items
+    vehicle = 1.75 * (768.5714 / 1024 + 0.5) / 16 * 2.0
+    person = 2 * (700 / 1024 + 0.5) / 16 * 1.5
     assert units["dynamodb_write_units"] == pytest.approx(0.2 + vehicle + person)
     assert units["dynamodb_read_units"] == 0  # no outcome reads, no claims
     assert units["api_requests"] == units["lambda_invocations"] == pytest.approx(0.1)
