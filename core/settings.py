@@ -17,6 +17,7 @@ __all__ = [
     "METRICS_SINKS",
     "DataPlaneConfig",
     "delete_linger_from_env",
+    "seconds_from_env",
     "resource_name_problem",
     "results_retention_from_env",
     "undeleted_bound",
@@ -36,19 +37,25 @@ DELETE_BATCH = 10  # SQS's DeleteMessageBatch limit
 METRICS_SINKS = ("cloudwatch", "emf")
 
 
-def delete_linger_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``SKINFLINT_DELETE_LINGER_S`` (0-10 s; 0 deletes at once), else :data:`DEFAULT_DELETE_LINGER_S`.
-    Raises ValueError with the setting's name on anything else."""
-    raw = (os.environ if env is None else env).get("SKINFLINT_DELETE_LINGER_S")
+def seconds_from_env(env: Mapping[str, str] | None, name: str, default: float, most: float) -> float:
+    """The setting ``name`` as seconds within [0, ``most``], ``default`` when unset or empty. Raises
+    ValueError naming the setting on anything else (NaN included)."""
+    raw = (os.environ if env is None else env).get(name)
     if raw is None or not raw.strip():
-        return DEFAULT_DELETE_LINGER_S
+        return default
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be a number of seconds, got {raw!r}") from None
-    if not value >= 0 or value > 10:
-        raise ValueError(f"SKINFLINT_DELETE_LINGER_S must be within [0, 10] s, got {raw!r}")
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not 0 <= value <= most:
+        raise ValueError(f"{name} must be within [0, {most:g}] s, got {raw!r}")
     return value
+
+
+def delete_linger_from_env(env: Mapping[str, str] | None = None) -> float:
+    """``SKINFLINT_DELETE_LINGER_S`` (0-10 s; 0 deletes at once), else :data:`DEFAULT_DELETE_LINGER_S`.
+    Raises ValueError with the setting's name on anything else."""
+    return seconds_from_env(env, "SKINFLINT_DELETE_LINGER_S", DEFAULT_DELETE_LINGER_S, 10.0)
 
 
 #: days a request's items stay in the results table (its frame, task and outcome items carry an

@@ -45,13 +45,13 @@ without a linger (tests) does.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from core.ids import post_of
+from core.settings import seconds_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -78,27 +78,13 @@ DEFAULT_RECORD_LINGER_S = 0.0
 DEFAULT_RECORD_MARGIN_S = 0.1
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float, most: float) -> float:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not 0 <= value <= most:
-        raise ValueError(f"{name} must be within [0, {most:g}] s, got {raw!r}")
-    return value
-
-
 def record_linger_from_env(env: Mapping[str, str] | None = None) -> tuple[float, float]:
     """(``SKINFLINT_RECORD_LINGER_S``, ``SKINFLINT_RECORD_MARGIN_S``): the linger (0-5 s, default
     :data:`DEFAULT_RECORD_LINGER_S`; 0: each batch's records at once) and the margin before a frame's
     deadline (0-5 s, default :data:`DEFAULT_RECORD_MARGIN_S`). Raises ValueError naming the setting."""
-    env = os.environ if env is None else env
     return (
-        _seconds(env, "SKINFLINT_RECORD_LINGER_S", DEFAULT_RECORD_LINGER_S, 5.0),
-        _seconds(env, "SKINFLINT_RECORD_MARGIN_S", DEFAULT_RECORD_MARGIN_S, 5.0),
+        seconds_from_env(env, "SKINFLINT_RECORD_LINGER_S", DEFAULT_RECORD_LINGER_S, 5.0),
+        seconds_from_env(env, "SKINFLINT_RECORD_MARGIN_S", DEFAULT_RECORD_MARGIN_S, 5.0),
     )
 
 
