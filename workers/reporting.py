@@ -9,18 +9,16 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from core.errors import DataPlaneError
-from workers.batch_metrics import put_batch_metrics, put_hop_delays
+from workers.batch_metrics import put_hop_delays
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
     from core.adapters.metrics import Metrics
-    from core.adapters.results import TaskRecord
     from core.routing import Router
     from core.schema import Assignment
-    from workers.batch_metrics import BatchOutcome, _Dims
-    from workers.batching import Pending
+    from workers.batch_metrics import _Dims
     from workers.runtimes import Runtime
 
 __all__ = ["WorkerReporting"]
@@ -48,17 +46,6 @@ class WorkerReporting:
     def _hop_metrics(self, delays: list[float]) -> None:
         """Each first delivery's hop (:func:`workers.batch_metrics.put_hop_delays`)."""
         put_hop_delays(self.metrics, self.assignment.app, self.assignment.module, delays)
-
-    def _metrics(
-        self,
-        items: list[Pending],
-        run: list[Pending],
-        records: list[TaskRecord],
-        out: BatchOutcome,
-        start: float,
-        done: float,
-    ) -> None:
-        put_batch_metrics(self.metrics, self._dims, self.assignment, items, run, records, out, start, done)
 
     def _device_metrics(self, device_s: float, prepare_s: float, prepare_wait_s: float) -> None:
         """A batch's time on the device (``DeviceMs``: what the plan counts as occupancy; the

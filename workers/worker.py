@@ -53,7 +53,7 @@ from core.errors import DataPlaneError, QueueError
 from core.routing import child_count
 from core.settings import SQS_INLINE_LIMIT_BYTES
 from planner.dispatch import PHASE_KEY
-from workers.batch_metrics import BatchOutcome, _Dims
+from workers.batch_metrics import BatchOutcome, _Dims, put_batch_metrics
 from workers.batching import BatchAssembler, Pending
 from workers.crops import Crop, child_boxes, cut_crops, message_child_input, open_frame
 from workers.device import Device
@@ -513,9 +513,8 @@ class Worker(MessageSettling, WorkerReporting):
         if self.crash_after_record:
             raise SystemExit("crash injected after recording")
         self._delete(self._finish(items))
-        self._metrics(
-            items, run, [rec for rec in records if rec.status != "done"] + parents, out, start, done
-        )
+        recorded = [rec for rec in records if rec.status != "done"] + parents
+        put_batch_metrics(self.metrics, self._dims, self.assignment, items, run, recorded, out, start, done)
         if device_at is not None:
             self._device_metrics(done - device_at, prepare_s, prepare_wait_s)
         # a repeat is not emitted again: its first delivery emitted it, unless that worker died between
