@@ -15,6 +15,7 @@ from planner.robust.realisation import annotate
 from planner.robust.search import Attempt, DispatchSearch, Key
 from planner.robust.spread import RATE_STEP
 from planner.robust.staircase import RealisedSearch, adopt_picks
+from planner.robust.stretch import STRETCHES, stretch_windows
 from planner.solve import solve
 from planner.split import topology
 
@@ -127,7 +128,9 @@ def _relax(search: DispatchSearch, good: Attempt, floor: Mapping[str, float], ma
         if not lower:
             return
         try:
-            a = search.attempt(current.splitter_slo, {**current.rates, **lower}, current.only)
+            a = search.attempt(
+                current.splitter_slo, {**current.rates, **lower}, current.only, stretch=current.stretch
+            )
         except InfeasibleError:
             return
         if not a.ok or a.cost >= current.cost - EPS:
@@ -151,9 +154,79 @@ def _rounds(
         else:  # the same excess on a plan whose paths fit slo - excess fits the SLO
             nxt_slo = min(problem.slo_s - last.excess, last.splitter_slo - _SLO_STEP)
         try:
-            last = search.attempt(nxt_slo, rates, only)
+            last = search.attempt(nxt_slo, rates, only, stretch=last.stretch)
         except InfeasibleError:
             return
+
+
+def _sub_search(search: DispatchSearch) -> DispatchSearch:
+    """A search of its own for ``search``'s problem (a repair's chase starts afresh), sharing its module
+    optima and schedules."""
+    sub = DispatchSearch(
+        search.problem,
+        policy=search.policy,
+        objective=search.objective,
+        fan_out=search.fan_out,
+        schedules=search.schedules,
+        should_stop=search.should_stop,
+    )
+    sub.billed, sub.solved = search.billed, search.solved
+    return sub
+
+
+def _variants(
+    search: DispatchSearch,
+    plain: Attempt,
+    rates: dict[str, float],
+    parents: Mapping[str, Sequence[str]],
+    child_headroom: float,
+    max_rounds: int,
+) -> list[tuple[DispatchSearch, Attempt]]:
+    """The rounds unstretched (in ``search``), then with each of :data:`STRETCHES`' longer windows above
+    the children (each in a search of its own, sharing its module optima and schedules): per variant
+    that realises, its search and its cheapest realisable attempt. A stretch that changes no module of
+    the plain plan is skipped (its rounds would be the unstretched ones)."""
+    out: list[tuple[DispatchSearch, Attempt]] = []
+    for fraction in STRETCHES:
+        if fraction and stretch_windows(search.problem, plain.plan, fraction) is plain.plan:
+            continue
+        sub = _sub_search(search) if fraction else search
+        good = _variant_rounds(sub, plain, rates, fraction, parents, child_headroom, max_rounds)
+        if good is not None:
+            out.append((sub, good))
+    return out
+
+
+def _variant_rounds(
+    search: DispatchSearch,
+    plain: Attempt,
+    rates: dict[str, float],
+    fraction: float,
+    parents: Mapping[str, Sequence[str]],
+    child_headroom: float,
+    max_rounds: int,
+) -> Attempt | None:
+    """The cheapest realisable attempt of the rounds of ``search`` (no attempt yet but, unstretched,
+    ``plain``) from the problem's SLO at ``rates`` with the windows stretched by ``fraction``
+    (:func:`stretch_windows`), else of the quick mode's start; None when neither realises."""
+    problem = search.problem
+    if fraction:
+        try:
+            last = search.attempt(problem.slo_s, rates, {}, stretch=fraction)
+        except InfeasibleError:
+            last = None
+    else:
+        reuse = child_headroom == 0 and not _small_join_batches(plain.plan, search.joins)
+        try:
+            last = plain if reuse else search.attempt(problem.slo_s, rates, {})
+        except InfeasibleError:
+            last = plain
+    if last is not None:
+        _rounds(search, last, rates, {}, max_rounds)
+    good = search.best()
+    if good is None:  # the quick mode's start (children raised, the splitter SLO lowered) realises more often
+        good = _quick_start(search, parents, max_rounds, (fraction,))
+    return good
 
 
 def _first_found(
@@ -186,37 +259,41 @@ def _first_found(
 
 
 def _quick_rounds(
-    search: DispatchSearch, parents: Mapping[str, Sequence[str]], max_rounds: int
+    search: DispatchSearch,
+    parents: Mapping[str, Sequence[str]],
+    max_rounds: int,
+    stretches: Sequence[float] = STRETCHES,
 ) -> Attempt | None:
     """The first realisable attempt of the rounds of ``search`` (with no attempt yet) started at
     ``QUICK_HEADROOM`` and ``QUICK_SLO`` (``round``: how many it took), or None."""
     problem = search.problem
     rates = {m: s.rate * (1 + QUICK_HEADROOM) if parents[m] else s.rate for m, s in problem.modules.items()}
-    try:
-        first = search.attempt(problem.slo_s * QUICK_SLO, rates, {})
-    except InfeasibleError:
-        return None
-    _rounds(search, first, rates, {}, max_rounds)
-    found = next((a for a in search.attempts if a.ok), None)
-    return None if found is None else replace(found, round=search.attempts.index(found) + 1)
+    for fraction in stretches:  # unstretched first; longer windows above the children when it fails
+        sub = search if fraction == 0.0 else _sub_search(search)
+        try:
+            first = sub.attempt(problem.slo_s * QUICK_SLO, rates, {}, stretch=fraction)
+        except InfeasibleError:
+            return None
+        _rounds(sub, first, rates, {}, max_rounds)
+        if sub is not search:
+            search.attempts.extend(sub.attempts)
+        found = next((a for a in search.attempts if a.ok), None)
+        if found is not None:
+            return replace(found, round=search.attempts.index(found) + 1)
+    return None
 
 
 def _quick_start(
-    search: DispatchSearch, parents: Mapping[str, Sequence[str]], max_rounds: int
+    search: DispatchSearch,
+    parents: Mapping[str, Sequence[str]],
+    max_rounds: int,
+    stretches: Sequence[float] = STRETCHES,
 ) -> Attempt | None:
     """:func:`_quick_rounds` for the problem of ``search``, whose rounds found nothing: a search of its
     own (the repair's chase starts afresh), sharing the module optima and schedules; its attempts are
     added to ``search``'s."""
-    quick = DispatchSearch(
-        search.problem,
-        policy=search.policy,
-        objective=search.objective,
-        fan_out=search.fan_out,
-        schedules=search.schedules,
-        should_stop=search.should_stop,
-    )
-    quick.billed = search.billed
-    found = _quick_rounds(quick, parents, max_rounds)
+    quick = _sub_search(search)
+    found = _quick_rounds(quick, parents, max_rounds, stretches)
     search.attempts.extend(quick.attempts)
     return found
 
@@ -321,35 +398,34 @@ def solve_dispatchable(
     plain = search.attempt(problem.slo_s, base, {}, plain=True)
     rates = {m: r * (1 + child_headroom) if parents[m] else r for m, r in base.items()}
     floor = {m: r for m, r in rates.items() if parents[m]}
-    only: dict[str, Key] = {}
-    reuse = child_headroom == 0 and not _small_join_batches(plain.plan, search.joins)
-    try:
-        last = plain if reuse else search.attempt(problem.slo_s, rates, only)
-    except InfeasibleError:
-        last = plain
-    _rounds(search, last, rates, only, max_rounds)
-    good = search.best()
-    if good is None:  # the quick mode's start (children raised, the splitter SLO lowered) realises more often
-        good = _quick_start(search, parents, max_rounds)
-    if good is None:
+    variants = _variants(search, plain, rates, parents, child_headroom, max_rounds)
+    if not variants:
         raise InfeasibleError(
             f"infeasible: no dispatch-realisable plan within the SLO of {problem.slo_s:g} s "
             f"after {len(search.attempts)} round(s) (the plain plan's realised worst path is "
             f"{plain.over + problem.slo_s:.4g} s)",
             min_latency_s=plain.over + problem.slo_s,
         )
+    good = min((g for _, g in variants), key=lambda a: (a.cost, a.stretch, -a.splitter_slo))
     # a proven plain optimum bounds every realisable plan from below: a plan at it is the cheapest
     at_bound = (plain.plan.model_extra or {}).get("proven_optimal") is True and good.cost <= plain.cost + EPS
     finder = None
-    if search_work > 0 and _searchable(policy, objective) and not at_bound:
+    # (at the bound, a stretched plan still asks the search for one of its cost with shorter windows)
+    if search_work > 0 and _searchable(policy, objective) and (not at_bound or good.stretch):
         try:
-            finder = RealisedSearch(search, good.cost, child_headroom, search_work)
+            # above a stretched plan the search may find one of the same cost with shorter windows
+            bound = good.cost + 2 * EPS if good.stretch else good.cost
+            finder = RealisedSearch(search, bound, child_headroom, search_work)
         except InfeasibleError:  # a join without a batch for each parent: the repair's plans only
             finder = None
     picks = finder.run() if finder is not None else None
     if not at_bound and (finder is None or not finder.complete):
-        _relax(search, good, floor, max_rounds)
-        _refine(search, search.best() or good, max_rounds)
+        for sub, good_f in variants:
+            _relax(sub, good_f, floor, max_rounds)
+            _refine(sub, sub.best() or good_f, max_rounds)
+    for sub, _ in variants:
+        if sub is not search:
+            search.attempts.extend(sub.attempts)
     found = adopt_picks(search, good, picks) if picks is not None else None
     searched = None
     if finder is not None:
@@ -390,7 +466,7 @@ def _refine(search: DispatchSearch, good: Attempt, max_rounds: int) -> None:
             return
         mid = (lo + hi) / 2
         try:
-            a = search.attempt(mid, good.rates, good.only)
+            a = search.attempt(mid, good.rates, good.only, stretch=good.stretch)
         except InfeasibleError:
             return
         if a.ok:

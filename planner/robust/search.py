@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import InfeasibleError
 from planner.latency import EPS
 from planner.robust.realisation import Realisation, realise
+from planner.robust.stretch import stretch_windows
 from planner.solve import BilledCache, solve
 from planner.split import topology
 
@@ -40,13 +41,14 @@ class Attempt:
     short: dict[str, float]  # children below their required spread rate -> that rate
     cost: float
     round: int = 0  # which attempt of its search (1: the first), where a caller needs it
+    stretch: float = 0.0  # the share of their slack modules with children took as longer windows
 
     @property
     def ok(self) -> bool:
         return self.over <= EPS and not self.short
 
     def same_variant(self, other: Attempt) -> bool:
-        return self.rates == other.rates and self.only == other.only
+        return self.rates == other.rates and self.only == other.only and self.stretch == other.stretch
 
 
 def _cost(plan: Plan, objective: Objective) -> float:
@@ -76,6 +78,9 @@ class DispatchSearch:
         self.paths = topo.paths  # of the problem every variant keeps (only rates and profiles change)
         # the rounds solve variants of one problem: most modules' billed optima come back unchanged
         self.billed = BilledCache()
+        # the plans solved so far by (splitter SLO, rates, restrictions, plain), before any stretch:
+        # the stretched rounds start where the unstretched ones did (shared with their searches)
+        self.solved: dict[tuple[object, ...], Plan] = {}
         self._profiles: dict[tuple[str, Key | None, bool], list[ProfileEntry]] = {}
 
     def _profile(self, m: str, key: Key | None, joined: bool) -> list[ProfileEntry]:
@@ -100,11 +105,25 @@ class DispatchSearch:
         return found
 
     def attempt(
-        self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key], *, plain: bool = False
+        self,
+        splitter_slo: float,
+        rates: dict[str, float],
+        only: dict[str, Key],
+        *,
+        plain: bool = False,
+        stretch: float = 0.0,
     ) -> Attempt:
         """Solve and realise one variant. Unless ``plain``, a join of ``k`` parents may only use
         configurations whose batch has room for every parent's stream (``b >= k``: each stream takes
-        at least one place of a window, :func:`required_capacity`)."""
+        at least one place of a window, :func:`required_capacity`). ``stretch``: the modules with
+        children take that share of their slack as longer windows (:func:`stretch_windows`) before the
+        plan is realised."""
+        key = (splitter_slo, tuple(sorted(rates.items())), tuple(sorted(only.items())), plain)
+        found = self.solved.get(key)
+        if found is not None:
+            return self.adopt(
+                splitter_slo, rates, only, self._stretched(found, rates, stretch), stretch=stretch
+            )
         modules = {}
         for m, mod in self.problem.modules.items():
             update: dict[str, Any] = {"rate": rates[m]}
@@ -114,12 +133,27 @@ class DispatchSearch:
             modules[m] = mod.model_copy(update=update)
         spec = self.problem.model_copy(update={"slo_s": splitter_slo, "modules": modules})
         plan = solve(spec, self.policy, self.objective, cache=self.billed, should_stop=self.should_stop)
-        return self.adopt(splitter_slo, rates, only, plan)
+        self.solved[key] = plan
+        return self.adopt(splitter_slo, rates, only, self._stretched(plan, rates, stretch), stretch=stretch)
+
+    def _stretched(self, plan: Plan, rates: dict[str, float], stretch: float) -> Plan:
+        """``plan`` (solved for ``rates``) with its windows stretched by ``stretch``."""
+        if not stretch:
+            return plan
+        modules = {m: mod.model_copy(update={"rate": rates[m]}) for m, mod in self.problem.modules.items()}
+        return stretch_windows(self.problem.model_copy(update={"modules": modules}), plan, stretch)
 
     def adopt(
-        self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key], plan: Plan
+        self,
+        splitter_slo: float,
+        rates: dict[str, float],
+        only: dict[str, Key],
+        plan: Plan,
+        *,
+        stretch: float = 0.0,
     ) -> Attempt:
-        """Realise ``plan`` (planned for ``rates``) and keep it as an attempt."""
+        """Realise ``plan`` (planned for ``rates``; its windows stretched by ``stretch``) and keep it as
+        an attempt."""
         real = realise(self.problem, plan, fan_out=self.fan_out, cache=self.schedules)
         over, excess = -math.inf, 0.0
         for path in self.paths:
@@ -138,10 +172,12 @@ class DispatchSearch:
             excess,
             short,
             _cost(plan, self.objective),
+            stretch=stretch,
         )
         self.attempts.append(a)
         return a
 
     def best(self) -> Attempt | None:
         ok = [a for a in self.attempts if a.ok]
-        return min(ok, key=lambda a: (a.cost, -a.splitter_slo)) if ok else None
+        # at equal cost the shorter windows (a frame waits less for its window) and the looser split
+        return min(ok, key=lambda a: (a.cost, a.stretch, -a.splitter_slo)) if ok else None

@@ -276,7 +276,9 @@ def test_bench_diurnal_reads_the_packaged_profiles_unless_told(capsys, tmp_path,
         "layer": "build cache", "source": "measured", "date": "2099-01-01", "host_load_1m": 9.5,
     }  # fmt: skip
     assert store["models"]["pose_vgg"]["layer"] == "packaged"  # not in the cache
-    assert docs["store"]["static"]["billed_usd"] > docs["packaged"]["static"]["billed_usd"]
+    # three times the device time on the same or more machines
+    assert docs["store"]["static"]["occupancy_usd"] > docs["packaged"]["static"]["occupancy_usd"]
+    assert docs["store"]["static"]["billed_usd"] >= docs["packaged"]["static"]["billed_usd"]
     assert main(argv) == 0  # the table says where the profiles came from
     text = capsys.readouterr().out
     assert "Profiles: packaged" in text and "solver dispatchable" in text and "derived" in text

@@ -292,7 +292,7 @@ def test_rates_past_the_plan_are_carried_and_solved_as_without_a_budget(
 
 def test_a_price_change_that_reorders_the_groups_is_solved() -> None:
     """The dispatch serves groups in throughput-cost order: a new order changes the worst cases."""
-    problem = generate_problem(7)  # its plan runs one module on two hardware types
+    problem = generate_problem(23)  # its plan runs one module on two hardware types
     old = plan_fleet({"a": problem}, solver=_Counting(), cache=False).plans["a"]
     mixed = [mp for mp in old.modules.values() if len({g.hardware for g in mp.groups}) > 1]
     assert mixed

@@ -78,8 +78,9 @@ def test_searched_plans_are_never_dearer_and_realisable(seed: int) -> None:
 
 
 def test_found_plans_cut_the_price_of_realisability() -> None:
-    # traffic-23 and random-71: the repair's plans cost +55 % and +105 % over the plain optimum
-    for seed, repaired_cost, searched_cost in ((23, 9.458, 6.824), (71, 13.14, 7.3)):
+    # traffic-23 and random-71: the repair's plans (longer windows tried too) cost +51 % and +36 % over
+    # the plain optimum (6.12, 6.42), the searched ones +12 % and +14 %
+    for seed, repaired_cost, searched_cost in ((23, 9.24, 6.824), (71, 8.76, 7.3)):
         problem = generate_problem(seed)
         assert solve_dispatchable(problem, search_work=0).billed_per_hour == pytest.approx(repaired_cost)
         assert solve_dispatchable(problem).billed_per_hour == pytest.approx(searched_cost)
