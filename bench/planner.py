@@ -9,6 +9,7 @@ machine at run time; nothing is hard-coded. ``skinflint bench planner``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -200,25 +201,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--suite",
-        choices=["small", "large", "epoch"],
+        choices=["small", "large", "epoch", "realisability"],
         default="small",
         help="small: 1-4-module problems, every policy (default); large: 5-10-module DAGs with joins, "
         "skinflint, harpagon and piccolo against the reference (bench/planner_large.py); epoch: cold "
         "epochs of a generated fleet with the control loop's solver and solve budget, each app's proven "
-        "gap (bench/planner_epoch.py)",
+        "gap (bench/planner_epoch.py); realisability: each problem's plain and dispatch-realised plans, "
+        "simulated, and the price of realisability (bench/planner_realisability.py)",
     )
     parser.add_argument(
         "--problems",
         type=int,
         default=None,
-        help="number of problems (default 300 small, 120 large; epoch: apps per fleet, 100)",
+        help="number of problems (default 300 small, 120 large, 48 realisability; epoch: apps per "
+        "fleet, 100)",
     )
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--ablations", action="store_true", help="also run Harpagon's §IV-C ablations")
     parser.add_argument(
         "--plot",
         default=None,
-        help="CDF plot path (default planner_cdf.png small, planner_large_cdf.png large; '' for none)",
+        help="plot path (default planner_cdf.png small, planner_large_cdf.png large, "
+        "planner_realisability.png realisability; '' for none)",
     )
     parser.add_argument(
         "--reference-limit",
@@ -237,8 +241,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--apps",
         choices=["small", "large"],
-        default="small",
-        help="epoch suite: the fleet's apps, 1-4 modules (small, as bench fleet; default) or 5-10 (large)",
+        default=None,
+        help="epoch and realisability suites: the apps, 1-4 modules (small, as bench fleet; the epoch "
+        "suite's default) or 5-10 (large; the realisability suite's default)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=_seconds,
+        default=4.0,
+        metavar="S",
+        help="realisability suite: simulated seconds per plan and arrival process (default 4)",
     )
     parser.add_argument(
         "--seeds", type=int, default=3, help="epoch suite: fleets of seeds SEED..SEED+N-1 (default 3)"
@@ -258,6 +270,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_results_arguments(parser)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a duration is finite seconds > 0, got {text!r}")
+    return value
+
+
 def _budget(text: str) -> float | None:
     if text.lower() == "none":
         return None
@@ -268,6 +290,22 @@ def _budget(text: str) -> float | None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.suite == "realisability":
+        from bench import planner_realisability  # noqa: PLC0415 - the suite's own module
+
+        return record(
+            "planner-realisability",
+            args,
+            lambda page: planner_realisability.main(
+                args.problems or 48,
+                args.seed,
+                args.apps or "large",
+                args.duration,
+                args.json,
+                "planner_realisability.png" if args.plot is None else args.plot or None,
+                page,
+            ),
+        )
     if args.suite == "epoch":
         from bench import planner_epoch  # noqa: PLC0415 - the epoch suite's own module
 
@@ -276,7 +314,13 @@ def run_command(args: argparse.Namespace) -> int:
             "planner-epoch",
             args,
             lambda page: planner_epoch.main(
-                args.problems or 100, seeds, args.apps, args.budget, args.max_epochs, args.json, page
+                args.problems or 100,
+                seeds,
+                args.apps or "small",
+                args.budget,
+                args.max_epochs,
+                args.json,
+                page,
             ),
         )
     if args.suite == "large":

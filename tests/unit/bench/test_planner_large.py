@@ -42,4 +42,8 @@ def test_the_suite_is_a_flag_of_bench_planner(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         main(["bench", "planner", "--help"])
     out = capsys.readouterr().out
-    assert "--suite {small,large,epoch}" in out and "--reference-limit" in out and "--budget" in out
+    assert (
+        "--suite {small,large,epoch,realisability}" in out
+        and "--reference-limit" in out
+        and "--budget" in out
+    )
