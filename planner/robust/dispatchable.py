@@ -185,9 +185,12 @@ def _variants(
     """The rounds unstretched (in ``search``), then with each of :data:`STRETCHES`' longer windows above
     the children (each in a search of its own, sharing its module optima and schedules): per variant
     that realises, its search and its cheapest realisable attempt. A stretch that changes no module of
-    the plain plan is skipped (its rounds would be the unstretched ones)."""
+    the plain plan is skipped (its rounds would be the unstretched ones), and so are the stretches left
+    once the caller's budget (``should_stop``) is spent with a realisable plan in hand."""
     out: list[tuple[DispatchSearch, Attempt]] = []
     for fraction in STRETCHES:
+        if fraction and out and search.should_stop is not None and search.should_stop():
+            break  # out of the caller's budget with a realisable plan in hand
         if fraction and stretch_windows(search.problem, plain.plan, fraction) is plain.plan:
             continue
         sub = _sub_search(search) if fraction else search

@@ -134,3 +134,13 @@ def test_a_stretched_plan_is_what_the_simulator_measures(monkeypatch: pytest.Mon
         assert module.overflow_batches == 0, name
         assert module.measured_worst_case_s <= plan.modules[name].worst_case_latency_s + 1e-9, name
     assert report.end_to_end.slo_attainment == 1.0
+
+
+def test_a_spent_budget_tries_no_stretch_once_a_plan_realises(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = generate_large_problems(23, 0)[22]  # realisable unstretched (at 3x the stretched bill)
+    spent = solve_dispatchable(problem, should_stop=lambda: True)
+    with monkeypatch.context() as m:
+        m.setattr(planner.robust.dispatchable, "STRETCHES", (0.0,))
+        unstretched = solve_dispatchable(problem, should_stop=lambda: True)
+    assert spent.billed_per_hour == unstretched.billed_per_hour
+    assert spent.billed_per_hour > solve_dispatchable(problem).billed_per_hour
