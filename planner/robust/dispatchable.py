@@ -272,6 +272,8 @@ def _quick_rounds(
     problem = search.problem
     rates = {m: s.rate * (1 + QUICK_HEADROOM) if parents[m] else s.rate for m, s in problem.modules.items()}
     for fraction in stretches:  # unstretched first; longer windows above the children when it fails
+        if fraction and search.should_stop is not None and search.should_stop():
+            return None  # out of the caller's budget: the full solve's unstretched rounds come next
         sub = search if fraction == 0.0 else _sub_search(search)
         try:
             first = sub.attempt(problem.slo_s * QUICK_SLO, rates, {}, stretch=fraction)
