@@ -442,6 +442,10 @@ def solve_dispatchable(
         }
     best = search.best()
     assert best is not None
+    if best.stretch and best.solved is not None:  # the same machines with their windows unstretched,
+        search.adopt(best.splitter_slo, best.rates, best.only, best.solved)  # kept at equal cost if ok
+        best = search.best()
+        assert best is not None
     return _assemble(
         problem,
         best,

@@ -42,6 +42,7 @@ class Attempt:
     cost: float
     round: int = 0  # which attempt of its search (1: the first), where a caller needs it
     stretch: float = 0.0  # the share of their slack modules with children took as longer windows
+    solved: Plan | None = None  # with a stretch: the plan as solved, before its windows were stretched
 
     @property
     def ok(self) -> bool:
@@ -121,9 +122,7 @@ class DispatchSearch:
         key = (splitter_slo, tuple(sorted(rates.items())), tuple(sorted(only.items())), plain)
         found = self.solved.get(key)
         if found is not None:
-            return self.adopt(
-                splitter_slo, rates, only, self._stretched(found, rates, stretch), stretch=stretch
-            )
+            return self._adopt_stretched(splitter_slo, rates, only, found, stretch)
         modules = {}
         for m, mod in self.problem.modules.items():
             update: dict[str, Any] = {"rate": rates[m]}
@@ -134,14 +133,19 @@ class DispatchSearch:
         spec = self.problem.model_copy(update={"slo_s": splitter_slo, "modules": modules})
         plan = solve(spec, self.policy, self.objective, cache=self.billed, should_stop=self.should_stop)
         self.solved[key] = plan
-        return self.adopt(splitter_slo, rates, only, self._stretched(plan, rates, stretch), stretch=stretch)
+        return self._adopt_stretched(splitter_slo, rates, only, plan, stretch)
 
-    def _stretched(self, plan: Plan, rates: dict[str, float], stretch: float) -> Plan:
-        """``plan`` (solved for ``rates``) with its windows stretched by ``stretch``."""
+    def _adopt_stretched(
+        self, splitter_slo: float, rates: dict[str, float], only: dict[str, Key], plan: Plan, stretch: float
+    ) -> Attempt:
+        """:meth:`adopt` of ``plan`` (solved for ``rates``) with its windows stretched by ``stretch``."""
         if not stretch:
-            return plan
+            return self.adopt(splitter_slo, rates, only, plan)
         modules = {m: mod.model_copy(update={"rate": rates[m]}) for m, mod in self.problem.modules.items()}
-        return stretch_windows(self.problem.model_copy(update={"modules": modules}), plan, stretch)
+        stretched = stretch_windows(self.problem.model_copy(update={"modules": modules}), plan, stretch)
+        a = self.adopt(splitter_slo, rates, only, stretched, stretch=stretch)
+        a.solved = plan
+        return a
 
     def adopt(
         self,

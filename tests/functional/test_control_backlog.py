@@ -61,26 +61,28 @@ def test_a_quiet_queue_changes_nothing(env: Env) -> None:
 
 
 def test_a_backlog_triggers_an_early_replan_at_a_higher_rate(env: Env) -> None:
-    # GIVEN a served plan whose detector queue holds 40 messages more than its plan allows
+    # GIVEN a served plan whose detector queue holds 1,200 messages more than its plan allows: more than
+    # its machines' spare throughput clears within an epoch (the detector's two machines run windows of
+    # its planned rate, about 23 of their 40 req/s)
     v = publish_and_serve(env)
     before = env.ctl.plans.deployment(v, "cams")
     assert before is not None
     desired = env.desired()
     det_before = sum(g.machines * g.rate_per_machine for g in before.plan.modules["det"].groups)
-    fill(env, v, "det", extra=40)
+    fill(env, v, "det", extra=1200)
     # WHEN the check runs between epochs
     out = env.ctl.check_backlog()
     # THEN it asks for enough detector capacity to clear the excess within an epoch (bounded) and
     # runs an early epoch that re-plans the app at that rate and grows the group at once
     assert out.status == "corrected", out.as_json()
     assert len(out.late) == 1 and out.late[0].startswith("cams.det 0/0")
-    # det: W = its machines' rates; 40+ excess over 60 s: at least the 10 % minimum step
-    assert out.boosts["cams"] >= before.frame_rate * 1.1 - 1e-9
+    # det: W = its machines' rates; 1,200+ excess over 60 s: W * (1 + 1200 / (60 W)), above 1.1 W
+    assert out.boosts["cams"] >= before.frame_rate * 1.1 - 1e-4  # boosts are kept to 4 decimals
     epoch = out.epoch
     assert epoch["status"] == "published" and epoch["reason"].startswith("backlog check: backlog of cams")
-    assert epoch["rates"]["cams"]["backlog"] == pytest.approx(out.boosts["cams"], rel=1e-6)
+    assert epoch["rates"]["cams"]["backlog"] == pytest.approx(out.boosts["cams"], abs=1e-4)
     after = env.ctl.plans.deployment(epoch["version"], "cams")
-    assert after is not None and after.frame_rate == pytest.approx(out.boosts["cams"], rel=1e-6)
+    assert after is not None and after.frame_rate == pytest.approx(out.boosts["cams"], abs=1e-4)
     det_after = sum(g.machines * g.rate_per_machine for g in after.plan.modules["det"].groups)
     assert det_after > det_before
     assert sum(env.desired().values()) > sum(desired.values())
@@ -105,12 +107,12 @@ def test_a_correction_waits_for_the_minimum_gap_and_then_cools_down(env: Env) ->
     fill(env, v, "det", extra=40)
     out = env.ctl.check_backlog()
     assert out.status == "deferred" and out.boosts and not out.epoch
-    assert env.ctl.states.load().boosts["cams"] == pytest.approx(out.boosts["cams"])
+    assert env.ctl.states.load().boosts["cams"] == pytest.approx(out.boosts["cams"], abs=1e-4)
     env.clock.t += 5  # 10 s after the epoch: the waiting boost runs, the app is cooling down
     again = env.ctl.check_backlog()
     assert again.status == "corrected" and again.cooling == ["cams"] and not again.boosts
     assert again.epoch["status"] == "published"
-    assert again.epoch["rates"]["cams"]["backlog"] == pytest.approx(out.boosts["cams"], rel=1e-6)
+    assert again.epoch["rates"]["cams"]["backlog"] == pytest.approx(out.boosts["cams"], abs=1e-4)
 
 
 def test_a_backlog_nobody_serves_is_not_a_capacity_problem(env: Env) -> None:
