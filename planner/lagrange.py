@@ -98,14 +98,30 @@ class _Problem:
         self.incidence = np.zeros((len(self.paths), self.n))
         for p, path in enumerate(self.paths):
             self.incidence[p, path] = 1.0
+        # the same figures as (n, K) tables, one row per module (K: the most configurations of a
+        # module), padded with harmless finite values; ``valid`` marks the real entries
+        self.sizes = np.array([len(cs) for cs in cands])
+        width = int(self.sizes.max(initial=1))
+        self.valid = np.arange(width)[None, :] < self.sizes[:, None]
+        self.rows = np.arange(self.n)
+        self.beta2 = np.ones((self.n, width))
+        self.d2 = np.zeros((self.n, width))
+        self.cap2 = np.ones((self.n, width))
+        self.beta2[self.valid] = self.beta
+        self.d2[self.valid] = self.d
+        self.cap2[self.valid] = np.minimum(self.u, self.lmax - self.d)
+
+    def flat_index(self, m: int, j: int) -> int:
+        """The flat index of module m's configuration j."""
+        return int(self.start[m]) + j
 
     def phi(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per configuration: min over l of f(l) + mu l (within (d, lmax]) and its argmin l."""
-        m = mu[self.mod]
-        with np.errstate(divide="ignore"):
-            x = np.where(m > 0, np.sqrt(self.beta / np.where(m > 0, m, 1.0)), np.inf)
-        x = np.minimum(np.minimum(x, self.u), self.lmax - self.d)
-        return self.beta / x + m * (self.d + x), self.d + x
+        """Per configuration, as an (n, K) table (row m: module m's configurations, padded): min over l of
+        f(l) + mu l (within (d, lmax]) and its argmin l. The padding is finite; callers mask it."""
+        m = mu[:, None]
+        # x = sqrt(beta / mu) capped at min(u, lmax - d); mu = 0 (floored at 1e-200) lands on the cap
+        x = np.minimum(np.sqrt(self.beta2 / np.maximum(m, 1e-200)), self.cap2)
+        return self.beta2 / x + m * (self.d2 + x), self.d2 + x
 
 
 def _first_at_min(val: np.ndarray, mins: np.ndarray, mod: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -193,36 +209,36 @@ class _Search:
 
     def lagrangian(
         self, lam: np.ndarray, alive: np.ndarray
-    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """L(lambda) over the alive configurations; per module its minimum, per configuration its
-        value and l, and the argmin configuration per module."""
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """L(lambda) over the alive configurations (``alive``: an (n, K) mask, see :class:`_Problem`);
+        per module its minimum, per configuration its value, and per module its first argmin
+        configuration (a column) and that one's l."""
         p = self.p
-        mu = lam @ p.incidence
-        val, lat = p.phi(mu)
+        val, lat = p.phi(lam @ p.incidence)
         val = np.where(alive, val, np.inf)
-        mins = np.minimum.reduceat(val, p.start)
-        arg = _first_at_min(val, mins, p.mod, p.start)
-        return float(mins.sum() - p.slo * lam.sum()), mins, val, lat[arg] if arg.size else lat
+        mins = val.min(axis=1)
+        arg = val.argmin(axis=1)  # the first at the minimum, as np.argmin of each module's options
+        return float(mins.sum() - p.slo * lam.sum()), mins, val, arg, lat[p.rows, arg]
 
     def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, np.ndarray]:
         """Projected subgradient ascent with Polyak steps towards the incumbent; reduced-cost fixing at
         every step (``alive`` is narrowed in place). Returns the best bound, its lambda and the argmin
-        configurations there."""
+        configurations there (a column per module)."""
         p = self.p
         best_lb, best_lam, best_arg = -math.inf, lam, np.zeros(p.n, dtype=int)
         theta, stall = 1.0, 0
         for _ in range(iters):
-            lb, mins, val, lat = self.lagrangian(lam, alive)
+            lb, mins, val, arg, lat = self.lagrangian(lam, alive)
             if not math.isfinite(lb):
                 return math.inf, lam, best_arg
             if math.isfinite(self.best_cost):
                 # configuration k of module m held: L - min_m + val_k; drop it if that reaches the incumbent
-                dead = lb - mins[p.mod] + val >= self.best_cost * (1 - REL_TOL)
+                dead = lb - mins[:, None] + val >= self.best_cost * (1 - REL_TOL)
                 if dead.any():
                     alive &= ~dead
             if lb > best_lb + 1e-12 * abs(lb):
-                best_lb, best_lam, stall = lb, lam.copy(), 0
-                best_arg = self.argmins(lam, alive)
+                # the argmins survive the fixing (one dropped would mean lb reached the incumbent)
+                best_lb, best_lam, stall, best_arg = lb, lam.copy(), 0, arg
             else:
                 stall += 1
                 if stall >= 4:
@@ -239,12 +255,6 @@ class _Search:
             lam = np.maximum(0.0, lam + step * g)
         return best_lb, best_lam, best_arg
 
-    def argmins(self, lam: np.ndarray, alive: np.ndarray) -> np.ndarray:
-        p = self.p
-        val, _ = p.phi(lam @ p.incidence)
-        val = np.where(alive, val, np.inf)
-        return _first_at_min(val, np.minimum.reduceat(val, p.start), p.mod, p.start)
-
     # ----------------------------------------------------------------- branching
 
     def node(self, lam: np.ndarray, alive: np.ndarray, depth: int) -> None:
@@ -259,29 +269,25 @@ class _Search:
         lb, lam, arg = self.ascend(lam, alive, 40 if depth == 0 else 12)
         if lb >= self.best_cost * (1 - REL_TOL):
             return
-        counts = np.add.reduceat(alive.astype(int), p.start)
+        counts = alive.sum(axis=1)
         if (counts == 0).any():
             return
-        if int(arg.min(initial=0)) >= 0 and all(alive[k] for k in arg):
-            self.leaf([int(k) for k in arg], lam)  # the Lagrangian's own choice: often the optimum
+        if alive[p.rows, arg].all():
+            self.leaf([p.flat_index(m, int(j)) for m, j in enumerate(arg)], lam)  # often the optimum
         if (counts == 1).all():
-            self.leaf(
-                [int(s + np.argmax(alive[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)],
-                lam,
-            )
+            self.leaf([p.flat_index(m, int(j)) for m, j in enumerate(alive.argmax(axis=1))], lam)
             return
         free = [m for m in range(p.n) if counts[m] > 1]
         m = min(free, key=lambda j: (counts[j], j))
-        s, e = int(p.start[m]), int(p.start[m]) + len(p.cands[m])
-        at, mins, val, _ = self.lagrangian(lam, alive)
-        order = sorted((k for k in range(s, e) if alive[k]), key=lambda k: float(val[k]))
-        for k in order:
+        at, mins, val, _, _ = self.lagrangian(lam, alive)
+        cols = np.flatnonzero(alive[m])
+        for k in cols[np.argsort(val[m, cols], kind="stable")]:
             # the child's bound at this lambda, against the incumbent as the siblings left it
-            if at - mins[m] + val[k] >= self.best_cost * (1 - REL_TOL):
+            if at - mins[m] + val[m, k] >= self.best_cost * (1 - REL_TOL):
                 continue
             child = alive.copy()
-            child[s:e] = False
-            child[k] = True
+            child[m] = False
+            child[m, k] = True
             self.node(lam, child, depth + 1)
 
 
@@ -339,7 +345,7 @@ def dual_split(
                 direction[p] = float((beta[on] / u[on] ** 2 - mu[on]).min()) * (1 + 1e-9) + 1e-12
         idx = np.flatnonzero(active & ~flat)
         if idx.size:
-            direction[idx] = np.linalg.lstsq(h[np.ix_(idx, idx)], -g[idx], rcond=None)[0]
+            direction[idx] = _newton_direction(h[np.ix_(idx, idx)], g[idx], lam[idx])
         alpha, base = 1.0, dual
         for _ in range(30):
             trial = np.maximum(0.0, lam + alpha * direction)
@@ -354,6 +360,25 @@ def dual_split(
         stalled = float(np.abs(trial - lam).max()) <= 1e-12 * max(1.0, float(lam.max()))
         lam = trial
     return None
+
+
+def _newton_direction(h: np.ndarray, g: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """The dual's Newton direction on its active paths (``h`` their Hessian, negative semidefinite, ``g``
+    the gradient, ``lam`` the multipliers). Where ``h`` is singular (paths whose free modules are the
+    same, e.g. two branches that differ only in modules at their flat cost) the dual is linear along
+    its null space: the step follows the gradient's part there up to where the first multiplier reaches
+    0 (a Newton step alone would leave it, and the ascent would creep)."""
+    w, v = np.linalg.eigh(h)
+    coef = v.T @ g
+    big = np.abs(w) > 1e-10 * float(np.abs(w).max(initial=0.0))
+    step: np.ndarray = -(v[:, big] @ (coef[big] / w[big]))
+    null = v[:, ~big] @ coef[~big]
+    size = float(np.abs(null).max(initial=0.0))
+    if size > 1e-12 * max(1.0, float(np.abs(g).max())):
+        down = null < -1e-15 * size
+        reach = float((lam[down] / -null[down]).min()) if down.any() else float(lam.max() + 1.0) / size
+        step = step + reach * null
+    return step
 
 
 def _scaled(x: np.ndarray, a: np.ndarray, room: np.ndarray) -> list[float]:
@@ -391,8 +416,7 @@ def solve_occupancy(
         pick = [k for k in found if k is not None]
         if len(pick) == prob.n:
             search.leaf(pick)
-    alive = np.ones(len(prob.configs), dtype=bool)
-    search.node(np.zeros(len(prob.paths)), alive, 0)
+    search.node(np.zeros(len(prob.paths)), prob.valid.copy(), 0)
     finished = not search.stopped
     bound = search.best_cost if finished else min(search.open_bound, search.best_cost)
     if search.best is None:
