@@ -465,6 +465,16 @@ class _Choice:
         self.incidence = np.zeros((len(self.paths), self.n))
         for p, path in enumerate(self.paths):
             self.incidence[p, path] = 1.0
+        # the options as (n, K) tables, one row per module (K: the most options of a module), padded
+        # with zeros; ``valid`` marks the real entries and ``cell`` each flat option's entry
+        width = max(self.sizes, default=1)
+        self.valid = np.arange(width)[None, :] < np.array(self.sizes)[:, None]
+        self.cell = np.flatnonzero(self.valid.ravel())
+        self.rows = np.arange(self.n)
+        self.lat2 = np.zeros((self.n, width))
+        self.cost2 = np.zeros((self.n, width))
+        self.lat2[self.valid] = self.lat
+        self.cost2[self.valid] = self.cost
         self.limit = slo + 1e-9
         self.should_stop = should_stop
         self.best_cost = math.inf
@@ -506,22 +516,30 @@ class _Choice:
 
     def lagrangian(
         self, lam: np.ndarray, alive: np.ndarray
-    ) -> tuple[float, np.ndarray, np.ndarray, list[int]]:
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """L(lambda) over the alive options (``alive``: an (n, K) mask, one row per module, padded);
+        per module its minimum, per option its value, per module its first argmin (a column)."""
         mu = lam @ self.incidence
-        val = np.where(alive, self.cost + mu[self.mod] * self.lat, np.inf)
-        mins = np.minimum.reduceat(val, self.start)
-        arg = _first_at_min(val, mins, self.mod, self.start).tolist()
-        return float(mins.sum() - self.slo * lam.sum()), mins, val, arg
+        val = np.where(alive, self.cost2 + mu[:, None] * self.lat2, np.inf)
+        mins = val.min(axis=1)
+        return float(mins.sum() - self.slo * lam.sum()), mins, val, val.argmin(axis=1)
 
-    def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, list[int]]:
-        best_lb, best_lam, best_arg = -math.inf, lam, []
+    def flat(self, cols: np.ndarray) -> list[int]:
+        """Flat option indices of one column per module."""
+        return [int(s) + int(j) for s, j in zip(self.start, cols, strict=True)]
+
+    def ascend(
+        self, lam: np.ndarray, alive: np.ndarray, iters: int
+    ) -> tuple[float, np.ndarray, np.ndarray | None]:
+        best_lb, best_lam = -math.inf, lam
+        best_arg: np.ndarray | None = None
         theta, stall = 1.0, 0
         for _ in range(iters):
             lb, mins, val, arg = self.lagrangian(lam, alive)
             if not math.isfinite(lb):
                 return math.inf, lam, arg
             if math.isfinite(self.best_cost):
-                dead = lb - mins[self.mod] + val >= self.best_cost - 1e-9
+                dead = lb - mins[:, None] + val >= self.best_cost - 1e-9
                 if dead.any():
                     alive &= ~dead
             if lb > best_lb + 1e-12 * abs(lb):
@@ -532,7 +550,7 @@ class _Choice:
                     theta, stall = theta / 2, 0
             if best_lb >= self.best_cost - 1e-9:
                 break
-            g = self.incidence @ self.lat[arg] - self.slo
+            g = self.incidence @ self.lat2[self.rows, arg] - self.slo
             g = np.where((lam <= 0) & (g < 0), 0.0, g)
             norm = float(g @ g)
             if norm <= 1e-30:
@@ -551,25 +569,23 @@ class _Choice:
         lb, lam, arg = self.ascend(lam, alive, 60 if depth == 0 else 15)
         if lb >= self.best_cost - 1e-9:
             return
-        counts = np.add.reduceat(alive.astype(int), self.start)
+        counts = alive.sum(axis=1)
         if (counts == 0).any():
             return
-        if arg and all(alive[k] for k in arg):
-            self.repair(arg, alive)
+        if arg is not None and alive[self.rows, arg].all():
+            self.repair(self.flat(arg), alive.ravel()[self.cell])
         if (counts == 1).all():
-            self.offer(
-                [int(s + np.argmax(alive[s : s + z])) for s, z in zip(self.start, self.sizes, strict=True)]
-            )
+            self.offer(self.flat(alive.argmax(axis=1)))
             return
         m = min((j for j in range(self.n) if counts[j] > 1), key=lambda j: (counts[j], j))
         at, mins, val, _ = self.lagrangian(lam, alive)
-        s, e = int(self.start[m]), int(self.start[m]) + self.sizes[m]
-        for k in sorted((k for k in range(s, e) if alive[k]), key=lambda k: float(val[k])):
-            if at - mins[m] + val[k] >= self.best_cost - 1e-9:
+        cols = np.flatnonzero(alive[m])
+        for k in cols[np.argsort(val[m, cols], kind="stable")]:
+            if at - mins[m] + val[m, k] >= self.best_cost - 1e-9:
                 continue
             child = alive.copy()
-            child[s:e] = False
-            child[k] = True
+            child[m] = False
+            child[m, k] = True
             self.node(lam, child, depth + 1)
 
 
@@ -588,8 +604,7 @@ def solve_choice(
         return ChoiceResult(None, math.inf, math.inf, 0, True)
     if incumbent is not None:
         search.offer([int(s) + k for s, k in zip(search.start, incumbent, strict=True)])
-    alive = np.ones(len(search.lat), dtype=bool)
-    search.node(np.zeros(len(search.paths)), alive, 0)
+    search.node(np.zeros(len(search.paths)), search.valid.copy(), 0)
     finished = not search.stopped
     bound = search.best_cost if finished else min(search.open_bound, search.best_cost)
     pick = None

@@ -350,7 +350,9 @@ def _billed_capped(
             sched = found[0]
             return sched if sched is not None and sched.billed <= cap + EPS else None
         prepared = table.configs
-    sched, proven = prepared.optimal(ctx.rate[i], budget, cap=cap, hint=hint.groups if hint else ())
+    sched, proven = prepared.optimal(
+        ctx.rate[i], budget, cap=cap, hint=hint.groups if hint else (), price_classes=ctx.price_classes
+    )
     ctx.proven &= proven
     if sched is not None and proven:
         ctx.billed.setdefault(i, []).append((sched.wcl, budget, sched))
@@ -513,6 +515,7 @@ def solve(
     for hw in hw_choices:
         ctx = _context(problem, pol, objective, hw, cache)
         ctx.should_stop = should_stop
+        ctx.price_classes = pol.split == "exact" and ctx.n >= LARGE
         try:
             _check_feasible(ctx)
             if warm_start is not None and ctx.n >= LARGE:
