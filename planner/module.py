@@ -536,37 +536,48 @@ class _BilledSearch:
         for bi, block in enumerate(self.blocks):
             for k in block:
                 block_of[k] = bi
-        for extra in range(-1, len(self.rows)):
-            counts = base.copy()
-            if extra >= 0:
-                counts[extra] += 1
-            self._try(counts, block_of, budget)
-
-    def _try(self, counts: list[int], block_of: list[int], budget: float) -> None:
-        rows = self.rows
+        rows, need = self.rows, self.need
         totals = [0.0] * len(self.blocks)
         cost = 0.0
-        for k, n in enumerate(counts):
-            if n:
-                totals[block_of[k]] += n * rows[k][2]
-                cost += n * rows[k][3]
+        used = [k for k, n in enumerate(base) if n]
+        for k in used:
+            totals[block_of[k]] += base[k] * rows[k][2]
+            cost += base[k] * rows[k][3]
         cumulative, w = [], 0.0
         for t in totals:
             w += t
             cumulative.append(w)
-        if w < self.full:
-            return
-        wcl = 0.0
-        for k, n in enumerate(counts):
-            if n:
-                wk = cumulative[block_of[k]]
-                if wk < self.need[k]:
-                    return
-                wcl = max(wcl, rows[k][0] + rows[k][1] / wk)
-        if wcl <= budget and (
-            cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS)
-        ):
-            self.best_cost, self.best_wcl, self.best_counts = cost, wcl, counts
+        # the hint itself, then it with one more machine of configuration k: only the rates of blocks
+        # from k's on grow (by t_k), so each try reads the used configurations' rates, not every row
+        for extra in range(-1, len(rows)):
+            if extra < 0:
+                add_block, add_t, add_cost, check = len(self.blocks), 0.0, cost, used
+            else:
+                add_block, add_t = block_of[extra], rows[extra][2]
+                add_cost = cost + rows[extra][3]
+                check = used if base[extra] else [*used, extra]
+            if w + add_t < self.full:
+                continue
+            wcl, ok = 0.0, True
+            for k in check:
+                wk = cumulative[block_of[k]] + (add_t if block_of[k] >= add_block else 0.0)
+                if wk < need[k]:
+                    ok = False
+                    break
+                x = rows[k][0] + rows[k][1] / wk
+                wcl = x if x > wcl else wcl
+            if (
+                ok
+                and wcl <= budget
+                and (
+                    add_cost < self.best_cost - EPS
+                    or (add_cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS)
+                )
+            ):
+                counts = base.copy()
+                if extra >= 0:
+                    counts[extra] += 1
+                self.best_cost, self.best_wcl, self.best_counts = add_cost, wcl, counts
 
     def _record(self, cost: float, wcl: float) -> None:
         if cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS):
