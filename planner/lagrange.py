@@ -447,6 +447,8 @@ class _Choice:
     at most the SLO: the Lagrangian of the path constraints bounds every node (per module
     min_j cost_j + mu_m lat_j, the same dual ascent and reduced-cost fixing as for occupancy)."""
 
+    ROOT_ITERS, NODE_ITERS = 60, 10  # dual ascent steps at the root and at every other node
+
     def __init__(
         self,
         options: Sequence[Sequence[tuple[float, float]]],
@@ -566,7 +568,7 @@ class _Choice:
         if self.stopped:
             self.open_bound = min(self.open_bound, self.lagrangian(lam, alive)[0])
             return
-        lb, lam, arg = self.ascend(lam, alive, 60 if depth == 0 else 15)
+        lb, lam, arg = self.ascend(lam, alive, self.ROOT_ITERS if depth == 0 else self.NODE_ITERS)
         if lb >= self.best_cost - 1e-9:
             return
         counts = alive.sum(axis=1)
@@ -577,8 +579,11 @@ class _Choice:
         if (counts == 1).all():
             self.offer(self.flat(alive.argmax(axis=1)))
             return
-        m = min((j for j in range(self.n) if counts[j] > 1), key=lambda j: (counts[j], j))
         at, mins, val, _ = self.lagrangian(lam, alive)
+        # branch on the module least decided: the smallest gap between its two best Lagrangian values
+        two = np.partition(val, 1, axis=1)
+        gap = np.where(counts > 1, two[:, 1] - two[:, 0], np.inf)
+        m = int(np.argmin(gap))
         cols = np.flatnonzero(alive[m])
         for k in cols[np.argsort(val[m, cols], kind="stable")]:
             if at - mins[m] + val[m, k] >= self.best_cost - 1e-9:
