@@ -110,6 +110,7 @@ class _Problem:
         self.beta2[self.valid] = self.beta
         self.d2[self.valid] = self.d
         self.cap2[self.valid] = np.minimum(self.u, self.lmax - self.d)
+        self.sq2 = np.sqrt(self.beta2)
 
     def flat_index(self, m: int, j: int) -> int:
         """The flat index of module m's configuration j."""
@@ -118,10 +119,10 @@ class _Problem:
     def phi(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per configuration, as an (n, K) table (row m: module m's configurations, padded): min over l of
         f(l) + mu l (within (d, lmax]) and its argmin l. The padding is finite; callers mask it."""
-        m = mu[:, None]
         # x = sqrt(beta / mu) capped at min(u, lmax - d); mu = 0 (floored at 1e-200) lands on the cap
-        x = np.minimum(np.sqrt(self.beta2 / np.maximum(m, 1e-200)), self.cap2)
-        return self.beta2 / x + m * (self.d2 + x), self.d2 + x
+        x = np.minimum(self.sq2 * (1.0 / np.sqrt(np.maximum(mu, 1e-200)))[:, None], self.cap2)
+        lat = self.d2 + x
+        return self.beta2 / x + mu[:, None] * lat, lat
 
 
 def _first_at_min(val: np.ndarray, mins: np.ndarray, mod: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -152,6 +153,8 @@ def _maximal(paths: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 class _Search:
+    ROOT_ITERS, NODE_ITERS = 40, 8  # dual ascent steps at the root and at every other node
+
     def __init__(self, prob: _Problem, should_stop: Callable[[], bool] | None):
         self.p = prob
         self.should_stop = should_stop
@@ -223,19 +226,33 @@ class _Search:
     def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, np.ndarray]:
         """Projected subgradient ascent with Polyak steps towards the incumbent; reduced-cost fixing at
         every step (``alive`` is narrowed in place). Returns the best bound, its lambda and the argmin
-        configurations there (a column per module)."""
+        configurations there (a column per module). (The Lagrangian of :meth:`lagrangian`, inlined:
+        this loop is most of a solve.)"""
         p = self.p
+        incidence, slo, rows = p.incidence, p.slo, p.rows
+        sq2, cap2, beta2, d2 = p.sq2, p.cap2, p.beta2, p.d2
         best_lb, best_lam, best_arg = -math.inf, lam, np.zeros(p.n, dtype=int)
         theta, stall = 1.0, 0
+        fixing = math.isfinite(self.best_cost)
+        cut = self.best_cost * (1 - REL_TOL)  # (no leaf is tried within an ascent: it stays)
+        dead = ~alive
         for _ in range(iters):
-            lb, mins, val, arg, lat = self.lagrangian(lam, alive)
+            mu = lam @ incidence
+            x = np.minimum(sq2 * (1.0 / np.sqrt(np.maximum(mu, 1e-200)))[:, None], cap2)
+            lat = d2 + x
+            val = beta2 / x + mu[:, None] * lat
+            np.copyto(val, np.inf, where=dead)
+            mins = val.min(axis=1)
+            arg = val.argmin(axis=1)
+            lb = float(mins.sum() - slo * lam.sum())
             if not math.isfinite(lb):
                 return math.inf, lam, best_arg
-            if math.isfinite(self.best_cost):
+            if fixing:
                 # configuration k of module m held: L - min_m + val_k; drop it if that reaches the incumbent
-                dead = lb - mins[:, None] + val >= self.best_cost * (1 - REL_TOL)
-                if dead.any():
-                    alive &= ~dead
+                drop = val >= (cut - lb) + mins[:, None]
+                if drop.any():
+                    alive &= ~drop
+                    dead |= drop
             if lb > best_lb + 1e-12 * abs(lb):
                 # the argmins survive the fixing (one dropped would mean lb reached the incumbent)
                 best_lb, best_lam, stall, best_arg = lb, lam.copy(), 0, arg
@@ -243,16 +260,15 @@ class _Search:
                 stall += 1
                 if stall >= 4:
                     theta, stall = theta / 2, 0
-            if best_lb >= self.best_cost * (1 - REL_TOL):
+            if best_lb >= cut:
                 break
-            g = p.incidence @ lat - p.slo
-            g = np.where((lam <= 0) & (g < 0), 0.0, g)
+            g = incidence @ lat[rows, arg] - slo
+            g[(lam <= 0) & (g < 0)] = 0.0
             norm = float(g @ g)
             if norm <= 1e-30:
                 break
-            target = self.best_cost if math.isfinite(self.best_cost) else abs(lb) * 1.1 + 1.0
-            step = theta * max(target - lb, 1e-9 * abs(lb)) / norm
-            lam = np.maximum(0.0, lam + step * g)
+            target = self.best_cost if fixing else abs(lb) * 1.1 + 1.0
+            lam = np.maximum(0.0, lam + (theta * max(target - lb, 1e-9 * abs(lb)) / norm) * g)
         return best_lb, best_lam, best_arg
 
     # ----------------------------------------------------------------- branching
@@ -266,7 +282,7 @@ class _Search:
             lb, *_ = self.lagrangian(lam, alive)
             self.open_bound = min(self.open_bound, lb)
             return
-        lb, lam, arg = self.ascend(lam, alive, 40 if depth == 0 else 12)
+        lb, lam, arg = self.ascend(lam, alive, self.ROOT_ITERS if depth == 0 else self.NODE_ITERS)
         if lb >= self.best_cost * (1 - REL_TOL):
             return
         counts = alive.sum(axis=1)
@@ -533,32 +549,42 @@ class _Choice:
     def ascend(
         self, lam: np.ndarray, alive: np.ndarray, iters: int
     ) -> tuple[float, np.ndarray, np.ndarray | None]:
+        incidence, slo, rows, cost2, lat2 = self.incidence, self.slo, self.rows, self.cost2, self.lat2
         best_lb, best_lam = -math.inf, lam
         best_arg: np.ndarray | None = None
         theta, stall = 1.0, 0
+        fixing = math.isfinite(self.best_cost)
+        cut = self.best_cost - 1e-9  # (no choice is offered within an ascent: it stays)
+        dead = ~alive
         for _ in range(iters):
-            lb, mins, val, arg = self.lagrangian(lam, alive)
+            mu = lam @ incidence
+            val = cost2 + mu[:, None] * lat2
+            np.copyto(val, np.inf, where=dead)
+            mins = val.min(axis=1)
+            arg = val.argmin(axis=1)
+            lb = float(mins.sum() - slo * lam.sum())
             if not math.isfinite(lb):
                 return math.inf, lam, arg
-            if math.isfinite(self.best_cost):
-                dead = lb - mins[:, None] + val >= self.best_cost - 1e-9
-                if dead.any():
-                    alive &= ~dead
+            if fixing:
+                drop = val >= (cut - lb) + mins[:, None]
+                if drop.any():
+                    alive &= ~drop
+                    dead |= drop
             if lb > best_lb + 1e-12 * abs(lb):
                 best_lb, best_lam, best_arg, stall = lb, lam.copy(), arg, 0
             else:
                 stall += 1
                 if stall >= 4:
                     theta, stall = theta / 2, 0
-            if best_lb >= self.best_cost - 1e-9:
+            if best_lb >= cut:
                 break
-            g = self.incidence @ self.lat2[self.rows, arg] - self.slo
-            g = np.where((lam <= 0) & (g < 0), 0.0, g)
+            g = incidence @ lat2[rows, arg] - slo
+            g[(lam <= 0) & (g < 0)] = 0.0
             norm = float(g @ g)
             if norm <= 1e-30:
                 break
-            target = self.best_cost if math.isfinite(self.best_cost) else abs(lb) * 1.1 + 1.0
-            lam = np.maximum(0.0, lam + theta * max(target - lb, 1e-9 * abs(lb)) / norm * g)
+            target = self.best_cost if fixing else abs(lb) * 1.1 + 1.0
+            lam = np.maximum(0.0, lam + (theta * max(target - lb, 1e-9 * abs(lb)) / norm) * g)
         return best_lb, best_lam, best_arg
 
     def node(self, lam: np.ndarray, alive: np.ndarray, depth: int) -> None:
