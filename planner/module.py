@@ -370,16 +370,18 @@ class _Usable:
                 own_p = floor[i + 1] if floor[i + 1] < own_p else own_p
             unit[i], floor[i] = own_u, own_p
         self.unit, self.floor, self.single = unit, floor, single
-        self.classes: list[tuple[tuple[float, float, float], ...]] | None = None  # on first use
+        self.classes: list[tuple[tuple[float, float, float, bool], ...]] | None = None  # on first use
 
-    def price_classes(self) -> list[tuple[tuple[float, float, float], ...]]:
+    def price_classes(self) -> list[tuple[tuple[float, float, float, bool], ...]]:
         """:func:`_price_classes` of these configurations (computed once)."""
         if self.classes is None:
             self.classes = _price_classes(self.rows, self.blocks)
         return self.classes
 
 
-def _price_classes(rows: list[_Row], blocks: list[list[int]]) -> list[tuple[tuple[float, float, float], ...]]:
+def _price_classes(
+    rows: list[_Row], blocks: list[list[int]]
+) -> list[tuple[tuple[float, float, float, bool], ...]]:
     """Per block i, per price p among the configurations of blocks i..: (p, the largest throughput
     t_max at that price, the least p / t u_below among those priced below p; inf if none). A completion
     from block i whose priciest machines cost p has N >= 1 of them, serving at most N t_max, and pays at
@@ -387,7 +389,7 @@ def _price_classes(rows: list[_Row], blocks: list[list[int]]) -> list[tuple[tupl
     for a remaining rate R (:func:`_class_bound`). Its minimum over the prices bounds the completion: the
     integer machines that the lines' bound, a fractional one, does not see (e.g. a GPU of low p / t but
     a high price, against CPUs of small price but higher p / t)."""
-    out: list[tuple[tuple[float, float, float], ...]] = [()] * len(blocks)
+    out: list[tuple[tuple[float, float, float, bool], ...]] = [()] * len(blocks)
     t_max: dict[float, float] = {}  # per price, over blocks i..: the largest t and the least p / t
     u_min: dict[float, float] = {}
     for i in range(len(blocks) - 1, -1, -1):
@@ -400,7 +402,8 @@ def _price_classes(rows: list[_Row], blocks: list[list[int]]) -> list[tuple[tupl
         classes = []
         below = math.inf  # the least p / t of the prices below
         for price in sorted(t_max):
-            classes.append((price, t_max[price], below))
+            # (the last: whether N = 1 is the minimum, machines at this price dearer per req/s)
+            classes.append((price, t_max[price], below, below < math.inf and price >= t_max[price] * below))
             below = u_min[price] if u_min[price] < below else below
         out[i] = tuple(classes)
     return out
@@ -618,8 +621,9 @@ class _BilledSearch:
                 # not cut by the lines: the price classes' bound (no smaller than the cheapest machine)
                 rest = full - w  # the rate the completion must still add
                 least = math.inf
-                for p, t_max, u_below in classes[bi]:
-                    x = p if rest <= t_max else _class_bound(rest, p, t_max, u_below)
+                for p, t_max, u_below, one in classes[bi]:
+                    x = rest - t_max  # N = 1 is the minimum where ``one`` (the common case, inline)
+                    x = p if x <= 0 else (p + x * u_below if one else _class_bound(rest, p, t_max, u_below))
                     least = x if x < least else least
                 x = cost + least
                 lb = x if x > lb else lb
