@@ -461,7 +461,8 @@ class ChoiceResult:
 class _Choice:
     """Branch and bound choosing one (latency, cost) option per module so every path's latency sum is
     at most the SLO: the Lagrangian of the path constraints bounds every node (per module
-    min_j cost_j + mu_m lat_j, the same dual ascent and reduced-cost fixing as for occupancy)."""
+    min_j cost_j + mu_m lat_j, the same dual ascent and reduced-cost fixing as for occupancy); it
+    branches on the module least decided (its two best Lagrangian values closest)."""
 
     ROOT_ITERS, NODE_ITERS = 60, 10  # dual ascent steps at the root and at every other node
 
