@@ -98,14 +98,31 @@ class _Problem:
         self.incidence = np.zeros((len(self.paths), self.n))
         for p, path in enumerate(self.paths):
             self.incidence[p, path] = 1.0
+        # the same figures as (n, K) tables, one row per module (K: the most configurations of a
+        # module), padded with harmless finite values; ``valid`` marks the real entries
+        self.sizes = np.array([len(cs) for cs in cands])
+        width = int(self.sizes.max(initial=1))
+        self.valid = np.arange(width)[None, :] < self.sizes[:, None]
+        self.rows = np.arange(self.n)
+        self.beta2 = np.ones((self.n, width))
+        self.d2 = np.zeros((self.n, width))
+        self.cap2 = np.ones((self.n, width))
+        self.beta2[self.valid] = self.beta
+        self.d2[self.valid] = self.d
+        self.cap2[self.valid] = np.minimum(self.u, self.lmax - self.d)
+        self.sq2 = np.sqrt(self.beta2)
+
+    def flat_index(self, m: int, j: int) -> int:
+        """The flat index of module m's configuration j."""
+        return int(self.start[m]) + j
 
     def phi(self, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per configuration: min over l of f(l) + mu l (within (d, lmax]) and its argmin l."""
-        m = mu[self.mod]
-        with np.errstate(divide="ignore"):
-            x = np.where(m > 0, np.sqrt(self.beta / np.where(m > 0, m, 1.0)), np.inf)
-        x = np.minimum(np.minimum(x, self.u), self.lmax - self.d)
-        return self.beta / x + m * (self.d + x), self.d + x
+        """Per configuration, as an (n, K) table (row m: module m's configurations, padded): min over l of
+        f(l) + mu l (within (d, lmax]) and its argmin l. The padding is finite; callers mask it."""
+        # x = sqrt(beta / mu) capped at min(u, lmax - d); mu = 0 (floored at 1e-200) lands on the cap
+        x = np.minimum(self.sq2 * (1.0 / np.sqrt(np.maximum(mu, 1e-200)))[:, None], self.cap2)
+        lat = self.d2 + x
+        return self.beta2 / x + mu[:, None] * lat, lat
 
 
 def _first_at_min(val: np.ndarray, mins: np.ndarray, mod: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -136,6 +153,8 @@ def _maximal(paths: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 class _Search:
+    ROOT_ITERS, NODE_ITERS = 40, 8  # dual ascent steps at the root and at every other node
+
     def __init__(self, prob: _Problem, should_stop: Callable[[], bool] | None):
         self.p = prob
         self.should_stop = should_stop
@@ -193,57 +212,64 @@ class _Search:
 
     def lagrangian(
         self, lam: np.ndarray, alive: np.ndarray
-    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """L(lambda) over the alive configurations; per module its minimum, per configuration its
-        value and l, and the argmin configuration per module."""
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """L(lambda) over the alive configurations (``alive``: an (n, K) mask, see :class:`_Problem`);
+        per module its minimum, per configuration its value, and per module its first argmin
+        configuration (a column) and that one's l."""
         p = self.p
-        mu = lam @ p.incidence
-        val, lat = p.phi(mu)
+        val, lat = p.phi(lam @ p.incidence)
         val = np.where(alive, val, np.inf)
-        mins = np.minimum.reduceat(val, p.start)
-        arg = _first_at_min(val, mins, p.mod, p.start)
-        return float(mins.sum() - p.slo * lam.sum()), mins, val, lat[arg] if arg.size else lat
+        mins = val.min(axis=1)
+        arg = val.argmin(axis=1)  # the first at the minimum, as np.argmin of each module's options
+        return float(mins.sum() - p.slo * lam.sum()), mins, val, arg, lat[p.rows, arg]
 
     def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, np.ndarray]:
         """Projected subgradient ascent with Polyak steps towards the incumbent; reduced-cost fixing at
         every step (``alive`` is narrowed in place). Returns the best bound, its lambda and the argmin
-        configurations there."""
+        configurations there (a column per module). (The Lagrangian of :meth:`lagrangian`, inlined:
+        this loop is most of a solve.)"""
         p = self.p
+        incidence, slo, rows = p.incidence, p.slo, p.rows
+        sq2, cap2, beta2, d2 = p.sq2, p.cap2, p.beta2, p.d2
         best_lb, best_lam, best_arg = -math.inf, lam, np.zeros(p.n, dtype=int)
         theta, stall = 1.0, 0
+        fixing = math.isfinite(self.best_cost)
+        cut = self.best_cost * (1 - REL_TOL)  # (no leaf is tried within an ascent: it stays)
+        dead = ~alive
         for _ in range(iters):
-            lb, mins, val, lat = self.lagrangian(lam, alive)
+            mu = lam @ incidence
+            x = np.minimum(sq2 * (1.0 / np.sqrt(np.maximum(mu, 1e-200)))[:, None], cap2)
+            lat = d2 + x
+            val = beta2 / x + mu[:, None] * lat
+            np.copyto(val, np.inf, where=dead)
+            mins = val.min(axis=1)
+            arg = val.argmin(axis=1)
+            lb = float(mins.sum() - slo * lam.sum())
             if not math.isfinite(lb):
                 return math.inf, lam, best_arg
-            if math.isfinite(self.best_cost):
+            if fixing:
                 # configuration k of module m held: L - min_m + val_k; drop it if that reaches the incumbent
-                dead = lb - mins[p.mod] + val >= self.best_cost * (1 - REL_TOL)
-                if dead.any():
-                    alive &= ~dead
+                drop = val >= (cut - lb) + mins[:, None]
+                if drop.any():
+                    alive &= ~drop
+                    dead |= drop
             if lb > best_lb + 1e-12 * abs(lb):
-                best_lb, best_lam, stall = lb, lam.copy(), 0
-                best_arg = self.argmins(lam, alive)
+                # the argmins survive the fixing (one dropped would mean lb reached the incumbent)
+                best_lb, best_lam, stall, best_arg = lb, lam.copy(), 0, arg
             else:
                 stall += 1
                 if stall >= 4:
                     theta, stall = theta / 2, 0
-            if best_lb >= self.best_cost * (1 - REL_TOL):
+            if best_lb >= cut:
                 break
-            g = p.incidence @ lat - p.slo
-            g = np.where((lam <= 0) & (g < 0), 0.0, g)
+            g = incidence @ lat[rows, arg] - slo
+            g[(lam <= 0) & (g < 0)] = 0.0
             norm = float(g @ g)
             if norm <= 1e-30:
                 break
-            target = self.best_cost if math.isfinite(self.best_cost) else abs(lb) * 1.1 + 1.0
-            step = theta * max(target - lb, 1e-9 * abs(lb)) / norm
-            lam = np.maximum(0.0, lam + step * g)
+            target = self.best_cost if fixing else abs(lb) * 1.1 + 1.0
+            lam = np.maximum(0.0, lam + (theta * max(target - lb, 1e-9 * abs(lb)) / norm) * g)
         return best_lb, best_lam, best_arg
-
-    def argmins(self, lam: np.ndarray, alive: np.ndarray) -> np.ndarray:
-        p = self.p
-        val, _ = p.phi(lam @ p.incidence)
-        val = np.where(alive, val, np.inf)
-        return _first_at_min(val, np.minimum.reduceat(val, p.start), p.mod, p.start)
 
     # ----------------------------------------------------------------- branching
 
@@ -256,32 +282,28 @@ class _Search:
             lb, *_ = self.lagrangian(lam, alive)
             self.open_bound = min(self.open_bound, lb)
             return
-        lb, lam, arg = self.ascend(lam, alive, 40 if depth == 0 else 12)
+        lb, lam, arg = self.ascend(lam, alive, self.ROOT_ITERS if depth == 0 else self.NODE_ITERS)
         if lb >= self.best_cost * (1 - REL_TOL):
             return
-        counts = np.add.reduceat(alive.astype(int), p.start)
+        counts = alive.sum(axis=1)
         if (counts == 0).any():
             return
-        if int(arg.min(initial=0)) >= 0 and all(alive[k] for k in arg):
-            self.leaf([int(k) for k in arg], lam)  # the Lagrangian's own choice: often the optimum
+        if alive[p.rows, arg].all():
+            self.leaf([p.flat_index(m, int(j)) for m, j in enumerate(arg)], lam)  # often the optimum
         if (counts == 1).all():
-            self.leaf(
-                [int(s + np.argmax(alive[s : s + len(cs)])) for s, cs in zip(p.start, p.cands, strict=True)],
-                lam,
-            )
+            self.leaf([p.flat_index(m, int(j)) for m, j in enumerate(alive.argmax(axis=1))], lam)
             return
         free = [m for m in range(p.n) if counts[m] > 1]
         m = min(free, key=lambda j: (counts[j], j))
-        s, e = int(p.start[m]), int(p.start[m]) + len(p.cands[m])
-        at, mins, val, _ = self.lagrangian(lam, alive)
-        order = sorted((k for k in range(s, e) if alive[k]), key=lambda k: float(val[k]))
-        for k in order:
+        at, mins, val, _, _ = self.lagrangian(lam, alive)
+        cols = np.flatnonzero(alive[m])
+        for k in cols[np.argsort(val[m, cols], kind="stable")]:
             # the child's bound at this lambda, against the incumbent as the siblings left it
-            if at - mins[m] + val[k] >= self.best_cost * (1 - REL_TOL):
+            if at - mins[m] + val[m, k] >= self.best_cost * (1 - REL_TOL):
                 continue
             child = alive.copy()
-            child[s:e] = False
-            child[k] = True
+            child[m] = False
+            child[m, k] = True
             self.node(lam, child, depth + 1)
 
 
@@ -339,7 +361,7 @@ def dual_split(
                 direction[p] = float((beta[on] / u[on] ** 2 - mu[on]).min()) * (1 + 1e-9) + 1e-12
         idx = np.flatnonzero(active & ~flat)
         if idx.size:
-            direction[idx] = np.linalg.lstsq(h[np.ix_(idx, idx)], -g[idx], rcond=None)[0]
+            direction[idx] = _newton_direction(h[np.ix_(idx, idx)], g[idx], lam[idx])
         alpha, base = 1.0, dual
         for _ in range(30):
             trial = np.maximum(0.0, lam + alpha * direction)
@@ -354,6 +376,25 @@ def dual_split(
         stalled = float(np.abs(trial - lam).max()) <= 1e-12 * max(1.0, float(lam.max()))
         lam = trial
     return None
+
+
+def _newton_direction(h: np.ndarray, g: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """The dual's Newton direction on its active paths (``h`` their Hessian, negative semidefinite, ``g``
+    the gradient, ``lam`` the multipliers). Where ``h`` is singular (paths whose free modules are the
+    same, e.g. two branches that differ only in modules at their flat cost) the dual is linear along
+    its null space: the step follows the gradient's part there up to where the first multiplier reaches
+    0 (a Newton step alone would leave it, and the ascent would creep)."""
+    w, v = np.linalg.eigh(h)
+    coef = v.T @ g
+    big = np.abs(w) > 1e-10 * float(np.abs(w).max(initial=0.0))
+    step: np.ndarray = -(v[:, big] @ (coef[big] / w[big]))
+    null = v[:, ~big] @ coef[~big]
+    size = float(np.abs(null).max(initial=0.0))
+    if size > 1e-12 * max(1.0, float(np.abs(g).max())):
+        down = null < -1e-15 * size
+        reach = float((lam[down] / -null[down]).min()) if down.any() else float(lam.max() + 1.0) / size
+        step = step + reach * null
+    return step
 
 
 def _scaled(x: np.ndarray, a: np.ndarray, room: np.ndarray) -> list[float]:
@@ -391,8 +432,7 @@ def solve_occupancy(
         pick = [k for k in found if k is not None]
         if len(pick) == prob.n:
             search.leaf(pick)
-    alive = np.ones(len(prob.configs), dtype=bool)
-    search.node(np.zeros(len(prob.paths)), alive, 0)
+    search.node(np.zeros(len(prob.paths)), prob.valid.copy(), 0)
     finished = not search.stopped
     bound = search.best_cost if finished else min(search.open_bound, search.best_cost)
     if search.best is None:
@@ -421,7 +461,10 @@ class ChoiceResult:
 class _Choice:
     """Branch and bound choosing one (latency, cost) option per module so every path's latency sum is
     at most the SLO: the Lagrangian of the path constraints bounds every node (per module
-    min_j cost_j + mu_m lat_j, the same dual ascent and reduced-cost fixing as for occupancy)."""
+    min_j cost_j + mu_m lat_j, the same dual ascent and reduced-cost fixing as for occupancy); it
+    branches on the module least decided (its two best Lagrangian values closest)."""
+
+    ROOT_ITERS, NODE_ITERS = 60, 10  # dual ascent steps at the root and at every other node
 
     def __init__(
         self,
@@ -441,6 +484,16 @@ class _Choice:
         self.incidence = np.zeros((len(self.paths), self.n))
         for p, path in enumerate(self.paths):
             self.incidence[p, path] = 1.0
+        # the options as (n, K) tables, one row per module (K: the most options of a module), padded
+        # with zeros; ``valid`` marks the real entries and ``cell`` each flat option's entry
+        width = max(self.sizes, default=1)
+        self.valid = np.arange(width)[None, :] < np.array(self.sizes)[:, None]
+        self.cell = np.flatnonzero(self.valid.ravel())
+        self.rows = np.arange(self.n)
+        self.lat2 = np.zeros((self.n, width))
+        self.cost2 = np.zeros((self.n, width))
+        self.lat2[self.valid] = self.lat
+        self.cost2[self.valid] = self.cost
         self.limit = slo + 1e-9
         self.should_stop = should_stop
         self.best_cost = math.inf
@@ -482,39 +535,57 @@ class _Choice:
 
     def lagrangian(
         self, lam: np.ndarray, alive: np.ndarray
-    ) -> tuple[float, np.ndarray, np.ndarray, list[int]]:
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """L(lambda) over the alive options (``alive``: an (n, K) mask, one row per module, padded);
+        per module its minimum, per option its value, per module its first argmin (a column)."""
         mu = lam @ self.incidence
-        val = np.where(alive, self.cost + mu[self.mod] * self.lat, np.inf)
-        mins = np.minimum.reduceat(val, self.start)
-        arg = _first_at_min(val, mins, self.mod, self.start).tolist()
-        return float(mins.sum() - self.slo * lam.sum()), mins, val, arg
+        val = np.where(alive, self.cost2 + mu[:, None] * self.lat2, np.inf)
+        mins = val.min(axis=1)
+        return float(mins.sum() - self.slo * lam.sum()), mins, val, val.argmin(axis=1)
 
-    def ascend(self, lam: np.ndarray, alive: np.ndarray, iters: int) -> tuple[float, np.ndarray, list[int]]:
-        best_lb, best_lam, best_arg = -math.inf, lam, []
+    def flat(self, cols: np.ndarray) -> list[int]:
+        """Flat option indices of one column per module."""
+        return [int(s) + int(j) for s, j in zip(self.start, cols, strict=True)]
+
+    def ascend(
+        self, lam: np.ndarray, alive: np.ndarray, iters: int
+    ) -> tuple[float, np.ndarray, np.ndarray | None]:
+        incidence, slo, rows, cost2, lat2 = self.incidence, self.slo, self.rows, self.cost2, self.lat2
+        best_lb, best_lam = -math.inf, lam
+        best_arg: np.ndarray | None = None
         theta, stall = 1.0, 0
+        fixing = math.isfinite(self.best_cost)
+        cut = self.best_cost - 1e-9  # (no choice is offered within an ascent: it stays)
+        dead = ~alive
         for _ in range(iters):
-            lb, mins, val, arg = self.lagrangian(lam, alive)
+            mu = lam @ incidence
+            val = cost2 + mu[:, None] * lat2
+            np.copyto(val, np.inf, where=dead)
+            mins = val.min(axis=1)
+            arg = val.argmin(axis=1)
+            lb = float(mins.sum() - slo * lam.sum())
             if not math.isfinite(lb):
                 return math.inf, lam, arg
-            if math.isfinite(self.best_cost):
-                dead = lb - mins[self.mod] + val >= self.best_cost - 1e-9
-                if dead.any():
-                    alive &= ~dead
+            if fixing:
+                drop = val >= (cut - lb) + mins[:, None]
+                if drop.any():
+                    alive &= ~drop
+                    dead |= drop
             if lb > best_lb + 1e-12 * abs(lb):
                 best_lb, best_lam, best_arg, stall = lb, lam.copy(), arg, 0
             else:
                 stall += 1
                 if stall >= 4:
                     theta, stall = theta / 2, 0
-            if best_lb >= self.best_cost - 1e-9:
+            if best_lb >= cut:
                 break
-            g = self.incidence @ self.lat[arg] - self.slo
-            g = np.where((lam <= 0) & (g < 0), 0.0, g)
+            g = incidence @ lat2[rows, arg] - slo
+            g[(lam <= 0) & (g < 0)] = 0.0
             norm = float(g @ g)
             if norm <= 1e-30:
                 break
-            target = self.best_cost if math.isfinite(self.best_cost) else abs(lb) * 1.1 + 1.0
-            lam = np.maximum(0.0, lam + theta * max(target - lb, 1e-9 * abs(lb)) / norm * g)
+            target = self.best_cost if fixing else abs(lb) * 1.1 + 1.0
+            lam = np.maximum(0.0, lam + (theta * max(target - lb, 1e-9 * abs(lb)) / norm) * g)
         return best_lb, best_lam, best_arg
 
     def node(self, lam: np.ndarray, alive: np.ndarray, depth: int) -> None:
@@ -524,28 +595,29 @@ class _Choice:
         if self.stopped:
             self.open_bound = min(self.open_bound, self.lagrangian(lam, alive)[0])
             return
-        lb, lam, arg = self.ascend(lam, alive, 60 if depth == 0 else 15)
+        lb, lam, arg = self.ascend(lam, alive, self.ROOT_ITERS if depth == 0 else self.NODE_ITERS)
         if lb >= self.best_cost - 1e-9:
             return
-        counts = np.add.reduceat(alive.astype(int), self.start)
+        counts = alive.sum(axis=1)
         if (counts == 0).any():
             return
-        if arg and all(alive[k] for k in arg):
-            self.repair(arg, alive)
+        if arg is not None and alive[self.rows, arg].all():
+            self.repair(self.flat(arg), alive.ravel()[self.cell])
         if (counts == 1).all():
-            self.offer(
-                [int(s + np.argmax(alive[s : s + z])) for s, z in zip(self.start, self.sizes, strict=True)]
-            )
+            self.offer(self.flat(alive.argmax(axis=1)))
             return
-        m = min((j for j in range(self.n) if counts[j] > 1), key=lambda j: (counts[j], j))
         at, mins, val, _ = self.lagrangian(lam, alive)
-        s, e = int(self.start[m]), int(self.start[m]) + self.sizes[m]
-        for k in sorted((k for k in range(s, e) if alive[k]), key=lambda k: float(val[k])):
-            if at - mins[m] + val[k] >= self.best_cost - 1e-9:
+        # branch on the module least decided: the smallest gap between its two best Lagrangian values
+        two = np.partition(val, 1, axis=1)
+        gap = np.where(counts > 1, two[:, 1] - two[:, 0], np.inf)
+        m = int(np.argmin(gap))
+        cols = np.flatnonzero(alive[m])
+        for k in cols[np.argsort(val[m, cols], kind="stable")]:
+            if at - mins[m] + val[m, k] >= self.best_cost - 1e-9:
                 continue
             child = alive.copy()
-            child[s:e] = False
-            child[k] = True
+            child[m] = False
+            child[m, k] = True
             self.node(lam, child, depth + 1)
 
 
@@ -564,8 +636,7 @@ def solve_choice(
         return ChoiceResult(None, math.inf, math.inf, 0, True)
     if incumbent is not None:
         search.offer([int(s) + k for s, k in zip(search.start, incumbent, strict=True)])
-    alive = np.ones(len(search.lat), dtype=bool)
-    search.node(np.zeros(len(search.paths)), alive, 0)
+    search.node(np.zeros(len(search.paths)), search.valid.copy(), 0)
     finished = not search.stopped
     bound = search.best_cost if finished else min(search.open_bound, search.best_cost)
     pick = None

@@ -293,17 +293,22 @@ class BilledConfigs:
         node_limit: int = 200_000,
         cap: float = math.inf,
         hint: Sequence[Group] = (),
+        price_classes: bool = False,
     ) -> tuple[ModuleSchedule | None, bool]:
         """:func:`billed_optimal` of these configurations. ``cap``: only plans billing at most this
         are wanted; the search starts from it as its incumbent, so it proves "none within ``cap``"
         (None, proven) faster, and a plan it returns is the module's optimum all the same.
         ``hint``: a plan (e.g. the optimum at a slightly larger budget); it and it with one more
         machine of each configuration are tried as incumbents first (valid plans only), which
-        changes the time taken, not the optimum's cost and worst case."""
+        changes the time taken, not the optimum's cost and worst case.
+        ``price_classes``: cut also by the price classes' bound (:func:`_price_classes`): the same
+        optimum (a node it cuts holds nothing the incumbent would take), found in fewer nodes, so
+        searches the node limit stopped may finish (the 5-10-module solves use it; without it the
+        search is node for node the search as first written)."""
         usable = self.usable(budget)
         if not usable.rows:
             return None, True
-        search = _BilledSearch(usable, rate, budget, node_limit)
+        search = _BilledSearch(usable, rate, budget, node_limit, price_classes)
         if cap < search.best_cost:
             search.best_cost, search.best_wcl = cap, math.inf
             search.best_counts = [0] * len(usable.rows)
@@ -331,7 +336,7 @@ class _Usable:
     the blocks after it (inf: none); None for a tie block). Minima are taken as ``min`` takes them (the
     first of equal values)."""
 
-    __slots__ = ("blocks", "configs", "floor", "rows", "single", "unit")
+    __slots__ = ("blocks", "classes", "configs", "floor", "rows", "single", "unit")
 
     def __init__(self, rows: list[_Row], configs: list[Config]):
         self.rows, self.configs = rows, configs
@@ -365,6 +370,62 @@ class _Usable:
                 own_p = floor[i + 1] if floor[i + 1] < own_p else own_p
             unit[i], floor[i] = own_u, own_p
         self.unit, self.floor, self.single = unit, floor, single
+        self.classes: list[tuple[tuple[float, float, float, bool], ...]] | None = None  # on first use
+
+    def price_classes(self) -> list[tuple[tuple[float, float, float, bool], ...]]:
+        """:func:`_price_classes` of these configurations (computed once)."""
+        if self.classes is None:
+            self.classes = _price_classes(self.rows, self.blocks)
+        return self.classes
+
+
+def _price_classes(
+    rows: list[_Row], blocks: list[list[int]]
+) -> list[tuple[tuple[float, float, float, bool], ...]]:
+    """Per block i, per price p among the configurations of blocks i..: (p, the largest throughput
+    t_max at that price, the least p / t u_below among those priced below p; inf if none). A completion
+    from block i whose priciest machines cost p has N >= 1 of them, serving at most N t_max, and pays at
+    least u_below per req/s of the rest: at least min over N >= 1 of N p + max(0, R - N t_max) u_below
+    for a remaining rate R (:func:`_class_bound`). Its minimum over the prices bounds the completion: the
+    integer machines that the lines' bound, a fractional one, does not see (e.g. a GPU of low p / t but
+    a high price, against CPUs of small price but higher p / t)."""
+    out: list[tuple[tuple[float, float, float, bool], ...]] = [()] * len(blocks)
+    t_max: dict[float, float] = {}  # per price, over blocks i..: the largest t and the least p / t
+    u_min: dict[float, float] = {}
+    for i in range(len(blocks) - 1, -1, -1):
+        for k in blocks[i]:
+            _, _, t, price, _, u, _ = rows[k]
+            if price not in t_max or t > t_max[price]:
+                t_max[price] = t
+            if price not in u_min or u < u_min[price]:
+                u_min[price] = u
+        classes = []
+        below = math.inf  # the least p / t of the prices below
+        for price in sorted(t_max):
+            # (the last: whether N = 1 is the minimum, machines at this price dearer per req/s)
+            classes.append((price, t_max[price], below, below < math.inf and price >= t_max[price] * below))
+            below = u_min[price] if u_min[price] < below else below
+        out[i] = tuple(classes)
+    return out
+
+
+def _class_bound(rest: float, p: float, t_max: float, u_below: float) -> float:
+    """min over integers N >= 1 of N p + max(0, rest - N t_max) u_below (convex in N: its minimum is at
+    N = 1 or next to rest / t_max; the neighbours of floor(rest / t_max) are all tried, so rounding
+    cannot skip it)."""
+    if rest <= t_max:
+        return p
+    if u_below == math.inf:  # no cheaper machine: N t_max >= rest
+        return math.ceil(rest / t_max - 1e-9) * p if rest / t_max > 1.0 else p
+    best = p + (rest - t_max) * u_below
+    if p < t_max * u_below:  # more machines at this price beat cheaper ones: N near rest / t_max
+        n0 = int(rest / t_max)
+        for n in (n0 - 1, n0, n0 + 1):
+            if n > 1:
+                x = rest - n * t_max
+                v = n * p + (x * u_below if x > 0 else 0.0)
+                best = v if v < best else best
+    return best
 
 
 class _BilledSearch:
@@ -375,6 +436,7 @@ class _BilledSearch:
         "best_counts",
         "best_wcl",
         "blocks",
+        "classes",
         "counts",
         "floor",
         "full",
@@ -388,7 +450,9 @@ class _BilledSearch:
         "unit",
     )
 
-    def __init__(self, usable: _Usable, rate: float, budget: float, node_limit: int):
+    def __init__(
+        self, usable: _Usable, rate: float, budget: float, node_limit: int, price_classes: bool = False
+    ):
         rows = usable.rows
         self.rows, self.rate, self.node_limit = rows, rate, node_limit
         self.blocks, self.unit, self.floor, self.single = (
@@ -397,6 +461,7 @@ class _BilledSearch:
             usable.floor,
             usable.single,
         )
+        self.classes = usable.price_classes() if price_classes else None
         self.full = rate - EPS  # a rate w >= full serves the module
         self.counts = [0] * len(rows)
         self.nodes = 0
@@ -474,37 +539,48 @@ class _BilledSearch:
         for bi, block in enumerate(self.blocks):
             for k in block:
                 block_of[k] = bi
-        for extra in range(-1, len(self.rows)):
-            counts = base.copy()
-            if extra >= 0:
-                counts[extra] += 1
-            self._try(counts, block_of, budget)
-
-    def _try(self, counts: list[int], block_of: list[int], budget: float) -> None:
-        rows = self.rows
+        rows, need = self.rows, self.need
         totals = [0.0] * len(self.blocks)
         cost = 0.0
-        for k, n in enumerate(counts):
-            if n:
-                totals[block_of[k]] += n * rows[k][2]
-                cost += n * rows[k][3]
+        used = [k for k, n in enumerate(base) if n]
+        for k in used:
+            totals[block_of[k]] += base[k] * rows[k][2]
+            cost += base[k] * rows[k][3]
         cumulative, w = [], 0.0
         for t in totals:
             w += t
             cumulative.append(w)
-        if w < self.full:
-            return
-        wcl = 0.0
-        for k, n in enumerate(counts):
-            if n:
-                wk = cumulative[block_of[k]]
-                if wk < self.need[k]:
-                    return
-                wcl = max(wcl, rows[k][0] + rows[k][1] / wk)
-        if wcl <= budget and (
-            cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS)
-        ):
-            self.best_cost, self.best_wcl, self.best_counts = cost, wcl, counts
+        # the hint itself, then it with one more machine of configuration k: only the rates of blocks
+        # from k's on grow (by t_k), so each try reads the used configurations' rates, not every row
+        for extra in range(-1, len(rows)):
+            if extra < 0:
+                add_block, add_t, add_cost, check = len(self.blocks), 0.0, cost, used
+            else:
+                add_block, add_t = block_of[extra], rows[extra][2]
+                add_cost = cost + rows[extra][3]
+                check = used if base[extra] else [*used, extra]
+            if w + add_t < self.full:
+                continue
+            wcl, ok = 0.0, True
+            for k in check:
+                wk = cumulative[block_of[k]] + (add_t if block_of[k] >= add_block else 0.0)
+                if wk < need[k]:
+                    ok = False
+                    break
+                x = rows[k][0] + rows[k][1] / wk
+                wcl = x if x > wcl else wcl
+            if (
+                ok
+                and wcl <= budget
+                and (
+                    add_cost < self.best_cost - EPS
+                    or (add_cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS)
+                )
+            ):
+                counts = base.copy()
+                if extra >= 0:
+                    counts[extra] += 1
+                self.best_cost, self.best_wcl, self.best_counts = add_cost, wcl, counts
 
     def _record(self, cost: float, wcl: float) -> None:
         if cost < self.best_cost - EPS or (cost <= self.best_cost + EPS and wcl < self.best_wcl - EPS):
@@ -521,7 +597,7 @@ class _BilledSearch:
         The last child, none of this block's configuration, is the node ``(bi + 1, w, cost, wcl)``: it
         is visited by the next pass of the loop (the tail call, without a new frame)."""
         rate, full = self.rate, self.full
-        lines, floor, single, needs = self.lines, self.floor, self.single, self.need
+        lines, floor, classes, single, needs = self.lines, self.floor, self.classes, self.single, self.need
         nblocks = len(self.blocks)
         counts = self.counts
         while True:
@@ -539,6 +615,18 @@ class _BilledSearch:
                 short = x if x < short else short
             least = floor[bi]
             lb = cost + (short if short >= least else least)
+            if classes is not None and (
+                lb <= self.best_cost + EPS and (lb < self.best_cost - EPS or wcl < self.best_wcl - EPS)
+            ):
+                # not cut by the lines: the price classes' bound (no smaller than the cheapest machine)
+                rest = full - w  # the rate the completion must still add
+                least = math.inf
+                for p, t_max, u_below, one in classes[bi]:
+                    x = rest - t_max  # N = 1 is the minimum where ``one`` (the common case, inline)
+                    x = p if x <= 0 else (p + x * u_below if one else _class_bound(rest, p, t_max, u_below))
+                    least = x if x < least else least
+                x = cost + least
+                lb = x if x > lb else lb
             if lb > self.best_cost + EPS or (lb >= self.best_cost - EPS and wcl >= self.best_wcl - EPS):
                 return
             block = single[bi]

@@ -224,6 +224,7 @@ def _exact_occupancy(ctx: _Ctx, exhaustive: bool) -> tuple[list[ModuleSchedule],
 
 
 LARGE = 5  # modules from which the exact policies use the Lagrangian searches (the 1-4-module paths stay)
+LARGE_NODE_LIMIT = 1_000_000  # per billed module search there (with the price classes' bound)
 
 
 def _exact_occupancy_large(ctx: _Ctx) -> tuple[list[ModuleSchedule], list[float]] | None:
@@ -350,7 +351,14 @@ def _billed_capped(
             sched = found[0]
             return sched if sched is not None and sched.billed <= cap + EPS else None
         prepared = table.configs
-    sched, proven = prepared.optimal(ctx.rate[i], budget, cap=cap, hint=hint.groups if hint else ())
+    sched, proven = prepared.optimal(
+        ctx.rate[i],
+        budget,
+        ctx.node_limit,
+        cap=cap,
+        hint=hint.groups if hint else (),
+        price_classes=ctx.price_classes,
+    )
     ctx.proven &= proven
     if sched is not None and proven:
         ctx.billed.setdefault(i, []).append((sched.wcl, budget, sched))
@@ -513,6 +521,8 @@ def solve(
     for hw in hw_choices:
         ctx = _context(problem, pol, objective, hw, cache)
         ctx.should_stop = should_stop
+        if pol.split == "exact" and ctx.n >= LARGE:
+            ctx.price_classes, ctx.node_limit = True, LARGE_NODE_LIMIT
         try:
             _check_feasible(ctx)
             if warm_start is not None and ctx.n >= LARGE:

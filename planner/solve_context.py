@@ -176,6 +176,8 @@ class _Ctx:
     warm_configs: list[list[Config]] = field(default_factory=list)  # the large searches' warm starts
     warm_billed: list[tuple[list[ModuleSchedule], list[float]]] = field(default_factory=list)
     lower_bound: float | None = None  # a certified bound on the optimum, where the search gives one
+    price_classes: bool = False  # billed module searches cut by the price classes too (5+ modules)
+    node_limit: int = 200_000  # per billed module search (5+ modules: LARGE_NODE_LIMIT)
 
     @property
     def n(self) -> int:
@@ -331,7 +333,7 @@ def _billed_search(ctx: _Ctx, i: int, budget: float) -> _Billed:
         prepared = ctx.prepared.get(i)
         if prepared is None:
             prepared = ctx.prepared[i] = BilledConfigs(ctx.configs[i])
-        return prepared.optimal(ctx.rate[i], budget)
+        return prepared.optimal(ctx.rate[i], budget, ctx.node_limit, price_classes=ctx.price_classes)
     table = ctx.tables.get(i)
     if table is None:
         record = ctx.records[i] if ctx.records else None
@@ -346,7 +348,7 @@ def _billed_search(ctx: _Ctx, i: int, budget: float) -> _Billed:
         ctx.memo.hits += 1
         return found
     ctx.memo.misses += 1
-    result = table.configs.optimal(ctx.rate[i], budget)
+    result = table.configs.optimal(ctx.rate[i], budget, ctx.node_limit, price_classes=ctx.price_classes)
     ctx.memo.put(table, ctx.rate[i], budget, result)
     return result
 

@@ -208,6 +208,33 @@ def test_prepared_search_is_the_reference_search(chunk: int) -> None:
     assert stopped > 0 and tied > 0  # both the node limit and tie blocks were exercised
 
 
+@pytest.mark.parametrize("chunk", range(4))
+def test_the_price_classes_cut_nodes_never_the_optimum(chunk: int) -> None:
+    """The 5-10-module solves' stronger bound (``price_classes``): where the search as first written
+    finishes, the same schedule, the same proof and never more nodes, fewer on some (each node it cuts
+    holds nothing the incumbent would take, so the incumbents it meets are the same)."""
+    rng = random.Random(chunk)
+    fewer = proven = 0
+    for _ in range(100):
+        configs = _random_configs(rng)
+        prepared = BilledConfigs(configs)
+        rate = rng.uniform(1.0, 300.0)
+        for budget in (rng.uniform(0.01, 0.6), rng.uniform(0.05, 0.3)):
+            limit = rng.choice([30, 400, 3_000])  # (the cases of the test above)
+            want = _reference(configs, rate, budget, limit)
+            if not want[1]:
+                continue
+            proven += 1
+            assert prepared.optimal(rate, budget, limit, price_classes=True) == want[:2]
+            usable = prepared.usable(budget)
+            if usable.rows:
+                search = _BilledSearch(usable, rate, budget, limit, price_classes=True)
+                search.dfs(0, 0.0, 0.0, 0.0)
+                assert search.nodes <= want[2]
+                fewer += search.nodes < want[2]
+    assert proven > 150 and fewer > 0
+
+
 def test_prepared_search_on_generated_modules() -> None:
     """The modules of generated problems (wide profiles at fleet rates), budgets down their staircases."""
     for problem in generate_problems(12, seed=5):
