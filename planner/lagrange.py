@@ -125,22 +125,6 @@ class _Problem:
         return self.beta2 / x + mu[:, None] * lat, lat
 
 
-def _first_at_min(val: np.ndarray, mins: np.ndarray, mod: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Per module (options ``start[m]``.. in ``val``, module ``mod[k]`` of option ``k``, its minimum
-    ``mins[m]``) the index of its first option at that minimum: what ``np.argmin`` of each module's slice
-    gives, in one vectorised pass (the options at their module's minimum, in order, and the first of
-    each module). A module without one (a NaN value) falls back to ``np.argmin`` per slice."""
-    at = np.flatnonzero(val == mins[mod])
-    first = np.empty(len(at), dtype=bool)
-    first[:1] = True
-    np.not_equal(mod[at[1:]], mod[at[:-1]], out=first[1:])
-    out = at[first]
-    if len(out) != len(start):
-        ends = [*start[1:], len(val)]
-        out = np.array([int(s + np.argmin(val[s:e])) for s, e in zip(start, ends, strict=True)], dtype=int)
-    return out
-
-
 def _maximal(paths: Sequence[Sequence[int]]) -> list[list[int]]:
     """The paths whose module set is not inside another's (a join reached by a shortcut edge gives a
     path that another contains: its constraint is implied, every latency being positive)."""

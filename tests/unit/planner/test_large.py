@@ -281,21 +281,3 @@ def test_an_infeasible_large_problem_exits_2_with_its_tightest_path(tmp_path, ca
     assert main(["solve", _write(tmp_path, tight)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and " -> ".join(fastest[1]) in err
-
-
-def test_the_first_option_at_each_modules_minimum_is_np_argmin_of_its_slice() -> None:
-    # ties (integer values), dead options (inf) and NaN (the per-slice fallback) against np.argmin
-    from planner.lagrange import _first_at_min
-
-    rng = np.random.default_rng(7)
-    for _ in range(500):
-        sizes = rng.integers(1, 6, size=rng.integers(1, 8))
-        start = np.cumsum([0, *sizes])[:-1]
-        mod = np.repeat(np.arange(len(sizes)), sizes)
-        val = rng.integers(0, 4, size=int(sizes.sum())).astype(float)
-        val[rng.random(len(val)) < 0.3] = np.inf
-        if rng.random() < 0.2:
-            val[rng.integers(len(val))] = np.nan
-        want = [int(s + np.argmin(val[s : s + z])) for s, z in zip(start, sizes, strict=True)]
-        got = _first_at_min(val, np.minimum.reduceat(val, start), mod, start)
-        assert got.tolist() == want
