@@ -186,7 +186,8 @@ def _variants(
     the children (each in a search of its own, sharing its module optima and schedules): per variant
     that realises, its search and its cheapest realisable attempt. A stretch that changes no module of
     the plain plan is skipped (its rounds would be the unstretched ones), and so are the stretches left
-    once the caller's budget (``should_stop``) is spent with a realisable plan in hand."""
+    once a variant is at the proven plain optimum or the caller's budget (``should_stop``) is spent with
+    a realisable plan in hand."""
     out: list[tuple[DispatchSearch, Attempt]] = []
     for fraction in STRETCHES:
         if fraction and out and search.should_stop is not None and search.should_stop():
@@ -197,7 +198,14 @@ def _variants(
         good = _variant_rounds(sub, plain, rates, fraction, parents, child_headroom, max_rounds)
         if good is not None:
             out.append((sub, good))
+            if _at_bound(plain, good):
+                break  # nothing realisable is cheaper than the proven plain optimum
     return out
+
+
+def _at_bound(plain: Attempt, good: Attempt) -> bool:
+    """Whether ``good`` is at the proven optimum of the plain problem, which no realisable plan beats."""
+    return (plain.plan.model_extra or {}).get("proven_optimal") is True and good.cost <= plain.cost + EPS
 
 
 def _variant_rounds(
@@ -413,7 +421,7 @@ def solve_dispatchable(
         )
     good = min((g for _, g in variants), key=lambda a: (a.cost, a.stretch, -a.splitter_slo))
     # a proven plain optimum bounds every realisable plan from below: a plan at it is the cheapest
-    at_bound = (plain.plan.model_extra or {}).get("proven_optimal") is True and good.cost <= plain.cost + EPS
+    at_bound = _at_bound(plain, good)
     finder = None
     # (at the bound, a stretched plan still asks the search for one of its cost with shorter windows)
     if search_work > 0 and _searchable(policy, objective) and (not at_bound or good.stretch):
