@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.results import emit
+from bench.results import emit, host_line
 from control.config import ControlConfig
 from control.planning import dispatch_solver
 from planner.fleet import RealisationCache, plan_fleet
@@ -206,10 +206,7 @@ def render(result: dict[str, Any]) -> None:
             f"{_fmt(s['price_of_realisability_median'], '.1%')}), the search over realised plans complete on "
             f"{s['search_complete']}; {s['quick_kept']} quick plan(s) kept after their full solve failed"
         )
-    host = result["host"]
-    load = ", ".join(f"{x:.1f}" for x in host["load_avg_start"]) + " -> "
-    load += ", ".join(f"{x:.1f}" for x in host["load_avg_end"])
-    console.print(f"{result['wall_s']:.0f} s wall, {host['cpus']} CPUs, load avg {load}")
+    console.print(host_line(result))
 
 
 def main(

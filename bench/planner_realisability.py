@@ -32,7 +32,8 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from bench.results import emit
+from bench.problems import scaled
+from bench.results import emit, host_line
 from control.config import ControlConfig
 from planner.errors import InfeasibleError
 from planner.generate import generate_problems
@@ -57,17 +58,6 @@ def problems(count: int, seed: int, shape: str) -> list[ProblemSpec]:
     return (generate_problems if shape == "small" else generate_large_problems)(count, seed)
 
 
-def _planned_for(problem: ProblemSpec, headroom: float) -> ProblemSpec:
-    return problem.model_copy(
-        update={
-            "modules": {
-                name: spec.model_copy(update={"rate": spec.rate * (1 + headroom)})
-                for name, spec in problem.modules.items()
-            }
-        }
-    )
-
-
 def _served(problem: ProblemSpec, plan: Plan, duration: float, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"billed_per_hour": plan.billed_per_hour}
     for label, arrivals, admission in RUNS:
@@ -83,7 +73,7 @@ def _served(problem: ProblemSpec, plan: Plan, duration: float, seed: int) -> dic
 
 def one_problem(problem: ProblemSpec, index: int, config: ControlConfig, duration: float) -> dict[str, Any]:
     """The plain and the realised plan of one problem, each simulated (module doc)."""
-    planned_for = _planned_for(problem, config.headroom)
+    planned_for = scaled(problem, 1 + config.headroom)
     row: dict[str, Any] = {"problem": problem.name, "modules": len(problem.modules)}
     plain = solve(planned_for, policy=config.policy, objective="billed")
     row["plain"] = _served(problem, plain, duration, index)
@@ -223,10 +213,7 @@ def render(result: dict[str, Any]) -> None:
         f"{_pct(a['realised_poisson']['shed_mean'])} shed on average); price of realisability within 1 % "
         f"on {a['within_1pct']}; no realisable plan found for {a['problems'] - a['realisable']}"
     )
-    host = result["host"]
-    load = ", ".join(f"{x:.1f}" for x in host["load_avg_start"]) + " -> "
-    load += ", ".join(f"{x:.1f}" for x in host["load_avg_end"])
-    console.print(f"{result['wall_s']:.0f} s wall, {host['cpus']} CPUs, load avg {load}")
+    console.print(host_line(result))
 
 
 def plot(result: dict[str, Any], path: str) -> None:

@@ -196,3 +196,12 @@ def emit(
         render({**result, "_raw": raw})
         if plot:
             print(f"CDF plot: {plot}")
+
+
+def host_line(result: dict[str, Any]) -> str:
+    """The last line of a run's tables: its wall time, the machine's CPUs and the load around it (from
+    ``result["wall_s"]`` and ``result["host"]``: ``cpus``, ``load_avg_start``, ``load_avg_end``)."""
+    host = result["host"]
+    load = ", ".join(f"{x:.1f}" for x in host["load_avg_start"]) + " -> "
+    load += ", ".join(f"{x:.1f}" for x in host["load_avg_end"])
+    return f"{result['wall_s']:.0f} s wall, {host['cpus']} CPUs, load avg {load}"

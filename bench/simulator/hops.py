@@ -28,6 +28,7 @@ from rich.progress import track
 from rich.table import Table
 
 from bench.errors import BenchError
+from bench.problems import scaled
 from control.hops import HopSettings, decide_hop
 from control.problems import adjust_profiles
 from planner.errors import InfeasibleError
@@ -88,17 +89,6 @@ def with_hops_in_slo(problem: ProblemSpec, hop_s: float) -> ProblemSpec:
     return problem.model_copy(update={"slo_s": round(problem.slo_s + _depth(problem) * hop_s, 6)})
 
 
-def _with_headroom(problem: ProblemSpec, headroom: float) -> ProblemSpec:
-    return problem.model_copy(
-        update={
-            "modules": {
-                name: spec.model_copy(update={"rate": spec.rate * (1 + headroom)})
-                for name, spec in problem.modules.items()
-            }
-        }
-    )
-
-
 def hop_study(
     count: int,
     duration: float,
@@ -116,7 +106,7 @@ def hop_study(
     apps: list[dict[str, Any]] = []
     for i in track(range(count), description="hop study", console=Console(stderr=True), transient=True):
         problem = with_hops_in_slo(generate_problem(seed + i), hop_s)
-        planned = _with_headroom(problem, headroom)
+        planned = scaled(problem, 1 + headroom)
         row: dict[str, Any] = {"app": problem.name, "modules": len(problem.modules), "slo_s": problem.slo_s}
         try:
             plan = solve_dispatchable(adjust_profiles(planned, hop_s, hop_as_latency=True))

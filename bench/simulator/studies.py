@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
+from bench.problems import scaled
 from control.registration.reserve import SHED_SIM_FRAMES, SHED_SIM_MAX_S, SHED_SIM_MIN_S, pick_reserve
 from planner.errors import InfeasibleError
 from planner.generate import generate_problem
@@ -109,19 +110,6 @@ def arrival_study(
     return out
 
 
-def _scaled(problem: ProblemSpec, factor: float, slo_factor: float = 1.0) -> ProblemSpec:
-    """``problem`` with every rate times ``factor`` and its SLO times ``slo_factor``."""
-    return problem.model_copy(
-        update={
-            "slo_s": problem.slo_s * slo_factor,
-            "modules": {
-                module: spec.model_copy(update={"rate": spec.rate * factor})
-                for module, spec in problem.modules.items()
-            },
-        }
-    )
-
-
 def _reserve_at(
     problem: ProblemSpec, reserve: float, headroom: float, seed: int
 ) -> tuple[float, float] | None:
@@ -130,7 +118,7 @@ def _reserve_at(
     against its whole SLO with the front's admission, for at least as many frames as a registration's
     simulation (``control.registration.reserve``); None when it cannot be planned."""
     try:
-        plan = solve_dispatchable(_scaled(problem, 1 + headroom, 1 - reserve))
+        plan = solve_dispatchable(scaled(problem, 1 + headroom, 1 - reserve))
     except InfeasibleError:
         return None
     roots = sum(
@@ -181,7 +169,7 @@ def reserve_study(
         planned += 1
         base_met += met0
         for factor in factors:
-            at = _scaled(problem, factor)
+            at = scaled(problem, factor)
             stale = _reserve_at(at, r0, headroom, seed + i)
             try:
                 rf, shed_f, cost_f, _met_f = _choose(at, target, headroom, seed + i)
