@@ -198,6 +198,12 @@ def render(result: dict[str, Any]) -> None:
             f"{s['realised_uniform']['overflowing']}/{s['realised_poisson']['overflowing']}",
         )
     console.print(table)
+    console.print(
+        "bills: the EC2 fleet only, at the generator's catalog prices (planner/generate.py, "
+        "planner/generate_large.py: the on-demand prices of profiles/hardware.json, AWS EC2, Linux, "
+        "us-east-1, 2024-06; p100 a GCP reference figure); generated problems have no data plane, so "
+        "these are not all-in costs"
+    )
     a = result["all"]
     plain = a["plain_uniform"]
     console.print(
